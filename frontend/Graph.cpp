@@ -1,0 +1,170 @@
+//===- Graph.cpp ----------------------------------------------------------===//
+#include "frontend/GraphImpl.h"
+
+#include "codegen/reference/Interpreter.h"
+#include "ir/graph/GraphDialect.h"
+
+#include "mlir/IR/Diagnostics.h"
+#include "mlir/IR/Verifier.h"
+#include "mlir/Parser/Parser.h"
+#include "llvm/ADT/MapVector.h"
+#include "llvm/Support/SourceMgr.h"
+#include "llvm/Support/raw_ostream.h"
+
+using namespace mlir;
+using namespace tilefuse;
+
+MLIRContext &tilefuse::globalContext() {
+  static MLIRContext *ctx = [] {
+    auto *c = new MLIRContext(MLIRContext::Threading::DISABLED);
+    c->loadDialect<graph::GraphDialect, func::FuncDialect>();
+    return c;
+  }();
+  return *ctx;
+}
+
+void tilefuse::runCapturingDiagnostics(
+    const std::string &what, const std::function<LogicalResult()> &fn) {
+  std::string text;
+  LogicalResult result = failure();
+  {
+    ScopedDiagnosticHandler capture(&globalContext(), [&](Diagnostic &d) {
+      llvm::raw_string_ostream os(text);
+      os << d.getLocation() << ": " << d << "\n";
+      for (Diagnostic &note : d.getNotes())
+        os << "  note: " << note << "\n";
+      return success();
+    });
+    result = fn();
+  }
+  if (failed(result))
+    throw CompileError(what + (text.empty() ? "" : ":\n" + text));
+}
+
+DType tilefuse::dtypeFromType(Type t) {
+  if (auto tensor = llvm::dyn_cast<RankedTensorType>(t))
+    t = tensor.getElementType();
+  if (t.isF32()) return DType::F32;
+  if (t.isF64()) return DType::F64;
+  if (t.isF16()) return DType::F16;
+  if (t.isBF16()) return DType::BF16;
+  if (t.isInteger(1)) return DType::I1;
+  if (t.isInteger(32)) return DType::I32;
+  if (t.isInteger(64)) return DType::I64;
+  std::string s;
+  llvm::raw_string_ostream(s) << t;
+  throw CompileError("unsupported element type " + s +
+                     "; tilefuse supports f32, f16, bf16, f64, i32, i64, i1");
+}
+
+Type tilefuse::elementTypeFor(DType dtype, MLIRContext &ctx) {
+  Builder b(&ctx);
+  switch (dtype) {
+  case DType::F32: return b.getF32Type();
+  case DType::F64: return b.getF64Type();
+  case DType::F16: return b.getF16Type();
+  case DType::BF16: return b.getBF16Type();
+  case DType::I1: return b.getI1Type();
+  case DType::I32: return b.getI32Type();
+  case DType::I64: return b.getI64Type();
+  }
+  return {};
+}
+
+func::FuncOp Graph::Impl::func() const {
+  return module->lookupSymbol<func::FuncOp>(entry);
+}
+
+Graph::Graph(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Graph::~Graph() = default;
+
+std::shared_ptr<Graph> Graph::parse(const std::string &text,
+                                    const std::string &entry) {
+  auto impl = std::make_unique<Impl>();
+  runCapturingDiagnostics("could not parse the graph-dialect module", [&] {
+    impl->module = parseSourceString<ModuleOp>(text, &globalContext(),
+                                               "<graph text>");
+    return success(static_cast<bool>(impl->module));
+  });
+  std::vector<func::FuncOp> funcs;
+  impl->module->walk([&](func::FuncOp f) { funcs.push_back(f); });
+  if (!entry.empty()) {
+    if (!impl->module->lookupSymbol<func::FuncOp>(entry))
+      throw CompileError("the module has no function named '" + entry + "'");
+    impl->entry = entry;
+  } else if (funcs.size() == 1) {
+    impl->entry = funcs[0].getSymName().str();
+  } else {
+    throw CompileError("the module has " + std::to_string(funcs.size()) +
+                       " functions; name the entry function");
+  }
+  // Every argument and result must be a tensor type tilefuse supports.
+  auto fnType = impl->func().getFunctionType();
+  for (Type t : llvm::concat<const Type>(fnType.getInputs(), fnType.getResults()))
+    if (!llvm::isa<RankedTensorType>(t) ||
+        !llvm::cast<RankedTensorType>(t).hasStaticShape()) {
+      std::string s;
+      llvm::raw_string_ostream(s) << t;
+      throw CompileError("function '" + impl->entry + "' uses " + s +
+                         "; arguments and results must be statically "
+                         "shaped tensors");
+    } else {
+      dtypeFromType(t);
+    }
+  return std::make_shared<Graph>(std::move(impl));
+}
+
+std::string Graph::mlir() const {
+  std::string s;
+  llvm::raw_string_ostream os(s);
+  impl_->module->print(os);
+  return s;
+}
+
+const std::string &Graph::entryName() const { return impl_->entry; }
+
+namespace {
+std::vector<TensorSignature> signatures(TypeRange types) {
+  std::vector<TensorSignature> out;
+  for (Type t : types) {
+    auto shape = llvm::cast<RankedTensorType>(t).getShape();
+    out.push_back({dtypeFromType(t), Shape(shape.begin(), shape.end())});
+  }
+  return out;
+}
+} // namespace
+
+std::vector<TensorSignature> Graph::inputs() const {
+  return signatures(impl_->func().getFunctionType().getInputs());
+}
+
+std::vector<TensorSignature> Graph::outputs() const {
+  return signatures(impl_->func().getFunctionType().getResults());
+}
+
+std::string Graph::summary() const {
+  llvm::MapVector<StringRef, int> counts;
+  int total = 0;
+  impl_->func().walk([&](Operation *op) {
+    if (op->getDialect() && op->getDialect()->getNamespace() == "graph") {
+      ++counts[op->getName().getStringRef()];
+      ++total;
+    }
+  });
+  std::string s;
+  llvm::raw_string_ostream os(s);
+  os << "graph @" << impl_->entry << ": " << total << " ops\n  inputs:";
+  for (auto &sig : inputs())
+    os << " " << sig.str();
+  os << "\n  outputs:";
+  for (auto &sig : outputs())
+    os << " " << sig.str();
+  os << "\n";
+  for (auto &[name, n] : counts)
+    os << "  " << name << " x" << n << "\n";
+  return s;
+}
+
+std::vector<HostTensor> Graph::interpret(const std::vector<HostTensor> &args) const {
+  return tilefuse::interpret(*impl_->module, impl_->entry, args);
+}

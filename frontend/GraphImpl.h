@@ -1,0 +1,35 @@
+//===- GraphImpl.h - MLIR side of Graph (frontend-internal) -----*- C++ -*-===//
+#ifndef TILEFUSE_FRONTEND_GRAPHIMPL_H
+#define TILEFUSE_FRONTEND_GRAPHIMPL_H
+
+#include "frontend/Graph.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/BuiltinOps.h"
+#include "mlir/IR/MLIRContext.h"
+#include "mlir/IR/OwningOpRef.h"
+
+#include <functional>
+
+namespace tilefuse {
+
+/// The process-wide context with the dialects tilefuse uses loaded.
+mlir::MLIRContext &globalContext();
+
+/// Runs `fn` while collecting every diagnostic it emits; if `fn` fails,
+/// throws CompileError("<what>:\n<diagnostics>").
+void runCapturingDiagnostics(const std::string &what,
+                             const std::function<mlir::LogicalResult()> &fn);
+
+DType dtypeFromType(mlir::Type tensorOrElementType);
+mlir::Type elementTypeFor(DType dtype, mlir::MLIRContext &ctx);
+
+struct Graph::Impl {
+  mlir::OwningOpRef<mlir::ModuleOp> module;
+  std::string entry;
+  mlir::func::FuncOp func() const;
+};
+
+} // namespace tilefuse
+
+#endif // TILEFUSE_FRONTEND_GRAPHIMPL_H

@@ -1,0 +1,62 @@
+//===- GraphDialect.cpp - dialect registration and shared syntax ----------===//
+#include "ir/graph/GraphDialect.h"
+
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/DialectImplementation.h"
+
+using namespace mlir;
+using namespace tilefuse::graph;
+
+#include "ir/graph/GraphDialect.cpp.inc"
+
+void GraphDialect::initialize() {
+  addOperations<
+#define GET_OP_LIST
+#include "ir/graph/GraphOps.cpp.inc"
+      >();
+}
+
+Operation *GraphDialect::materializeConstant(OpBuilder &builder,
+                                             Attribute value, Type type,
+                                             Location loc) {
+  auto elements = llvm::dyn_cast<ElementsAttr>(value);
+  if (!elements || elements.getType() != type)
+    return nullptr;
+  return builder.create<ConstantOp>(loc, elements);
+}
+
+ParseResult tilefuse::graph::parseElementwiseOp(OpAsmParser &parser,
+                                                OperationState &result) {
+  SmallVector<OpAsmParser::UnresolvedOperand, 2> operands;
+  Type type;
+  SMLoc operandsLoc = parser.getCurrentLocation();
+  if (parser.parseOperandList(operands) ||
+      parser.parseOptionalAttrDict(result.attributes) ||
+      parser.parseColonType(type) ||
+      parser.resolveOperands(operands, type, operandsLoc, result.operands))
+    return failure();
+  // The result type follows from the operands; the op's inference rule is
+  // run here so that a bad dtype is reported at parse time.
+  auto opName = result.name.getRegisteredInfo();
+  auto infer = opName ? opName->getInterface<InferTypeOpInterface>() : nullptr;
+  if (!infer)
+    return parser.emitError(operandsLoc, "op does not infer its result type");
+  SmallVector<Type, 1> resultTypes;
+  if (failed(infer->inferReturnTypes(
+          parser.getContext(), result.location, result.operands,
+          result.attributes.getDictionary(parser.getContext()),
+          result.getRawProperties(), result.regions, resultTypes)))
+    return failure();
+  result.addTypes(resultTypes);
+  return success();
+}
+
+void tilefuse::graph::printElementwiseOp(OpAsmPrinter &printer,
+                                         Operation *op) {
+  printer << ' ';
+  printer.printOperands(op->getOperands());
+  printer.printOptionalAttrDict(op->getAttrs());
+  // Operands of different types can only come from the generic form; print
+  // them generically so the output still parses (and fails to verify).
+  printer << " : " << op->getOperand(0).getType();
+}

@@ -1,0 +1,45 @@
+//===- GraphDialect.h - the graph dialect ------------------------*- C++ -*-===//
+//
+// Tensor-level ops of a traced training step. See GraphBase.td.
+//
+//===----------------------------------------------------------------------===//
+#ifndef TILEFUSE_IR_GRAPH_GRAPHDIALECT_H
+#define TILEFUSE_IR_GRAPH_GRAPHDIALECT_H
+
+#include "mlir/Bytecode/BytecodeOpInterface.h"
+#include "mlir/IR/BuiltinTypes.h"
+#include "mlir/IR/Dialect.h"
+#include "mlir/IR/OpDefinition.h"
+#include "mlir/IR/OpImplementation.h"
+#include "mlir/Interfaces/InferTypeOpInterface.h"
+#include "mlir/Interfaces/SideEffectInterfaces.h"
+
+namespace tilefuse::graph {
+
+/// Which dtypes an elementwise op accepts and what it returns.
+enum class ElementwiseKind {
+  Arithmetic, ///< any numeric dtype (not i1), result = operand type
+  FloatOnly,  ///< floating-point dtypes only, result = operand type
+  Compare,    ///< any dtype, result has element type i1
+};
+
+/// Shared by every elementwise op: same-type operands, dtype rule of `kind`.
+llvm::LogicalResult inferElementwiseType(std::optional<mlir::Location> loc,
+                                         llvm::StringRef opName,
+                                         ElementwiseKind kind,
+                                         mlir::ValueRange operands,
+                                         llvm::SmallVectorImpl<mlir::Type> &out);
+
+/// `graph.op %a[, %b] [attr-dict] : tensor<...>` for elementwise ops.
+mlir::ParseResult parseElementwiseOp(mlir::OpAsmParser &parser,
+                                     mlir::OperationState &result);
+void printElementwiseOp(mlir::OpAsmPrinter &printer, mlir::Operation *op);
+
+} // namespace tilefuse::graph
+
+#include "ir/graph/GraphDialect.h.inc"
+
+#define GET_OP_CLASSES
+#include "ir/graph/GraphOps.h.inc"
+
+#endif // TILEFUSE_IR_GRAPH_GRAPHDIALECT_H

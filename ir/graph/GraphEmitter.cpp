@@ -1,0 +1,63 @@
+//===- GraphEmitter.cpp ---------------------------------------------------===//
+#include "ir/graph/GraphEmitter.h"
+
+using namespace mlir;
+using namespace tilefuse::graph;
+
+SmallVector<int64_t> tilefuse::graph::iotaDims(int64_t n, int64_t start) {
+  SmallVector<int64_t> dims;
+  for (int64_t i = 0; i < n; ++i)
+    dims.push_back(start + i);
+  return dims;
+}
+
+Value GraphEmitter::full(RankedTensorType type, double value) {
+  return b.create<FullOp>(loc, type, b.getF64FloatAttr(value));
+}
+
+Value GraphEmitter::cast(Value a, Type elementType) {
+  auto type = RankedTensorType::get(typeOf(a).getShape(), elementType);
+  if (type == a.getType())
+    return a;
+  return b.create<CastOp>(loc, type, a);
+}
+
+Value GraphEmitter::reduceSum(Value a, ArrayRef<int64_t> dims, bool keepdim) {
+  return b.create<ReduceSumOp>(loc, a, b.getDenseI64ArrayAttr(dims),
+                               b.getBoolAttr(keepdim));
+}
+
+Value GraphEmitter::reduceMax(Value a, ArrayRef<int64_t> dims, bool keepdim) {
+  return b.create<ReduceMaxOp>(loc, a, b.getDenseI64ArrayAttr(dims),
+                               b.getBoolAttr(keepdim));
+}
+
+Value GraphEmitter::sumAll(Value a) {
+  return reduceSum(a, iotaDims(typeOf(a).getRank()), /*keepdim=*/false);
+}
+
+Value GraphEmitter::broadcast(Value a, ArrayRef<int64_t> shape,
+                              ArrayRef<int64_t> dims) {
+  auto type = RankedTensorType::get(shape, typeOf(a).getElementType());
+  if (type == a.getType())
+    return a;
+  return b.create<BroadcastInDimOp>(loc, type, a,
+                                    b.getDenseI64ArrayAttr(dims));
+}
+
+Value GraphEmitter::broadcastKeepdim(Value a, ArrayRef<int64_t> shape) {
+  return broadcast(a, shape, iotaDims(typeOf(a).getRank()));
+}
+
+Value GraphEmitter::reshape(Value a, ArrayRef<int64_t> shape) {
+  auto type = RankedTensorType::get(shape, typeOf(a).getElementType());
+  if (type == a.getType())
+    return a;
+  return b.create<ReshapeOp>(loc, type, a);
+}
+
+Value GraphEmitter::matmul(Value a, Value b_, bool transposeA,
+                           bool transposeB) {
+  return b.create<MatmulOp>(loc, a, b_, b.getBoolAttr(transposeA),
+                            b.getBoolAttr(transposeB));
+}

@@ -1,0 +1,121 @@
+//===- GraphFolds.cpp - folds of the graph dialect ------------------------===//
+//
+// Only the obvious identities: they keep traced graphs small (x + 0 from a
+// bias-free layer, reshapes of reshapes, identity transposes) without
+// changing numerics.
+//
+//===----------------------------------------------------------------------===//
+#include "ir/graph/GraphDialect.h"
+
+#include "mlir/IR/BuiltinAttributes.h"
+#include "mlir/IR/Matchers.h"
+
+using namespace mlir;
+using namespace tilefuse::graph;
+
+namespace {
+/// True when `v` is a splat of `x`, from graph.full or a constant.
+bool isSplatOf(Value v, Attribute folded, double x) {
+  if (auto full = v.getDefiningOp<FullOp>())
+    return full.getValue().convertToDouble() == x;
+  auto dense = llvm::dyn_cast_or_null<DenseElementsAttr>(folded);
+  if (!dense || !dense.isSplat())
+    return false;
+  Type elem = dense.getElementType();
+  if (llvm::isa<FloatType>(elem))
+    return dense.getSplatValue<APFloat>().convertToDouble() == x;
+  if (elem.isInteger(1))
+    return false;
+  return dense.getSplatValue<APInt>().getSExtValue() == x;
+}
+} // namespace
+
+OpFoldResult AddOp::fold(FoldAdaptor adaptor) {
+  if (isSplatOf(getRhs(), adaptor.getRhs(), 0.0))
+    return getLhs();
+  if (isSplatOf(getLhs(), adaptor.getLhs(), 0.0))
+    return getRhs();
+  return {};
+}
+
+OpFoldResult SubOp::fold(FoldAdaptor adaptor) {
+  if (isSplatOf(getRhs(), adaptor.getRhs(), 0.0))
+    return getLhs();
+  return {};
+}
+
+OpFoldResult MulOp::fold(FoldAdaptor adaptor) {
+  if (isSplatOf(getRhs(), adaptor.getRhs(), 1.0))
+    return getLhs();
+  if (isSplatOf(getLhs(), adaptor.getLhs(), 1.0))
+    return getRhs();
+  return {};
+}
+
+OpFoldResult DivOp::fold(FoldAdaptor adaptor) {
+  if (isSplatOf(getRhs(), adaptor.getRhs(), 1.0))
+    return getLhs();
+  return {};
+}
+
+OpFoldResult NegOp::fold(FoldAdaptor) {
+  if (auto inner = getOperand().getDefiningOp<NegOp>())
+    return inner.getOperand();
+  return {};
+}
+
+OpFoldResult SelectOp::fold(FoldAdaptor adaptor) {
+  if (getOnTrue() == getOnFalse())
+    return getOnTrue();
+  if (auto cond = llvm::dyn_cast_or_null<DenseElementsAttr>(adaptor.getCond()))
+    if (cond.isSplat())
+      return cond.getSplatValue<bool>() ? getOnTrue() : getOnFalse();
+  return {};
+}
+
+OpFoldResult CastOp::fold(FoldAdaptor) {
+  if (getOperand().getType() == getType())
+    return getOperand();
+  return {};
+}
+
+OpFoldResult ConstantOp::fold(FoldAdaptor) { return getValue(); }
+
+OpFoldResult BroadcastInDimOp::fold(FoldAdaptor) {
+  // Same type and strictly increasing dims: the identity.
+  if (getOperand().getType() == getType())
+    return getOperand();
+  return {};
+}
+
+OpFoldResult ReshapeOp::fold(FoldAdaptor) {
+  if (getOperand().getType() == getType())
+    return getOperand();
+  if (auto inner = getOperand().getDefiningOp<ReshapeOp>()) {
+    getOperandMutable().assign(inner.getOperand());
+    return getResult();
+  }
+  return {};
+}
+
+OpFoldResult TransposeOp::fold(FoldAdaptor) {
+  for (auto [i, p] : llvm::enumerate(getPerm()))
+    if (static_cast<int64_t>(i) != p)
+      return {};
+  return getOperand();
+}
+
+OpFoldResult SliceOp::fold(FoldAdaptor) {
+  if (getOperand().getType() != getType())
+    return {};
+  for (auto [s, st] : llvm::zip(getStart(), getStride()))
+    if (s != 0 || st != 1)
+      return {};
+  return getOperand();
+}
+
+OpFoldResult ConcatOp::fold(FoldAdaptor) {
+  if (getInputs().size() == 1)
+    return getInputs()[0];
+  return {};
+}

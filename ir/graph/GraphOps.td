@@ -1,0 +1,563 @@
+//===- GraphOps.td - graph dialect operations -------------------*- tablegen -*-===//
+//
+// Result types are inferred through InferTypeOpInterface wherever the operands
+// and attributes determine them; the inference functions are also where the
+// shape rules live, so the verifier, the parser and the tracer all report the
+// same message for the same mistake.
+//
+//===----------------------------------------------------------------------===//
+#ifndef TILEFUSE_GRAPH_OPS
+#define TILEFUSE_GRAPH_OPS
+
+include "ir/graph/GraphBase.td"
+include "mlir/IR/OpBase.td"
+include "mlir/IR/BuiltinAttributes.td"
+include "mlir/Interfaces/InferTypeOpInterface.td"
+include "mlir/Interfaces/SideEffectInterfaces.td"
+
+// Every graph op is free of side effects: even the random op is a pure
+// function of its seed operand, which is what lets autodiff reuse a mask.
+class Graph_Op<string mnemonic, list<Trait> traits = []>
+    : Op<Graph_Dialect, mnemonic, !listconcat(traits, [Pure])>;
+
+//===----------------------------------------------------------------------===//
+// Elementwise ops: one custom syntax `graph.add %a, %b : tensor<4xf32>`.
+//===----------------------------------------------------------------------===//
+
+class Graph_ElementwiseOp<string mnemonic, list<Trait> traits = []>
+    : Graph_Op<mnemonic, !listconcat(traits, [InferTypeOpAdaptor])> {
+  let results = (outs Graph_Tensor:$result);
+  let hasCustomAssemblyFormat = 1;
+  let extraClassDefinition = [{
+    ::mlir::ParseResult $cppClass::parse(::mlir::OpAsmParser &parser,
+                                         ::mlir::OperationState &result) {
+      return ::tilefuse::graph::parseElementwiseOp(parser, result);
+    }
+    void $cppClass::print(::mlir::OpAsmPrinter &printer) {
+      ::tilefuse::graph::printElementwiseOp(printer, getOperation());
+    }
+    ::llvm::LogicalResult $cppClass::inferReturnTypes(
+        ::mlir::MLIRContext *, std::optional<::mlir::Location> loc,
+        Adaptor adaptor, ::llvm::SmallVectorImpl<::mlir::Type> &out) {
+      return ::tilefuse::graph::inferElementwiseType(
+          loc, getOperationName(), kKind, adaptor.getOperands(), out);
+    }
+  }];
+}
+
+// `kind` selects the rule in inferElementwiseType: which dtypes are allowed
+// and whether the result is i1.
+class Graph_BinaryOp<string mnemonic, string kind, string sum, string body,
+                     list<Trait> traits = []>
+    : Graph_ElementwiseOp<mnemonic, traits> {
+  let summary = sum;
+  let description = body # [{
+
+    Both operands have the same type (broadcasts are explicit).
+
+    Example:
+    ```mlir
+    %r = graph.}] # mnemonic # [{ %a, %b : tensor<4x8xf32>
+    ```
+  }];
+  let arguments = (ins Graph_Tensor:$lhs, Graph_Tensor:$rhs);
+  let extraClassDeclaration = [{
+    static constexpr ::tilefuse::graph::ElementwiseKind kKind =
+        ::tilefuse::graph::ElementwiseKind::}] # kind # [{;
+  }];
+}
+
+def Graph_AddOp : Graph_BinaryOp<"add", "Arithmetic", "elementwise addition",
+    "`lhs + rhs`.", [Commutative]> { let hasFolder = 1; }
+def Graph_SubOp : Graph_BinaryOp<"sub", "Arithmetic", "elementwise subtraction",
+    "`lhs - rhs`."> { let hasFolder = 1; }
+def Graph_MulOp : Graph_BinaryOp<"mul", "Arithmetic", "elementwise multiplication",
+    "`lhs * rhs`.", [Commutative]> { let hasFolder = 1; }
+def Graph_DivOp : Graph_BinaryOp<"div", "Arithmetic", "elementwise division",
+    "`lhs / rhs`; integer division truncates toward zero and division by zero is undefined."> {
+  let hasFolder = 1;
+}
+def Graph_PowOp : Graph_BinaryOp<"pow", "FloatOnly", "elementwise power",
+    "`lhs ** rhs` for floating-point tensors.">;
+def Graph_MaximumOp : Graph_BinaryOp<"maximum", "Arithmetic", "elementwise maximum",
+    "`max(lhs, rhs)`; NaN propagates.", [Commutative]>;
+def Graph_MinimumOp : Graph_BinaryOp<"minimum", "Arithmetic", "elementwise minimum",
+    "`min(lhs, rhs)`; NaN propagates.", [Commutative]>;
+
+def Graph_EqOp : Graph_BinaryOp<"eq", "Compare", "elementwise ==",
+    "Compares two tensors, giving an i1 tensor.", [Commutative]>;
+def Graph_NeOp : Graph_BinaryOp<"ne", "Compare", "elementwise !=",
+    "Compares two tensors, giving an i1 tensor.", [Commutative]>;
+def Graph_LtOp : Graph_BinaryOp<"lt", "Compare", "elementwise <",
+    "Compares two tensors, giving an i1 tensor.">;
+def Graph_LeOp : Graph_BinaryOp<"le", "Compare", "elementwise <=",
+    "Compares two tensors, giving an i1 tensor.">;
+def Graph_GtOp : Graph_BinaryOp<"gt", "Compare", "elementwise >",
+    "Compares two tensors, giving an i1 tensor.">;
+def Graph_GeOp : Graph_BinaryOp<"ge", "Compare", "elementwise >=",
+    "Compares two tensors, giving an i1 tensor.">;
+
+class Graph_UnaryOp<string mnemonic, string kind, string sum, string body,
+                    list<Trait> traits = []>
+    : Graph_ElementwiseOp<mnemonic, traits> {
+  let summary = sum;
+  let description = body # [{
+
+    Example:
+    ```mlir
+    %r = graph.}] # mnemonic # [{ %x : tensor<4x8xf32>
+    ```
+  }];
+  let arguments = (ins Graph_Tensor:$operand);
+  let extraClassDeclaration = [{
+    static constexpr ::tilefuse::graph::ElementwiseKind kKind =
+        ::tilefuse::graph::ElementwiseKind::}] # kind # [{;
+  }];
+}
+
+def Graph_NegOp : Graph_UnaryOp<"neg", "Arithmetic", "elementwise negation", "`-x`."> {
+  let hasFolder = 1;
+}
+def Graph_AbsOp : Graph_UnaryOp<"abs", "Arithmetic", "elementwise absolute value", "`|x|`.">;
+def Graph_ExpOp : Graph_UnaryOp<"exp", "FloatOnly", "elementwise exponential", "`e^x`.">;
+def Graph_LogOp : Graph_UnaryOp<"log", "FloatOnly", "elementwise natural logarithm",
+    "`ln(x)`; -inf at 0 and NaN below.">;
+def Graph_TanhOp : Graph_UnaryOp<"tanh", "FloatOnly", "elementwise hyperbolic tangent", "`tanh(x)`.">;
+def Graph_SqrtOp : Graph_UnaryOp<"sqrt", "FloatOnly", "elementwise square root", "`sqrt(x)`.">;
+def Graph_RsqrtOp : Graph_UnaryOp<"rsqrt", "FloatOnly", "elementwise reciprocal square root",
+    "`1 / sqrt(x)`.">;
+def Graph_SigmoidOp : Graph_UnaryOp<"sigmoid", "FloatOnly", "elementwise logistic sigmoid",
+    "`1 / (1 + e^-x)`.">;
+def Graph_ErfOp : Graph_UnaryOp<"erf", "FloatOnly", "elementwise Gauss error function", "`erf(x)`.">;
+
+//===----------------------------------------------------------------------===//
+// Composite elementwise ops (removed by --decompose).
+//===----------------------------------------------------------------------===//
+
+def Graph_ReluOp : Graph_UnaryOp<"relu", "FloatOnly", "rectified linear unit (composite)",
+    "`max(x, 0)`. Decomposes into `graph.maximum` with a zero tensor.">;
+def Graph_SiluOp : Graph_UnaryOp<"silu", "FloatOnly", "SiLU / swish (composite)",
+    "`x * sigmoid(x)`.">;
+def Graph_GeluOp : Graph_UnaryOp<"gelu", "FloatOnly", "GELU activation (composite)", [{
+    `approximate = "none"` (default): `0.5 x (1 + erf(x / sqrt(2)))`;
+    `approximate = "tanh"`: `0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))`.
+  }]> {
+  let arguments = (ins Graph_Tensor:$operand,
+                       DefaultValuedStrAttr<StrAttr, "none">:$approximate);
+  let hasVerifier = 1;
+}
+
+//===----------------------------------------------------------------------===//
+// Selection, casts, constants.
+//===----------------------------------------------------------------------===//
+
+def Graph_SelectOp : Graph_Op<"select", [InferTypeOpAdaptor]> {
+  let summary = "elementwise choice between two tensors";
+  let description = [{
+    `cond ? on_true : on_false`, elementwise; all three have the same shape.
+
+    Example:
+    ```mlir
+    %r = graph.select %c, %a, %b : (tensor<4xi1>, tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>
+    ```
+  }];
+  let arguments = (ins Graph_BoolTensor:$cond, Graph_Tensor:$on_true, Graph_Tensor:$on_false);
+  let results = (outs Graph_Tensor:$result);
+  let assemblyFormat = "$cond `,` $on_true `,` $on_false attr-dict `:` functional-type(operands, results)";
+  let hasFolder = 1;
+}
+
+def Graph_CastOp : Graph_Op<"cast"> {
+  let summary = "element type conversion";
+  let description = [{
+    Converts each element to the result's element type. Float to int truncates
+    toward zero; to i1 means `!= 0`; narrowing floats round to nearest even.
+
+    Example:
+    ```mlir
+    %r = graph.cast %x : (tensor<4xf32>) -> tensor<4xbf16>
+    ```
+  }];
+  let arguments = (ins Graph_Tensor:$operand);
+  let results = (outs Graph_Tensor:$result);
+  let assemblyFormat = "$operand attr-dict `:` functional-type(operands, results)";
+  let hasVerifier = 1;
+  let hasFolder = 1;
+}
+
+def Graph_ConstantOp : Graph_Op<"constant", [ConstantLike, InferTypeOpAdaptor]> {
+  let summary = "a tensor constant";
+  let description = [{
+    Example:
+    ```mlir
+    %c = graph.constant dense<[1.0, 2.0]> : tensor<2xf32>
+    ```
+  }];
+  let arguments = (ins ElementsAttr:$value);
+  let results = (outs Graph_Tensor:$result);
+  let assemblyFormat = "$value attr-dict";
+  let hasFolder = 1;
+}
+
+def Graph_FullOp : Graph_Op<"full"> {
+  let summary = "a tensor filled with one value";
+  let description = [{
+    Every element equals `value` converted to the result's element type.
+
+    Example:
+    ```mlir
+    %z = graph.full 0.0 : tensor<4x8xf32>
+    ```
+  }];
+  let arguments = (ins F64Attr:$value);
+  let results = (outs Graph_Tensor:$result);
+  let assemblyFormat = "$value attr-dict `:` type($result)";
+}
+
+def Graph_IotaOp : Graph_Op<"iota"> {
+  let summary = "element indices along one dimension";
+  let description = [{
+    `result[i0, ..., in] = i_dim`.
+
+    Example:
+    ```mlir
+    %i = graph.iota {dim = 1 : i64} : tensor<2x5xi64>
+    ```
+  }];
+  let arguments = (ins I64Attr:$dim);
+  let results = (outs Graph_Tensor:$result);
+  let assemblyFormat = "attr-dict `:` type($result)";
+  let hasVerifier = 1;
+}
+
+//===----------------------------------------------------------------------===//
+// Layout ops.
+//===----------------------------------------------------------------------===//
+
+def Graph_BroadcastInDimOp : Graph_Op<"broadcast_in_dim"> {
+  let summary = "explicit broadcast";
+  let description = [{
+    Operand dimension `i` maps to result dimension `dims[i]` (strictly
+    increasing); it must be 1 or equal to that result dimension. Result
+    dimensions not named in `dims` are new.
+
+    Example:
+    ```mlir
+    %r = graph.broadcast_in_dim %b {dims = array<i64: 1>} : (tensor<8xf32>) -> tensor<4x8xf32>
+    ```
+  }];
+  let arguments = (ins Graph_Tensor:$operand, DenseI64ArrayAttr:$dims);
+  let results = (outs Graph_Tensor:$result);
+  let assemblyFormat = "$operand attr-dict `:` functional-type(operands, results)";
+  let hasVerifier = 1;
+  let hasFolder = 1;
+}
+
+def Graph_ReshapeOp : Graph_Op<"reshape"> {
+  let summary = "row-major reshape";
+  let description = [{
+    Same elements in row-major order, new shape with the same element count.
+
+    Example:
+    ```mlir
+    %r = graph.reshape %x : (tensor<4x8xf32>) -> tensor<32xf32>
+    ```
+  }];
+  let arguments = (ins Graph_Tensor:$operand);
+  let results = (outs Graph_Tensor:$result);
+  let assemblyFormat = "$operand attr-dict `:` functional-type(operands, results)";
+  let hasVerifier = 1;
+  let hasFolder = 1;
+}
+
+def Graph_TransposeOp : Graph_Op<"transpose", [InferTypeOpAdaptor]> {
+  let summary = "dimension permutation";
+  let description = [{
+    `result.shape[i] = operand.shape[perm[i]]`.
+
+    Example:
+    ```mlir
+    %r = graph.transpose %x {perm = array<i64: 1, 0>} : (tensor<4x8xf32>) -> tensor<8x4xf32>
+    ```
+  }];
+  let arguments = (ins Graph_Tensor:$operand, DenseI64ArrayAttr:$perm);
+  let results = (outs Graph_Tensor:$result);
+  let assemblyFormat = "$operand attr-dict `:` functional-type(operands, results)";
+  let hasFolder = 1;
+}
+
+def Graph_SliceOp : Graph_Op<"slice", [InferTypeOpAdaptor]> {
+  let summary = "strided slice";
+  let description = [{
+    Per dimension: elements `start, start+stride, ...` below `limit`
+    (`0 <= start <= limit <= size`, `stride >= 1`).
+
+    Example:
+    ```mlir
+    %r = graph.slice %x {start = array<i64: 0, 2>, limit = array<i64: 4, 8>, stride = array<i64: 1, 2>}
+        : (tensor<4x8xf32>) -> tensor<4x3xf32>
+    ```
+  }];
+  let arguments = (ins Graph_Tensor:$operand, DenseI64ArrayAttr:$start,
+                       DenseI64ArrayAttr:$limit, DenseI64ArrayAttr:$stride);
+  let results = (outs Graph_Tensor:$result);
+  let assemblyFormat = "$operand attr-dict `:` functional-type(operands, results)";
+  let hasFolder = 1;
+}
+
+def Graph_ConcatOp : Graph_Op<"concat", [InferTypeOpAdaptor]> {
+  let summary = "concatenation along one dimension";
+  let description = [{
+    Example:
+    ```mlir
+    %r = graph.concat %a, %b {dim = 0 : i64} : (tensor<2x8xf32>, tensor<3x8xf32>) -> tensor<5x8xf32>
+    ```
+  }];
+  let arguments = (ins Variadic<Graph_Tensor>:$inputs, I64Attr:$dim);
+  let results = (outs Graph_Tensor:$result);
+  let assemblyFormat = "$inputs attr-dict `:` functional-type(operands, results)";
+  let hasFolder = 1;
+}
+
+//===----------------------------------------------------------------------===//
+// Reductions.
+//===----------------------------------------------------------------------===//
+
+class Graph_ReduceOp<string mnemonic, string sum>
+    : Graph_Op<mnemonic, [InferTypeOpAdaptor]> {
+  let summary = sum;
+  let description = [{
+    Reduces the dimensions listed in `dims` (sorted, unique); with
+    `keepdim = true` they stay as size 1.
+
+    Example:
+    ```mlir
+    %r = graph.}] # mnemonic # [{ %x {dims = array<i64: 1>} : (tensor<4x8xf32>) -> tensor<4xf32>
+    ```
+  }];
+  let arguments = (ins Graph_Tensor:$operand, DenseI64ArrayAttr:$dims,
+                       DefaultValuedAttr<BoolAttr, "false">:$keepdim);
+  let results = (outs Graph_Tensor:$result);
+  let assemblyFormat = "$operand attr-dict `:` functional-type(operands, results)";
+}
+
+def Graph_ReduceSumOp : Graph_ReduceOp<"reduce_sum", "sum over dimensions">;
+def Graph_ReduceMaxOp : Graph_ReduceOp<"reduce_max", "maximum over dimensions">;
+def Graph_ReduceMinOp : Graph_ReduceOp<"reduce_min", "minimum over dimensions">;
+
+def Graph_ArgmaxOp : Graph_Op<"argmax", [InferTypeOpAdaptor]> {
+  let summary = "index of the maximum along one dimension";
+  let description = [{
+    i64 index of the first maximal element along `dim`.
+
+    Example:
+    ```mlir
+    %r = graph.argmax %x {dim = 1 : i64} : (tensor<4x8xf32>) -> tensor<4xi64>
+    ```
+  }];
+  let arguments = (ins Graph_Tensor:$operand, I64Attr:$dim,
+                       DefaultValuedAttr<BoolAttr, "false">:$keepdim);
+  let results = (outs Graph_Tensor:$result);
+  let assemblyFormat = "$operand attr-dict `:` functional-type(operands, results)";
+}
+
+//===----------------------------------------------------------------------===//
+// Contractions and indexing.
+//===----------------------------------------------------------------------===//
+
+def Graph_MatmulOp : Graph_Op<"matmul", [InferTypeOpAdaptor]> {
+  let summary = "batched matrix multiplication";
+  let description = [{
+    `lhs: [B..., M, K]`, `rhs: [B..., K, N]` (after the optional transposes of
+    the last two dimensions), same rank and batch dimensions, same element
+    type (floating point). f16/bf16 accumulate in f32.
+
+    Example:
+    ```mlir
+    %r = graph.matmul %a, %w {transpose_rhs = true} : (tensor<4x8xf32>, tensor<16x8xf32>) -> tensor<4x16xf32>
+    ```
+  }];
+  let arguments = (ins Graph_FloatTensor:$lhs, Graph_FloatTensor:$rhs,
+                       DefaultValuedAttr<BoolAttr, "false">:$transpose_lhs,
+                       DefaultValuedAttr<BoolAttr, "false">:$transpose_rhs);
+  let results = (outs Graph_FloatTensor:$result);
+  let assemblyFormat = "$lhs `,` $rhs attr-dict `:` functional-type(operands, results)";
+}
+
+def Graph_GatherOp : Graph_Op<"gather", [InferTypeOpAdaptor]> {
+  let summary = "rows of a table by integer index (embedding lookup)";
+  let description = [{
+    `table: [V, D...]`, `indices: [I...]` -> `[I..., D...]`,
+    `result[i..., d...] = table[indices[i...], d...]`. An index outside
+    `[0, V)` is an error at run time.
+
+    Example:
+    ```mlir
+    %r = graph.gather %table, %ids : (tensor<1024x128xf32>, tensor<4x16xi64>) -> tensor<4x16x128xf32>
+    ```
+  }];
+  let arguments = (ins Graph_Tensor:$table, Graph_IndexTensor:$indices);
+  let results = (outs Graph_Tensor:$result);
+  let assemblyFormat = "$table `,` $indices attr-dict `:` functional-type(operands, results)";
+}
+
+def Graph_ScatterAddOp : Graph_Op<"scatter_add", [InferTypeOpAdaptor]> {
+  let summary = "accumulate rows into a table (gradient of gather)";
+  let description = [{
+    `base: [V, D...]`, `indices: [I...]`, `updates: [I..., D...]`;
+    `result = base` then `result[indices[i...], d...] += updates[i..., d...]`.
+
+    Example:
+    ```mlir
+    %r = graph.scatter_add %zeros, %ids, %dy : (tensor<1024x128xf32>, tensor<4x16xi64>, tensor<4x16x128xf32>) -> tensor<1024x128xf32>
+    ```
+  }];
+  let arguments = (ins Graph_Tensor:$base, Graph_IndexTensor:$indices, Graph_Tensor:$updates);
+  let results = (outs Graph_Tensor:$result);
+  let assemblyFormat = "$base `,` $indices `,` $updates attr-dict `:` functional-type(operands, results)";
+}
+
+def Graph_RandomUniformOp : Graph_Op<"random_uniform"> {
+  let summary = "counter-based uniform random numbers (Philox 4x32-10)";
+  let description = [{
+    Element `i` (row-major) is drawn from Philox 4x32-10 with key
+    `(seed & 0xffffffff, seed >> 32)` and counter
+    `(i / 4 & 0xffffffff, i / 4 >> 32, stream, 0)`, taking word `i % 4` as
+    `u32` and returning `(u32 >> (32 - m)) * 2^-m` in `[0, 1)`, where `m` is
+    24 for f32, 11 for f16, 8 for bf16 and 32 for f64 (exact in the result
+    type, so rounding never produces 1.0). Every target
+    produces the same bits, so a dropout mask is reproducible and the
+    backward pass reuses it rather than drawing again.
+
+    Example:
+    ```mlir
+    %u = graph.random_uniform %seed {stream = 3 : i64} : (tensor<i64>) -> tensor<4x8xf32>
+    ```
+  }];
+  let arguments = (ins Graph_SeedTensor:$seed, DefaultValuedAttr<I64Attr, "0">:$stream);
+  let results = (outs Graph_FloatTensor:$result);
+  let assemblyFormat = "$seed attr-dict `:` functional-type(operands, results)";
+  let hasVerifier = 1;
+}
+
+//===----------------------------------------------------------------------===//
+// Composite ops (removed by --decompose).
+//===----------------------------------------------------------------------===//
+
+class Graph_SoftmaxLikeOp<string mnemonic, string sum, string formula>
+    : Graph_Op<mnemonic, [InferTypeOpAdaptor]> {
+  let summary = sum # " (composite)";
+  let description = formula # [{ along `dim`, computed stably (the row
+    maximum is subtracted first).
+
+    Example:
+    ```mlir
+    %r = graph.}] # mnemonic # [{ %x {dim = 1 : i64} : (tensor<4x8xf32>) -> tensor<4x8xf32>
+    ```
+  }];
+  let arguments = (ins Graph_FloatTensor:$operand, I64Attr:$dim);
+  let results = (outs Graph_FloatTensor:$result);
+  let assemblyFormat = "$operand attr-dict `:` functional-type(operands, results)";
+}
+
+def Graph_SoftmaxOp : Graph_SoftmaxLikeOp<"softmax", "softmax", "`exp(x) / sum(exp(x))`">;
+def Graph_LogSoftmaxOp : Graph_SoftmaxLikeOp<"log_softmax", "log-softmax",
+    "`x - log(sum(exp(x)))`">;
+
+def Graph_LayerNormOp : Graph_Op<"layer_norm", [InferTypeOpAdaptor]> {
+  let summary = "layer normalisation (composite)";
+  let description = [{
+    Normalises over the trailing dimensions that `weight` and `bias` have
+    (biased variance): `(x - mean) / sqrt(var + epsilon) * weight + bias`.
+
+    Example:
+    ```mlir
+    %r = graph.layer_norm %x, %g, %b {epsilon = 1.0e-05 : f64}
+        : (tensor<4x8xf32>, tensor<8xf32>, tensor<8xf32>) -> tensor<4x8xf32>
+    ```
+  }];
+  let arguments = (ins Graph_FloatTensor:$operand, Graph_FloatTensor:$weight,
+                       Graph_FloatTensor:$bias, DefaultValuedAttr<F64Attr, "1e-5">:$epsilon);
+  let results = (outs Graph_FloatTensor:$result);
+  let assemblyFormat = "$operand `,` $weight `,` $bias attr-dict `:` functional-type(operands, results)";
+}
+
+def Graph_LinearOp : Graph_Op<"linear", [InferTypeOpAdaptor]> {
+  let summary = "affine layer x W^T + b (composite)";
+  let description = [{
+    `x: [..., in]`, `weight: [out, in]`, optional `bias: [out]` -> `[..., out]`.
+
+    Example:
+    ```mlir
+    %r = graph.linear %x, %w, %b : (tensor<4x8xf32>, tensor<16x8xf32>, tensor<16xf32>) -> tensor<4x16xf32>
+    ```
+  }];
+  let arguments = (ins Graph_FloatTensor:$operand, Graph_FloatTensor:$weight,
+                       Optional<Graph_FloatTensor>:$bias);
+  let results = (outs Graph_FloatTensor:$result);
+  let assemblyFormat = "$operand `,` $weight (`,` $bias^)? attr-dict `:` functional-type(operands, results)";
+}
+
+def Graph_DropoutOp : Graph_Op<"dropout", [InferTypeOpAdaptor]> {
+  let summary = "inverted dropout (composite)";
+  let description = [{
+    Keeps an element where `graph.random_uniform(seed, stream) >= p` and scales
+    it by `1 / (1 - p)`; `0 <= p < 1`.
+
+    Example:
+    ```mlir
+    %r = graph.dropout %x, %seed {p = 1.0e-01 : f64, stream = 0 : i64}
+        : (tensor<4x8xf32>, tensor<i64>) -> tensor<4x8xf32>
+    ```
+  }];
+  let arguments = (ins Graph_FloatTensor:$operand, Graph_SeedTensor:$seed, F64Attr:$p,
+                       DefaultValuedAttr<I64Attr, "0">:$stream);
+  let results = (outs Graph_FloatTensor:$result);
+  let assemblyFormat = "$operand `,` $seed attr-dict `:` functional-type(operands, results)";
+}
+
+class Graph_ClassLossOp<string mnemonic, string sum, string what>
+    : Graph_Op<mnemonic, [InferTypeOpAdaptor]> {
+  let summary = sum # " (composite)";
+  let description = [{
+    `input: [..., C]` }] # what # [{, `target: [...]` integer class ids.
+    Mean over the entries whose target is not `ignore_index`
+    (NaN when every entry is ignored, as in PyTorch).
+
+    Example:
+    ```mlir
+    %l = graph.}] # mnemonic # [{ %x, %t {ignore_index = -100 : i64}
+        : (tensor<4x10xf32>, tensor<4xi64>) -> tensor<f32>
+    ```
+  }];
+  let arguments = (ins Graph_FloatTensor:$input, Graph_IndexTensor:$target,
+                       DefaultValuedAttr<I64Attr, "-100">:$ignore_index);
+  let results = (outs Graph_FloatTensor:$result);
+  let assemblyFormat = "$input `,` $target attr-dict `:` functional-type(operands, results)";
+}
+
+def Graph_CrossEntropyOp : Graph_ClassLossOp<"cross_entropy",
+    "softmax cross-entropy loss", "logits">;
+def Graph_NllOp : Graph_ClassLossOp<"nll", "negative log-likelihood loss",
+    "log-probabilities">;
+
+class Graph_PairLossOp<string mnemonic, string sum, string formula>
+    : Graph_Op<mnemonic, [InferTypeOpAdaptor]> {
+  let summary = sum # " (composite)";
+  let description = formula # [{, averaged over all elements into a 0-d tensor.
+
+    Example:
+    ```mlir
+    %l = graph.}] # mnemonic # [{ %a, %b : (tensor<4x1xf32>, tensor<4x1xf32>) -> tensor<f32>
+    ```
+  }];
+  let arguments = (ins Graph_FloatTensor:$input, Graph_FloatTensor:$target);
+  let results = (outs Graph_FloatTensor:$result);
+  let assemblyFormat = "$input `,` $target attr-dict `:` functional-type(operands, results)";
+}
+
+def Graph_MseOp : Graph_PairLossOp<"mse", "mean squared error", "`(input - target)^2`">;
+def Graph_BceOp : Graph_PairLossOp<"bce", "binary cross-entropy on probabilities",
+    "`-(t log(p) + (1 - t) log(1 - p))` with each log clamped below at -100 (as PyTorch)">;
+
+#endif // TILEFUSE_GRAPH_OPS
