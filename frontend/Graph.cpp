@@ -23,6 +23,14 @@ MLIRContext &tilefuse::globalContext() {
   return *ctx;
 }
 
+std::string tilefuse::formatLocation(Location loc) {
+  if (auto file = llvm::dyn_cast<FileLineColLoc>(loc))
+    return file.getFilename().str() + ":" + std::to_string(file.getLine());
+  std::string s;
+  llvm::raw_string_ostream(s) << loc;
+  return s;
+}
+
 void tilefuse::runCapturingDiagnostics(
     const std::string &what, const std::function<LogicalResult()> &fn) {
   std::string text;
@@ -30,7 +38,9 @@ void tilefuse::runCapturingDiagnostics(
   {
     ScopedDiagnosticHandler capture(&globalContext(), [&](Diagnostic &d) {
       llvm::raw_string_ostream os(text);
-      os << d.getLocation() << ": " << d << "\n";
+      if (!llvm::isa<UnknownLoc>(d.getLocation()))
+        os << formatLocation(d.getLocation()) << ": ";
+      os << d << "\n";
       for (Diagnostic &note : d.getNotes())
         os << "  note: " << note << "\n";
       return success();
@@ -72,7 +82,7 @@ Type tilefuse::elementTypeFor(DType dtype, MLIRContext &ctx) {
 }
 
 func::FuncOp Graph::Impl::func() const {
-  return module->lookupSymbol<func::FuncOp>(entry);
+  return const_cast<mlir::OwningOpRef<ModuleOp> &>(module)->lookupSymbol<func::FuncOp>(entry);
 }
 
 Graph::Graph(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}

@@ -21,6 +21,9 @@ mlir::MLIRContext &globalContext();
 void runCapturingDiagnostics(const std::string &what,
                              const std::function<mlir::LogicalResult()> &fn);
 
+/// "file:line" for file locations, MLIR's spelling otherwise.
+std::string formatLocation(mlir::Location loc);
+
 DType dtypeFromType(mlir::Type tensorOrElementType);
 mlir::Type elementTypeFor(DType dtype, mlir::MLIRContext &ctx);
 
