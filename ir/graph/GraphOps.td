@@ -502,7 +502,8 @@ def Graph_DropoutOp : Graph_Op<"dropout", [InferTypeOpAdaptor]> {
   let summary = "inverted dropout (composite)";
   let description = [{
     Keeps an element where `graph.random_uniform(seed, stream) >= p` and scales
-    it by `1 / (1 - p)`; `0 <= p < 1`.
+    it by `1 / (1 - p)`; `0 <= p < 1`. A dropped element is exactly 0, even
+    where the input is NaN or infinite.
 
     Example:
     ```mlir

@@ -1,4 +1,5 @@
 """Tracing: run a Python function on symbolic tensors to build a graph."""
+import inspect
 import os
 import sys
 
@@ -371,6 +372,12 @@ def trace(fn, *args):
             raise CompileError(f"argument {i} of {name} is a {type(leaf).__name__}, not an array")
         symbolic.append(Tensor(tracer, tracer.argument(dtype_name(arr.dtype), list(arr.shape))))
     sym_args = _pytree.unflatten(in_spec, symbolic)
+    try:
+        inspect.signature(fn).bind(*sym_args)
+    except TypeError as e:
+        raise CompileError(f"cannot trace {name} with {len(args)} arguments: {e}") from None
+    except ValueError:
+        pass  # builtins without a signature: let the call decide
     _active.append(tracer)
     try:
         out = fn(*sym_args)
