@@ -5,10 +5,11 @@ if(NOT Python3_EXECUTABLE)
   find_package(Python3 REQUIRED COMPONENTS Interpreter)
 endif()
 
-# `python -m lit` fails with the lit wheels that ship no lit/__main__.py
-# (lit 23.x), so enter through lit.main instead: it works with every version.
+# Not `python -m lit`: lit 23's wheel has no lit/__main__.py. lit.main.main()
+# is the entry point of every version (written without `;`, which CMake
+# would take for a list separator).
 add_test(NAME lit
-  COMMAND ${Python3_EXECUTABLE} -c "from lit.main import main; main()"
+  COMMAND ${Python3_EXECUTABLE} -c "__import__('lit.main').main.main()"
           -v ${CMAKE_CURRENT_SOURCE_DIR}
           --param tools_dir=${CMAKE_BINARY_DIR}/bin
           --param exec_root=${CMAKE_CURRENT_BINARY_DIR}/lit)

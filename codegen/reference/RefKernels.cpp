@@ -278,7 +278,9 @@ RefTensor slice(const RefTensor &a, const std::vector<int64_t> &start,
                 const std::vector<int64_t> &stride) {
   Shape shape;
   for (size_t d = 0; d < start.size(); ++d)
-    shape.push_back((limit[d] - start[d] + stride[d] - 1) / stride[d]);
+    shape.push_back(limit[d] == start[d]
+                        ? 0
+                        : (limit[d] - start[d] - 1) / stride[d] + 1);
   auto inStrides = stridesOf(a.shape);
   return gatherElements(a, shape, [&](const std::vector<int64_t> &idx) {
     int64_t src = 0;

@@ -35,6 +35,21 @@ ParseResult tilefuse::graph::parseElementwiseOp(OpAsmParser &parser,
       parser.parseColonType(type) ||
       parser.resolveOperands(operands, type, operandsLoc, result.operands))
     return failure();
+  // Inherent attributes (gelu's `approximate`) are checked before anything
+  // reads them, as ODS-generated parsers do.
+  if (failed(result.name.verifyInherentAttrs(result.attributes, [&]() {
+        return parser.emitError(operandsLoc)
+               << "'" << result.name.getStringRef() << "' op ";
+      })))
+    return failure();
+  // Not a statically shaped tensor: keep the type as a placeholder result so
+  // the verifier reports the operand type constraint (inference would not
+  // know what to do with it).
+  auto tensor = llvm::dyn_cast<RankedTensorType>(type);
+  if (!tensor || !tensor.hasStaticShape()) {
+    result.addTypes(type);
+    return success();
+  }
   // The result type follows from the operands; the op's inference rule is
   // run here so that a bad dtype is reported at parse time.
   auto opName = result.name.getRegisteredInfo();
@@ -55,8 +70,12 @@ void tilefuse::graph::printElementwiseOp(OpAsmPrinter &printer,
                                          Operation *op) {
   printer << ' ';
   printer.printOperands(op->getOperands());
-  printer.printOptionalAttrDict(op->getAttrs());
-  // Operands of different types can only come from the generic form; print
-  // them generically so the output still parses (and fails to verify).
+  // Attributes at their default value are elided, as ODS printers do.
+  SmallVector<StringRef, 1> elided;
+  if (auto approx = op->getAttrOfType<StringAttr>("approximate"))
+    if (approx.getValue() == "none")
+      elided.push_back("approximate");
+  printer.printOptionalAttrDict(op->getAttrs(), elided);
+  // Operands share one type in a verified op, so one type is printed.
   printer << " : " << op->getOperand(0).getType();
 }

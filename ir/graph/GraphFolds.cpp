@@ -14,6 +14,11 @@ using namespace mlir;
 using namespace tilefuse::graph;
 
 namespace {
+/// True when `v` is a splat of the additive identity for `v`'s type: any 0
+/// for integers, but only -0.0 for floats (x + (+0.0) turns -0.0 into +0.0).
+/// `forSubtraction` asks for the identity of x - c instead (+0.0).
+bool isAdditiveIdentity(Value v, Attribute folded, bool forSubtraction);
+
 /// True when `v` is a splat of `x`, from graph.full or a constant.
 bool isSplatOf(Value v, Attribute folded, double x) {
   if (auto full = v.getDefiningOp<FullOp>())
@@ -28,18 +33,34 @@ bool isSplatOf(Value v, Attribute folded, double x) {
     return false;
   return dense.getSplatValue<APInt>().getSExtValue() == x;
 }
+
+bool isAdditiveIdentity(Value v, Attribute folded, bool forSubtraction) {
+  if (!isSplatOf(v, folded, 0.0))
+    return false;
+  auto elem = llvm::cast<RankedTensorType>(v.getType()).getElementType();
+  if (!llvm::isa<FloatType>(elem))
+    return true;
+  bool negative;
+  if (auto full = v.getDefiningOp<FullOp>())
+    negative = full.getValue().isNegative();
+  else
+    negative = llvm::cast<DenseElementsAttr>(folded)
+                   .getSplatValue<APFloat>()
+                   .isNegative();
+  return negative != forSubtraction;
+}
 } // namespace
 
 OpFoldResult AddOp::fold(FoldAdaptor adaptor) {
-  if (isSplatOf(getRhs(), adaptor.getRhs(), 0.0))
+  if (isAdditiveIdentity(getRhs(), adaptor.getRhs(), false))
     return getLhs();
-  if (isSplatOf(getLhs(), adaptor.getLhs(), 0.0))
+  if (isAdditiveIdentity(getLhs(), adaptor.getLhs(), false))
     return getRhs();
   return {};
 }
 
 OpFoldResult SubOp::fold(FoldAdaptor adaptor) {
-  if (isSplatOf(getRhs(), adaptor.getRhs(), 0.0))
+  if (isAdditiveIdentity(getRhs(), adaptor.getRhs(), true))
     return getLhs();
   return {};
 }

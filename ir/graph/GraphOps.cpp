@@ -74,7 +74,10 @@ LogicalResult tilefuse::graph::inferElementwiseType(
     SmallVectorImpl<Type> &out) {
   if (operands.empty())
     return opError(loc, opName, "expects operands");
-  auto type = tensorType(operands[0]);
+  auto type = llvm::dyn_cast<RankedTensorType>(operands[0].getType());
+  if (!type)
+    return opError(loc, opName, "expects tensor operands, got ",
+                   operands[0].getType());
   for (Value other : operands.drop_front())
     if (other.getType() != type)
       return opError(loc, opName, "operand types differ: ", type, " vs ",
@@ -242,7 +245,10 @@ LogicalResult SliceOp::inferReturnTypes(MLIRContext *, Loc loc,
                      ": need 0 <= start (", start[i], ") <= limit (",
                      limit[i], ") <= ", in.getDimSize(i), " and stride (",
                      stride[i], ") >= 1");
-    shape.push_back((limit[i] - start[i] + stride[i] - 1) / stride[i]);
+    // ceil((limit - start) / stride) without overflowing for huge strides.
+    shape.push_back(limit[i] == start[i]
+                        ? 0
+                        : (limit[i] - start[i] - 1) / stride[i] + 1);
   }
   out.push_back(RankedTensorType::get(shape, in.getElementType()));
   return success();
@@ -402,8 +408,10 @@ LogicalResult ScatterAddOp::inferReturnTypes(MLIRContext *, Loc loc,
 }
 
 LogicalResult RandomUniformOp::verify() {
-  if (getStream() < 0)
-    return emitOpError("stream must be >= 0, got ") << getStream();
+  // I64Attr getters return uint64_t; read the signed value.
+  int64_t stream = getStreamAttr().getInt();
+  if (stream < 0)
+    return emitOpError("stream must be >= 0, got ") << stream;
   return success();
 }
 
@@ -469,7 +477,10 @@ LogicalResult LayerNormOp::inferReturnTypes(MLIRContext *, Loc loc,
   if (w != b)
     return opError(loc, getOperationName(), "weight ", w, " and bias ", b,
                    " must have the same type");
-  if (w.getElementType() != x.getElementType() || w.getRank() < 1 ||
+  if (w.getElementType() != x.getElementType())
+    return opError(loc, getOperationName(), "weight ", w,
+                   " must have the element type of the input ", x);
+  if (w.getRank() < 1 ||
       w.getRank() > x.getRank() ||
       x.getShape().take_back(w.getRank()) != w.getShape())
     return opError(loc, getOperationName(), "weight ", w,
@@ -511,7 +522,7 @@ LogicalResult DropoutOp::inferReturnTypes(MLIRContext *, Loc loc,
   double p = adaptor.getP().convertToDouble();
   if (!(p >= 0.0 && p < 1.0))
     return opError(loc, getOperationName(), "p must be in [0, 1), got ", p);
-  if (adaptor.getStream() < 0)
+  if (static_cast<int64_t>(adaptor.getStream()) < 0)
     return opError(loc, getOperationName(), "stream must be >= 0");
   out.push_back(adaptor.getOperand().getType());
   return success();

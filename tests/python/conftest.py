@@ -1,0 +1,44 @@
+"""Shared pytest setup for the tilefuse Python tests.
+
+* `import tilefuse` works from the build tree: if TILEFUSE_BUILD_DIR is set,
+  $TILEFUSE_BUILD_DIR/python goes first on sys.path; otherwise an installed
+  tilefuse is used, falling back to <repo>/build/python.
+* `seed` / `rng`: a per-test seed (stable across runs, different for every
+  test id; TILEFUSE_TEST_SEED shifts all of them) and a numpy Generator
+  seeded with it. Failure messages print the seed.
+"""
+import importlib.util
+import os
+import sys
+import zlib
+
+import numpy as np
+import pytest
+
+_REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def _setup_path():
+    build = os.environ.get("TILEFUSE_BUILD_DIR")
+    if build:
+        sys.path.insert(0, os.path.join(os.path.abspath(build), "python"))
+        return
+    if importlib.util.find_spec("tilefuse") is not None:
+        return
+    fallback = os.path.join(_REPO, "build", "python")
+    if os.path.isdir(os.path.join(fallback, "tilefuse")):
+        sys.path.insert(0, fallback)
+
+
+_setup_path()
+
+
+@pytest.fixture
+def seed(request):
+    base = int(os.environ.get("TILEFUSE_TEST_SEED", "0"))
+    return (zlib.crc32(request.node.nodeid.encode()) + base) % (2**32)
+
+
+@pytest.fixture
+def rng(seed):
+    return np.random.default_rng(seed)
