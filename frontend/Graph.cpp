@@ -25,7 +25,8 @@ MLIRContext &tilefuse::globalContext() {
 
 std::string tilefuse::formatLocation(Location loc) {
   if (auto file = llvm::dyn_cast<FileLineColLoc>(loc))
-    return file.getFilename().str() + ":" + std::to_string(file.getLine());
+    return file.getFilename().str() + ":" + std::to_string(file.getLine()) +
+           (file.getColumn() ? ":" + std::to_string(file.getColumn()) : "");
   std::string s;
   llvm::raw_string_ostream(s) << loc;
   return s;

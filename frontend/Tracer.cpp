@@ -153,7 +153,7 @@ struct Tracer::Impl {
     Shape from = shapeOf(v);
     if (from == shape)
       return v;
-    Shape check = broadcastShapes(from, shape, op);
+    Shape check = broadcast(from, shape, op);
     if (check != shape)
       fail(op + ": cannot broadcast " + shapeToString(from) + " to " +
            shapeToString(shape));
@@ -166,6 +166,15 @@ struct Tracer::Impl {
     return create<BroadcastInDimOp>(
         tensorType(dtypeOf(v), shape), {v},
         {attr("dims", builder.getDenseI64ArrayAttr(dims))});
+  }
+
+  /// broadcastShapes with the user's location on failure.
+  Shape broadcast(const Shape &a, const Shape &b, const std::string &op) const {
+    try {
+      return broadcastShapes(a, b, op);
+    } catch (const CompileError &e) {
+      fail(e.what());
+    }
   }
 
   int64_t normalizeDim(int64_t dim, int64_t rank, const std::string &op) {
@@ -248,8 +257,7 @@ ValueId Tracer::binary(const std::string &op, ValueId aId, ValueId bId) {
     t = DType::F32;
   if (op == "div" && !isFloatDType(t))
     t = DType::F32; // true division, as numpy and PyTorch
-  Shape shape =
-      broadcastShapes(impl_->shapeOf(a), impl_->shapeOf(b), op);
+  Shape shape = impl_->broadcast(impl_->shapeOf(a), impl_->shapeOf(b), op);
   a = impl_->broadcastTo(impl_->cast(a, t), shape, op);
   b = impl_->broadcastTo(impl_->cast(b, t), shape, op);
   Type type = a.getType();
@@ -308,8 +316,8 @@ ValueId Tracer::where(ValueId cId, ValueId aId, ValueId bId) {
                 dtypeName(impl_->dtypeOf(c)) +
                 "; compare it first (e.g. x > 0)");
   DType t = promoteDTypes(impl_->dtypeOf(a), impl_->dtypeOf(b));
-  Shape shape = broadcastShapes(
-      broadcastShapes(impl_->shapeOf(c), impl_->shapeOf(a), "where"),
+  Shape shape = impl_->broadcast(
+      impl_->broadcast(impl_->shapeOf(c), impl_->shapeOf(a), "where"),
       impl_->shapeOf(b), "where");
   c = impl_->broadcastTo(c, shape, "where");
   a = impl_->broadcastTo(impl_->cast(a, t), shape, "where");
@@ -446,7 +454,15 @@ ValueId Tracer::matmul(ValueId aId, ValueId bId) {
                 std::to_string(ma.back()) + " and " +
                 std::to_string(mb[mb.size() - 2]) + " differ");
   Shape batchA(ma.begin(), ma.end() - 2), batchB(mb.begin(), mb.end() - 2);
-  Shape batch = broadcastShapes(batchA, batchB, "matmul");
+  Shape batch;
+  try {
+    batch = broadcastShapes(batchA, batchB, "matmul");
+  } catch (const CompileError &) {
+    impl_->fail("matmul: cannot multiply " + shapeToString(sa) + " by " +
+                shapeToString(sb) + ": batch dimensions " +
+                shapeToString(batchA) + " and " + shapeToString(batchB) +
+                " do not broadcast (numpy rules)");
+  }
   Shape fa = batch, fb = batch;
   fa.insert(fa.end(), ma.end() - 2, ma.end());
   fb.insert(fb.end(), mb.end() - 2, mb.end());

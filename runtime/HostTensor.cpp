@@ -128,12 +128,31 @@ float bf16ToFloat(uint16_t h) {
   return f;
 }
 
+namespace {
+/// double -> float rounding to odd: truncate, then set the last bit if the
+/// conversion was inexact. A second rounding of that float to a type with
+/// far fewer bits (f16, bf16) is then the correctly rounded result, which
+/// plain double -> float -> f16 is not (it can round twice).
+float toFloatRoundToOdd(double v) {
+  float f = static_cast<float>(v);
+  if (static_cast<double>(f) == v || std::isnan(v))
+    return f;
+  if (std::fabs(static_cast<double>(f)) > std::fabs(v))
+    f = std::nextafter(f, 0.0f);
+  uint32_t bits;
+  std::memcpy(&bits, &f, 4);
+  bits |= 1u;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+} // namespace
+
 double roundToDType(double v, DType t) {
   switch (t) {
   case DType::F64: return v;
   case DType::F32: return static_cast<float>(v);
-  case DType::F16: return halfToFloat(floatToHalf(static_cast<float>(v)));
-  case DType::BF16: return bf16ToFloat(floatToBF16(static_cast<float>(v)));
+  case DType::F16: return halfToFloat(floatToHalf(toFloatRoundToOdd(v)));
+  case DType::BF16: return bf16ToFloat(floatToBF16(toFloatRoundToOdd(v)));
   default: return v;
   }
 }
@@ -164,8 +183,8 @@ void HostTensor::setDouble(int64_t i, double v) {
   switch (dtype) {
   case DType::F32: data<float>()[i] = static_cast<float>(v); return;
   case DType::F64: data<double>()[i] = v; return;
-  case DType::F16: data<uint16_t>()[i] = floatToHalf(static_cast<float>(v)); return;
-  case DType::BF16: data<uint16_t>()[i] = floatToBF16(static_cast<float>(v)); return;
+  case DType::F16: data<uint16_t>()[i] = floatToHalf(toFloatRoundToOdd(v)); return;
+  case DType::BF16: data<uint16_t>()[i] = floatToBF16(toFloatRoundToOdd(v)); return;
   default: setInt(i, static_cast<int64_t>(v)); return;
   }
 }

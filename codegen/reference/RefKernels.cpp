@@ -202,7 +202,10 @@ RefTensor select(const RefTensor &cond, const RefTensor &t, const RefTensor &f) 
 RefTensor cast(const RefTensor &a, DType to) {
   RefTensor out = RefTensor::make(to, a.shape);
   for (int64_t k = 0, n = a.size(); k < n; ++k) {
-    if (out.isFloat()) {
+    if (out.isFloat() && !a.isFloat() && to == DType::F32) {
+      // Straight from the integer: via double would round twice above 2^53.
+      out.f[k] = static_cast<float>(a.i[k]);
+    } else if (out.isFloat()) {
       out.f[k] = roundToDType(a.num(k), to);
     } else if (to == DType::I1) {
       out.i[k] = a.num(k) != 0;

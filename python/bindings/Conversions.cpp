@@ -38,8 +38,15 @@ DType dtypeOfArray(const py::array &a) {
 namespace {
 HostTensor copyAs(const py::array &a, DType from, DType to) {
   Shape shape(a.shape(), a.shape() + a.ndim());
-  // A C-contiguous copy in the array's own dtype, then element conversion.
-  py::array contiguous = py::array::ensure(a, py::array::c_style);
+  // A native-endian, C-contiguous copy in the array's own dtype, then element
+  // conversion: the bytes are read as native values.
+  py::array native = a;
+  if (a.dtype().byteorder() == '>' || a.dtype().byteorder() == '<') {
+    py::dtype nativeType = a.dtype().attr("newbyteorder")("=");
+    if (!nativeType.is(a.dtype()) && !nativeType.equal(a.dtype()))
+      native = a.attr("astype")(nativeType);
+  }
+  py::array contiguous = py::array::ensure(native, py::array::c_style);
   HostTensor src(from, shape);
   std::memcpy(src.bytes.data(), contiguous.data(), src.bytes.size());
   if (from == to)

@@ -7,23 +7,35 @@ import numpy as np
 
 from . import _core, _pytree
 from ._core import CompileError
-from ._dtypes import dtype_name, is_float
+from ._dtypes import dtype_name, is_float, numpy_dtype
 
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
 _active = []  # stack of tracers; ops on Tensors use their own tracer
 
 
-def _user_location(tracer):
-    """Tags the next ops with the first stack frame outside this package."""
-    frame = sys._getframe(2)
+def _user_frame():
+    """The innermost stack frame outside this package (the user's code)."""
+    frame = sys._getframe(1)
     while frame is not None and os.path.dirname(
         os.path.abspath(frame.f_code.co_filename)
     ).startswith(_PACKAGE_DIR):
         frame = frame.f_back
+    return frame
+
+
+def _user_location(tracer):
+    """Tags the next ops with the user's file and line."""
+    frame = _user_frame()
     if frame is None:
         tracer.clear_location()
     else:
         tracer.set_location(frame.f_code.co_filename, frame.f_lineno)
+
+
+def _where():
+    """' (at file:line)' of the user's frame, for errors raised in Python."""
+    frame = _user_frame()
+    return "" if frame is None else f" (at {frame.f_code.co_filename}:{frame.f_lineno})"
 
 
 class Tensor:
@@ -139,16 +151,29 @@ class Tensor:
         return where(mask, value, self)
 
     # -- reductions --------------------------------------------------------
-    def _dims(self, dim):
+    def _dim(self, dim, what, rank=None):
+        """`dim` normalised to [0, rank); CompileError when out of range."""
+        rank = self.ndim if rank is None else rank
+        if not -max(rank, 1) <= dim < max(rank, 1):
+            raise CompileError(
+                f"{what}: dim {dim} is out of range for a tensor of rank {rank} "
+                f"(shape {list(self.shape)}){_where()}"
+            )
+        return dim % max(rank, 1)
+
+    def _dims(self, dim, what=None):
+        """The reduced dims; checked here only when `what` names a caller that
+        reads shapes itself (the tracer checks the others, with location)."""
         if dim is None:
             return list(range(self.ndim))
-        return list(dim) if isinstance(dim, (list, tuple)) else [dim]
+        dims = list(dim) if isinstance(dim, (list, tuple)) else [dim]
+        return dims if what is None else [self._dim(d, what) for d in dims]
 
     def sum(self, dim=None, keepdim=False):
         return self._call("reduce", "sum", self._id, self._dims(dim), keepdim)
 
     def mean(self, dim=None, keepdim=False):
-        dims = self._dims(dim)
+        dims = self._dims(dim, "mean")
         count = int(np.prod([self.shape[d] for d in dims], dtype=np.int64))
         source = self if is_float(self.dtype) else self.to("f32")
         return source.sum(dims, keepdim) / float(count)
@@ -175,7 +200,8 @@ class Tensor:
         shape = list(self.shape)
         if not shape:
             return self.reshape(1)
-        end = end_dim % len(shape)
+        start_dim = self._dim(start_dim, "flatten")
+        end = self._dim(end_dim, "flatten")
         merged = int(np.prod(shape[start_dim : end + 1], dtype=np.int64))
         return self.reshape(shape[:start_dim] + [merged] + shape[end + 1 :])
 
@@ -186,7 +212,7 @@ class Tensor:
 
     def transpose(self, dim0, dim1):
         perm = list(range(self.ndim))
-        d0, d1 = dim0 % max(self.ndim, 1), dim1 % max(self.ndim, 1)
+        d0, d1 = self._dim(dim0, "transpose"), self._dim(dim1, "transpose")
         perm[d0], perm[d1] = perm[d1], perm[d0]
         return self.permute(perm)
 
@@ -205,7 +231,7 @@ class Tensor:
         shape = list(self.shape)
         if dim is None:
             return self.reshape([s for s in shape if s != 1])
-        dim = dim % max(len(shape), 1)
+        dim = self._dim(dim, "squeeze")
         if shape and shape[dim] == 1:
             del shape[dim]
         return self.reshape(shape)
@@ -232,6 +258,9 @@ def _lift(tracer, x, like=None):
         return Tensor(tracer, tracer.full(float(bool(x)), dtype, []))
     if isinstance(x, (int, np.integer)):
         dtype = "i64" if like is None or like.dtype == "i1" else like.dtype
+        if abs(int(x)) > 2**53 and not is_float(dtype):
+            # graph.full holds an f64: exact integers beyond 2^53 need a constant.
+            return Tensor(tracer, tracer.constant(np.array(int(x), dtype=numpy_dtype(dtype))))
         return Tensor(tracer, tracer.full(float(x), dtype, []))
     if isinstance(x, (float, np.floating)):
         dtype = like.dtype if like is not None and is_float(like.dtype) else "f32"

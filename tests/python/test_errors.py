@@ -77,6 +77,12 @@ def test_matmul_batch_mismatch():
                          "matmul", "[2]", "[3]")
 
 
+def test_matmul_batch_mismatch_names_operand_shapes():
+    a, b = np.zeros((2, 3, 4), np.float32), np.zeros((3, 4, 5), np.float32)
+    raises_compile_error(lambda: tilefuse.trace(lambda x, y: x @ y, a, b),
+                         "matmul", "[2, 3, 4]", "[3, 4, 5]")
+
+
 def test_matmul_integer_operands():
     a = np.zeros((2, 3), np.int64)
     raises_compile_error(lambda: tilefuse.trace(lambda x, y: x @ y, a, a.T.copy()),
@@ -281,18 +287,11 @@ REDUCE_DIM_CASES = {
     "mean": lambda a, d: a.mean(d),
 }
 
-_MEAN_BUG = pytest.mark.xfail(strict=True, raises=IndexError, reason=(
-    "BUG: Tensor.mean(dim) indexes self.shape[dim] in Python before the tracer checks "
-    "dim, so x.mean(2) / x.mean(-3) on a [3, 4] tensor raise IndexError('tuple index "
-    "out of range') instead of CompileError 'mean/sum: dim 2 is out of range ...'"))
-
-
 @pytest.mark.parametrize("dim", [2, -3])
-@pytest.mark.parametrize("op", [pytest.param(op, marks=_MEAN_BUG) if op == "mean" else op
-                                for op in REDUCE_DIM_CASES])
+@pytest.mark.parametrize("op", list(REDUCE_DIM_CASES))
 def test_reduce_dim_out_of_range(op, dim):
     fn = REDUCE_DIM_CASES[op]
-    name = "sum" if op == "mean" else op
+    name = op
     msg = raises_compile_error(lambda: tilefuse.trace(lambda a: fn(a, dim), X34),
                                f"dim {dim}", "rank 2")
     assert name in msg, msg
@@ -304,15 +303,9 @@ def test_reduce_dim_listed_twice():
 
 
 @pytest.mark.parametrize("case", [
-    pytest.param("transpose(0, 5)", marks=pytest.mark.xfail(strict=True, reason=(
-        "BUG: Tensor.transpose reduces dims modulo the rank, so x.transpose(0, 5) on a "
-        "[3, 4] tensor silently swaps dims 0 and 1 (result [4, 3]) instead of raising"))),
-    pytest.param("squeeze(5)", marks=pytest.mark.xfail(strict=True, reason=(
-        "BUG: Tensor.squeeze reduces dim modulo the rank, so x.squeeze(5) on a [3, 4] "
-        "tensor silently returns x instead of raising"))),
-    pytest.param("flatten(5)", marks=pytest.mark.xfail(strict=True, reason=(
-        "BUG: Tensor.flatten does not check start_dim, so x.flatten(5) on a [3, 4] tensor "
-        "silently returns shape [3, 4, 1] instead of raising"))),
+    "transpose(0, 5)",
+    "squeeze(5)",
+    "flatten(5)",
     "unsqueeze(5)",
     "permute(0, 5)",
 ])
@@ -355,9 +348,6 @@ def test_parse_malformed_names_line(case):
     assert re.search(rf"<graph text>:{line}\b", msg), msg
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG: parse diagnostics are printed through formatLocation(), which drops the column: "
-    "'<graph text>:2: use of undeclared SSA value name' instead of '<graph text>:2:22: ...'"))
 @pytest.mark.parametrize("case", list(MALFORMED))
 def test_parse_malformed_names_line_and_column(case):
     text, line, what = MALFORMED[case]
@@ -419,19 +409,12 @@ def test_integer_division_by_zero_at_run_time():
 # ---------------------------------------------------------------------------
 # Errors found while tracing carry the user's file:line
 # ---------------------------------------------------------------------------
-_NO_LOCATION_BROADCAST = pytest.mark.xfail(strict=True, reason=(
-    "BUG: broadcastShapes() throws CompileError directly instead of through the tracer's "
-    "fail(), so broadcast errors ('add: cannot broadcast shapes [3, 4] and [5] ...') carry "
-    "no '(at file:line)' while every other tracing error does"))
-
 # Each lambda sits on its own line: co_firstlineno is the line the error must name.
 LOCATION_CASES = [
-    pytest.param("add", lambda a, b, w, t: a + b, marks=_NO_LOCATION_BROADCAST),
-    pytest.param("where", lambda a, b, w, t: tilefuse.where(a > 0, a, b),
-                 marks=_NO_LOCATION_BROADCAST),
-    pytest.param("expand", lambda a, b, w, t: a.expand(5, 4), marks=_NO_LOCATION_BROADCAST),
-    pytest.param("matmul batch", lambda a, b, w, t: a.reshape(3, 4, 1) @ b.reshape(5, 1, 1),
-                 marks=_NO_LOCATION_BROADCAST),
+    pytest.param("add", lambda a, b, w, t: a + b),
+    pytest.param("where", lambda a, b, w, t: tilefuse.where(a > 0, a, b)),
+    pytest.param("expand", lambda a, b, w, t: a.expand(5, 4)),
+    pytest.param("matmul batch", lambda a, b, w, t: a.reshape(3, 4, 1) @ b.reshape(5, 1, 1)),
     pytest.param("matmul", lambda a, b, w, t: a @ b),
     pytest.param("sum dim", lambda a, b, w, t: a.sum(2)),
     pytest.param("argmax dim", lambda a, b, w, t: a.argmax(-3)),

@@ -456,19 +456,12 @@ def test_cast_int_to_float(src, dtype, rng, seed):
                  run(lambda t: t.to(dtype), x), x.astype(dtype), seed, [x.shape])
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG: graph.cast i64->f32 converts through double, so integers above 2**53 "
-    "are rounded twice: 2**60 + 2**36 + 1 gives 2**60 instead of 2**60 + 2**37"))
 def test_cast_large_int64_to_f32_rounds_once(seed):
     x = np.array([2 ** 60 + 2 ** 36 + 1, -(2 ** 60 + 2 ** 36 + 1)], np.int64)
     assert_exact("cast i64->f32", run(lambda t: t.to("f32"), x), x.astype(np.float32),
                  seed, [x.shape])
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG: graph.cast f64->f16 rounds through f32 (roundToDType), so values just above "
-    "an f16 half-ulp are rounded twice: 1 + 2**-11 + 2**-40 gives 1.0, numpy gives "
-    "1 + 2**-10"))
 def test_cast_f64_to_f16_rounds_once(seed):
     x = np.array([1.0 + 2.0 ** -11 + 2.0 ** -40, 1.0 + 2.0 ** -11], np.float64)
     assert_exact("cast f64->f16", run(lambda t: t.to("f16"), x), x.astype(np.float16),
@@ -678,6 +671,16 @@ def test_reduce(op, case, dtype, rng, seed):
         assert_exact(name, got, want.astype(dtype), seed, [shape])
     else:
         assert_close(name, got, want, dtype, seed, [shape])
+
+
+@with_dtypes
+def test_reduce_nan_and_inf(dtype, seed):
+    x = np.array([[1.0, np.nan, 3.0], [np.inf, -np.inf, 0.0], [-np.inf, 2.0, -1.0]], dtype)
+    for op in ("sum", "max", "min"):
+        with np.errstate(invalid="ignore"):
+            want = getattr(np, op)(f64(x), axis=1)
+        assert_close(f"{op}(dim=1) with nan/inf", run(lambda t: getattr(t, op)(1), x), want,
+                     dtype, seed, [x.shape])
 
 
 def test_reduce_ints_and_bools(rng, seed):
