@@ -135,7 +135,7 @@ struct DecomposeLinear : DecomposePattern<LinearOp> {
     Value x = op.getOperand();
     auto inShape = op.getOperand().getType().getShape();
     auto outShape = op.getType().getShape();
-    int64_t in = inShape.back(), out = outShape.back();
+    int64_t in = inShape.back();
     int64_t rows = 1;
     for (int64_t d : inShape.drop_back())
       rows *= d;
@@ -144,7 +144,6 @@ struct DecomposeLinear : DecomposePattern<LinearOp> {
     y = e.reshape(y, outShape);
     if (Value bias = op.getBias())
       y = e.add(y, e.broadcast(bias, outShape, {(int64_t)outShape.size() - 1}));
-    (void)out;
     return y;
   }
 };
