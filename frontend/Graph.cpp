@@ -3,6 +3,9 @@
 
 #include "codegen/reference/Interpreter.h"
 #include "ir/graph/GraphDialect.h"
+#include "passes/Autodiff.h"
+#include "passes/Pipelines.h"
+#include "passes/TrainStep.h"
 
 #include "mlir/IR/Diagnostics.h"
 #include "mlir/IR/Verifier.h"
@@ -176,6 +179,54 @@ std::string Graph::summary() const {
   return s;
 }
 
+OwningOpRef<ModuleOp> Graph::Impl::lowerCopy(const std::string &what) const {
+  OwningOpRef<ModuleOp> copy(
+      const_cast<OwningOpRef<ModuleOp> &>(module)->clone());
+  runCapturingDiagnostics(what, [&] { return lowerToPrimitives(*copy); });
+  return copy;
+}
+
 std::vector<HostTensor> Graph::interpret(const std::vector<HostTensor> &args) const {
-  return tilefuse::interpret(*impl_->module, impl_->entry, args);
+  if (!impl_->lowered)
+    impl_->lowered = impl_->lowerCopy("lowering @" + impl_->entry +
+                                      " to primitive ops failed");
+  return interpretPrimitive(impl_->lowered->lookupSymbol<func::FuncOp>(impl_->entry),
+                            args);
+}
+
+namespace {
+/// A new Graph holding a lowered copy of `g`'s module plus the function that
+/// `build` adds to it (which becomes the entry).
+std::shared_ptr<Graph> deriveGraph(
+    const Graph::Impl &g, const std::string &what,
+    const std::function<FailureOr<func::FuncOp>(func::FuncOp)> &build) {
+  auto impl = std::make_unique<Graph::Impl>();
+  impl->module = g.lowerCopy(what);
+  runCapturingDiagnostics(what, [&]() -> LogicalResult {
+    FailureOr<func::FuncOp> f =
+        build(impl->module->lookupSymbol<func::FuncOp>(g.entry));
+    if (failed(f))
+      return failure();
+    impl->entry = f->getSymName().str();
+    return mlir::verify(*impl->module);
+  });
+  return std::make_shared<Graph>(std::move(impl));
+}
+} // namespace
+
+std::shared_ptr<Graph> Graph::valueAndGrad(const std::vector<unsigned> &wrt) const {
+  return deriveGraph(*impl_, "cannot differentiate @" + impl_->entry,
+                     [&](func::FuncOp f) {
+                       return buildValueAndGrad(f, wrt,
+                                                impl_->entry + "_value_and_grad");
+                     });
+}
+
+std::shared_ptr<Graph> Graph::trainStep(unsigned numParams,
+                                        const OptimizerConfig &config) const {
+  return deriveGraph(*impl_, "cannot build a training step of @" + impl_->entry,
+                     [&](func::FuncOp f) {
+                       return buildTrainStep(f, numParams, config,
+                                             impl_->entry + "_train_step");
+                     });
 }

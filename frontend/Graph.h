@@ -8,6 +8,7 @@
 #ifndef TILEFUSE_FRONTEND_GRAPH_H
 #define TILEFUSE_FRONTEND_GRAPH_H
 
+#include "passes/OptimizerConfig.h"
 #include "runtime/HostTensor.h"
 
 #include <memory>
@@ -43,8 +44,19 @@ public:
   std::vector<TensorSignature> inputs() const;
   std::vector<TensorSignature> outputs() const;
 
-  /// Runs the reference interpreter (composites are decomposed first).
+  /// Runs the reference interpreter (composites are decomposed first; the
+  /// lowered module is kept for the next call).
   std::vector<HostTensor> interpret(const std::vector<HostTensor> &args) const;
+
+  /// A graph returning this graph's results followed by the gradient of the
+  /// first result (a 0-d float loss) with respect to each argument in `wrt`.
+  std::shared_ptr<Graph> valueAndGrad(const std::vector<unsigned> &wrt) const;
+
+  /// One whole training step of this loss graph, whose first `numParams`
+  /// arguments are parameters: (params, state, rest..., step: i64, lr: f64)
+  /// -> (loss, new params, new state). See passes/TrainStep.h.
+  std::shared_ptr<Graph> trainStep(unsigned numParams,
+                                   const OptimizerConfig &config) const;
 
   Impl &impl() { return *impl_; }
   const Impl &impl() const { return *impl_; }

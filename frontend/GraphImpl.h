@@ -30,7 +30,11 @@ mlir::Type elementTypeFor(DType dtype, mlir::MLIRContext &ctx);
 struct Graph::Impl {
   mlir::OwningOpRef<mlir::ModuleOp> module;
   std::string entry;
+  /// `module` lowered to primitives, built on first use by the interpreter.
+  mlir::OwningOpRef<mlir::ModuleOp> lowered;
   mlir::func::FuncOp func() const;
+  /// A copy of `module` lowered to primitives (diagnostics -> CompileError).
+  mlir::OwningOpRef<mlir::ModuleOp> lowerCopy(const std::string &what) const;
 };
 
 } // namespace tilefuse

@@ -511,20 +511,24 @@ ValueId Tracer::randomUniform(ValueId seed, DType dtype, const Shape &shape,
       {impl_->attr("stream", impl_->builder.getI64IntegerAttr(stream))}));
 }
 
-ValueId Tracer::softmax(ValueId aId, int64_t dim) {
-  Value a = impl_->get(aId);
-  dim = impl_->normalizeDim(dim, impl_->shapeOf(a).size(), "softmax");
-  return impl_->put(impl_->create<SoftmaxOp>(
-      a.getType(), {a},
-      {impl_->attr("dim", impl_->builder.getI64IntegerAttr(dim))}));
+namespace {
+/// softmax / log_softmax: one tensor operand and a normalised `dim`.
+template <typename OpTy>
+ValueId alongDim(Tracer::Impl &impl, ValueId aId, int64_t dim,
+                 const std::string &name) {
+  Value a = impl.get(aId);
+  dim = impl.normalizeDim(dim, impl.shapeOf(a).size(), name);
+  return impl.put(impl.template create<OpTy>(
+      a.getType(), {a}, {impl.attr("dim", impl.builder.getI64IntegerAttr(dim))}));
+}
+} // namespace
+
+ValueId Tracer::softmax(ValueId a, int64_t dim) {
+  return alongDim<SoftmaxOp>(*impl_, a, dim, "softmax");
 }
 
-ValueId Tracer::logSoftmax(ValueId aId, int64_t dim) {
-  Value a = impl_->get(aId);
-  dim = impl_->normalizeDim(dim, impl_->shapeOf(a).size(), "log_softmax");
-  return impl_->put(impl_->create<LogSoftmaxOp>(
-      a.getType(), {a},
-      {impl_->attr("dim", impl_->builder.getI64IntegerAttr(dim))}));
+ValueId Tracer::logSoftmax(ValueId a, int64_t dim) {
+  return alongDim<LogSoftmaxOp>(*impl_, a, dim, "log_softmax");
 }
 
 ValueId Tracer::layerNorm(ValueId x, ValueId weight, ValueId bias,

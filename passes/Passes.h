@@ -3,6 +3,7 @@
 #define TILEFUSE_PASSES_PASSES_H
 
 #include "ir/graph/GraphDialect.h"
+#include "mlir/IR/BuiltinOps.h"
 #include "mlir/Pass/Pass.h"
 
 namespace tilefuse {

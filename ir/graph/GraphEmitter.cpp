@@ -61,3 +61,25 @@ Value GraphEmitter::matmul(Value a, Value b_, bool transposeA,
   return b.create<MatmulOp>(loc, a, b_, b.getBoolAttr(transposeA),
                             b.getBoolAttr(transposeB));
 }
+
+Value GraphEmitter::transpose(Value a, ArrayRef<int64_t> perm) {
+  SmallVector<int64_t> shape;
+  for (int64_t p : perm)
+    shape.push_back(typeOf(a).getDimSize(p));
+  return b.create<TransposeOp>(
+      loc, RankedTensorType::get(shape, typeOf(a).getElementType()), a,
+      b.getDenseI64ArrayAttr(perm));
+}
+
+Value GraphEmitter::slice(Value a, ArrayRef<int64_t> start,
+                          ArrayRef<int64_t> limit, ArrayRef<int64_t> stride) {
+  return b.create<SliceOp>(loc, a, b.getDenseI64ArrayAttr(start),
+                           b.getDenseI64ArrayAttr(limit),
+                           b.getDenseI64ArrayAttr(stride));
+}
+
+Value GraphEmitter::concat(ValueRange inputs, int64_t dim) {
+  if (inputs.size() == 1)
+    return inputs[0];
+  return b.create<ConcatOp>(loc, inputs, b.getI64IntegerAttr(dim));
+}

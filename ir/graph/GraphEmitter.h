@@ -47,6 +47,20 @@ public:
     return b.create<SelectOp>(loc, c, t, f);
   }
   mlir::Value cast(mlir::Value a, mlir::Type elementType);
+  mlir::Value sqrt(mlir::Value a) { return b.create<SqrtOp>(loc, a); }
+  mlir::Value pow(mlir::Value a, mlir::Value b_) { return b.create<PowOp>(loc, a, b_); }
+  mlir::Value minimum(mlir::Value a, mlir::Value b_) { return b.create<MinimumOp>(loc, a, b_); }
+  mlir::Value gt(mlir::Value a, mlir::Value b_) { return b.create<GtOp>(loc, a, b_); }
+  mlir::Value lt(mlir::Value a, mlir::Value b_) { return b.create<LtOp>(loc, a, b_); }
+  mlir::Value eq(mlir::Value a, mlir::Value b_) { return b.create<EqOp>(loc, a, b_); }
+  mlir::Value transpose(mlir::Value a, llvm::ArrayRef<int64_t> perm);
+  mlir::Value slice(mlir::Value a, llvm::ArrayRef<int64_t> start,
+                    llvm::ArrayRef<int64_t> limit, llvm::ArrayRef<int64_t> stride);
+  mlir::Value concat(mlir::ValueRange inputs, int64_t dim);
+  /// A 0-d tensor broadcast to `shape` (or returned as is for rank 0).
+  mlir::Value splat(mlir::Value scalar, llvm::ArrayRef<int64_t> shape) {
+    return broadcast(scalar, shape, {});
+  }
 
   mlir::Value reduceSum(mlir::Value a, llvm::ArrayRef<int64_t> dims, bool keepdim);
   mlir::Value reduceMax(mlir::Value a, llvm::ArrayRef<int64_t> dims, bool keepdim);

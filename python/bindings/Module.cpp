@@ -68,7 +68,27 @@ PYBIND11_MODULE(_core, m) {
       .def_property_readonly("entry", &Graph::entryName)
       .def_property_readonly("inputs", [](const Graph &g) { return signatureTuple(g.inputs()); })
       .def_property_readonly("outputs", [](const Graph &g) { return signatureTuple(g.outputs()); })
-      .def("interpret", &interpretGraph);
+      .def("interpret", &interpretGraph)
+      .def("value_and_grad", &Graph::valueAndGrad, py::arg("wrt"))
+      .def("train_step", [](const Graph &g, unsigned numParams,
+                            const std::string &kind, double momentum,
+                            bool nesterov, double beta1, double beta2,
+                            double eps, double weightDecay, double clipNorm) {
+        OptimizerConfig c;
+        if (!OptimizerConfig::parseKind(kind, c.kind))
+          throw CompileError("unknown optimizer '" + kind +
+                             "'; expected sgd, adam or adamw");
+        c.momentum = momentum;
+        c.nesterov = nesterov;
+        c.beta1 = beta1;
+        c.beta2 = beta2;
+        c.eps = eps;
+        c.weightDecay = weightDecay;
+        c.clipNorm = clipNorm;
+        return g.trainStep(numParams, c);
+      }, py::arg("num_params"), py::arg("kind"), py::arg("momentum"),
+         py::arg("nesterov"), py::arg("beta1"), py::arg("beta2"),
+         py::arg("eps"), py::arg("weight_decay"), py::arg("clip_norm"));
 
   m.def("parse", &Graph::parse, py::arg("text"), py::arg("entry") = "");
 

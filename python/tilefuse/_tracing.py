@@ -382,6 +382,14 @@ class Graph:
             return results[0] if len(results) == 1 else tuple(results)
         return _pytree.unflatten(self._out_spec, results)
 
+    def value_and_grad(self, wrt=(0,)):
+        """A Graph returning this graph's results followed by the gradient of
+        its first result (a 0-d float loss) with respect to each flat argument
+        index in `wrt`."""
+        if isinstance(wrt, int):
+            wrt = (wrt,)
+        return Graph(self._graph.value_and_grad([int(i) for i in wrt]))
+
     def __repr__(self):
         return self.summary()
 

@@ -1,0 +1,384 @@
+//===- Autodiff.cpp - reverse-mode autodiff with one VJP rule per op ------===//
+//
+// The primal function is cloned and its ops are visited in reverse, each
+// adding its operands' cotangents (vector-Jacobian products) to an adjoint
+// map. Forward values are reused, never recomputed; in particular a dropout
+// mask (graph.random_uniform + select) is the same SSA value in the backward
+// pass, so it is never drawn again. Composites are differentiated through
+// their decompositions (the fusion pass later merges the resulting chains).
+//
+// Tie rules: maximum/minimum and reduce_max/reduce_min split the cotangent
+// evenly between tied elements (relu'(0) = 1/2, as a central difference
+// gives); abs'(0) = 0.
+//
+//===----------------------------------------------------------------------===//
+#include "passes/Autodiff.h"
+
+#include "ir/graph/GraphEmitter.h"
+#include "passes/Passes.h"
+
+#include "mlir/IR/Builders.h"
+#include "llvm/ADT/TypeSwitch.h"
+
+#include <cmath>
+
+using namespace mlir;
+using namespace tilefuse;
+using namespace tilefuse::graph;
+
+namespace {
+
+bool isFloatTensor(Value v) {
+  auto t = llvm::dyn_cast<RankedTensorType>(v.getType());
+  return t && llvm::isa<FloatType>(t.getElementType());
+}
+
+SmallVector<int64_t> shapeOf(Value v) {
+  return SmallVector<int64_t>(GraphEmitter::typeOf(v).getShape());
+}
+
+/// Shape of `operand` reduced over `dims` with keepdim.
+SmallVector<int64_t> keepdimShape(Value operand, ArrayRef<int64_t> dims) {
+  SmallVector<int64_t> shape = shapeOf(operand);
+  for (int64_t d : dims)
+    shape[d] = 1;
+  return shape;
+}
+
+/// Builds the cotangents of one function body.
+class ReverseBuilder {
+public:
+  ReverseBuilder(OpBuilder &b, Location loc) : e(b, loc) {}
+
+  void accumulate(Value v, Value g) {
+    if (!isFloatTensor(v))
+      return;
+    auto it = adjoints.find(v);
+    if (it == adjoints.end())
+      adjoints[v] = g;
+    else
+      it->second = e.add(it->second, g);
+  }
+  Value adjoint(Value v) const { return adjoints.lookup(v); }
+
+  /// Adds the VJP of `op` given its result's cotangent `g`.
+  LogicalResult visit(Operation *op, Value g);
+
+private:
+  Value zerosLike(Value v) { return e.fullLike(v, 0.0); }
+  /// Cotangent of a strided slice: `g` placed into zeros of `operandShape`.
+  Value unslice(Value g, ArrayRef<int64_t> start, ArrayRef<int64_t> stride,
+                ArrayRef<int64_t> operandShape);
+  /// Cotangent of an elementwise max/min: g to the winner, half on ties.
+  void minMax(Value a, Value b, Value g, bool isMax);
+
+  GraphEmitter e;
+  llvm::DenseMap<Value, Value> adjoints;
+};
+
+void ReverseBuilder::minMax(Value a, Value b, Value g, bool isMax) {
+  Value zero = zerosLike(g), half = e.mulScalar(g, 0.5);
+  Value aWins = isMax ? e.gt(a, b) : e.lt(a, b);
+  Value bWins = isMax ? e.lt(a, b) : e.gt(a, b);
+  Value tie = e.eq(a, b);
+  accumulate(a, e.select(aWins, g, e.select(tie, half, zero)));
+  accumulate(b, e.select(bWins, g, e.select(tie, half, zero)));
+}
+
+Value ReverseBuilder::unslice(Value g, ArrayRef<int64_t> start,
+                              ArrayRef<int64_t> stride,
+                              ArrayRef<int64_t> operandShape) {
+  auto elem = GraphEmitter::typeOf(g).getElementType();
+  auto zeros = [&](SmallVector<int64_t> shape) {
+    return e.full(RankedTensorType::get(shape, elem), 0.0);
+  };
+  if (GraphEmitter::typeOf(g).getNumElements() == 0)
+    return zeros(SmallVector<int64_t>(operandShape));
+  for (size_t d = 0; d < operandShape.size(); ++d) {
+    SmallVector<int64_t> shape = shapeOf(g);
+    int64_t m = shape[d], n = operandShape[d], s = stride[d];
+    if (s > 1) {
+      // Interleave s-1 zeros after each element: [.., m, 1, ..] ++ zeros
+      // [.., m, s-1, ..] along a new axis, then merge to m*s.
+      SmallVector<int64_t> split(shape);
+      split[d] = 1;
+      split.insert(split.begin() + d, m);
+      Value col = e.reshape(g, split);
+      SmallVector<int64_t> gap(split);
+      gap[d + 1] = s - 1;
+      Value spread = e.concat({col, zeros(gap)}, d + 1);
+      shape[d] = m * s;
+      g = e.reshape(spread, shape);
+      int64_t keep = std::min(m * s, n - start[d]);
+      if (keep < m * s) {
+        SmallVector<int64_t> lo(shape.size(), 0), hi(shape), st(shape.size(), 1);
+        hi[d] = keep;
+        g = e.slice(g, lo, hi, st);
+        shape[d] = keep;
+      }
+    }
+    SmallVector<Value> parts;
+    if (start[d] > 0) {
+      SmallVector<int64_t> before(shape);
+      before[d] = start[d];
+      parts.push_back(zeros(before));
+    }
+    parts.push_back(g);
+    int64_t after = n - start[d] - shape[d];
+    if (after > 0) {
+      SmallVector<int64_t> tail(shape);
+      tail[d] = after;
+      parts.push_back(zeros(tail));
+    }
+    g = e.concat(parts, d);
+  }
+  return g;
+}
+
+LogicalResult ReverseBuilder::visit(Operation *op, Value g) {
+  bool handled = true;
+  llvm::TypeSwitch<Operation *>(op)
+      .Case([&](AddOp o) {
+        accumulate(o.getLhs(), g);
+        accumulate(o.getRhs(), g);
+      })
+      .Case([&](SubOp o) {
+        accumulate(o.getLhs(), g);
+        accumulate(o.getRhs(), e.neg(g));
+      })
+      .Case([&](MulOp o) {
+        accumulate(o.getLhs(), e.mul(g, o.getRhs()));
+        accumulate(o.getRhs(), e.mul(g, o.getLhs()));
+      })
+      .Case([&](DivOp o) {
+        accumulate(o.getLhs(), e.div(g, o.getRhs()));
+        accumulate(o.getRhs(),
+                   e.neg(e.div(e.mul(g, o.getResult()), o.getRhs())));
+      })
+      .Case([&](PowOp o) {
+        Value a = o.getLhs(), b = o.getRhs(), y = o.getResult();
+        accumulate(a, e.mul(g, e.mul(b, e.pow(a, e.addScalar(b, -1.0)))));
+        // d/db a^b = a^b log a, taken as 0 where a <= 0 (no real log).
+        Value logA = e.select(e.gt(a, zerosLike(a)), e.log(a), zerosLike(a));
+        accumulate(b, e.mul(g, e.mul(y, logA)));
+      })
+      .Case([&](MaximumOp o) { minMax(o.getLhs(), o.getRhs(), g, true); })
+      .Case([&](MinimumOp o) { minMax(o.getLhs(), o.getRhs(), g, false); })
+      .Case([&](SelectOp o) {
+        Value zero = zerosLike(g);
+        accumulate(o.getOnTrue(), e.select(o.getCond(), g, zero));
+        accumulate(o.getOnFalse(), e.select(o.getCond(), zero, g));
+      })
+      .Case([&](NegOp o) { accumulate(o.getOperand(), e.neg(g)); })
+      .Case([&](AbsOp o) {
+        Value a = o.getOperand(), zero = zerosLike(a);
+        accumulate(a, e.select(e.gt(a, zero), g,
+                               e.select(e.lt(a, zero), e.neg(g), zero)));
+      })
+      .Case([&](ExpOp o) { accumulate(o.getOperand(), e.mul(g, o.getResult())); })
+      .Case([&](LogOp o) { accumulate(o.getOperand(), e.div(g, o.getOperand())); })
+      .Case([&](TanhOp o) {
+        Value y = o.getResult();
+        accumulate(o.getOperand(),
+                   e.mul(g, e.sub(e.fullLike(y, 1.0), e.mul(y, y))));
+      })
+      .Case([&](SqrtOp o) {
+        accumulate(o.getOperand(), e.div(e.mulScalar(g, 0.5), o.getResult()));
+      })
+      .Case([&](RsqrtOp o) {
+        Value y = o.getResult();
+        accumulate(o.getOperand(),
+                   e.mul(e.mulScalar(g, -0.5), e.mul(e.mul(y, y), y)));
+      })
+      .Case([&](SigmoidOp o) {
+        Value y = o.getResult();
+        accumulate(o.getOperand(),
+                   e.mul(g, e.mul(y, e.sub(e.fullLike(y, 1.0), y))));
+      })
+      .Case([&](ErfOp o) {
+        Value a = o.getOperand();
+        Value density = e.exp(e.neg(e.mul(a, a)));
+        accumulate(a, e.mul(e.mulScalar(g, 2.0 / std::sqrt(M_PI)), density));
+      })
+      .Case([&](CastOp o) {
+        if (isFloatTensor(o.getOperand()))
+          accumulate(o.getOperand(),
+                     e.cast(g, GraphEmitter::typeOf(o.getOperand())
+                                   .getElementType()));
+      })
+      .Case([&](BroadcastInDimOp o) {
+        auto in = o.getOperand().getType();
+        auto out = o.getType();
+        ArrayRef<int64_t> dims = o.getDims();
+        SmallVector<int64_t> reduced;
+        for (int64_t d = 0; d < out.getRank(); ++d) {
+          auto it = llvm::find(dims, d);
+          if (it == dims.end() ||
+              (in.getDimSize(it - dims.begin()) == 1 && out.getDimSize(d) != 1))
+            reduced.push_back(d);
+        }
+        Value summed = reduced.empty() ? g : e.reduceSum(g, reduced, false);
+        accumulate(o.getOperand(), e.reshape(summed, in.getShape()));
+      })
+      .Case([&](ReshapeOp o) {
+        accumulate(o.getOperand(), e.reshape(g, o.getOperand().getType().getShape()));
+      })
+      .Case([&](TransposeOp o) {
+        ArrayRef<int64_t> perm = o.getPerm();
+        SmallVector<int64_t> inverse(perm.size());
+        for (auto [i, p] : llvm::enumerate(perm))
+          inverse[p] = i;
+        accumulate(o.getOperand(), e.transpose(g, inverse));
+      })
+      .Case([&](SliceOp o) {
+        if (isFloatTensor(o.getOperand()))
+          accumulate(o.getOperand(),
+                     unslice(g, o.getStart(), o.getStride(),
+                             o.getOperand().getType().getShape()));
+      })
+      .Case([&](ConcatOp o) {
+        int64_t dim = o.getDim(), offset = 0;
+        SmallVector<int64_t> shape = shapeOf(g);
+        for (Value in : o.getInputs()) {
+          int64_t size = GraphEmitter::typeOf(in).getDimSize(dim);
+          SmallVector<int64_t> lo(shape.size(), 0), hi(shape),
+              st(shape.size(), 1);
+          lo[dim] = offset;
+          hi[dim] = offset + size;
+          if (isFloatTensor(in))
+            accumulate(in, e.slice(g, lo, hi, st));
+          offset += size;
+        }
+      })
+      .Case([&](ReduceSumOp o) {
+        Value x = o.getOperand();
+        Value gk = e.reshape(g, keepdimShape(x, o.getDims()));
+        accumulate(x, e.broadcastKeepdim(gk, shapeOf(x)));
+      })
+      .Case<ReduceMaxOp, ReduceMinOp>([&](auto o) {
+        Value x = o.getOperand();
+        SmallVector<int64_t> kshape = keepdimShape(x, o.getDims());
+        SmallVector<int64_t> shape = shapeOf(x);
+        Value extreme = e.broadcastKeepdim(e.reshape(o.getResult(), kshape), shape);
+        Value hit = e.eq(x, extreme);
+        auto elem = GraphEmitter::typeOf(x).getElementType();
+        Value count = e.reduceSum(e.cast(hit, elem), o.getDims(), true);
+        Value share = e.div(e.reshape(g, kshape), count);
+        accumulate(x, e.select(hit, e.broadcastKeepdim(share, shape),
+                               zerosLike(x)));
+      })
+      .Case([&](MatmulOp o) {
+        Value a = o.getLhs(), b = o.getRhs();
+        bool ta = o.getTransposeLhs(), tb = o.getTransposeRhs();
+        accumulate(a, ta ? e.matmul(b, g, tb, true) : e.matmul(g, b, false, !tb));
+        accumulate(b, tb ? e.matmul(g, a, true, ta) : e.matmul(a, g, !ta, false));
+      })
+      .Case([&](GatherOp o) {
+        Value table = o.getTable();
+        accumulate(table, e.builder().create<ScatterAddOp>(
+                              e.location(), zerosLike(table), o.getIndices(), g));
+      })
+      .Case([&](ScatterAddOp o) {
+        accumulate(o.getBase(), g);
+        accumulate(o.getUpdates(), e.builder().create<GatherOp>(
+                                       e.location(), g, o.getIndices()));
+      })
+      // No cotangent flows through these: their results are integer, boolean
+      // or independent of every input.
+      .Case<EqOp, NeOp, LtOp, LeOp, GtOp, GeOp, ArgmaxOp, ConstantOp, FullOp,
+            IotaOp, RandomUniformOp>([](Operation *) {})
+      .Default([&](Operation *) { handled = false; });
+  if (!handled)
+    return op->emitOpError("has no differentiation rule")
+           << (op->getDialect() && op->getDialect()->getNamespace() == "graph"
+                   ? "; composites are differentiated through their "
+                     "decomposition: run decompose-composites first"
+                   : "");
+  return success();
+}
+
+} // namespace
+
+FailureOr<func::FuncOp> tilefuse::buildValueAndGrad(func::FuncOp primal,
+                                                    ArrayRef<unsigned> wrt,
+                                                    StringRef name) {
+  auto fnType = primal.getFunctionType();
+  if (fnType.getNumResults() == 0 ||
+      !isFloatTensor(primal.getBody().front().getTerminator()->getOperand(0)) ||
+      llvm::cast<RankedTensorType>(fnType.getResult(0)).getRank() != 0)
+    return primal.emitError("value_and_grad: the first result of @")
+           << primal.getSymName()
+           << " must be a 0-d floating-point loss, got "
+           << (fnType.getNumResults() ? fnType.getResult(0) : Type());
+  for (unsigned i : wrt) {
+    if (i >= fnType.getNumInputs())
+      return primal.emitError("value_and_grad: argument index ")
+             << i << " is out of range: @" << primal.getSymName() << " has "
+             << fnType.getNumInputs() << " arguments";
+    if (!isFloatTensor(primal.getArgument(i)))
+      return primal.emitError("value_and_grad: cannot differentiate with "
+                              "respect to argument ")
+             << i << " of type " << fnType.getInput(i)
+             << ": only floating-point inputs have gradients";
+  }
+
+  OpBuilder b(primal);
+  b.setInsertionPointAfter(primal);
+  auto grad = llvm::cast<func::FuncOp>(b.clone(*primal));
+  grad.setSymName(name);
+  Block &body = grad.getBody().front();
+  auto ret = llvm::cast<func::ReturnOp>(body.getTerminator());
+  b.setInsertionPoint(ret);
+
+  ReverseBuilder reverse(b, grad.getLoc());
+  Value loss = ret.getOperand(0);
+  reverse.accumulate(loss, GraphEmitter(b, loss.getLoc()).fullLike(loss, 1.0));
+  SmallVector<Operation *> forward;
+  for (Operation &op : body.without_terminator())
+    forward.push_back(&op);
+  for (Operation *op : llvm::reverse(forward)) {
+    if (op->getNumResults() != 1)
+      return op->emitOpError("has no differentiation rule");
+    Value g = reverse.adjoint(op->getResult(0));
+    if (!g)
+      continue;
+    b.setInsertionPoint(ret);
+    if (failed(reverse.visit(op, g))) {
+      grad.erase();
+      return failure();
+    }
+  }
+
+  SmallVector<Value> results(ret.getOperands());
+  for (unsigned i : wrt) {
+    Value arg = grad.getArgument(i);
+    Value g = reverse.adjoint(arg);
+    results.push_back(g ? g : GraphEmitter(b, grad.getLoc()).fullLike(arg, 0.0));
+  }
+  b.create<func::ReturnOp>(ret.getLoc(), results);
+  ret.erase();
+  grad.setFunctionType(
+      b.getFunctionType(fnType.getInputs(), ValueRange(results).getTypes()));
+  return grad;
+}
+
+namespace tilefuse {
+#define GEN_PASS_DEF_AUTODIFFPASS
+#include "passes/Passes.h.inc"
+} // namespace tilefuse
+
+#include "passes/PassUtils.h"
+
+namespace {
+struct AutodiffPass : tilefuse::impl::AutodiffPassBase<AutodiffPass> {
+  using AutodiffPassBase::AutodiffPassBase;
+  void runOnOperation() override {
+    func::FuncOp primal = findFunction(getOperation(), function);
+    SmallVector<unsigned> indices(wrt.begin(), wrt.end());
+    if (!primal ||
+        failed(buildValueAndGrad(primal, indices,
+                                 (primal.getSymName() + "_value_and_grad").str())))
+      signalPassFailure();
+  }
+};
+} // namespace

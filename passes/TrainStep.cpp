@@ -1,0 +1,197 @@
+//===- TrainStep.cpp - forward + backward + optimizer as one function -----===//
+//
+// The gradient function of the loss is built by autodiff, then the
+// optimizer's elementwise update is appended per parameter. Hyperparameters
+// that users schedule (learning rate, step count) are operands; the rest are
+// constants. Updated parameters and state are tagged with the argument they
+// replace (kAliasAttrName) so they can be updated in place.
+//
+//===----------------------------------------------------------------------===//
+#include "passes/TrainStep.h"
+
+#include "ir/graph/GraphEmitter.h"
+#include "passes/Autodiff.h"
+#include "passes/Passes.h"
+
+#include "mlir/IR/Builders.h"
+
+using namespace mlir;
+using namespace tilefuse;
+using namespace tilefuse::graph;
+
+namespace {
+
+/// Emits the optimizer update of every parameter.
+class OptimizerEmitter {
+public:
+  OptimizerEmitter(GraphEmitter &e, const OptimizerConfig &config, Value step,
+                   Value lr)
+      : e(e), c(config), step(step), lr(lr) {}
+
+  /// Global-norm clipping: every gradient times min(1, c / (norm + 1e-6)).
+  void clip(MutableArrayRef<Value> grads) {
+    Value total;
+    for (Value g : grads) {
+      Value sq = e.cast(e.sumAll(e.mul(g, g)), f64());
+      total = total ? e.add(total, sq) : sq;
+    }
+    Value norm = e.sqrt(total);
+    Value scale = e.minimum(e.fullLike(norm, 1.0),
+                            e.div(e.fullLike(norm, c.clipNorm),
+                                  e.addScalar(norm, 1e-6)));
+    for (Value &g : grads)
+      g = e.mul(g, scalarFor(scale, g));
+  }
+
+  /// New parameter; `state` holds this parameter's slots, updated in place.
+  Value update(Value p, Value g, MutableArrayRef<Value> state) {
+    Value lrP = scalarFor(lr, p);
+    switch (c.kind) {
+    case OptimizerConfig::Kind::SGD: {
+      if (c.weightDecay != 0)
+        g = e.add(g, e.mulScalar(p, c.weightDecay));
+      if (c.momentum != 0) {
+        state[0] = e.add(e.mulScalar(state[0], c.momentum), g);
+        g = c.nesterov ? e.add(g, e.mulScalar(state[0], c.momentum)) : state[0];
+      }
+      return e.sub(p, e.mul(lrP, g));
+    }
+    case OptimizerConfig::Kind::Adam:
+    case OptimizerConfig::Kind::AdamW: {
+      bool decoupled = c.kind == OptimizerConfig::Kind::AdamW;
+      if (c.weightDecay != 0 && !decoupled)
+        g = e.add(g, e.mulScalar(p, c.weightDecay));
+      if (c.weightDecay != 0 && decoupled) // p *= 1 - lr * wd
+        p = e.sub(p, e.mul(e.mulScalar(lrP, c.weightDecay), p));
+      state[0] = e.add(e.mulScalar(state[0], c.beta1),
+                       e.mulScalar(g, 1.0 - c.beta1));
+      state[1] = e.add(e.mulScalar(state[1], c.beta2),
+                       e.mulScalar(e.mul(g, g), 1.0 - c.beta2));
+      Value mHat = e.div(state[0], scalarFor(biasCorrection(c.beta1), p));
+      Value vHat = e.div(state[1], scalarFor(biasCorrection(c.beta2), p));
+      Value denom = e.addScalar(e.sqrt(vHat), c.eps);
+      return e.sub(p, e.mul(lrP, e.div(mHat, denom)));
+    }
+    }
+    return p;
+  }
+
+private:
+  Type f64() { return e.builder().getF64Type(); }
+
+  /// 1 - beta^step, as a 0-d f64.
+  Value biasCorrection(double beta) {
+    Value t = e.cast(step, f64());
+    Value powed = e.pow(e.fullLike(t, beta), t);
+    return e.sub(e.fullLike(t, 1.0), powed);
+  }
+
+  /// A 0-d f64 scalar cast to `like`'s dtype and broadcast to its shape.
+  Value scalarFor(Value scalar, Value like) {
+    auto type = GraphEmitter::typeOf(like);
+    return e.splat(e.cast(scalar, type.getElementType()), type.getShape());
+  }
+
+  GraphEmitter &e;
+  const OptimizerConfig &c;
+  Value step, lr;
+};
+
+} // namespace
+
+FailureOr<func::FuncOp> tilefuse::buildTrainStep(func::FuncOp loss,
+                                                 unsigned numParams,
+                                                 const OptimizerConfig &config,
+                                                 StringRef name) {
+  auto lossType = loss.getFunctionType();
+  if (numParams == 0 || numParams > lossType.getNumInputs())
+    return loss.emitError("train step: @")
+           << loss.getSymName() << " has " << lossType.getNumInputs()
+           << " arguments; cannot treat the first " << numParams
+           << " as parameters";
+  SmallVector<unsigned> wrt;
+  for (unsigned i = 0; i < numParams; ++i)
+    wrt.push_back(i);
+  FailureOr<func::FuncOp> grad = buildValueAndGrad(loss, wrt, name);
+  if (failed(grad))
+    return failure();
+  func::FuncOp step = *grad;
+  Block &body = step.getBody().front();
+  MLIRContext *ctx = loss.getContext();
+  OpBuilder b(ctx);
+  Location loc = step.getLoc();
+
+  // Arguments: params, state (inserted after the params), batch, step, lr.
+  unsigned slots = config.statePerParam();
+  SmallVector<Value> state;
+  for (unsigned s = 0; s < slots; ++s)
+    for (unsigned i = 0; i < numParams; ++i)
+      state.push_back(body.insertArgument(numParams + s * numParams + i,
+                                          body.getArgument(i).getType(), loc));
+  Value stepArg = body.addArgument(RankedTensorType::get({}, b.getI64Type()), loc);
+  Value lrArg = body.addArgument(RankedTensorType::get({}, b.getF64Type()), loc);
+
+  auto ret = llvm::cast<func::ReturnOp>(body.getTerminator());
+  b.setInsertionPoint(ret);
+  GraphEmitter e(b, loc);
+  unsigned numPrimal = lossType.getNumResults();
+  SmallVector<Value> grads(ret.getOperands().drop_front(numPrimal));
+  OptimizerEmitter opt(e, config, stepArg, lrArg);
+  if (config.clipNorm > 0)
+    opt.clip(grads);
+  SmallVector<Value> newParams;
+  for (unsigned i = 0; i < numParams; ++i) {
+    SmallVector<Value> slotsOfParam;
+    for (unsigned s = 0; s < slots; ++s)
+      slotsOfParam.push_back(state[s * numParams + i]);
+    newParams.push_back(opt.update(body.getArgument(i), grads[i], slotsOfParam));
+    for (unsigned s = 0; s < slots; ++s)
+      state[s * numParams + i] = slotsOfParam[s];
+  }
+
+  SmallVector<Value> results = {ret.getOperand(0)};
+  llvm::append_range(results, newParams);
+  llvm::append_range(results, state);
+  b.create<func::ReturnOp>(ret.getLoc(), results);
+  ret.erase();
+  step.setFunctionType(
+      b.getFunctionType(body.getArgumentTypes(), ValueRange(results).getTypes()));
+  // Result 1 + k replaces argument k (params, then state, are contiguous).
+  for (unsigned k = 0; k + 1 < results.size(); ++k)
+    step.setResultAttr(k + 1, kAliasAttrName, b.getI64IntegerAttr(k));
+  return step;
+}
+
+namespace tilefuse {
+#define GEN_PASS_DEF_BUILDTRAINSTEPPASS
+#include "passes/Passes.h.inc"
+} // namespace tilefuse
+
+#include "passes/PassUtils.h"
+
+namespace {
+struct BuildTrainStepPass
+    : tilefuse::impl::BuildTrainStepPassBase<BuildTrainStepPass> {
+  using BuildTrainStepPassBase::BuildTrainStepPassBase;
+  void runOnOperation() override {
+    OptimizerConfig config;
+    if (!OptimizerConfig::parseKind(optimizer, config.kind)) {
+      getOperation().emitError("unknown optimizer '")
+          << optimizer << "'; expected sgd, adam or adamw";
+      return signalPassFailure();
+    }
+    config.momentum = momentum;
+    config.nesterov = nesterov;
+    config.beta1 = beta1;
+    config.beta2 = beta2;
+    config.eps = eps;
+    config.weightDecay = weightDecay;
+    config.clipNorm = clipNorm;
+    func::FuncOp loss = findFunction(getOperation(), function);
+    if (!loss ||
+        failed(buildTrainStep(loss, numParams, config,
+                              (loss.getSymName() + "_train_step").str())))
+      signalPassFailure();
+  }
+};
+} // namespace

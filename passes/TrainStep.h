@@ -1,0 +1,29 @@
+//===- TrainStep.h - loss function -> one whole training step ---*- C++ -*-===//
+#ifndef TILEFUSE_PASSES_TRAINSTEP_H
+#define TILEFUSE_PASSES_TRAINSTEP_H
+
+#include "passes/OptimizerConfig.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+
+namespace tilefuse {
+
+/// Attribute on a train step's results naming the argument each one
+/// replaces (updated parameters and optimizer state): the memory planner and
+/// the runtime may update that buffer in place.
+constexpr const char *kAliasAttrName = "tilefuse.aliases";
+
+/// From `loss` (args: the first `numParams` are parameters, the rest the
+/// batch; result 0 a 0-d float loss, primitive ops only) builds `name`:
+///   (params..., state..., batch..., step: tensor<i64>, lr: tensor<f64>)
+///     -> (loss, new params..., new state...)
+/// State is slot-major: all first slots (momentum buffer, or Adam's m), then
+/// all second slots (Adam's v), each shaped like its parameter. `step` is
+/// the 1-based count of this update (Adam's bias correction).
+mlir::FailureOr<mlir::func::FuncOp>
+buildTrainStep(mlir::func::FuncOp loss, unsigned numParams,
+               const OptimizerConfig &config, llvm::StringRef name);
+
+} // namespace tilefuse
+
+#endif // TILEFUSE_PASSES_TRAINSTEP_H

@@ -1,0 +1,69 @@
+"""Optimizers for `tilefuse.compile_train_step` (PyTorch semantics).
+
+Each one describes an update that the compiler appends to the training step
+as graph ops. The learning rate is an operand of the compiled step, so
+changing `step.lr` between steps (a schedule) never recompiles.
+"""
+from dataclasses import dataclass
+from typing import Optional, Tuple
+
+from ._core import CompileError
+
+
+def _check(cond, msg):
+    if not cond:
+        raise CompileError(msg)
+
+
+@dataclass
+class SGD:
+    """torch.optim.SGD: L2 weight decay, momentum buffer buf = m*buf + g,
+    Nesterov g + m*buf."""
+
+    lr: float
+    momentum: float = 0.0
+    nesterov: bool = False
+    weight_decay: float = 0.0
+    clip_grad_norm: Optional[float] = None
+
+    def _config(self):
+        _check(self.lr >= 0 and self.momentum >= 0 and self.weight_decay >= 0,
+               f"SGD: lr, momentum and weight_decay must be >= 0, got {self}")
+        _check(not self.nesterov or self.momentum > 0, "SGD: nesterov needs momentum > 0")
+        return dict(kind="sgd", momentum=self.momentum, nesterov=self.nesterov, beta1=0.0,
+                    beta2=0.0, eps=0.0, weight_decay=self.weight_decay,
+                    clip_norm=self.clip_grad_norm or 0.0)
+
+    def state_names(self):
+        return ["momentum"] if self.momentum else []
+
+
+@dataclass
+class Adam:
+    """torch.optim.Adam: L2 weight decay added to the gradient."""
+
+    lr: float
+    betas: Tuple[float, float] = (0.9, 0.999)
+    eps: float = 1e-8
+    weight_decay: float = 0.0
+    clip_grad_norm: Optional[float] = None
+    _kind = "adam"
+
+    def _config(self):
+        b1, b2 = self.betas
+        _check(self.lr >= 0 and 0 <= b1 < 1 and 0 <= b2 < 1 and self.eps >= 0,
+               f"{type(self).__name__}: need lr >= 0, 0 <= betas < 1, eps >= 0, got {self}")
+        return dict(kind=self._kind, momentum=0.0, nesterov=False, beta1=b1, beta2=b2,
+                    eps=self.eps, weight_decay=self.weight_decay,
+                    clip_norm=self.clip_grad_norm or 0.0)
+
+    def state_names(self):
+        return ["exp_avg", "exp_avg_sq"]
+
+
+@dataclass
+class AdamW(Adam):
+    """torch.optim.AdamW: decoupled weight decay p *= 1 - lr * weight_decay."""
+
+    weight_decay: float = 0.01
+    _kind = "adamw"

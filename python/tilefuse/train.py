@@ -1,0 +1,102 @@
+"""compile_train_step: one compiled graph per training step."""
+import inspect
+
+import numpy as np
+
+from . import _pytree
+from ._core import CompileError
+from ._tracing import trace
+
+
+def _select_device(device):
+    if device in ("auto", "cpu"):
+        return "cpu"
+    if device == "cuda":
+        raise CompileError(
+            "device='cuda' is not available: this build of tilefuse has no CUDA backend yet; "
+            "use device='cpu' or 'auto'"
+        )
+    raise CompileError(f"unknown device {device!r}; expected 'auto', 'cpu' or 'cuda'")
+
+
+class TrainStep:
+    """A compiled training step. Parameters and optimizer state live here
+    between calls; `step(batch)` runs forward, backward and the update and
+    returns the loss computed before the update."""
+
+    def __init__(self, graph, names, params, state_names, batch_spec, lr, seed, uses_seed):
+        self._graph = graph
+        self._names = names
+        self._params = params
+        self._state = [np.zeros_like(p) for _ in state_names for p in params]
+        self._state_names = state_names
+        self._batch_spec = batch_spec
+        self._seed = int(seed)
+        self._uses_seed = uses_seed
+        self.lr = float(lr)
+        self.step_count = 0
+
+    @property
+    def graph(self):
+        """The training-step Graph (its IR: `step.graph.mlir()`)."""
+        return self._graph
+
+    def __call__(self, batch):
+        leaves, spec = _pytree.flatten(batch)
+        if spec != self._batch_spec:
+            raise CompileError(
+                "the batch does not have the structure (keys, nesting) of the example batch "
+                "the step was compiled with"
+            )
+        t = self.step_count + 1
+        args = list(self._params) + self._state + [np.asarray(x) for x in leaves]
+        if self._uses_seed:
+            args.append(np.int64(self._seed + t - 1))
+        args += [np.int64(t), np.float64(self.lr)]
+        outs = self._graph._graph.interpret(args)
+        n = len(self._params)
+        self._params = outs[1 : 1 + n]
+        self._state = outs[1 + n :]
+        self.step_count = t
+        return float(outs[0])
+
+    def params(self):
+        """Current parameters, as a dict of numpy arrays (copies)."""
+        return _pytree.unflatten(self._names, [p.copy() for p in self._params])
+
+    def state(self):
+        """Optimizer state: {slot name: params-shaped dict}."""
+        n = len(self._params)
+        return {
+            name: _pytree.unflatten(self._names, [s.copy() for s in self._state[i * n : (i + 1) * n]])
+            for i, name in enumerate(self._state_names)
+        }
+
+
+def compile_train_step(loss_fn, params, example_batch, optimizer, device="auto", seed=0):
+    """Compiles loss_fn(params, batch) or loss_fn(params, batch, seed) into one
+    training step. `params` and `example_batch` are (nested) dicts of numpy
+    arrays; `seed` (when loss_fn takes it) is a 0-d int64 tensor equal to
+    `seed + t - 1` at step t, for dropout."""
+    _select_device(device)
+    if not hasattr(optimizer, "_config"):
+        raise CompileError(f"optimizer must be a tilefuse.optim optimizer, got {optimizer!r}")
+    config = optimizer._config()
+    try:
+        n_args = len(inspect.signature(loss_fn).parameters)
+    except (TypeError, ValueError):
+        n_args = 2
+    uses_seed = n_args >= 3
+    param_leaves, names = _pytree.flatten(params)
+    param_leaves = [np.asarray(p) for p in param_leaves]
+    for p in param_leaves:
+        if p.dtype.kind != "f":
+            raise CompileError(f"parameters must be floating point, got a {p.dtype} array")
+    _, batch_spec = _pytree.flatten(example_batch)
+    args = [params, example_batch] + ([np.int64(seed)] if uses_seed else [])
+    loss_graph = trace(loss_fn, *args)
+    graph = loss_graph._graph.train_step(len(param_leaves), **config)
+    from ._tracing import Graph
+
+    return TrainStep(Graph(graph), names, [p.copy() for p in param_leaves],
+                     optimizer.state_names(), batch_spec, optimizer.lr, seed, uses_seed)
