@@ -47,6 +47,8 @@ install_python_packages() {
   python3 -c "import pybind11" 2>/dev/null || missing+=(pybind11)
   python3 -c "import pytest" 2>/dev/null || missing+=(pytest)
   python3 -c "import lit" 2>/dev/null || missing+=(lit)
+  # The independent reference that gradient tests compare against.
+  python3 -c "import jax" 2>/dev/null || missing+=(jax)
   if [ "${#missing[@]}" -gt 0 ]; then
     log "installing Python packages: ${missing[*]}"
     # Debian's own python3 is "externally managed"; tilefuse installs beside it.
