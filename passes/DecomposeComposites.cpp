@@ -217,15 +217,25 @@ struct DecomposeMse : DecomposePattern<MseOp> {
   }
 };
 
+/// max(log x, -100), written so that its gradient is finite everywhere:
+/// where x <= 0 the log sees 1 instead of x and the result is the clamp, so
+/// the backward pass never forms 0 * (1 / 0) (p exactly 0 or 1, as a
+/// saturated sigmoid gives).
+Value clampedLog(GraphEmitter &e, Value x) {
+  Value positive = e.gt(x, e.fullLike(x, 0.0));
+  Value safe = e.select(positive, x, e.fullLike(x, 1.0));
+  Value floor = e.fullLike(x, -100.0);
+  return e.maximum(e.select(positive, e.log(safe), floor), floor);
+}
+
 /// -(t log p + (1 - t) log(1 - p)), each log clamped at -100.
 struct DecomposeBce : DecomposePattern<BceOp> {
   using DecomposePattern::DecomposePattern;
   Value expand(BceOp op, GraphEmitter &e) const override {
     Value p = op.getInput(), t = op.getTarget();
-    Value floor = e.fullLike(p, -100.0);
     Value one = e.fullLike(p, 1.0);
-    Value logP = e.maximum(e.log(p), floor);
-    Value log1mP = e.maximum(e.log(e.sub(one, p)), floor);
+    Value logP = clampedLog(e, p);
+    Value log1mP = clampedLog(e, e.sub(one, p));
     Value perElement =
         e.neg(e.add(e.mul(t, logP), e.mul(e.sub(one, t), log1mP)));
     return meanAll(e, perElement);

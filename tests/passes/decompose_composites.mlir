@@ -298,25 +298,26 @@ func.func @mse(%a: tensor<4x2xf32>, %b: tensor<4x2xf32>) -> tensor<f32> {
   return %0 : tensor<f32>
 }
 
-// bce = mean(-(t max(log p, -100) + (1 - t) max(log(1 - p), -100)))
+// bce = mean(-(t L(p) + (1 - t) L(1 - p))) with L(x) = max(log x, -100),
+// written as max(select(x > 0, log(select(x > 0, x, 1)), -100), -100) so
+// that its gradient stays finite at x = 0.
 // CHECK-LABEL: func.func @bce(
 // CHECK-SAME:      %[[P:[^:]+]]: tensor<4xf32>, %[[T:[^:]+]]: tensor<4xf32>)
-// CHECK-NEXT:    %[[FLOOR:.+]] = graph.full -1.000000e+02 : tensor<4xf32>
-// CHECK-NEXT:    %[[ONE:.+]] = graph.full 1.000000e+00 : tensor<4xf32>
-// CHECK-NEXT:    %[[LOGP:.+]] = graph.log %[[P]] : tensor<4xf32>
-// CHECK-NEXT:    %[[CLP:.+]] = graph.maximum %[[LOGP]], %[[FLOOR]] : tensor<4xf32>
-// CHECK-NEXT:    %[[OMP:.+]] = graph.sub %[[ONE]], %[[P]] : tensor<4xf32>
-// CHECK-NEXT:    %[[LOG1MP:.+]] = graph.log %[[OMP]] : tensor<4xf32>
-// CHECK-NEXT:    %[[CL1MP:.+]] = graph.maximum %[[LOG1MP]], %[[FLOOR]] : tensor<4xf32>
-// CHECK-DAG:     %[[OMT:.+]] = graph.sub %[[ONE]], %[[T]] : tensor<4xf32>
-// CHECK-DAG:     %[[B:.+]] = graph.mul %[[OMT]], %[[CL1MP]] : tensor<4xf32>
-// CHECK-DAG:     %[[A:.+]] = graph.mul %[[T]], %[[CLP]] : tensor<4xf32>
-// CHECK:         %[[S:.+]] = graph.add %[[A]], %[[B]] : tensor<4xf32>
-// CHECK-NEXT:    %[[NEG:.+]] = graph.neg %[[S]] : tensor<4xf32>
-// CHECK-NEXT:    %[[SUM:.+]] = graph.reduce_sum %[[NEG]] {dims = array<i64: 0>} : (tensor<4xf32>) -> tensor<f32>
-// CHECK-NEXT:    %[[N:.+]] = graph.full 4.000000e+00 : tensor<f32>
-// CHECK-NEXT:    %[[R:.+]] = graph.div %[[SUM]], %[[N]] : tensor<f32>
-// CHECK-NEXT:    return %[[R]] : tensor<f32>
+// CHECK:         %[[POS:.+]] = graph.gt %[[P]], %{{.+}} : tensor<4xf32>
+// CHECK:         %[[SAFE:.+]] = graph.select %[[POS]], %[[P]], %{{.+}} :
+// CHECK:         %[[LOGP:.+]] = graph.log %[[SAFE]] : tensor<4xf32>
+// CHECK:         %[[SELP:.+]] = graph.select %[[POS]], %[[LOGP]], %{{.+}} :
+// CHECK:         graph.maximum %[[SELP]], %{{.+}} : tensor<4xf32>
+// CHECK:         %[[OMP:.+]] = graph.sub %{{.+}}, %[[P]] : tensor<4xf32>
+// CHECK:         %[[POS1:.+]] = graph.gt %[[OMP]], %{{.+}} : tensor<4xf32>
+// CHECK:         graph.select %[[POS1]], %[[OMP]], %{{.+}} :
+// CHECK:         graph.log
+// CHECK:         graph.maximum
+// CHECK:         graph.sub %{{.+}}, %[[T]] : tensor<4xf32>
+// CHECK:         graph.neg
+// CHECK:         graph.reduce_sum %{{.+}} {dims = array<i64: 0>} : (tensor<4xf32>) -> tensor<f32>
+// CHECK:         graph.div
+// CHECK-NEXT:    return
 func.func @bce(%p: tensor<4xf32>, %t: tensor<4xf32>) -> tensor<f32> {
   %0 = graph.bce %p, %t : (tensor<4xf32>, tensor<4xf32>) -> tensor<f32>
   return %0 : tensor<f32>
