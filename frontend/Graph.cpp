@@ -4,6 +4,8 @@
 #include "codegen/reference/Interpreter.h"
 #include "ir/graph/GraphDialect.h"
 #include "passes/Autodiff.h"
+#include "passes/FuseOps.h"
+#include "passes/TargetInfo.h"
 #include "passes/Pipelines.h"
 #include "passes/TrainStep.h"
 
@@ -229,4 +231,50 @@ std::shared_ptr<Graph> Graph::trainStep(unsigned numParams,
                        return buildTrainStep(f, numParams, config,
                                              impl_->entry + "_train_step");
                      });
+}
+
+std::shared_ptr<Graph> Graph::fuse(const std::string &target) const {
+  std::unique_ptr<TargetInfo> info = TargetInfo::get(target);
+  if (!info)
+    throw CompileError("unknown target '" + target +
+                       "'; expected cpu or cuda[:sm_XX]");
+  return deriveGraph(*impl_, "cannot fuse @" + impl_->entry,
+                     [&](func::FuncOp f) -> FailureOr<func::FuncOp> {
+                       if (failed(fuseFunction(f, *info, /*remarks=*/false)))
+                         return failure();
+                       return f;
+                     });
+}
+
+std::vector<KernelInfo> Graph::report() const {
+  std::vector<KernelInfo> rows;
+  auto opName = [](Operation *op) {
+    return op->getName().getStringRef().drop_front(6).str(); // "graph."
+  };
+  for (Operation &op : impl_->func().getBody().front().without_terminator()) {
+    KernelInfo row;
+    if (auto fusion = llvm::dyn_cast<graph::FusionOp>(op)) {
+      row.name = fusion.getKernelName().str();
+      row.kind = fusion.getKind().str();
+      row.domain.assign(fusion.getDomain().begin(), fusion.getDomain().end());
+      row.reduced.assign(fusion.getReduced().begin(), fusion.getReduced().end());
+      for (Operation &inner : fusion.getBody().front().without_terminator())
+        if (!llvm::isa<graph::FullOp, graph::IotaOp, graph::ConstantOp>(inner))
+          row.ops.push_back(opName(&inner));
+      row.numInputs = fusion.getInputs().size();
+      row.numOutputs = fusion.getNumResults();
+    } else if (llvm::isa<graph::FullOp, graph::IotaOp, graph::ConstantOp>(op)) {
+      continue;
+    } else {
+      row.name = opName(&op);
+      row.kind = "library";
+      auto shape = llvm::cast<RankedTensorType>(op.getResult(0).getType()).getShape();
+      row.domain.assign(shape.begin(), shape.end());
+      row.ops = {row.name};
+      row.numInputs = op.getNumOperands();
+      row.numOutputs = op.getNumResults();
+    }
+    rows.push_back(std::move(row));
+  }
+  return rows;
 }

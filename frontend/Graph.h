@@ -24,6 +24,16 @@ struct TensorSignature {
   std::string str() const { return std::string(dtypeName(dtype)) + shapeToString(shape); }
 };
 
+/// One kernel of a fused graph: a graph.fusion region or a library call.
+struct KernelInfo {
+  std::string name;               ///< "kernel3", or the library op ("matmul")
+  std::string kind;               ///< pointwise | reduction | matmul | library
+  Shape domain;                   ///< the iteration space
+  std::vector<int64_t> reduced;   ///< reduced dims of the domain
+  std::vector<std::string> ops;   ///< source ops it computes, in order
+  int numInputs = 0, numOutputs = 0;
+};
+
 class Graph {
 public:
   struct Impl;
@@ -57,6 +67,14 @@ public:
   /// -> (loss, new params, new state). See passes/TrainStep.h.
   std::shared_ptr<Graph> trainStep(unsigned numParams,
                                    const OptimizerConfig &config) const;
+
+  /// This graph lowered to primitives and fused into kernels for `target`
+  /// ("cpu" or "cuda[:sm_XX]"); it computes the same values.
+  std::shared_ptr<Graph> fuse(const std::string &target = "cpu") const;
+  /// The kernels of the entry function, in execution order (for a graph
+  /// that is not fused, every primitive op would be its own kernel: fuse()
+  /// first).
+  std::vector<KernelInfo> report() const;
 
   Impl &impl() { return *impl_; }
   const Impl &impl() const { return *impl_; }

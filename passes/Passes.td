@@ -60,4 +60,30 @@ def BuildTrainStepPass : Pass<"build-train-step", "mlir::ModuleOp"> {
   let dependentDialects = ["::tilefuse::graph::GraphDialect"];
 }
 
+def FuseOpsPass : Pass<"fuse", "mlir::ModuleOp"> {
+  let summary = "Group primitive graph ops into graph.fusion kernels";
+  let description = [{
+    Greedy producer-consumer fusion in program order: an elementwise or
+    layout op joins the kernel of an operand when they iterate over the same
+    domain; a reduction joins its prologue's kernel; the reduction's
+    elementwise epilogue joins it, at the reduced shape or, for reductions
+    over the innermost dimensions (rows), at the full shape (softmax and
+    layer_norm become one row kernel each); reductions over the same domain
+    and dimensions are fused horizontally (layer_norm backward's dgamma and
+    dbeta). Fusion is refused when it would create a cycle between kernels,
+    read a value of the kernel at another index (transpose, slice, concat),
+    or need a result across program instances; `remarks=true` reports each
+    refusal with its reason. matmul, gather and scatter_add stay library
+    calls, unless the target applies an elementwise epilogue in the GEMM.
+    Constants and fills are recomputed inside every kernel that uses them.
+  }];
+  let options = [
+    Option<"target", "target", "std::string", /*default=*/"\"cpu\"",
+           "cpu or cuda[:sm_XX]">,
+    Option<"remarks", "remarks", "bool", /*default=*/"false",
+           "Emit a remark for every refused fusion">,
+  ];
+  let dependentDialects = ["::tilefuse::graph::GraphDialect"];
+}
+
 #endif // TILEFUSE_PASSES

@@ -193,6 +193,34 @@ private:
   llvm::DenseMap<Value, RefTensor> values;
 };
 
+/// Runs the ops of `block` up to its terminator (func.return or
+/// graph.yield) and returns the terminator's operands. A graph.fusion runs
+/// its body the same way, with its inputs as the block arguments.
+std::vector<RefTensor> runBlock(Block &block, Evaluator &ev) {
+  for (Operation &op : block) {
+    if (llvm::isa<func::ReturnOp, YieldOp>(op)) {
+      std::vector<RefTensor> results;
+      for (Value v : op.getOperands())
+        results.push_back(ev.get(v));
+      return results;
+    }
+    if (auto fusion = llvm::dyn_cast<FusionOp>(op)) {
+      Evaluator inner;
+      Block &body = fusion.getBody().front();
+      for (auto [arg, in] : llvm::zip(body.getArguments(), fusion.getInputs()))
+        inner.set(arg, ev.get(in));
+      for (auto [r, value] : llvm::zip(fusion.getResults(), runBlock(body, inner)))
+        ev.set(r, std::move(value));
+      continue;
+    }
+    if (op.getNumResults() != 1)
+      throw CompileError("reference interpreter: unsupported op " +
+                         describe(&op));
+    ev.set(op.getResult(0), ev.eval(&op));
+  }
+  throw CompileError("reference interpreter: a block has no terminator");
+}
+
 } // namespace
 
 std::vector<HostTensor>
@@ -215,19 +243,10 @@ tilefuse::interpretPrimitive(func::FuncOp func,
           dtypeName(args[i].dtype) + shapeToString(args[i].shape));
     ev.set(arg, ref::fromHost(args[i]));
   }
-  for (Operation &op : func.getBody().front()) {
-    if (auto ret = llvm::dyn_cast<func::ReturnOp>(op)) {
-      std::vector<HostTensor> results;
-      for (Value v : ret.getOperands())
-        results.push_back(ref::toHost(ev.get(v)));
-      return results;
-    }
-    if (op.getNumResults() != 1)
-      throw CompileError("reference interpreter: unsupported op " +
-                         describe(&op));
-    ev.set(op.getResult(0), ev.eval(&op));
-  }
-  throw CompileError("function '" + name + "' has no return");
+  std::vector<HostTensor> results;
+  for (const RefTensor &t : runBlock(func.getBody().front(), ev))
+    results.push_back(ref::toHost(t));
+  return results;
 }
 
 std::vector<HostTensor> tilefuse::interpret(ModuleOp module,

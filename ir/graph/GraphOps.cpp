@@ -553,5 +553,35 @@ LogicalResult BceOp::inferReturnTypes(MLIRContext *, Loc loc, Adaptor adaptor,
                        adaptor.getTarget(), out);
 }
 
+//===----------------------------------------------------------------------===//
+// Fusion regions.
+//===----------------------------------------------------------------------===//
+
+LogicalResult FusionOp::verify() {
+  Block &body = getBody().front();
+  if (body.getNumArguments() != getInputs().size())
+    return emitOpError("has ") << getInputs().size() << " inputs but its body takes "
+                               << body.getNumArguments() << " arguments";
+  for (auto [i, pair] : llvm::enumerate(llvm::zip(getInputs(), body.getArguments())))
+    if (std::get<0>(pair).getType() != std::get<1>(pair).getType())
+      return emitOpError("input ") << i << " has type " << std::get<0>(pair).getType()
+                                   << " but body argument " << i << " has type "
+                                   << std::get<1>(pair).getType();
+  auto yield = body.empty() ? YieldOp() : llvm::dyn_cast<YieldOp>(body.back());
+  if (!yield)
+    return emitOpError("body must end with graph.yield");
+  if (yield.getValues().getTypes() != getResultTypes())
+    return emitOpError("yields ") << yield.getValues().getTypes().size()
+                                  << " values whose types differ from its results";
+  if (getKind() != "pointwise" && getKind() != "reduction" &&
+      getKind() != "matmul")
+    return emitOpError("kind must be \"pointwise\", \"reduction\" or \"matmul\", got \"")
+           << getKind() << "\"";
+  for (Operation &op : body.without_terminator())
+    if (llvm::isa<FusionOp>(op) || op.getDialect() != (*this)->getDialect())
+      return op.emitOpError("cannot appear inside a graph.fusion");
+  return success();
+}
+
 #define GET_OP_CLASSES
 #include "ir/graph/GraphOps.cpp.inc"

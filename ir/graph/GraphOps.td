@@ -561,4 +561,52 @@ def Graph_MseOp : Graph_PairLossOp<"mse", "mean squared error", "`(input - targe
 def Graph_BceOp : Graph_PairLossOp<"bce", "binary cross-entropy on probabilities",
     "`-(t log(p) + (1 - t) log(1 - p))` with each log clamped below at -100 (as PyTorch)">;
 
+//===----------------------------------------------------------------------===//
+// Fusion regions (built by --fuse).
+//===----------------------------------------------------------------------===//
+
+def Graph_FusionOp : Graph_Op<"fusion", [IsolatedFromAbove]> {
+  let summary = "a group of ops compiled into one kernel";
+  let description = [{
+    The fusion pass records each kernel it decides on as one `graph.fusion`:
+    the body computes the results from the block arguments (one per input)
+    and ends with `graph.yield`. `kind` says how the kernel iterates:
+    `pointwise` (one loop nest over `domain`), `reduction` (over `domain`,
+    reducing the dimensions `reduced`; it may also hold the reduction's
+    elementwise prologue and epilogue) or `matmul` (a GEMM whose library
+    applies the elementwise epilogue in the body, where the target can).
+
+    Example:
+    ```mlir
+    %r = graph.fusion "kernel0" (%x) {kind = "pointwise", domain = array<i64: 4, 8>, reduced = array<i64>}
+        : (tensor<4x8xf32>) -> tensor<4x8xf32> {
+    ^bb0(%a: tensor<4x8xf32>):
+      %0 = graph.exp %a : tensor<4x8xf32>
+      graph.yield %0 : tensor<4x8xf32>
+    }
+    ```
+  }];
+  let arguments = (ins StrAttr:$kernel_name, Variadic<Graph_Tensor>:$inputs,
+                       StrAttr:$kind, DenseI64ArrayAttr:$domain,
+                       DenseI64ArrayAttr:$reduced);
+  let results = (outs Variadic<Graph_Tensor>:$results);
+  let regions = (region SizedRegion<1>:$body);
+  let assemblyFormat = [{
+    $kernel_name `(` $inputs `)` attr-dict `:` functional-type($inputs, $results) $body
+  }];
+  let hasVerifier = 1;
+}
+
+def Graph_YieldOp : Graph_Op<"yield", [Terminator, HasParent<"FusionOp">]> {
+  let summary = "results of a fusion region";
+  let description = [{
+    Example:
+    ```mlir
+    graph.yield %0, %1 : tensor<4xf32>, tensor<4x8xf32>
+    ```
+  }];
+  let arguments = (ins Variadic<Graph_Tensor>:$values);
+  let assemblyFormat = "$values attr-dict `:` type($values)";
+}
+
 #endif // TILEFUSE_GRAPH_OPS

@@ -70,6 +70,22 @@ PYBIND11_MODULE(_core, m) {
       .def_property_readonly("outputs", [](const Graph &g) { return signatureTuple(g.outputs()); })
       .def("interpret", &interpretGraph)
       .def("value_and_grad", &Graph::valueAndGrad, py::arg("wrt"))
+      .def("fuse", &Graph::fuse, py::arg("target") = "cpu")
+      .def("report", [](const Graph &g) {
+        py::list rows;
+        for (const KernelInfo &k : g.report()) {
+          py::dict row;
+          row["name"] = k.name;
+          row["kind"] = k.kind;
+          row["domain"] = py::tuple(py::cast(k.domain));
+          row["reduced"] = py::tuple(py::cast(k.reduced));
+          row["ops"] = py::cast(k.ops);
+          row["inputs"] = k.numInputs;
+          row["outputs"] = k.numOutputs;
+          rows.append(row);
+        }
+        return rows;
+      })
       .def("train_step", [](const Graph &g, unsigned numParams,
                             const std::string &kind, double momentum,
                             bool nesterov, double beta1, double beta2,

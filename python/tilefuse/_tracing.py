@@ -390,6 +390,18 @@ class Graph:
             wrt = (wrt,)
         return Graph(self._graph.value_and_grad([int(i) for i in wrt]))
 
+    def fuse(self, target="cpu"):
+        """This graph lowered to primitive ops and grouped into kernels
+        (graph.fusion regions) for `target`: "cpu" or "cuda[:sm_XX]". It
+        computes the same values; `report()` lists its kernels."""
+        return Graph(self._graph.fuse(target), self._in_spec, self._out_spec)
+
+    def report(self):
+        """One dict per kernel, in execution order: name, kind (pointwise,
+        reduction, matmul or library), domain, reduced dims, the source ops
+        it computes, and its input/output counts. Call on a fused graph."""
+        return self._graph.report()
+
     def __repr__(self):
         return self.summary()
 

@@ -1,0 +1,39 @@
+//===- TargetInfo.cpp -----------------------------------------------------===//
+#include "passes/TargetInfo.h"
+
+#include "ir/graph/GraphDialect.h"
+
+using namespace tilefuse;
+
+namespace {
+
+/// CPU: matmuls go to a BLAS that applies no epilogue, so elementwise
+/// consumers of a matmul run in a kernel after it.
+class CpuTarget : public TargetInfo {
+public:
+  std::string name() const override { return "cpu"; }
+  bool canFuseMatmulEpilogue(mlir::Operation *) const override { return false; }
+};
+
+/// CUDA: cuBLASLt applies a bias add and a ReLU (max with 0) itself.
+class CudaTarget : public TargetInfo {
+public:
+  explicit CudaTarget(std::string n) : n(std::move(n)) {}
+  std::string name() const override { return n; }
+  bool canFuseMatmulEpilogue(mlir::Operation *op) const override {
+    return llvm::isa<graph::AddOp, graph::MaximumOp>(op);
+  }
+
+private:
+  std::string n;
+};
+
+} // namespace
+
+std::unique_ptr<TargetInfo> TargetInfo::get(const std::string &name) {
+  if (name == "cpu")
+    return std::make_unique<CpuTarget>();
+  if (name == "cuda" || name.rfind("cuda:sm_", 0) == 0)
+    return std::make_unique<CudaTarget>(name);
+  return nullptr;
+}

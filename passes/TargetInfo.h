@@ -1,0 +1,33 @@
+//===- TargetInfo.h - what fusion needs to know about a target ---*- C++ -*-===//
+//
+// The one interface between fusion decisions and targets: passes ask it,
+// they never test which target they run for.
+//
+//===----------------------------------------------------------------------===//
+#ifndef TILEFUSE_PASSES_TARGETINFO_H
+#define TILEFUSE_PASSES_TARGETINFO_H
+
+#include <memory>
+#include <string>
+
+namespace mlir {
+class Operation;
+} // namespace mlir
+
+namespace tilefuse {
+
+class TargetInfo {
+public:
+  virtual ~TargetInfo() = default;
+  virtual std::string name() const = 0;
+  /// Whether the GEMM library of this target can apply `epilogue` (an
+  /// elementwise op consuming a matmul result) inside the GEMM itself.
+  virtual bool canFuseMatmulEpilogue(mlir::Operation *epilogue) const = 0;
+
+  /// "cpu" or "cuda[:sm_XX]"; null for an unknown name.
+  static std::unique_ptr<TargetInfo> get(const std::string &name);
+};
+
+} // namespace tilefuse
+
+#endif // TILEFUSE_PASSES_TARGETINFO_H
