@@ -122,6 +122,18 @@ struct Group {
   unsigned firstPosition = 0;
 };
 
+/// Index remaps that a consumer kernel can apply while reading its input.
+bool isView(Operation *op) {
+  return llvm::isa<BroadcastInDimOp, ReshapeOp, TransposeOp, SliceOp>(op);
+}
+
+/// A value must exist in memory when a library call or the return reads it.
+bool needsMaterializing(Operation *op) {
+  return llvm::any_of(op->getUsers(), [](Operation *user) {
+    return isLibraryCall(user) || !llvm::isa<GraphDialect>(user->getDialect());
+  });
+}
+
 class Fuser {
 public:
   Fuser(func::FuncOp func, const TargetInfo &target, bool remarks)
@@ -133,8 +145,16 @@ public:
       positions[&op] = position++;
       if (isGenerator(&op))
         continue;
-      if (isCheapToRecompute(&op) &&
-          llvm::all_of(op.getOperands(), [&](Value v) { return isLeaf(v); })) {
+      bool ofLeaves = llvm::all_of(op.getOperands(),
+                                   [&](Value v) { return isLeaf(v); });
+      // A scalar computed from leaves (Adam's bias correction) is cheaper to
+      // recompute in each kernel than to launch a kernel for.
+      bool scalarOfLeaves = ofLeaves && !isReduction(&op) &&
+                            !isLibraryCall(&op) &&
+                            numel(shapeOf(op.getResult(0))) == 1;
+      if (!needsMaterializing(&op) &&
+          (isView(&op) || scalarOfLeaves ||
+           (isCheapToRecompute(&op) && ofLeaves))) {
         recomputed.insert(&op);
         continue;
       }
@@ -143,29 +163,76 @@ public:
     materialize();
   }
 
-  /// A value every kernel can read or recompute: an argument, a constant, or
-  /// a cheap op of such values.
+private:
+  /// A value any kernel can read or recompute: an argument, a constant, a
+  /// cheap op of such values, or a view (its operand is read remapped).
   bool isLeaf(Value v) {
     Operation *def = v.getDefiningOp();
-    return !def || isGenerator(def) || recomputed.contains(def);
+    return !def || isLeafOp(def);
   }
   bool isLeafOp(Operation *def) {
     return isGenerator(def) || recomputed.contains(def);
   }
 
-private:
+  /// The kernels whose results `v` is computed from, looking through leaves.
+  void producers(Value v, llvm::SmallSetVector<unsigned, 4> &out) {
+    Operation *def = v.getDefiningOp();
+    if (!def)
+      return;
+    if (isLeafOp(def)) {
+      for (Value operand : def->getOperands())
+        producers(operand, out);
+      return;
+    }
+    out.insert(groupOf.lookup(def));
+  }
+
+  /// One way `op` reads a kernel's result: the producing op and the
+  /// recomputed ops (views, cheap elementwise ops) on the way.
+  struct Read {
+    Operation *producer;
+    SmallVector<Operation *> through;
+  };
+
+  void collectReads(Value v, SmallVector<Operation *> &path,
+                    SmallVectorImpl<Read> &out) {
+    Operation *def = v.getDefiningOp();
+    if (!def || isGenerator(def))
+      return;
+    if (recomputed.contains(def)) {
+      path.push_back(def);
+      for (Value operand : def->getOperands())
+        collectReads(operand, path, out);
+      path.pop_back();
+      return;
+    }
+    out.push_back({def, path});
+  }
+
+  /// Every kernel result `op` reads, in operand order.
+  SmallVector<Read> readsOf(Operation *op) {
+    SmallVector<Read> reads;
+    SmallVector<Operation *> path;
+    for (Value v : op->getOperands())
+      collectReads(v, path, reads);
+    return reads;
+  }
+
   /// Puts `op` into an existing kernel if one may take it, else a new one.
   void place(Operation *op) {
     if (!isLibraryCall(op)) {
-      for (Value v : op->getOperands()) {
-        Operation *def = v.getDefiningOp();
-        if (!def || isLeafOp(def))
+      SmallVector<Read> reads = readsOf(op);
+      llvm::SmallSetVector<unsigned, 4> tried;
+      for (const Read &read : reads) {
+        unsigned g = groupOf.lookup(read.producer);
+        if (!tried.insert(g))
           continue;
-        unsigned g = groupOf.lookup(def);
         std::string why;
-        if (canJoin(g, op, why))
+        if (canJoin(g, op, reads, why)) {
+          mergeSiblings(g, op, reads);
           return join(g, op);
-        refuse(op, def, why);
+        }
+        refuse(op, read.producer, why);
       }
       if (isReduction(op))
         for (unsigned g = groups.size(); g-- > 0 && groups.size() - g <= 8;) {
@@ -183,15 +250,50 @@ private:
     join(groups.size() - 1, op);
   }
 
+  /// `op` joins pointwise kernel `g` and also reads other pointwise kernels
+  /// of the same size at the same index (Adam's m and v chains): those merge
+  /// into `g`, when neither kernel depends on the other.
+  void mergeSiblings(unsigned g, Operation *op, ArrayRef<Read> reads) {
+    auto plainPointwise = [&](unsigned k) {
+      return !groups[k].library && !groups[k].hasReduction;
+    };
+    if (!plainPointwise(g) || isReduction(op))
+      return;
+    for (const Read &read : reads) {
+      unsigned h = groupOf.lookup(read.producer);
+      if (h == g || !plainPointwise(h) ||
+          numel(groups[h].domain.shape) != numel(groups[g].domain.shape) ||
+          llvm::any_of(read.through, [](Operation *t) { return isView(t); }) ||
+          dependsOn(h, g) || dependsOn(g, h))
+        continue;
+      for (Operation *moved : groups[h].ops) {
+        groups[g].ops.push_back(moved);
+        groupOf[moved] = g;
+      }
+      groups[h].ops.clear();
+      groups[g].firstPosition =
+          std::min(groups[g].firstPosition, groups[h].firstPosition);
+    }
+    // Members must stay in program order for cloning.
+    llvm::sort(groups[g].ops, [&](Operation *a, Operation *b) {
+      return positions[a] < positions[b];
+    });
+  }
+
+  /// Whether `op` reads a reduction result of group `g` (or a value computed
+  /// from one), directly or through recomputed ops.
+  bool readsReduced(unsigned g, Operation *op) {
+    for (const Read &read : readsOf(op))
+      if (groupOf.lookup(read.producer) == g &&
+          (isReduction(read.producer) ||
+           groups[g].afterReduction.contains(read.producer)))
+        return true;
+    return false;
+  }
+
   void join(unsigned g, Operation *op) {
     Group &group = groups[g];
-    bool after = isReduction(op) && group.hasReduction;
-    for (Value v : op->getOperands())
-      if (Operation *def = v.getDefiningOp())
-        if (groupOf.count(def) && groupOf[def] == g &&
-            (isReduction(def) || group.afterReduction.contains(def)))
-          after = true;
-    if (after || (isReduction(op) && hasInGroupOperand(g, op)))
+    if (readsReduced(g, op) || (isReduction(op) && group.hasReduction))
       group.afterReduction.insert(op);
     if (isReduction(op) && !group.hasReduction) {
       group.hasReduction = true;
@@ -203,33 +305,37 @@ private:
     groupOf[op] = g;
   }
 
-  bool hasInGroupOperand(unsigned g, Operation *op) {
-    for (Value v : op->getOperands())
-      if (Operation *def = v.getDefiningOp())
-        if (groupOf.count(def) && groupOf[def] == g)
-          return true;
-    return false;
-  }
-
   bool sameDomain(const Group &group, Operation *op) {
     Domain d = domainOf(op);
     return d.shape == group.domain.shape && d.reduced == group.domain.reduced;
   }
 
-  /// Whether `op` may join group `g`, which produces one of its operands.
-  bool canJoin(unsigned g, Operation *op, std::string &why) {
+  /// Whether `op` may join group `g`, given every kernel result it reads.
+  bool canJoin(unsigned g, Operation *op, ArrayRef<Read> reads,
+               std::string &why) {
     Group &group = groups[g];
     Domain d = domainOf(op);
-    auto readsReduced = [&] {
-      for (Value v : op->getOperands())
-        if (Operation *def = v.getDefiningOp())
-          if (groupOf.count(def) && groupOf[def] == g &&
-              (isReduction(def) || group.afterReduction.contains(def)))
-            return true;
-      return false;
-    };
+    // Reads of this kernel's own values through recomputed ops: an index
+    // remap is only possible for a row's reduction result read back across
+    // its row (a broadcast of a keepdim value).
+    bool broadcastRead = false, broadcastOnly = true, viaOps = false;
+    for (const Read &read : reads) {
+      if (groupOf.lookup(read.producer) != g)
+        continue;
+      for (Operation *t : read.through) {
+        viaOps = true;
+        bool unitReshape = llvm::isa<ReshapeOp>(t) &&
+                           onlyUnitDimsChange(shapeOf(t->getOperand(0)),
+                                              shapeOf(t->getResult(0)));
+        if (isView(t) && !unitReshape) {
+          broadcastRead = true;
+          broadcastOnly &= llvm::isa<BroadcastInDimOp>(t);
+        }
+      }
+    }
     if (group.library) {
-      if (!llvm::isa<MatmulOp>(group.ops.front()) || isReduction(op) ||
+      if (viaOps || !llvm::isa<MatmulOp>(group.ops.front()) ||
+          isReduction(op) ||
           d.shape != shapeOf(group.ops.front()->getResult(0)) ||
           !target.canFuseMatmulEpilogue(op)) {
         why = "its producer is a library call that the " + target.name() +
@@ -242,6 +348,16 @@ private:
       why = "it reads a value of that kernel at another index";
       return false;
     }
+    if (broadcastRead) {
+      // Only a row's own reduction result can be read back across the row.
+      bool rowResult = group.hasReduction && broadcastOnly &&
+                       isRowReduction(group.domain.shape, group.domain.reduced);
+      if (!rowResult || d.shape != group.domain.shape) {
+        why = "it reads a value of that kernel at another index";
+        return false;
+      }
+      return !createsCycle(g, op, why);
+    }
     if (isReduction(op)) {
       if (d.shape != group.domain.shape &&
           (group.hasReduction || numel(d.shape) != numel(group.domain.shape))) {
@@ -252,16 +368,15 @@ private:
         why = "it reduces other dimensions than the kernel";
         return false;
       }
-      if (readsReduced() && !isRowReduction(d.shape, d.reduced)) {
+      if (readsReduced(g, op) && !isRowReduction(d.shape, d.reduced)) {
         why = "it needs a reduction result across programs (not a row reduction)";
         return false;
       }
       return !createsCycle(g, op, why);
     }
-    bool isReshape = llvm::isa<ReshapeOp>(op);
-    bool isBroadcast = llvm::isa<BroadcastInDimOp>(op);
     if (!group.hasReduction) {
-      if (numel(d.shape) != numel(group.domain.shape) || isBroadcast) {
+      if (numel(d.shape) != numel(group.domain.shape) ||
+          llvm::isa<BroadcastInDimOp>(op)) {
         why = "its domain differs from the kernel's";
         return false;
       }
@@ -271,10 +386,10 @@ private:
     // domain when the kernel owns whole rows.
     ArrayRef<int64_t> full = group.domain.shape;
     ArrayRef<int64_t> dims = group.domain.reduced;
-    bool atFull = d.shape == SmallVector<int64_t>(full);
-    bool atReduced = d.shape == reducedShape(full, dims, true) ||
-                     d.shape == reducedShape(full, dims, false);
-    if (isReshape && !onlyUnitDimsChange(shapeOf(op->getOperand(0)), d.shape)) {
+    bool atFull = onlyUnitDimsChange(d.shape, full);
+    bool atReduced = onlyUnitDimsChange(d.shape, reducedShape(full, dims, false));
+    if (llvm::isa<ReshapeOp>(op) &&
+        !onlyUnitDimsChange(shapeOf(op->getOperand(0)), d.shape)) {
       why = "it reshapes a value of that kernel across rows";
       return false;
     }
@@ -282,7 +397,8 @@ private:
       why = "its domain differs from the kernel's";
       return false;
     }
-    if (atFull && (readsReduced() || isBroadcast) &&
+    if (atFull && !atReduced &&
+        (readsReduced(g, op) || llvm::isa<BroadcastInDimOp>(op)) &&
         !isRowReduction(full, dims)) {
       why = "it needs a reduction result across programs (not a row reduction)";
       return false;
@@ -292,15 +408,14 @@ private:
 
   /// Joining `op` to `g` is a cycle if another operand's kernel depends on g.
   bool createsCycle(unsigned g, Operation *op, std::string &why) {
-    for (Value v : op->getOperands()) {
-      Operation *def = v.getDefiningOp();
-      if (!def || isLeafOp(def) || groupOf.lookup(def) == g)
-        continue;
-      if (dependsOn(groupOf[def], g)) {
+    llvm::SmallSetVector<unsigned, 4> from;
+    for (Value v : op->getOperands())
+      producers(v, from);
+    for (unsigned h : from)
+      if (h != g && dependsOn(h, g)) {
         why = "another operand's kernel depends on that kernel (a cycle)";
         return true;
       }
-    }
     return false;
   }
 
@@ -310,17 +425,16 @@ private:
     llvm::DenseSet<unsigned> seen = {from};
     while (!work.empty()) {
       unsigned g = work.pop_back_val();
+      llvm::SmallSetVector<unsigned, 4> deps;
       for (Operation *op : groups[g].ops)
-        for (Value v : op->getOperands()) {
-          Operation *def = v.getDefiningOp();
-          if (!def || !groupOf.count(def))
-            continue;
-          unsigned h = groupOf[def];
-          if (h == to)
-            return true;
-          if (seen.insert(h).second)
-            work.push_back(h);
-        }
+        for (Value v : op->getOperands())
+          producers(v, deps);
+      for (unsigned h : deps) {
+        if (h == to)
+          return true;
+        if (seen.insert(h).second)
+          work.push_back(h);
+      }
     }
     return false;
   }
@@ -340,7 +454,7 @@ private:
   std::vector<Group> groups;
   llvm::DenseMap<Operation *, unsigned> groupOf;
   llvm::DenseMap<Operation *, unsigned> positions;
-  /// Cheap ops of leaves, cloned into the kernels that read them.
+  /// Cheap ops of leaves and views, cloned into the kernels that read them.
   llvm::SetVector<Operation *> recomputed;
 };
 
@@ -426,12 +540,13 @@ void Fuser::materialize() {
   std::vector<llvm::DenseSet<unsigned>> consumers(n);
   std::vector<unsigned> pending(n, 0);
   for (unsigned g = 0; g < n; ++g) {
-    llvm::DenseSet<unsigned> deps;
+    llvm::SmallSetVector<unsigned, 4> deps;
     for (Operation *op : groups[g].ops)
       for (Value v : op->getOperands())
-        if (Operation *def = v.getDefiningOp(); def && groupOf.count(def))
-          if (unsigned h = groupOf[def]; h != g && deps.insert(h).second)
-            consumers[h].insert(g);
+        producers(v, deps);
+    deps.remove(g);
+    for (unsigned h : deps)
+      consumers[h].insert(g);
     pending[g] = deps.size();
   }
   using Entry = std::pair<unsigned, unsigned>; // (position, group)
@@ -446,7 +561,9 @@ void Fuser::materialize() {
     unsigned g = ready.top().second;
     ready.pop();
     Group &group = groups[g];
-    if (group.library && !group.epilogue) {
+    if (group.ops.empty()) {
+      // Merged into another kernel.
+    } else if (group.library && !group.epilogue) {
       group.ops.front()->moveBefore(ret);
     } else {
       b.setInsertionPoint(ret);
@@ -459,34 +576,10 @@ void Fuser::materialize() {
   }
   for (Operation *op : llvm::reverse(dead))
     op->erase();
-  // A recomputed op still read by a library call or the return is computed
-  // once, by a kernel of its own, before everything else.
-  b.setInsertionPoint(block.getTerminator());
-  Operation *firstNonGenerator = nullptr;
-  for (Operation &op : block.without_terminator())
-    if (!isGenerator(&op) && !recomputed.contains(&op)) {
-      firstNonGenerator = &op;
-      break;
-    }
-  for (Operation *op : recomputed) {
-    bool outsideUse = llvm::any_of(op->getUsers(), [&](Operation *u) {
-      return !recomputed.contains(u);
-    });
-    if (!outsideUse)
-      continue;
-    if (firstNonGenerator)
-      b.setInsertionPoint(firstNonGenerator);
-    Group single;
-    single.ops = {op};
-    single.domain = domainOf(op);
-    // Its own operands stay leaves, cloned into the kernel.
-    recomputed.remove(op);
-    buildKernel(kernelIndex++, single, b);
-    recomputed.insert(op);
-  }
+  // Every reader of a recomputed op was a kernel member or another
+  // recomputed op: all are gone or going.
   for (Operation *op : llvm::reverse(recomputed.getArrayRef()))
-    if (op->use_empty())
-      op->erase();
+    op->erase();
   for (Operation *op : generators)
     if (op->use_empty())
       op->erase();
