@@ -93,10 +93,14 @@ SmallVector<int64_t> reducedShape(ArrayRef<int64_t> shape,
   return out;
 }
 
-/// Reduced dims are the innermost ones: one program owns whole rows, so it
-/// can use a row's reduction on that row again (softmax, layer_norm).
+/// Reduced dims are the innermost ones, and not all of them: each program
+/// owns whole rows, so it can use a row's reduction on that row again
+/// (softmax, layer_norm). A full reduction is not a row kernel: reading its
+/// result back would serialise the kernel on one program.
 bool isRowReduction(ArrayRef<int64_t> shape, ArrayRef<int64_t> dims) {
   int64_t rank = shape.size();
+  if (static_cast<int64_t>(dims.size()) >= rank)
+    return false;
   for (auto [i, d] : llvm::enumerate(dims))
     if (d != rank - static_cast<int64_t>(dims.size()) + static_cast<int64_t>(i))
       return false;
@@ -356,7 +360,7 @@ private:
         why = "it reads a value of that kernel at another index";
         return false;
       }
-      return !createsCycle(g, op, why);
+      // The row rules below still apply.
     }
     if (isReduction(op)) {
       if (d.shape != group.domain.shape &&

@@ -1,0 +1,93 @@
+// RUN: tilefuse-opt %s --decompose-composites --canonicalize --cse "--autodiff=function=ln_loss wrt=0,1,2" "--autodiff=function=ce wrt=0" --fuse | FileCheck %s
+// RUN: tilefuse-opt %s --decompose-composites --canonicalize --cse --fuse=target=cuda:sm_90 | FileCheck %s --check-prefix=CUDA
+// RUN: tilefuse-opt %s --decompose-composites --canonicalize --cse "--fuse=remarks=true" 2>&1 >/dev/null | FileCheck %s --check-prefix=REMARK
+//
+// Kernel counts the fusion pass must keep. Each graph.fusion is one kernel;
+// matmuls stay library calls on the CPU.
+
+// Softmax: one row kernel (max, exp, sum and the division over each row).
+// CHECK-LABEL: func.func @softmax(
+// CHECK-COUNT-1: graph.fusion "kernel{{[0-9]+}}"({{.*}}kind = "reduction", reduced = array<i64: 1>}
+// CHECK-NOT:     graph.fusion "
+// CHECK:         return
+func.func @softmax(%x: tensor<16x50xf32>) -> tensor<16x50xf32> {
+  %0 = graph.softmax %x {dim = 1 : i64} : (tensor<16x50xf32>) -> tensor<16x50xf32>
+  return %0 : tensor<16x50xf32>
+}
+
+// layer_norm forward: one row kernel (mean, variance, scale and shift).
+// CHECK-LABEL: func.func @layer_norm(
+// CHECK-COUNT-1: graph.fusion "
+// CHECK-NOT:     graph.fusion "
+// CHECK:         return
+func.func @layer_norm(%x: tensor<16x64xf32>, %g: tensor<64xf32>, %b: tensor<64xf32>) -> tensor<16x64xf32> {
+  %0 = graph.layer_norm %x, %g, %b : (tensor<16x64xf32>, tensor<64xf32>, tensor<64xf32>) -> tensor<16x64xf32>
+  return %0 : tensor<16x64xf32>
+}
+
+// layer_norm forward and backward: the forward, the loss and dx in one row
+// kernel; dgamma and dbeta in one kernel reducing over the rows.
+// CHECK-LABEL: func.func @ln_loss_value_and_grad(
+// CHECK:         graph.fusion "{{.*}}kind = "reduction", reduced = array<i64: 1>}
+// CHECK:         graph.fusion "{{.*}}kind = "reduction", reduced = array<i64: 0, 1>}
+// CHECK:         graph.fusion "{{.*}}kind = "reduction", reduced = array<i64: 0>} {{.*}} -> (tensor<64xf32>, tensor<64xf32>)
+// CHECK-NOT:     graph.fusion "
+// CHECK:         return
+func.func @ln_loss(%x: tensor<16x64xf32>, %g: tensor<64xf32>, %b: tensor<64xf32>, %w: tensor<16x64xf32>) -> tensor<f32> {
+  %0 = graph.layer_norm %x, %g, %b : (tensor<16x64xf32>, tensor<64xf32>, tensor<64xf32>) -> tensor<16x64xf32>
+  %1 = graph.mul %0, %w : tensor<16x64xf32>
+  %2 = graph.reduce_sum %1 {dims = array<i64: 0, 1>} : (tensor<16x64xf32>) -> tensor<f32>
+  return %2 : tensor<f32>
+}
+
+// cross_entropy forward: a row kernel (log-softmax, pick the target) and
+// the mean over the rows.
+// CHECK-LABEL: func.func @ce(
+// CHECK-COUNT-2: graph.fusion "
+// CHECK-NOT:     graph.fusion "
+// CHECK:         return
+// ... and backward: the same two, the second also giving each row's
+// gradient scale, and one row kernel for dlogits.
+// CHECK-LABEL: func.func @ce_value_and_grad(
+// CHECK:         graph.fusion "{{.*}}reduced = array<i64: 1>}
+// CHECK:         graph.fusion "{{.*}}reduced = array<i64: 0>}
+// CHECK:         graph.fusion "{{.*}}reduced = array<i64: 1>}
+// CHECK-NOT:     graph.fusion "
+// CHECK:         return
+func.func @ce(%x: tensor<16x50xf32>, %t: tensor<16xi64>) -> tensor<f32> {
+  %0 = graph.cross_entropy %x, %t : (tensor<16x50xf32>, tensor<16xi64>) -> tensor<f32>
+  return %0 : tensor<f32>
+}
+
+// A GELU MLP with biases: on the CPU each matmul is a BLAS call followed by
+// one kernel (bias + GELU, then bias); with cuBLASLt (cuda) the bias adds
+// move into the GEMMs.
+// CHECK-LABEL: func.func @mlp(
+// CHECK:         graph.matmul
+// CHECK-NEXT:    graph.fusion "{{.*}}kind = "pointwise"
+// CHECK:         graph.matmul
+// CHECK-NEXT:    graph.fusion "{{.*}}kind = "pointwise"
+// CHECK-NOT:     graph.fusion "
+// CHECK:         return
+// CUDA-LABEL: func.func @mlp(
+// CUDA:         graph.fusion "{{.*}}kind = "matmul"
+// CUDA:         graph.fusion "{{.*}}kind = "pointwise"
+// CUDA:         graph.fusion "{{.*}}kind = "matmul"
+// CUDA-NOT:     graph.fusion "
+// CUDA:         return
+func.func @mlp(%x: tensor<16x32xf32>, %w1: tensor<64x32xf32>, %b1: tensor<64xf32>, %w2: tensor<8x64xf32>, %b2: tensor<8xf32>) -> tensor<16x8xf32> {
+  %0 = graph.linear %x, %w1, %b1 : (tensor<16x32xf32>, tensor<64x32xf32>, tensor<64xf32>) -> tensor<16x64xf32>
+  %1 = graph.gelu %0 {approximate = "tanh"} : tensor<16x64xf32>
+  %2 = graph.linear %1, %w2, %b2 : (tensor<16x64xf32>, tensor<8x64xf32>, tensor<8xf32>) -> tensor<16x8xf32>
+  return %2 : tensor<16x8xf32>
+}
+
+// A transpose of a kernel's result cannot be read in that kernel.
+// REMARK-DAG: remark: not fused with 'graph.exp': it reads a value of that kernel at another index
+func.func @transposed(%x: tensor<8x4xf32>) -> tensor<4x8xf32> {
+  %0 = graph.exp %x : tensor<8x4xf32>
+  %1 = graph.transpose %0 {perm = array<i64: 1, 0>} : (tensor<8x4xf32>) -> tensor<4x8xf32>
+  %2 = graph.tanh %1 : tensor<4x8xf32>
+  return %2 : tensor<4x8xf32>
+}
+// REMARK-DAG: remark: not fused with 'graph.matmul': its producer is a library call that the cpu target runs without this epilogue
