@@ -79,6 +79,12 @@ def train(cfg, params, batch, args):
     n_ops = sum(1 for line in step.graph.mlir().splitlines() if "= graph." in line)
     print(f"\ntraining step compiled in {time.perf_counter() - t0:.2f} s: "
           f"{n_ops} graph ops (forward, backward, AdamW)")
+    kernels = step.graph.fuse("cpu").report()
+    kinds = {}
+    for k in kernels:
+        kinds[k["kind"]] = kinds.get(k["kind"], 0) + 1
+    print(f"  fused for the CPU: {len(kernels)} kernels "
+          + ", ".join(f"{n} {kind}" for kind, n in sorted(kinds.items())))
     losses = []
     for i in range(args.steps):
         t0 = time.perf_counter()
