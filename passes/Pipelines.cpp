@@ -3,9 +3,18 @@
 
 #include "passes/Passes.h"
 
+#include "mlir/Pass/PassRegistry.h"
 #include "mlir/Transforms/Passes.h"
 
 using namespace mlir;
+
+namespace {
+struct FusedPipelineOptions : PassPipelineOptions<FusedPipelineOptions> {
+  Option<std::string> target{*this, "target",
+                             llvm::cl::desc("cpu or cuda[:sm_XX]"),
+                             llvm::cl::init("cpu")};
+};
+} // namespace
 
 void tilefuse::buildPrimitiveGraphPipeline(OpPassManager &pm) {
   // 1. Composites (softmax, layer_norm, losses, ...) -> primitive ops.
@@ -14,6 +23,27 @@ void tilefuse::buildPrimitiveGraphPipeline(OpPassManager &pm) {
   pm.addPass(createCanonicalizerPass());
   // 3. Share repeated subexpressions (the same broadcast built twice).
   pm.addPass(createCSEPass());
+}
+
+void tilefuse::buildFusedGraphPipeline(OpPassManager &pm,
+                                       const std::string &target) {
+  buildPrimitiveGraphPipeline(pm);
+  // 4. Group the primitive ops into kernels.
+  FuseOpsPassOptions options;
+  options.target = target;
+  pm.addPass(createFuseOpsPass(options));
+}
+
+void tilefuse::registerTilefusePipelines() {
+  PassPipelineRegistration<>("tilefuse-primitive",
+                             "Lower graph ops to primitives (decompose, "
+                             "canonicalize, cse)",
+                             buildPrimitiveGraphPipeline);
+  PassPipelineRegistration<FusedPipelineOptions>(
+      "tilefuse-fused", "Primitives grouped into fused kernels",
+      [](OpPassManager &pm, const FusedPipelineOptions &options) {
+        buildFusedGraphPipeline(pm, options.target);
+      });
 }
 
 LogicalResult tilefuse::lowerToPrimitives(ModuleOp module) {
