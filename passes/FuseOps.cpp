@@ -143,7 +143,7 @@ public:
   Fuser(func::FuncOp func, const TargetInfo &target, bool remarks)
       : func(func), target(target), remarks(remarks) {}
 
-  void run() {
+  LogicalResult run() {
     unsigned position = 0;
     for (Operation &op : func.getBody().front().without_terminator()) {
       positions[&op] = position++;
@@ -164,7 +164,7 @@ public:
       }
       place(&op);
     }
-    materialize();
+    return materialize();
   }
 
 private:
@@ -180,45 +180,70 @@ private:
 
   /// The kernels whose results `v` is computed from, looking through leaves.
   void producers(Value v, llvm::SmallSetVector<unsigned, 4> &out) {
-    Operation *def = v.getDefiningOp();
-    if (!def)
-      return;
-    if (isLeafOp(def)) {
-      for (Value operand : def->getOperands())
-        producers(operand, out);
-      return;
-    }
-    out.insert(groupOf.lookup(def));
+    for (const Read &r : readsOfValue(v))
+      out.insert(groupOf.lookup(r.producer));
   }
 
-  /// One way `op` reads a kernel's result: the producing op and the
-  /// recomputed ops (views, cheap elementwise ops) on the way.
+  /// How `op` reads one kernel result, summed over every path through
+  /// recomputed ops (views, cheap elementwise ops).
   struct Read {
     Operation *producer;
-    SmallVector<Operation *> through;
+    bool viaOps = false;        ///< some path goes through recomputed ops
+    bool remapped = false;      ///< some path reads it at another index
+    bool broadcastOnly = true;  ///< every remapping path is a broadcast
   };
 
-  void collectReads(Value v, SmallVector<Operation *> &path,
-                    SmallVectorImpl<Read> &out) {
+  /// The reads of value `v`, memoised: recomputed chains share operands, so
+  /// walking every path would be exponential.
+  const SmallVector<Read> &readsOfValue(Value v) {
+    auto it = readCache.find(v);
+    if (it != readCache.end())
+      return it->second;
+    SmallVector<Read> reads;
     Operation *def = v.getDefiningOp();
-    if (!def || isGenerator(def))
-      return;
-    if (recomputed.contains(def)) {
-      path.push_back(def);
-      for (Value operand : def->getOperands())
-        collectReads(operand, path, out);
-      path.pop_back();
-      return;
+    if (def && !isGenerator(def)) {
+      if (!recomputed.contains(def)) {
+        reads.push_back({def});
+      } else {
+        bool unitReshape = llvm::isa<ReshapeOp>(def) &&
+                           onlyUnitDimsChange(shapeOf(def->getOperand(0)),
+                                              shapeOf(def->getResult(0)));
+        bool remaps = isView(def) && !unitReshape;
+        for (Value operand : def->getOperands())
+          for (Read r : readsOfValue(operand)) {
+            r.viaOps = true;
+            if (remaps) {
+              r.remapped = true;
+              r.broadcastOnly &= llvm::isa<BroadcastInDimOp>(def);
+            }
+            merge(reads, r);
+          }
+      }
     }
-    out.push_back({def, path});
+    return readCache[v] = std::move(reads);
+  }
+
+  static void merge(SmallVectorImpl<Read> &reads, const Read &r) {
+    for (Read &existing : reads)
+      if (existing.producer == r.producer) {
+        existing.viaOps |= r.viaOps;
+        if (r.remapped) {
+          existing.broadcastOnly =
+              (existing.remapped ? existing.broadcastOnly : true) &&
+              r.broadcastOnly;
+          existing.remapped = true;
+        }
+        return;
+      }
+    reads.push_back(r);
   }
 
   /// Every kernel result `op` reads, in operand order.
   SmallVector<Read> readsOf(Operation *op) {
     SmallVector<Read> reads;
-    SmallVector<Operation *> path;
     for (Value v : op->getOperands())
-      collectReads(v, path, reads);
+      for (const Read &r : readsOfValue(v))
+        merge(reads, r);
     return reads;
   }
 
@@ -267,8 +292,12 @@ private:
       unsigned h = groupOf.lookup(read.producer);
       if (h == g || !plainPointwise(h) ||
           numel(groups[h].domain.shape) != numel(groups[g].domain.shape) ||
-          llvm::any_of(read.through, [](Operation *t) { return isView(t); }) ||
-          dependsOn(h, g) || dependsOn(g, h))
+          read.remapped || dependsOn(h, g) || dependsOn(g, h) ||
+          // A third kernel between them would close a cycle once merged.
+          llvm::any_of(reads, [&](const Read &other) {
+            unsigned k = groupOf.lookup(other.producer);
+            return k != g && k != h && dependsOn(k, h);
+          }))
         continue;
       for (Operation *moved : groups[h].ops) {
         groups[g].ops.push_back(moved);
@@ -326,15 +355,10 @@ private:
     for (const Read &read : reads) {
       if (groupOf.lookup(read.producer) != g)
         continue;
-      for (Operation *t : read.through) {
-        viaOps = true;
-        bool unitReshape = llvm::isa<ReshapeOp>(t) &&
-                           onlyUnitDimsChange(shapeOf(t->getOperand(0)),
-                                              shapeOf(t->getResult(0)));
-        if (isView(t) && !unitReshape) {
-          broadcastRead = true;
-          broadcastOnly &= llvm::isa<BroadcastInDimOp>(t);
-        }
+      viaOps |= read.viaOps;
+      if (read.remapped) {
+        broadcastRead = true;
+        broadcastOnly &= read.broadcastOnly;
       }
     }
     if (group.library) {
@@ -449,7 +473,7 @@ private:
           << producer->getName() << "': " << why;
   }
 
-  void materialize();
+  LogicalResult materialize();
   FusionOp buildKernel(unsigned index, Group &group, OpBuilder &b);
 
   func::FuncOp func;
@@ -460,6 +484,7 @@ private:
   llvm::DenseMap<Operation *, unsigned> positions;
   /// Cheap ops of leaves and views, cloned into the kernels that read them.
   llvm::SetVector<Operation *> recomputed;
+  llvm::DenseMap<Value, SmallVector<Read>> readCache;
 };
 
 FusionOp Fuser::buildKernel(unsigned index, Group &group, OpBuilder &b) {
@@ -468,9 +493,10 @@ FusionOp Fuser::buildKernel(unsigned index, Group &group, OpBuilder &b) {
   llvm::SetVector<Value> inputs;
   // Inputs: values from other kernels, arguments, library results; leaf
   // chains are walked down to the arguments they read.
+  llvm::DenseSet<Value> visited;
   std::function<void(Value)> collect = [&](Value v) {
     Operation *def = v.getDefiningOp();
-    if (def && members.contains(def))
+    if ((def && members.contains(def)) || !visited.insert(v).second)
       return;
     if (def && isLeafOp(def)) {
       for (Value operand : def->getOperands())
@@ -482,10 +508,28 @@ FusionOp Fuser::buildKernel(unsigned index, Group &group, OpBuilder &b) {
   for (Operation *op : group.ops)
     for (Value v : op->getOperands())
       collect(v);
+  // Outputs: values read by another kernel, a library call or the return,
+  // directly or through ops recomputed there (not through ops recomputed
+  // only inside this kernel).
+  llvm::DenseMap<Value, bool> readElsewhere;
+  std::function<bool(Value)> isReadOutside = [&](Value v) -> bool {
+    auto it = readElsewhere.find(v);
+    if (it != readElsewhere.end())
+      return it->second;
+    bool outside = false;
+    for (Operation *user : v.getUsers()) {
+      if (members.contains(user))
+        continue;
+      if (!recomputed.contains(user) || isReadOutside(user->getResult(0))) {
+        outside = true;
+        break;
+      }
+    }
+    return readElsewhere[v] = outside;
+  };
   for (Operation *op : group.ops)
     for (Value r : op->getResults())
-      if (llvm::any_of(r.getUsers(),
-                       [&](Operation *u) { return !members.contains(u); }))
+      if (isReadOutside(r))
         outputs.push_back(r);
 
   StringRef kind = group.epilogue ? "matmul"
@@ -523,12 +567,14 @@ FusionOp Fuser::buildKernel(unsigned index, Group &group, OpBuilder &b) {
   inner.create<YieldOp>(loc, yielded);
   for (auto [v, r] : llvm::zip(outputs, fusion.getResults()))
     v.replaceUsesWithIf(r, [&](OpOperand &use) {
-      return !members.contains(use.getOwner());
+      Operation *owner = use.getOwner();
+      return !members.contains(owner) &&
+             (!recomputed.contains(owner) || isReadOutside(owner->getResult(0)));
     });
   return fusion;
 }
 
-void Fuser::materialize() {
+LogicalResult Fuser::materialize() {
   Block &block = func.getBody().front();
   Operation *ret = block.getTerminator();
   // Generators first: they have no operands and library calls may use them.
@@ -561,9 +607,11 @@ void Fuser::materialize() {
   OpBuilder b(ret);
   unsigned kernelIndex = 0;
   SmallVector<Operation *> dead;
+  unsigned scheduled = 0;
   while (!ready.empty()) {
     unsigned g = ready.top().second;
     ready.pop();
+    ++scheduled;
     Group &group = groups[g];
     if (group.ops.empty()) {
       // Merged into another kernel.
@@ -578,15 +626,22 @@ void Fuser::materialize() {
       if (--pending[c] == 0)
         ready.push({groups[c].firstPosition, c});
   }
-  for (Operation *op : llvm::reverse(dead))
-    op->erase();
-  // Every reader of a recomputed op was a kernel member or another
-  // recomputed op: all are gone or going.
-  for (Operation *op : llvm::reverse(recomputed.getArrayRef()))
+  if (scheduled != n) {
+    func.emitError("internal error: the fusion pass formed a cycle between "
+                   "kernels; please report this graph");
+    return failure();
+  }
+  // Kernel members and recomputed ops are now only read by each other: the
+  // kernels hold their own copies.
+  dead.append(recomputed.begin(), recomputed.end());
+  for (Operation *op : dead)
+    op->dropAllReferences();
+  for (Operation *op : dead)
     op->erase();
   for (Operation *op : generators)
     if (op->use_empty())
       op->erase();
+  return success();
 }
 
 struct FuseOpsPass : tilefuse::impl::FuseOpsPassBase<FuseOpsPass> {
@@ -620,6 +675,5 @@ LogicalResult tilefuse::fuseFunction(func::FuncOp func, const TargetInfo &target
       return op.emitOpError("is a composite; run decompose-composites before "
                             "fusion");
   }
-  Fuser(func, target, remarks).run();
-  return success();
+  return Fuser(func, target, remarks).run();
 }

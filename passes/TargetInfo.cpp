@@ -33,7 +33,12 @@ private:
 std::unique_ptr<TargetInfo> TargetInfo::get(const std::string &name) {
   if (name == "cpu")
     return std::make_unique<CpuTarget>();
-  if (name == "cuda" || name.rfind("cuda:sm_", 0) == 0)
+  if (name == "cuda")
+    return std::make_unique<CudaTarget>(name);
+  // cuda:sm_XX with a two- or three-digit compute capability.
+  llvm::StringRef arch(name);
+  if (arch.consume_front("cuda:sm_") && arch.size() >= 2 && arch.size() <= 3 &&
+      llvm::all_of(arch, [](char c) { return c >= '0' && c <= '9'; }))
     return std::make_unique<CudaTarget>(name);
   return nullptr;
 }
