@@ -359,6 +359,13 @@ FailureOr<func::FuncOp> tilefuse::buildValueAndGrad(func::FuncOp primal,
   ret.erase();
   grad.setFunctionType(
       b.getFunctionType(fnType.getInputs(), ValueRange(results).getTypes()));
+  // The primal results keep their attributes; the gradients have none.
+  SmallVector<DictionaryAttr> resultAttrs;
+  for (unsigned i = 0; i < results.size(); ++i)
+    resultAttrs.push_back(i < fnType.getNumResults()
+                              ? primal.getResultAttrDict(i)
+                              : DictionaryAttr::get(b.getContext()));
+  grad.setAllResultAttrs(resultAttrs);
   return grad;
 }
 

@@ -124,12 +124,17 @@ FailureOr<func::FuncOp> tilefuse::buildTrainStep(func::FuncOp loss,
   // Arguments: params, state (inserted after the params), batch, step, lr.
   unsigned slots = config.statePerParam();
   SmallVector<Value> state;
+  // insertArgument on the function keeps argument attributes in step.
   for (unsigned s = 0; s < slots; ++s)
-    for (unsigned i = 0; i < numParams; ++i)
-      state.push_back(body.insertArgument(numParams + s * numParams + i,
-                                          body.getArgument(i).getType(), loc));
-  Value stepArg = body.addArgument(RankedTensorType::get({}, b.getI64Type()), loc);
-  Value lrArg = body.addArgument(RankedTensorType::get({}, b.getF64Type()), loc);
+    for (unsigned i = 0; i < numParams; ++i) {
+      unsigned index = numParams + s * numParams + i;
+      step.insertArgument(index, body.getArgument(i).getType(), {}, loc);
+      state.push_back(body.getArgument(index));
+    }
+  unsigned end = step.getNumArguments();
+  step.insertArgument(end, RankedTensorType::get({}, b.getI64Type()), {}, loc);
+  step.insertArgument(end + 1, RankedTensorType::get({}, b.getF64Type()), {}, loc);
+  Value stepArg = body.getArgument(end), lrArg = body.getArgument(end + 1);
 
   auto ret = llvm::cast<func::ReturnOp>(body.getTerminator());
   b.setInsertionPoint(ret);
@@ -157,8 +162,11 @@ FailureOr<func::FuncOp> tilefuse::buildTrainStep(func::FuncOp loss,
   step.setFunctionType(
       b.getFunctionType(body.getArgumentTypes(), ValueRange(results).getTypes()));
   // Result 1 + k replaces argument k (params, then state, are contiguous).
+  SmallVector<DictionaryAttr> resultAttrs = {DictionaryAttr::get(ctx)};
   for (unsigned k = 0; k + 1 < results.size(); ++k)
-    step.setResultAttr(k + 1, kAliasAttrName, b.getI64IntegerAttr(k));
+    resultAttrs.push_back(DictionaryAttr::get(
+        ctx, {b.getNamedAttr(kAliasAttrName, b.getI64IntegerAttr(k))}));
+  step.setAllResultAttrs(resultAttrs);
   return step;
 }
 

@@ -1,0 +1,199 @@
+"""Checks shared by the fusion tests (test_fusion.py, test_fusion_fuzz.py):
+bit-for-bit comparison of results, and structural checks of a fused graph
+read from its MLIR text and report()."""
+import re
+from collections import Counter
+
+import numpy as np
+
+import tilefuse
+from tilefuse import _pytree
+
+KINDS = {"pointwise", "reduction", "matmul", "library"}
+GENERATORS = {"full", "iota", "constant"}
+REDUCTIONS = {"reduce_sum", "reduce_max", "reduce_min", "argmax"}
+# Ops the pass may recompute in several kernels (FuseOps.cpp: views and
+# isCheapToRecompute); every other op with more than one element is computed
+# by exactly one kernel (or library call).
+VIEWS = {"broadcast_in_dim", "reshape", "transpose", "slice"}
+CHEAP = VIEWS | {"concat", "cast", "select", "eq", "ne", "lt", "le", "gt", "ge", "add",
+                 "sub", "mul", "neg", "abs", "maximum", "minimum"}
+LIBRARY = {"matmul", "gather", "scatter_add"}
+
+
+def flat(x):
+    leaves, _ = _pytree.flatten(x if isinstance(x, (list, tuple, dict)) else [x])
+    return [np.asarray(v) for v in leaves]
+
+
+def assert_bit_identical(got, want, what=""):
+    """Same structure, dtypes, shapes and bytes."""
+    g, w = flat(got), flat(want)
+    assert len(g) == len(w), f"{what}: {len(g)} results vs {len(w)} unfused"
+    for i, (a, b) in enumerate(zip(g, w)):
+        assert a.dtype == b.dtype, f"{what}: result {i} is {a.dtype}, unfused {b.dtype}"
+        assert a.shape == b.shape, f"{what}: result {i} has shape {a.shape}, unfused {b.shape}"
+        if np.ascontiguousarray(a).tobytes() != np.ascontiguousarray(b).tobytes():
+            x = np.ascontiguousarray(a).reshape(-1).view(np.uint8).reshape(a.size, -1)
+            y = np.ascontiguousarray(b).reshape(-1).view(np.uint8).reshape(b.size, -1)
+            bad = np.flatnonzero((x != y).any(1))
+            at = np.unravel_index(bad[0], a.shape) if a.ndim else ()
+            raise AssertionError(
+                f"{what}: result {i} ({a.dtype}{list(a.shape)}) differs from the unfused "
+                f"graph in {len(bad)} element(s); first at {[int(k) for k in at]}: "
+                f"fused {a[at]!r}, unfused {b[at]!r}")
+
+
+def entry_body(text, name=None):
+    """Lines of one function of `text` (the first, or the one called `name`)."""
+    lines = text.splitlines()
+    start = None
+    for i, line in enumerate(lines):
+        m = re.match(r"\s*func\.func (?:private )?@([\w$.]+)\(", line)
+        if m and (name is None or m.group(1) == name):
+            start = i
+            break
+    assert start is not None, f"no function {name} in\n{text}"
+    body = []
+    for line in lines[start + 1:]:
+        if re.match(r"^  }\s*$", line):
+            break
+        body.append(line)
+    return body
+
+
+_OP = re.compile(r"=\s*graph\.(\w+)\b")
+
+
+def numel(type_text):
+    m = re.search(r"tensor<([^>]*)>", type_text)
+    dims = m.group(1).split("x")[:-1]
+    return int(np.prod([int(d) for d in dims])) if dims else 1
+
+
+def ops_with_sizes(lines):
+    """(op kind, result numel) of the graph ops on `lines` (fusion and yield
+    excluded); the result type is the last tensor type on the line."""
+    out = []
+    for line in lines:
+        m = _OP.search(line)
+        if not m or m.group(1) in ("fusion",):
+            continue
+        types = re.findall(r"tensor<[^>]*>", line)
+        out.append((m.group(1), numel(types[-1])))
+    return out
+
+
+def lowered_ops(graph):
+    """(kind, numel) of the primitive ops of `graph`'s entry function as the
+    fusion pass receives it (decomposed, canonicalized, CSE'd). Graphs have
+    no lowering API, but value_and_grad copies the module through the same
+    pipeline and keeps the source function next to the new one; so this
+    needs a graph whose first result is a 0-d float (a loss)."""
+    entry = graph._graph.entry
+    wrt = next(i for i, (dt, _) in enumerate(graph.inputs) if dt.startswith(("f", "bf")))
+    # A train step's results carry aliasing attributes, which value_and_grad
+    # does not copy to its new function (an autodiff limitation, not under
+    # test here): differentiate a re-parsed copy without them.
+    text = re.sub(r" \{tilefuse\.aliases = \d+ : i64\}", "", graph.mlir())
+    derived = tilefuse.parse(text, entry).value_and_grad([wrt])
+    return ops_with_sizes(entry_body(derived.mlir(), entry))
+
+
+def check_structure(fused):
+    """Invariants of a fused entry function: only kernels, library calls and
+    generators at the top level; report() agrees with the IR; kernels hold no
+    library call unless they are 'matmul' epilogue kernels."""
+    text = fused.mlir()
+    rows = fused.report()
+    top = []
+    depth = 0
+    for line in entry_body(text, fused._graph.entry):
+        if depth == 0:
+            m = _OP.search(line)
+            if m:
+                top.append(m.group(1))
+        depth += line.count("{") - line.count("}")
+    for op in top:
+        assert op == "fusion" or op in LIBRARY or op in GENERATORS, (
+            f"graph.{op} outside every kernel in the fused function")
+    assert len(rows) == sum(1 for op in top if op not in GENERATORS), (
+        f"report() has {len(rows)} rows for {top}")
+    for r in rows:
+        assert r["kind"] in KINDS, r
+        assert r["ops"], f"empty kernel {r}"
+        assert not (set(r["ops"]) & GENERATORS), f"report lists a generator: {r}"
+        if r["kind"] == "library":
+            assert len(r["ops"]) == 1 and r["ops"][0] in LIBRARY, r
+        elif r["kind"] == "matmul":
+            assert "matmul" in r["ops"], r
+        else:
+            assert not set(r["ops"]) & LIBRARY, f"a library call inside a {r['kind']} kernel: {r}"
+            if r["kind"] == "reduction":
+                assert set(r["ops"]) & REDUCTIONS, f"a reduction kernel without a reduction: {r}"
+            else:
+                assert not set(r["ops"]) & REDUCTIONS, f"a reduction in a pointwise kernel: {r}"
+                assert r["reduced"] == (), f"a pointwise kernel with reduced dims: {r}"
+    # Constants and fills are recomputed inside the kernels that read them,
+    # never passed in; every kernel result is read outside its kernel.
+    lines = top_level(entry_body(text, fused._graph.entry))
+    generated = set()
+    for line in lines:
+        m = re.match(r"\s*(%\w+) = graph\.(\w+)", line)
+        if m and m.group(2) in GENERATORS:
+            generated.add(m.group(1))
+        m = re.match(r"\s*%[\w:]+ = graph\.fusion \"(\w+)\"\(([^)]*)\)", line)
+        if m:
+            passed = generated & set(re.findall(r"%\w+", m.group(2)))
+            assert not passed, f"{m.group(1)} takes generator results {sorted(passed)} as inputs"
+    dead = dead_kernel_results(fused)
+    assert not dead, f"kernel results {dead} are never read outside their kernel"
+
+
+def check_coverage(fused, source_ops, what=""):
+    """Every op kind of the unfused lowered function is computed by some
+    kernel (or library call) and no kernel computes a kind the source does
+    not have; an op that is neither cheap nor a 1-element value is computed
+    exactly once (counted per kind and size)."""
+    rows = fused.report()
+    computed = Counter(op for r in rows for op in r["ops"])
+    source_kinds = {k for k, _ in source_ops if k not in GENERATORS}
+    missing = source_kinds - set(computed)
+    assert not missing, f"{what}: ops {sorted(missing)} of the unfused graph are in no kernel"
+    extra = set(computed) - source_kinds
+    assert not extra, f"{what}: kernels compute {sorted(extra)}, which the unfused graph has not"
+    fused_ops = ops_with_sizes(entry_body(fused.mlir(), fused._graph.entry))
+    once = lambda ops: Counter((k, n) for k, n in ops
+                               if k not in CHEAP and k not in GENERATORS and n > 1)
+    assert once(fused_ops) == once(source_ops), (
+        f"{what}: expensive ops duplicated or lost: fused {once(fused_ops) - once(source_ops)}, "
+        f"unfused {once(source_ops) - once(fused_ops)}")
+
+
+def top_level(lines):
+    """The lines of a function body outside every kernel body (MLIR numbers
+    the values of an isolated region on its own, so names inside may repeat
+    names outside)."""
+    out, depth = [], 0
+    for line in lines:
+        if depth == 0:
+            out.append(line)
+        depth += line.count("{") - line.count("}")
+    return out
+
+
+def dead_kernel_results(fused):
+    """Fusion results (%N or %N#i) that nothing outside the kernel reads."""
+    top = top_level(entry_body(fused.mlir(), fused._graph.entry))
+    dead = []
+    for i, line in enumerate(top):
+        m = re.match(r"\s*(%\w+)(?::(\d+))? = graph\.fusion", line)
+        if not m:
+            continue
+        name, count = m.group(1), m.group(2)
+        names = [name] if count is None else [f"{name}#{k}" for k in range(int(count))]
+        rest = "\n".join(top[i + 1:])
+        for n in names:
+            if not re.search(re.escape(n) + r"(?![\w#])", rest):
+                dead.append(n)
+    return dead
