@@ -32,6 +32,26 @@ struct OptimizerConfig {
   }
   /// Parses "sgd", "adam", "adamw"; returns false for anything else.
   static bool parseKind(const std::string &name, Kind &kind);
+
+  /// A config from the flat list every front end passes (the pass options,
+  /// Python); `error` is set and false returned for an unknown kind.
+  static bool fromOptions(const std::string &kind, double momentum,
+                          bool nesterov, double beta1, double beta2, double eps,
+                          double weightDecay, double clipNorm,
+                          OptimizerConfig &out, std::string &error) {
+    if (!parseKind(kind, out.kind)) {
+      error = "unknown optimizer '" + kind + "'; expected sgd, adam or adamw";
+      return false;
+    }
+    out.momentum = momentum;
+    out.nesterov = nesterov;
+    out.beta1 = beta1;
+    out.beta2 = beta2;
+    out.eps = eps;
+    out.weightDecay = weightDecay;
+    out.clipNorm = clipNorm;
+    return true;
+  }
 };
 
 inline bool OptimizerConfig::parseKind(const std::string &name, Kind &kind) {

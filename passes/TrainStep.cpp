@@ -183,18 +183,13 @@ struct BuildTrainStepPass
   using BuildTrainStepPassBase::BuildTrainStepPassBase;
   void runOnOperation() override {
     OptimizerConfig config;
-    if (!OptimizerConfig::parseKind(optimizer, config.kind)) {
-      getOperation().emitError("unknown optimizer '")
-          << optimizer << "'; expected sgd, adam or adamw";
+    std::string error;
+    if (!OptimizerConfig::fromOptions(optimizer, momentum, nesterov, beta1,
+                                      beta2, eps, weightDecay, clipNorm,
+                                      config, error)) {
+      getOperation().emitError(error);
       return signalPassFailure();
     }
-    config.momentum = momentum;
-    config.nesterov = nesterov;
-    config.beta1 = beta1;
-    config.beta2 = beta2;
-    config.eps = eps;
-    config.weightDecay = weightDecay;
-    config.clipNorm = clipNorm;
     func::FuncOp loss = findFunction(getOperation(), function);
     if (!loss ||
         failed(buildTrainStep(loss, numParams, config,

@@ -91,16 +91,10 @@ PYBIND11_MODULE(_core, m) {
                             bool nesterov, double beta1, double beta2,
                             double eps, double weightDecay, double clipNorm) {
         OptimizerConfig c;
-        if (!OptimizerConfig::parseKind(kind, c.kind))
-          throw CompileError("unknown optimizer '" + kind +
-                             "'; expected sgd, adam or adamw");
-        c.momentum = momentum;
-        c.nesterov = nesterov;
-        c.beta1 = beta1;
-        c.beta2 = beta2;
-        c.eps = eps;
-        c.weightDecay = weightDecay;
-        c.clipNorm = clipNorm;
+        std::string error;
+        if (!OptimizerConfig::fromOptions(kind, momentum, nesterov, beta1, beta2,
+                                          eps, weightDecay, clipNorm, c, error))
+          throw CompileError(error);
         return g.trainStep(numParams, c);
       }, py::arg("num_params"), py::arg("kind"), py::arg("momentum"),
          py::arg("nesterov"), py::arg("beta1"), py::arg("beta2"),
