@@ -16,6 +16,7 @@
 #include <vector>
 
 namespace tilefuse {
+class Executable;
 
 /// dtype + shape of one function argument or result.
 struct TensorSignature {
@@ -75,6 +76,11 @@ public:
   /// that is not fused, every primitive op would be its own kernel: fuse()
   /// first).
   std::vector<KernelInfo> report() const;
+
+  /// Compiles this graph into kernels for `device` ("cpu"): the fused
+  /// program, its tile kernels, machine code. Compiling the same graph
+  /// again in this process reuses the kernels.
+  std::shared_ptr<Executable> compile(const std::string &device = "cpu") const;
 
   Impl &impl() { return *impl_; }
   const Impl &impl() const { return *impl_; }

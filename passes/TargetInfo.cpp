@@ -3,9 +3,18 @@
 
 #include "ir/graph/GraphDialect.h"
 
+#include <algorithm>
+
 using namespace tilefuse;
 
 namespace {
+
+int64_t powerOfTwoAtLeast(int64_t n) {
+  int64_t p = 1;
+  while (p < n)
+    p *= 2;
+  return p;
+}
 
 /// CPU: matmuls go to a BLAS that applies no epilogue, so elementwise
 /// consumers of a matmul run in a kernel after it.
@@ -13,6 +22,12 @@ class CpuTarget : public TargetInfo {
 public:
   std::string name() const override { return "cpu"; }
   bool canFuseMatmulEpilogue(mlir::Operation *) const override { return false; }
+  /// Four AVX-512 vectors of f32: enough independent work per block to hide
+  /// latency, small enough that a long elementwise chain stays in registers.
+  /// Short rows get a block just wide enough for them.
+  int64_t blockSize(int64_t extent) const override {
+    return std::min<int64_t>(64, std::max<int64_t>(4, powerOfTwoAtLeast(extent)));
+  }
 };
 
 /// CUDA: cuBLASLt applies a bias add and a ReLU (max with 0) itself.
@@ -22,6 +37,10 @@ public:
   std::string name() const override { return n; }
   bool canFuseMatmulEpilogue(mlir::Operation *op) const override {
     return llvm::isa<graph::AddOp, graph::MaximumOp>(op);
+  }
+  /// One block per thread block of 256 threads.
+  int64_t blockSize(int64_t extent) const override {
+    return std::min<int64_t>(1024, std::max<int64_t>(32, powerOfTwoAtLeast(extent)));
   }
 
 private:

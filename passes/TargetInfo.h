@@ -7,6 +7,7 @@
 #ifndef TILEFUSE_PASSES_TARGETINFO_H
 #define TILEFUSE_PASSES_TARGETINFO_H
 
+#include <cstdint>
 #include <memory>
 #include <string>
 
@@ -23,6 +24,9 @@ public:
   /// Whether the GEMM library of this target can apply `epilogue` (an
   /// elementwise op consuming a matmul result) inside the GEMM itself.
   virtual bool canFuseMatmulEpilogue(mlir::Operation *epilogue) const = 0;
+  /// Elements per block of a tile program whose lanes run along a dimension
+  /// of `extent` elements (a power of two).
+  virtual int64_t blockSize(int64_t extent) const = 0;
 
   /// "cpu" or "cuda[:sm_XX]"; null for an unknown name.
   static std::unique_ptr<TargetInfo> get(const std::string &name);

@@ -4,6 +4,7 @@
 // and maps CompileError to tilefuse.CompileError.
 //
 //===----------------------------------------------------------------------===//
+#include "frontend/Executable.h"
 #include "frontend/Tracer.h"
 #include "python/bindings/Conversions.h"
 
@@ -56,6 +57,68 @@ py::list interpretGraph(const Graph &g, const py::sequence &args) {
   return out;
 }
 
+py::list runExecutable(Executable &e, const std::vector<TensorSignature> &sigs,
+                       const py::sequence &args) {
+  if (py::len(args) != sigs.size())
+    throw CompileError("the compiled function takes " + std::to_string(sigs.size()) +
+                       " arguments, got " + std::to_string(py::len(args)));
+  std::vector<HostTensor> inputs;
+  for (size_t i = 0; i < sigs.size(); ++i) {
+    py::array a = py::array::ensure(args[i]);
+    if (!a)
+      throw CompileError("argument " + std::to_string(i) +
+                         " is not convertible to a numpy array");
+    inputs.push_back(toHostTensor(a, sigs[i], "argument " + std::to_string(i)));
+  }
+  std::vector<HostTensor> results;
+  {
+    py::gil_scoped_release release;
+    results = e.run(inputs);
+  }
+  py::list out;
+  for (auto &r : results)
+    out.append(toNumpy(r));
+  return out;
+}
+
+py::list programKernels(const Executable &e) {
+  py::list rows;
+  const Program &p = e.program();
+  for (const Step &s : p.steps) {
+    py::dict row;
+    switch (s.kind) {
+    case Step::Kind::Kernel: {
+      const ProgramKernel &k = p.kernels[s.kernel];
+      row["name"] = k.name;
+      row["kind"] = k.kind;
+      row["grid"] = k.grid;
+      row["block"] = k.block;
+      row["ops"] = k.fusedOps;
+      break;
+    }
+    case Step::Kind::Gemm:
+      row["name"] = "gemm";
+      row["kind"] = "library";
+      row["shape"] = py::make_tuple(s.batch, s.m, s.n, s.k);
+      row["ops"] = std::vector<std::string>{s.source};
+      break;
+    case Step::Kind::Gather:
+    case Step::Kind::ScatterAdd:
+    case Step::Kind::Copy:
+      row["name"] = s.source;
+      row["kind"] = s.kind == Step::Kind::Copy ? "copy" : "library";
+      row["ops"] = std::vector<std::string>{s.source};
+      break;
+    }
+    int64_t bytes = 0;
+    for (int b : s.buffers)
+      bytes += int64_t(p.buffers[b].byteSize());
+    row["bytes"] = bytes;
+    rows.append(row);
+  }
+  return rows;
+}
+
 } // namespace
 
 PYBIND11_MODULE(_core, m) {
@@ -70,6 +133,7 @@ PYBIND11_MODULE(_core, m) {
       .def_property_readonly("outputs", [](const Graph &g) { return signatureTuple(g.outputs()); })
       .def("interpret", &interpretGraph)
       .def("value_and_grad", &Graph::valueAndGrad, py::arg("wrt"))
+      .def("compile", &Graph::compile, py::arg("device") = "cpu")
       .def("fuse", &Graph::fuse, py::arg("target") = "cpu")
       .def("report", [](const Graph &g) {
         py::list rows;
@@ -100,6 +164,22 @@ PYBIND11_MODULE(_core, m) {
          py::arg("nesterov"), py::arg("beta1"), py::arg("beta2"),
          py::arg("eps"), py::arg("weight_decay"), py::arg("clip_norm"));
 
+  py::class_<Executable, std::shared_ptr<Executable>>(m, "Executable")
+      .def("run", [](Executable &e, const py::sequence &args) {
+        std::vector<TensorSignature> sigs;
+        const Program &p = e.program();
+        for (int b : p.arguments)
+          sigs.push_back({p.buffers[b].dtype, p.buffers[b].shape});
+        return runExecutable(e, sigs, args);
+      })
+      .def("kernels", &programKernels)
+      .def_property_readonly("fused_ir", [](const Executable &e) { return e.artifacts().fusedIR; })
+      .def_property_readonly("tile_ir", [](const Executable &e) { return e.artifacts().tileIR; })
+      .def_property_readonly("cache_hit", &Executable::cacheHit)
+      .def_property_readonly("compile_seconds", &Executable::compileSeconds)
+      .def_property_readonly("cold_compile_seconds", [](const Executable &e) {
+        return e.artifacts().compileSeconds;
+      });
   m.def("parse", &Graph::parse, py::arg("text"), py::arg("entry") = "");
 
   py::class_<Tracer>(m, "Tracer")

@@ -1,0 +1,215 @@
+//===- ProgramBuilder.cpp - fused graph -> runtime Program ----------------===//
+#include "codegen/ProgramBuilder.h"
+
+#include "codegen/tile/FusionToTile.h"
+#include "ir/graph/GraphDialect.h"
+#include "ir/tile/TileDialect.h"
+#include "passes/TargetInfo.h"
+
+#include "mlir/IR/BuiltinAttributes.h"
+
+#include <numeric>
+
+using namespace mlir;
+using namespace tilefuse;
+
+namespace {
+
+DType dtypeOf(Type t) {
+  Type e = getElementTypeOrSelf(t);
+  if (e.isF32()) return DType::F32;
+  if (e.isF16()) return DType::F16;
+  if (e.isBF16()) return DType::BF16;
+  if (e.isF64()) return DType::F64;
+  if (e.isInteger(1)) return DType::I1;
+  if (e.isInteger(32)) return DType::I32;
+  return DType::I64;
+}
+Shape shapeOf(Value v) {
+  auto s = llvm::cast<RankedTensorType>(v.getType()).getShape();
+  return Shape(s.begin(), s.end());
+}
+
+/// Bytes of a dense attribute (splats expanded, booleans one byte each).
+HostTensor constantData(ElementsAttr attr) {
+  auto type = llvm::cast<RankedTensorType>(attr.getType());
+  HostTensor t(dtypeOf(type), Shape(type.getShape().begin(), type.getShape().end()));
+  int64_t i = 0;
+  if (llvm::isa<FloatType>(type.getElementType())) {
+    for (APFloat v : attr.getValues<APFloat>())
+      t.setDouble(i++, v.convertToDouble());
+  } else {
+    for (APInt v : attr.getValues<APInt>())
+      t.setInt(i++, type.getElementType().isInteger(1) ? int64_t(v.getZExtValue())
+                                                         : v.getSExtValue());
+  }
+  return t;
+}
+
+class ProgramAssembler {
+public:
+  ProgramAssembler(func::FuncOp func, const TargetInfo &target, ModuleOp kernels)
+      : func(func), target(target), kernels(kernels) {}
+
+  FailureOr<Program> build() {
+    for (BlockArgument arg : func.getArguments())
+      prog.arguments.push_back(newBuffer(arg, BufferInfo::Role::Argument,
+                                         "arg" + std::to_string(arg.getArgNumber())));
+    for (Operation &op : func.getBody().front()) {
+      if (failed(visit(op)))
+        return failure();
+    }
+    return std::move(prog);
+  }
+
+private:
+  int newBuffer(Value v, BufferInfo::Role role, std::string name) {
+    BufferInfo info;
+    info.name = std::move(name);
+    info.dtype = dtypeOf(v.getType());
+    info.shape = shapeOf(v);
+    info.role = role;
+    prog.buffers.push_back(std::move(info));
+    int id = int(prog.buffers.size()) - 1;
+    buffers[v] = id;
+    return id;
+  }
+  int result(Operation &op, unsigned i = 0) {
+    std::string name = op.getName().getStringRef().drop_front(6).str();
+    return newBuffer(op.getResult(i), BufferInfo::Role::Intermediate,
+                     name + std::to_string(prog.buffers.size()));
+  }
+  int bufferOf(Value v) { return buffers.lookup(v); }
+  int64_t numel(const Shape &s) {
+    return std::accumulate(s.begin(), s.end(), int64_t(1), std::multiplies<>());
+  }
+
+  LogicalResult visit(Operation &op) {
+    if (auto fusion = llvm::dyn_cast<graph::FusionOp>(op))
+      return kernel(fusion);
+    if (auto mm = llvm::dyn_cast<graph::MatmulOp>(op))
+      return gemm(mm);
+    if (auto k = llvm::dyn_cast<graph::ConstantOp>(op)) {
+      int b = result(op);
+      prog.buffers[b].role = BufferInfo::Role::Constant;
+      prog.buffers[b].data = constantData(k.getValue()).bytes;
+      return success();
+    }
+    if (auto f = llvm::dyn_cast<graph::FullOp>(op)) {
+      int b = result(op);
+      HostTensor t(prog.buffers[b].dtype, prog.buffers[b].shape);
+      for (int64_t i = 0; i < t.size(); ++i) {
+        if (isFloatDType(t.dtype))
+          t.setDouble(i, f.getValue().convertToDouble());
+        else
+          t.setInt(i, int64_t(f.getValue().convertToDouble()));
+      }
+      prog.buffers[b].role = BufferInfo::Role::Constant;
+      prog.buffers[b].data = std::move(t.bytes);
+      return success();
+    }
+    if (auto g = llvm::dyn_cast<graph::GatherOp>(op)) {
+      Step s;
+      s.kind = Step::Kind::Gather;
+      s.source = "graph.gather";
+      s.buffers = {bufferOf(g.getTable()), bufferOf(g.getIndices()), result(op)};
+      prog.steps.push_back(s);
+      return success();
+    }
+    if (auto sa = llvm::dyn_cast<graph::ScatterAddOp>(op)) {
+      Step s;
+      s.kind = Step::Kind::ScatterAdd;
+      s.source = "graph.scatter_add";
+      s.buffers = {bufferOf(sa.getBase()), bufferOf(sa.getIndices()),
+                   bufferOf(sa.getUpdates()), result(op)};
+      prog.steps.push_back(s);
+      return success();
+    }
+    if (auto ret = llvm::dyn_cast<func::ReturnOp>(op)) {
+      for (Value v : ret.getOperands()) {
+        int b = bufferOf(v);
+        // Results never alias the caller's arguments: an argument returned
+        // as is is copied.
+        if (prog.buffers[b].role == BufferInfo::Role::Argument) {
+          Step s;
+          s.kind = Step::Kind::Copy;
+          s.source = "return";
+          int copy = newBuffer(v, BufferInfo::Role::Intermediate,
+                               "copy" + std::to_string(prog.buffers.size()));
+          s.buffers = {b, copy};
+          prog.steps.push_back(s);
+          b = copy;
+        }
+        prog.results.push_back(b);
+      }
+      return success();
+    }
+    return op.emitOpError() << "is outside any kernel after fusion; no runtime "
+                               "step runs it (run the fuse pass first)";
+  }
+
+  LogicalResult kernel(graph::FusionOp fusion) {
+    FailureOr<func::FuncOp> k = lowerFusionToTile(fusion, kernels, target);
+    if (failed(k))
+      return failure();
+    ProgramKernel info;
+    info.name = fusion.getKernelName().str();
+    info.kind = fusion.getKind().str();
+    info.grid = (*k)->getAttrOfType<IntegerAttr>(tile::kGridAttr).getInt();
+    info.block = (*k)->getAttrOfType<IntegerAttr>(tile::kBlockAttr).getInt();
+    auto domain = fusion.getDomain();
+    int64_t elements = std::accumulate(domain.begin(), domain.end(), int64_t(1),
+                                       std::multiplies<>());
+    info.elementsPerProgram = std::max<int64_t>(1, elements / std::max<int64_t>(1, info.grid));
+    for (Attribute a : (*k)->getAttrOfType<ArrayAttr>(tile::kFusedOpsAttr))
+      info.fusedOps.push_back(llvm::cast<StringAttr>(a).str());
+    prog.kernels.push_back(info);
+    Step s;
+    s.kind = Step::Kind::Kernel;
+    s.kernel = int(prog.kernels.size()) - 1;
+    s.source = info.name;
+    for (Value in : fusion.getInputs())
+      s.buffers.push_back(bufferOf(in));
+    for (unsigned i = 0; i < fusion.getNumResults(); ++i)
+      s.buffers.push_back(result(*fusion, i));
+    prog.steps.push_back(s);
+    return success();
+  }
+
+  LogicalResult gemm(graph::MatmulOp mm) {
+    Shape a = shapeOf(mm.getLhs()), b = shapeOf(mm.getRhs()), c = shapeOf(mm.getResult());
+    if (a.size() < 2 || b.size() < 2 || c.size() < 2)
+      return mm.emitOpError() << "has an operand of rank < 2; the tracer should "
+                                 "have reshaped vectors to matrices";
+    Step s;
+    s.kind = Step::Kind::Gemm;
+    s.source = "graph.matmul";
+    s.transposeA = mm.getTransposeLhs();
+    s.transposeB = mm.getTransposeRhs();
+    s.m = c[c.size() - 2];
+    s.n = c.back();
+    s.k = s.transposeA ? a[a.size() - 2] : a.back();
+    s.batch = numel(c) / std::max<int64_t>(1, s.m * s.n);
+    if (numel(a) != s.batch * s.m * s.k || numel(b) != s.batch * s.k * s.n)
+      return mm.emitOpError() << "broadcasts batch dimensions; the CPU GEMM step "
+                                 "needs equal batch dimensions";
+    s.buffers = {bufferOf(mm.getLhs()), bufferOf(mm.getRhs()), result(*mm)};
+    prog.steps.push_back(s);
+    return success();
+  }
+
+  func::FuncOp func;
+  const TargetInfo &target;
+  ModuleOp kernels;
+  Program prog;
+  DenseMap<Value, int> buffers;
+};
+
+} // namespace
+
+FailureOr<Program> tilefuse::buildProgram(func::FuncOp func,
+                                          const TargetInfo &target,
+                                          ModuleOp kernels) {
+  hoistDenseConstants(func);
+  return ProgramAssembler(func, target, kernels).build();
+}

@@ -1,0 +1,340 @@
+//===- TileToLLVM.cpp - tile kernels -> LLVM dialect for the CPU ----------===//
+//
+// 1. Each kernel gets the CPU calling convention: a loop over a range of
+//    program ids around the program body, buffer pointers read from an array.
+// 2. Block reductions become vector reductions; exp/log/tanh/erf become
+//    polynomials (a libm call per lane is ~7x slower, see DESIGN.md); pow
+//    becomes exp/log; bf16 conversions become integer code.
+// 3. Everything converts to the LLVM dialect: masked vector loads and
+//    stores for contiguous blocks, gathers and scatters for the rest.
+//
+//===----------------------------------------------------------------------===//
+#include "codegen/cpu/TileToLLVM.h"
+
+#include "ir/tile/TileDialect.h"
+
+#include "mlir/Conversion/ArithToLLVM/ArithToLLVM.h"
+#include "mlir/Conversion/ControlFlowToLLVM/ControlFlowToLLVM.h"
+#include "mlir/Conversion/FuncToLLVM/ConvertFuncToLLVM.h"
+#include "mlir/Conversion/LLVMCommon/ConversionTarget.h"
+#include "mlir/Conversion/LLVMCommon/Pattern.h"
+#include "mlir/Conversion/LLVMCommon/TypeConverter.h"
+#include "mlir/Conversion/MathToLLVM/MathToLLVM.h"
+#include "mlir/Conversion/MathToLibm/MathToLibm.h"
+#include "mlir/Conversion/ReconcileUnrealizedCasts/ReconcileUnrealizedCasts.h"
+#include "mlir/Conversion/SCFToControlFlow/SCFToControlFlow.h"
+#include "mlir/Conversion/VectorToLLVM/ConvertVectorToLLVM.h"
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/Arith/Transforms/Passes.h"
+#include "mlir/Dialect/ControlFlow/IR/ControlFlow.h"
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/LLVMIR/LLVMDialect.h"
+#include "mlir/Dialect/Math/IR/Math.h"
+#include "mlir/Dialect/Math/Transforms/Passes.h"
+#include "mlir/Dialect/SCF/IR/SCF.h"
+#include "mlir/Dialect/Vector/IR/VectorOps.h"
+#include "mlir/IR/IRMapping.h"
+#include "mlir/Pass/PassManager.h"
+#include "mlir/Transforms/DialectConversion.h"
+#include "mlir/Transforms/GreedyPatternRewriteDriver.h"
+#include "mlir/Transforms/Passes.h"
+
+using namespace mlir;
+using namespace tilefuse;
+
+namespace {
+
+/// Step 1: `void name(void **buffers, i64 first, i64 end)`.
+void wrapKernel(func::FuncOp kernel) {
+  MLIRContext *ctx = kernel.getContext();
+  OpBuilder b(kernel);
+  Location loc = kernel.getLoc();
+  auto ptrTy = LLVM::LLVMPointerType::get(ctx);
+  auto i64 = b.getI64Type();
+  std::string name = kernel.getSymName().str();
+  kernel.setSymName(name + ".program");
+  auto wrapper = b.create<func::FuncOp>(
+      loc, name, b.getFunctionType({ptrTy, i64, i64}, {}));
+  Block *entry = wrapper.addEntryBlock();
+  b.setInsertionPointToStart(entry);
+  IRMapping map;
+  Block &body = kernel.getBody().front();
+  for (auto [i, arg] : llvm::enumerate(body.getArguments())) {
+    Value slot = b.create<LLVM::GEPOp>(loc, ptrTy, ptrTy, entry->getArgument(0),
+                                       ArrayRef<LLVM::GEPArg>{int32_t(i)});
+    Value p = b.create<LLVM::LoadOp>(loc, ptrTy, slot);
+    map.map(arg, b.create<UnrealizedConversionCastOp>(loc, arg.getType(), p)
+                     .getResult(0));
+  }
+  auto loop = b.create<scf::ForOp>(loc, entry->getArgument(1),
+                                   entry->getArgument(2),
+                                   b.create<arith::ConstantIntOp>(loc, 1, 64));
+  b.create<func::ReturnOp>(loc);
+  b.setInsertionPointToStart(loop.getBody());
+  for (Operation &op : body.without_terminator()) {
+    if (auto pid = llvm::dyn_cast<tile::ProgramIdOp>(op)) {
+      map.map(pid.getResult(), loop.getInductionVar());
+      continue;
+    }
+    b.clone(op, map);
+  }
+  kernel.erase();
+}
+
+/// Step 2: tile.reduce -> vector.reduction.
+struct ReduceToVector : OpRewritePattern<tile::ReduceOp> {
+  using OpRewritePattern::OpRewritePattern;
+  LogicalResult matchAndRewrite(tile::ReduceOp op,
+                                PatternRewriter &rewriter) const override {
+    bool isFloat = llvm::isa<FloatType>(op.getType());
+    vector::CombiningKind kind = vector::CombiningKind::ADD;
+    switch (op.getKind()) {
+    case tile::ReduceKind::add: kind = vector::CombiningKind::ADD; break;
+    case tile::ReduceKind::max:
+      kind = isFloat ? vector::CombiningKind::MAXIMUMF : vector::CombiningKind::MAXSI;
+      break;
+    case tile::ReduceKind::min:
+      kind = isFloat ? vector::CombiningKind::MINIMUMF : vector::CombiningKind::MINSI;
+      break;
+    }
+    rewriter.replaceOpWithNewOp<vector::ReductionOp>(op, kind, op.getBlock());
+    return success();
+  }
+};
+
+// --- Step 3: tile memory ops -> LLVM -------------------------------------
+
+int64_t lanesOf(Type t) { return llvm::cast<VectorType>(t).getNumElements(); }
+
+Value laneNumbers(OpBuilder &b, Location loc, int64_t n) {
+  SmallVector<int64_t> ids(n);
+  for (int64_t i = 0; i < n; ++i)
+    ids[i] = i;
+  auto t = VectorType::get({n}, b.getI64Type());
+  return b.create<arith::ConstantOp>(loc, DenseElementsAttr::get(t, ArrayRef<int64_t>(ids)));
+}
+Value splatOf(OpBuilder &b, Location loc, Value s, int64_t n) {
+  return b.create<vector::SplatOp>(loc, VectorType::get({n}, s.getType()), s);
+}
+Value laneMask(OpBuilder &b, Location loc, Value limit, int64_t n) {
+  return b.create<arith::CmpIOp>(loc, arith::CmpIPredicate::slt,
+                                 laneNumbers(b, loc, n), splatOf(b, loc, limit, n));
+}
+/// Element pointers of lanes `offset + l * stride`.
+Value lanePointers(OpBuilder &b, Location loc, Value base, Type element,
+                   Value offsets, int64_t n) {
+  auto ptrTy = LLVM::LLVMPointerType::get(b.getContext());
+  auto vecPtrTy = LLVM::getFixedVectorType(ptrTy, n);
+  return b.create<LLVM::GEPOp>(loc, vecPtrTy, element, base, ValueRange{offsets});
+}
+Value stridedOffsets(OpBuilder &b, Location loc, Value offset, int64_t stride, int64_t n) {
+  Value l = laneNumbers(b, loc, n);
+  if (stride != 1)
+    l = b.create<arith::MulIOp>(loc, l, splatOf(b, loc, b.create<arith::ConstantIntOp>(loc, stride, 64), n));
+  return b.create<arith::AddIOp>(loc, splatOf(b, loc, offset, n), l);
+}
+unsigned alignmentOf(Type element) {
+  return std::max(1u, element.getIntOrFloatBitWidth() / 8);
+}
+Value zeroOf(OpBuilder &b, Location loc, VectorType t) {
+  return b.create<arith::ConstantOp>(loc, b.getZeroAttr(t));
+}
+
+struct LoadLowering : ConvertOpToLLVMPattern<tile::LoadOp> {
+  using ConvertOpToLLVMPattern::ConvertOpToLLVMPattern;
+  LogicalResult matchAndRewrite(tile::LoadOp op, OpAdaptor a,
+                                ConversionPatternRewriter &rewriter) const override {
+    Location loc = op.getLoc();
+    auto vt = llvm::cast<VectorType>(op.getType());
+    Type element = vt.getElementType();
+    int64_t n = vt.getNumElements();
+    auto ptrTy = LLVM::LLVMPointerType::get(getContext());
+    Value mask = laneMask(rewriter, loc, op.getLimit(), n);
+    Value result;
+    if (op.getStride() == 0) {
+      Value p = rewriter.create<LLVM::GEPOp>(loc, ptrTy, element, a.getPtr(), ValueRange{op.getOffset()});
+      Value s = rewriter.create<LLVM::LoadOp>(loc, element, p);
+      result = splatOf(rewriter, loc, s, n);
+    } else if (op.getStride() == 1) {
+      Value p = rewriter.create<LLVM::GEPOp>(loc, ptrTy, element, a.getPtr(), ValueRange{op.getOffset()});
+      result = rewriter.create<LLVM::MaskedLoadOp>(
+          loc, vt, p, mask, ValueRange{zeroOf(rewriter, loc, vt)}, alignmentOf(element));
+    } else {
+      Value ptrs = lanePointers(rewriter, loc, a.getPtr(), element,
+                                stridedOffsets(rewriter, loc, op.getOffset(), op.getStride(), n), n);
+      result = rewriter.create<LLVM::masked_gather>(
+          loc, vt, ptrs, mask, ValueRange{zeroOf(rewriter, loc, vt)},
+          rewriter.getI32IntegerAttr(alignmentOf(element)));
+    }
+    rewriter.replaceOp(op, result);
+    return success();
+  }
+};
+
+struct GatherLowering : ConvertOpToLLVMPattern<tile::GatherOp> {
+  using ConvertOpToLLVMPattern::ConvertOpToLLVMPattern;
+  LogicalResult matchAndRewrite(tile::GatherOp op, OpAdaptor a,
+                                ConversionPatternRewriter &rewriter) const override {
+    Location loc = op.getLoc();
+    auto vt = llvm::cast<VectorType>(op.getType());
+    int64_t n = vt.getNumElements();
+    Value ptrs = lanePointers(rewriter, loc, a.getPtr(), vt.getElementType(), op.getOffsets(), n);
+    rewriter.replaceOpWithNewOp<LLVM::masked_gather>(
+        op, vt, ptrs, op.getMask(), ValueRange{zeroOf(rewriter, loc, vt)},
+        rewriter.getI32IntegerAttr(alignmentOf(vt.getElementType())));
+    return success();
+  }
+};
+
+struct LoadScalarLowering : ConvertOpToLLVMPattern<tile::LoadScalarOp> {
+  using ConvertOpToLLVMPattern::ConvertOpToLLVMPattern;
+  LogicalResult matchAndRewrite(tile::LoadScalarOp op, OpAdaptor a,
+                                ConversionPatternRewriter &rewriter) const override {
+    auto ptrTy = LLVM::LLVMPointerType::get(getContext());
+    Value p = rewriter.create<LLVM::GEPOp>(op.getLoc(), ptrTy, op.getType(), a.getPtr(),
+                                           ValueRange{op.getOffset()});
+    rewriter.replaceOpWithNewOp<LLVM::LoadOp>(op, op.getType(), p);
+    return success();
+  }
+};
+
+struct StoreLowering : ConvertOpToLLVMPattern<tile::StoreOp> {
+  using ConvertOpToLLVMPattern::ConvertOpToLLVMPattern;
+  LogicalResult matchAndRewrite(tile::StoreOp op, OpAdaptor a,
+                                ConversionPatternRewriter &rewriter) const override {
+    Location loc = op.getLoc();
+    auto vt = llvm::cast<VectorType>(op.getValue().getType());
+    Type element = vt.getElementType();
+    int64_t n = vt.getNumElements();
+    auto ptrTy = LLVM::LLVMPointerType::get(getContext());
+    Value mask = laneMask(rewriter, loc, op.getLimit(), n);
+    if (op.getStride() == 1) {
+      Value p = rewriter.create<LLVM::GEPOp>(loc, ptrTy, element, a.getPtr(), ValueRange{op.getOffset()});
+      rewriter.replaceOpWithNewOp<LLVM::MaskedStoreOp>(op, a.getValue(), p, mask,
+                                                       alignmentOf(element));
+    } else {
+      Value ptrs = lanePointers(rewriter, loc, a.getPtr(), element,
+                                stridedOffsets(rewriter, loc, op.getOffset(), op.getStride(), n), n);
+      rewriter.replaceOpWithNewOp<LLVM::masked_scatter>(op, a.getValue(), ptrs, mask,
+                                                        alignmentOf(element));
+    }
+    return success();
+  }
+};
+
+struct ScatterLowering : ConvertOpToLLVMPattern<tile::ScatterOp> {
+  using ConvertOpToLLVMPattern::ConvertOpToLLVMPattern;
+  LogicalResult matchAndRewrite(tile::ScatterOp op, OpAdaptor a,
+                                ConversionPatternRewriter &rewriter) const override {
+    auto vt = llvm::cast<VectorType>(op.getValue().getType());
+    Value ptrs = lanePointers(rewriter, op.getLoc(), a.getPtr(), vt.getElementType(),
+                              op.getOffsets(), vt.getNumElements());
+    rewriter.replaceOpWithNewOp<LLVM::masked_scatter>(op, a.getValue(), ptrs, op.getMask(),
+                                                      alignmentOf(vt.getElementType()));
+    return success();
+  }
+};
+
+struct StoreScalarLowering : ConvertOpToLLVMPattern<tile::StoreScalarOp> {
+  using ConvertOpToLLVMPattern::ConvertOpToLLVMPattern;
+  LogicalResult matchAndRewrite(tile::StoreScalarOp op, OpAdaptor a,
+                                ConversionPatternRewriter &rewriter) const override {
+    auto ptrTy = LLVM::LLVMPointerType::get(getContext());
+    Value p = rewriter.create<LLVM::GEPOp>(op.getLoc(), ptrTy, op.getValue().getType(),
+                                           a.getPtr(), ValueRange{op.getOffset()});
+    rewriter.replaceOpWithNewOp<LLVM::StoreOp>(op, a.getValue(), p);
+    return success();
+  }
+};
+
+struct LanesLowering : ConvertOpToLLVMPattern<tile::LanesOp> {
+  using ConvertOpToLLVMPattern::ConvertOpToLLVMPattern;
+  LogicalResult matchAndRewrite(tile::LanesOp op, OpAdaptor,
+                                ConversionPatternRewriter &rewriter) const override {
+    rewriter.replaceOp(op, laneNumbers(rewriter, op.getLoc(), lanesOf(op.getType())));
+    return success();
+  }
+};
+
+} // namespace
+
+void tilefuse::loadCpuCodegenDialects(MLIRContext &context) {
+  context.loadDialect<tile::TileDialect, arith::ArithDialect, math::MathDialect,
+                      scf::SCFDialect, vector::VectorDialect, func::FuncDialect,
+                      cf::ControlFlowDialect, LLVM::LLVMDialect>();
+}
+
+LogicalResult tilefuse::lowerTileToLLVM(ModuleOp module) {
+  MLIRContext *ctx = module.getContext();
+  loadCpuCodegenDialects(*ctx);
+  SmallVector<func::FuncOp> kernels;
+  for (auto f : module.getOps<func::FuncOp>())
+    if (f->hasAttr(tile::kKernelAttr))
+      kernels.push_back(f);
+  for (func::FuncOp k : kernels)
+    wrapKernel(k);
+
+  {
+    RewritePatternSet patterns(ctx);
+    patterns.add<ReduceToVector>(ctx);
+    populateExpandPowFPattern(patterns);
+    populateMathPolynomialApproximationPatterns(patterns);
+    if (failed(applyPatternsAndFoldGreedily(module, std::move(patterns))))
+      return module.emitError("tile-to-llvm: math expansion did not converge");
+  }
+  {
+    // f64 tanh and erf have neither a polynomial here nor an LLVM
+    // intrinsic: they call libm, lane by lane.
+    SmallVector<Operation *> libmOps;
+    module.walk([&](Operation *op) {
+      if (llvm::isa<math::TanhOp, math::ErfOp>(op))
+        libmOps.push_back(op);
+    });
+    if (!libmOps.empty()) {
+      RewritePatternSet patterns(ctx);
+      populateMathToLibmConversionPatterns(patterns);
+      GreedyRewriteConfig config;
+      config.strictMode = GreedyRewriteStrictness::ExistingAndNewOps;
+      (void)applyOpPatternsAndFold(libmOps, std::move(patterns), config);
+    }
+  }
+  {
+    // Polynomials may introduce bf16 conversions only after expansion.
+    RewritePatternSet patterns(ctx);
+    arith::populateExpandBFloat16Patterns(patterns);
+    if (failed(applyPatternsAndFoldGreedily(module, std::move(patterns))))
+      return module.emitError("tile-to-llvm: bf16 expansion did not converge");
+  }
+  {
+    PassManager pm(ctx);
+    pm.addPass(createCanonicalizerPass());
+    pm.addPass(createConvertSCFToCFPass());
+    if (failed(pm.run(module)))
+      return failure();
+  }
+  {
+    LowerToLLVMOptions options(ctx);
+    LLVMTypeConverter converter(ctx, options);
+    converter.addConversion([&](tile::PtrType) -> Type {
+      return LLVM::LLVMPointerType::get(ctx);
+    });
+    RewritePatternSet patterns(ctx);
+    patterns.add<LoadLowering, GatherLowering, LoadScalarLowering, StoreLowering, ScatterLowering,
+                 StoreScalarLowering, LanesLowering>(converter);
+    arith::populateArithToLLVMConversionPatterns(converter, patterns);
+    populateMathToLLVMConversionPatterns(converter, patterns);
+    populateVectorToLLVMConversionPatterns(converter, patterns,
+                                           /*reassociateFPReductions=*/true);
+    cf::populateControlFlowToLLVMConversionPatterns(converter, patterns);
+    populateFuncToLLVMConversionPatterns(converter, patterns);
+    LLVMConversionTarget target(*ctx);
+    target.addLegalOp<ModuleOp>();
+    target.addLegalOp<UnrealizedConversionCastOp>();
+    target.addIllegalDialect<tile::TileDialect>();
+    if (failed(applyPartialConversion(module, target, std::move(patterns))))
+      return failure();
+  }
+  PassManager pm(ctx);
+  pm.addPass(createReconcileUnrealizedCastsPass());
+  return pm.run(module);
+}

@@ -1,0 +1,28 @@
+//===- TileToLLVM.h - tile kernels -> LLVM dialect for the CPU ---*- C++ -*-===//
+//
+// The CPU backend's lowering. Each tile kernel becomes
+//
+//     void name(void **buffers, int64_t firstProgram, int64_t endProgram)
+//
+// which runs programs [firstProgram, endProgram) in order: the runtime's
+// thread pool hands each worker a range (runtime/CpuExecutor.h).
+//
+//===----------------------------------------------------------------------===//
+#ifndef TILEFUSE_CODEGEN_CPU_TILETOLLVM_H
+#define TILEFUSE_CODEGEN_CPU_TILETOLLVM_H
+
+#include "mlir/IR/BuiltinOps.h"
+
+namespace tilefuse {
+
+/// Rewrites every tile kernel of `module` to the CPU calling convention and
+/// lowers the module to the LLVM dialect (vector math with polynomial
+/// approximations of exp, log, tanh and erf).
+mlir::LogicalResult lowerTileToLLVM(mlir::ModuleOp module);
+
+/// Dialects the lowering creates; load them before running it in a context.
+void loadCpuCodegenDialects(mlir::MLIRContext &context);
+
+} // namespace tilefuse
+
+#endif // TILEFUSE_CODEGEN_CPU_TILETOLLVM_H

@@ -1,0 +1,1072 @@
+//===- FusionToTile.cpp - graph.fusion -> tile kernel ---------------------===//
+//
+// Each graph.fusion becomes one tile program. Programs split the kernel's
+// domain: the kept (not reduced) dimensions are divided among programs, the
+// reduced ones are looped over inside a program. Values of the region are
+// generated on demand at an index ("emit value v at coordinates c"): views
+// (broadcast, transpose, slice, reshape, concat) only rewrite coordinates,
+// so they cost no memory traffic, and a coordinate that stays affine in the
+// lane number turns into a contiguous or strided block load. Anything else
+// falls back to per-lane offsets and a gather, which is slower but exact.
+//
+//===----------------------------------------------------------------------===//
+#include "codegen/tile/FusionToTile.h"
+
+#include "ir/graph/GraphDialect.h"
+#include "ir/tile/TileDialect.h"
+#include "passes/TargetInfo.h"
+
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/Math/IR/Math.h"
+#include "mlir/Dialect/SCF/IR/SCF.h"
+#include "mlir/Dialect/Vector/IR/VectorOps.h"
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/Matchers.h"
+
+#include <map>
+#include <numeric>
+
+using namespace mlir;
+using namespace tilefuse;
+using namespace tilefuse::graph;
+
+namespace {
+
+constexpr int64_t kAligned = int64_t(1) << 40;
+
+SmallVector<int64_t> shapeOf(Value v) {
+  return SmallVector<int64_t>(llvm::cast<RankedTensorType>(v.getType()).getShape());
+}
+Type dtypeOf(Value v) {
+  return llvm::cast<RankedTensorType>(v.getType()).getElementType();
+}
+int64_t numel(ArrayRef<int64_t> s) {
+  return std::accumulate(s.begin(), s.end(), int64_t(1), std::multiplies<>());
+}
+SmallVector<int64_t> rowMajorStrides(ArrayRef<int64_t> shape) {
+  SmallVector<int64_t> st(shape.size(), 1);
+  for (int64_t d = int64_t(shape.size()) - 2; d >= 0; --d)
+    st[d] = st[d + 1] * shape[d + 1];
+  return st;
+}
+SmallVector<int64_t> squeezed(ArrayRef<int64_t> s) {
+  SmallVector<int64_t> out;
+  for (int64_t d : s)
+    if (d != 1)
+      out.push_back(d);
+  return out;
+}
+int64_t gcd(int64_t a, int64_t b) { return std::gcd(a, b); }
+
+/// Storage type of a dtype in memory (booleans are bytes).
+Type storageType(Type dtype) {
+  if (dtype.isInteger(1))
+    return IntegerType::get(dtype.getContext(), 8);
+  return dtype;
+}
+/// Type the kernel computes a dtype in: f16 and bf16 widen to f32.
+Type computeType(Type dtype) {
+  if (dtype.isF16() || dtype.isBF16())
+    return Float32Type::get(dtype.getContext());
+  return dtype;
+}
+
+/// Index of one dimension for the lanes of the current block: lane `l` is
+/// at `scalar + l * coef`, unless `vec` holds one index per lane.
+struct Coord {
+  Value scalar;
+  int64_t coef = 0;
+  Value vec;
+  /// A number known to divide `scalar` (for reshapes that keep lanes in one row).
+  int64_t align = 1;
+  bool isScalar() const { return !vec && coef == 0; }
+  bool isAffine() const { return !vec; }
+};
+using Coords = SmallVector<Coord>;
+
+class KernelEmitter {
+public:
+  KernelEmitter(FusionOp fusion, func::FuncOp kernel, int64_t block)
+      : fusion(fusion), kernel(kernel), b(kernel.getContext()),
+        loc(fusion.getLoc()), block(block) {}
+
+  LogicalResult emit();
+
+private:
+  // --- constants and scalar index arithmetic ------------------------------
+  Value cst(int64_t v) {
+    auto it = intConstants.find(v);
+    if (it != intConstants.end())
+      return it->second;
+    OpBuilder::InsertionGuard g(b);
+    b.setInsertionPointToStart(&kernel.getBody().front());
+    Value c = b.create<arith::ConstantIntOp>(loc, v, 64);
+    intConstants[v] = c;
+    return c;
+  }
+  std::optional<int64_t> constOf(Value v) {
+    APInt value;
+    if (matchPattern(v, m_ConstantInt(&value)))
+      return value.getSExtValue();
+    return std::nullopt;
+  }
+  Value addS(Value a, Value c) {
+    auto x = constOf(a), y = constOf(c);
+    if (x && y) return cst(*x + *y);
+    if (x && *x == 0) return c;
+    if (y && *y == 0) return a;
+    return b.create<arith::AddIOp>(loc, a, c);
+  }
+  Value mulS(Value a, int64_t k) {
+    auto x = constOf(a);
+    if (x) return cst(*x * k);
+    if (k == 1) return a;
+    if (k == 0) return cst(0);
+    return b.create<arith::MulIOp>(loc, a, cst(k));
+  }
+  Value divS(Value a, int64_t k) {
+    if (auto x = constOf(a)) return cst(*x / k);
+    if (k == 1) return a;
+    return b.create<arith::DivUIOp>(loc, a, cst(k));
+  }
+  Value remS(Value a, int64_t k) {
+    if (auto x = constOf(a)) return cst(*x % k);
+    if (k == 1) return cst(0);
+    return b.create<arith::RemUIOp>(loc, a, cst(k));
+  }
+  int64_t alignOf(Value v, int64_t fallback) {
+    if (auto x = constOf(v))
+      return *x == 0 ? kAligned : std::abs(*x);
+    return fallback;
+  }
+
+  // --- blocks ---------------------------------------------------------------
+  VectorType vecType(Type element) { return VectorType::get({block}, element); }
+  Value splat(Value scalar) {
+    return b.create<vector::SplatOp>(loc, vecType(scalar.getType()), scalar);
+  }
+  Value toBlock(Value v) {
+    return llvm::isa<VectorType>(v.getType()) ? v : splat(v);
+  }
+  Value lanes() {
+    if (!laneIds) {
+      OpBuilder::InsertionGuard g(b);
+      b.setInsertionPointToStart(&kernel.getBody().front());
+      laneIds = b.create<tile::LanesOp>(loc, vecType(b.getI64Type()));
+    }
+    return laneIds;
+  }
+  /// Lanes below the number of valid lanes of the current block.
+  Value activeMask() {
+    assert(activeLimit && "lanes used outside a block loop");
+    return b.create<arith::CmpIOp>(loc, arith::CmpIPredicate::slt, lanes(),
+                                   splat(activeLimit));
+  }
+  Value coordVector(const Coord &c) {
+    if (c.vec)
+      return c.vec;
+    Value v = splat(c.scalar);
+    if (c.coef != 0) {
+      Value l = lanes();
+      if (c.coef != 1)
+        l = b.create<arith::MulIOp>(loc, l, splat(cst(c.coef)));
+      v = b.create<arith::AddIOp>(loc, v, l);
+    }
+    return v;
+  }
+  Coord constCoord(int64_t v) { return {cst(v), 0, {}, v == 0 ? kAligned : v}; }
+  Coord add(const Coord &x, const Coord &y) {
+    if (x.vec || y.vec)
+      return {Value(), 0,
+              b.create<arith::AddIOp>(loc, coordVector(x), coordVector(y)), 1};
+    return {addS(x.scalar, y.scalar), x.coef + y.coef, {}, gcd(x.align, y.align)};
+  }
+  Coord scale(const Coord &x, int64_t k) {
+    if (x.vec)
+      return {Value(), 0, b.create<arith::MulIOp>(loc, x.vec, splat(cst(k))), 1};
+    int64_t al = x.align >= kAligned ? kAligned : x.align * k;
+    return {mulS(x.scalar, k), x.coef * k, {}, k == 0 ? kAligned : al};
+  }
+  /// Row-major linear index of `c` in `shape`.
+  Coord linearize(const Coords &c, ArrayRef<int64_t> shape) {
+    auto st = rowMajorStrides(shape);
+    Coord lin = constCoord(0);
+    for (size_t d = 0; d < c.size(); ++d)
+      lin = add(lin, scale(c[d], st[d]));
+    return lin;
+  }
+  /// Coordinates of linear index `lin` in `shape`. Lanes stay affine when
+  /// every lane of the block lies in one innermost row of `shape`.
+  Coords delinearize(const Coord &lin, ArrayRef<int64_t> shape) {
+    Coords out(shape.size());
+    if (shape.empty())
+      return out;
+    int64_t inner = shape.back();
+    bool sameRow = lin.isScalar() ||
+                   (lin.isAffine() && lin.coef == 1 && inner % block == 0 &&
+                    lin.align % block == 0);
+    if (sameRow) {
+      Value rest = lin.scalar;
+      for (int64_t d = int64_t(shape.size()) - 1; d >= 0; --d) {
+        out[d] = {remS(rest, shape[d]), 0, {}, 1};
+        if (out[d].scalar == cst(0)) out[d].align = kAligned;
+        rest = divS(rest, shape[d]);
+      }
+      out.back().coef = lin.coef;
+      out.back().align = lin.coef ? gcd(lin.align, inner) : out.back().align;
+      return out;
+    }
+    Value rest = coordVector(lin);
+    for (int64_t d = int64_t(shape.size()) - 1; d >= 0; --d) {
+      Value n = splat(cst(shape[d]));
+      out[d] = {Value(), 0, b.create<arith::RemUIOp>(loc, rest, n), 1};
+      rest = b.create<arith::DivUIOp>(loc, rest, n);
+    }
+    return out;
+  }
+
+  // --- memo of emitted values, scoped by loop nest ------------------------
+  using Key = std::pair<void *, std::string>;
+  Key keyOf(Value v, const Coords &c) {
+    std::string k;
+    for (const Coord &x : c) {
+      k += std::to_string(reinterpret_cast<uintptr_t>(x.scalar.getAsOpaquePointer()));
+      k += ':' + std::to_string(x.coef) + ':';
+      k += std::to_string(reinterpret_cast<uintptr_t>(x.vec.getAsOpaquePointer()));
+      k += ';';
+    }
+    return {v.getAsOpaquePointer(), k};
+  }
+  struct Scope {
+    KernelEmitter &e;
+    Value savedLimit;
+    explicit Scope(KernelEmitter &e) : e(e), savedLimit(e.activeLimit) {
+      e.memo.emplace_back();
+    }
+    ~Scope() {
+      e.memo.pop_back();
+      e.activeLimit = savedLimit;
+    }
+  };
+
+  // --- values ---------------------------------------------------------------
+  FailureOr<Value> value(Value v, const Coords &c);
+  FailureOr<Value> compute(Value v, const Coords &c);
+  FailureOr<Value> load(BlockArgument arg, const Coords &c);
+  FailureOr<Value> elementwise(Operation *op, const Coords &c);
+  FailureOr<Value> reduction(Operation *op, const Coords &c);
+  FailureOr<Value> argmax(ArgmaxOp op, const Coords &c);
+  FailureOr<Value> random(RandomUniformOp op, const Coords &c);
+  FailureOr<Value> concat(ConcatOp op, const Coords &c);
+  Value castTo(Value v, Type fromDtype, Type toDtype);
+  Value neutral(Operation *op, Type t);
+  Value combine(Operation *op, Value acc, Value v);
+
+  // --- stores -----------------------------------------------------------------
+  LogicalResult store(unsigned output, const Coords &c);
+  Value offsetOf(const Coords &c, ArrayRef<int64_t> shape, int64_t &stride,
+                 Value &vecOffsets);
+  /// Coordinates of a value of `shape` from coordinates `from` of a shape
+  /// with the same non-unit dimensions.
+  Coords matchUnitDims(const Coords &from, ArrayRef<int64_t> fromShape,
+                       ArrayRef<int64_t> shape);
+
+  /// Loop `n` times (scalar induction variable), running `body` in a scope.
+  template <typename Fn>
+  LogicalResult forLoop(int64_t n, ValueRange init, Fn body,
+                        SmallVectorImpl<Value> *results = nullptr);
+
+  FusionOp fusion;
+  func::FuncOp kernel;
+  OpBuilder b;
+  Location loc;
+  int64_t block;
+  std::map<int64_t, Value> intConstants;
+  Value laneIds;
+  Value activeLimit;
+  std::vector<std::map<Key, Value>> memo;
+  DenseMap<Value, Value> argPointers; // block argument -> kernel argument
+  SmallVector<Value> outputPointers;
+};
+
+template <typename Fn>
+LogicalResult KernelEmitter::forLoop(int64_t n, ValueRange init, Fn body,
+                                     SmallVectorImpl<Value> *results) {
+  auto loop = b.create<scf::ForOp>(loc, cst(0), cst(n), cst(1), init);
+  OpBuilder::InsertionGuard g(b);
+  b.setInsertionPointToStart(loop.getBody());
+  SmallVector<Value> yielded;
+  {
+    Scope scope(*this);
+    if (failed(body(loop.getInductionVar(), loop.getRegionIterArgs(), yielded)))
+      return failure();
+  }
+  // A loop without iteration values comes with its terminator already.
+  if (!loop.getBody()->mightHaveTerminator())
+    b.create<scf::YieldOp>(loc, yielded);
+  if (results)
+    results->assign(loop.getResults().begin(), loop.getResults().end());
+  return success();
+}
+
+FailureOr<Value> KernelEmitter::value(Value v, const Coords &c) {
+  Key key = keyOf(v, c);
+  for (auto it = memo.rbegin(); it != memo.rend(); ++it) {
+    auto found = it->find(key);
+    if (found != it->end())
+      return found->second;
+  }
+  FailureOr<Value> r = compute(v, c);
+  if (succeeded(r))
+    memo.back()[key] = *r;
+  return r;
+}
+
+FailureOr<Value> KernelEmitter::compute(Value v, const Coords &c) {
+  if (auto arg = llvm::dyn_cast<BlockArgument>(v))
+    return load(arg, c);
+  Operation *op = v.getDefiningOp();
+  auto resultShape = shapeOf(v);
+
+  if (auto bc = llvm::dyn_cast<BroadcastInDimOp>(op)) {
+    auto in = shapeOf(bc.getOperand());
+    Coords oc;
+    for (auto [i, d] : llvm::enumerate(bc.getDims()))
+      oc.push_back(in[i] == 1 && resultShape[d] != 1 ? constCoord(0) : c[d]);
+    return value(bc.getOperand(), oc);
+  }
+  if (auto tr = llvm::dyn_cast<TransposeOp>(op)) {
+    Coords oc(c.size());
+    for (auto [i, p] : llvm::enumerate(tr.getPerm()))
+      oc[p] = c[i];
+    return value(tr.getOperand(), oc);
+  }
+  if (auto sl = llvm::dyn_cast<SliceOp>(op)) {
+    Coords oc;
+    for (size_t d = 0; d < c.size(); ++d)
+      oc.push_back(add(constCoord(sl.getStart()[d]), scale(c[d], sl.getStride()[d])));
+    return value(sl.getOperand(), oc);
+  }
+  if (auto rs = llvm::dyn_cast<ReshapeOp>(op)) {
+    auto in = shapeOf(rs.getOperand());
+    if (squeezed(in) == squeezed(resultShape))
+      return value(rs.getOperand(), matchUnitDims(c, resultShape, in));
+    return value(rs.getOperand(), delinearize(linearize(c, resultShape), in));
+  }
+  if (auto cat = llvm::dyn_cast<ConcatOp>(op))
+    return concat(cat, c);
+  if (llvm::isa<ReduceSumOp, ReduceMaxOp, ReduceMinOp>(op))
+    return reduction(op, c);
+  if (auto am = llvm::dyn_cast<ArgmaxOp>(op))
+    return argmax(am, c);
+  if (auto rnd = llvm::dyn_cast<RandomUniformOp>(op))
+    return random(rnd, c);
+  if (auto full = llvm::dyn_cast<FullOp>(op)) {
+    Type t = computeType(dtypeOf(v));
+    if (llvm::isa<FloatType>(t))
+      return castTo(b.create<arith::ConstantOp>(
+                        loc, b.getFloatAttr(dtypeOf(v), full.getValue().convertToDouble())),
+                    dtypeOf(v), dtypeOf(v));
+    return b.create<arith::ConstantOp>(
+                loc, b.getIntegerAttr(t, static_cast<int64_t>(
+                                             full.getValue().convertToDouble())))
+        .getResult();
+  }
+  if (auto k = llvm::dyn_cast<ConstantOp>(op)) {
+    auto dense = llvm::dyn_cast<SplatElementsAttr>(k.getValue());
+    if (!dense)
+      return fusion.emitOpError()
+             << "holds a non-splat graph.constant; hoistDenseConstants must run first";
+    Type dt = dtypeOf(v);
+    TypedAttr attr = llvm::isa<FloatType>(dt)
+                         ? TypedAttr(dense.getSplatValue<FloatAttr>())
+                         : TypedAttr(dense.getSplatValue<IntegerAttr>());
+    return castTo(b.create<arith::ConstantOp>(loc, attr), dt, dt);
+  }
+  if (auto io = llvm::dyn_cast<IotaOp>(op)) {
+    const Coord &x = c[io.getDim()];
+    Value idx = x.isScalar() ? x.scalar : coordVector(x);
+    return castTo(idx, b.getI64Type(), dtypeOf(v));
+  }
+  if (auto ca = llvm::dyn_cast<CastOp>(op)) {
+    FailureOr<Value> x = value(ca.getOperand(), c);
+    if (failed(x))
+      return failure();
+    return castTo(*x, dtypeOf(ca.getOperand()), dtypeOf(v));
+  }
+  return elementwise(op, c);
+}
+
+/// Compute-type value `v` of dtype `from` converted to dtype `to`, with the
+/// rounding an explicit cast implies (to f16/bf16: round, then widen again).
+Value KernelEmitter::castTo(Value v, Type from, Type to) {
+  Type cfrom = computeType(from), cto = computeType(to);
+  auto vt = llvm::dyn_cast<VectorType>(v.getType());
+  auto like = [&](Type t) -> Type { return vt ? Type(vecType(t)) : t; };
+  // Literal constants arrive in their dtype; bring them to compute type.
+  if (v.getType() != like(cfrom) && v.getType() == like(from))
+    v = b.create<arith::ExtFOp>(loc, like(cfrom), v);
+  Value r = v;
+  if (llvm::isa<FloatType>(cfrom) && llvm::isa<FloatType>(cto)) {
+    auto fw = llvm::cast<FloatType>(cfrom).getWidth(), tw = llvm::cast<FloatType>(to).getWidth();
+    if (to.isF16() || to.isBF16()) {
+      Value narrow = b.create<arith::TruncFOp>(loc, like(to), v);
+      return b.create<arith::ExtFOp>(loc, like(cto), narrow);
+    }
+    if (fw > tw) r = b.create<arith::TruncFOp>(loc, like(cto), v);
+    else if (fw < tw) r = b.create<arith::ExtFOp>(loc, like(cto), v);
+    return r;
+  }
+  if (llvm::isa<FloatType>(cfrom)) { // float -> integer
+    if (to.isInteger(1)) {
+      Value zero = b.create<arith::ConstantOp>(loc, b.getFloatAttr(cfrom, 0.0));
+      if (vt) zero = splat(zero);
+      return b.create<arith::CmpFOp>(loc, arith::CmpFPredicate::UNE, v, zero);
+    }
+    return b.create<arith::FPToSIOp>(loc, like(cto), v);
+  }
+  if (llvm::isa<FloatType>(cto)) { // integer -> float
+    Value f;
+    if (from.isInteger(1))
+      f = b.create<arith::UIToFPOp>(loc, like(to), v);
+    else
+      f = b.create<arith::SIToFPOp>(loc, like(to), v);
+    return to == cto ? f : b.create<arith::ExtFOp>(loc, like(cto), f).getResult();
+  }
+  // integer -> integer
+  unsigned fw = cfrom.getIntOrFloatBitWidth(), tw = cto.getIntOrFloatBitWidth();
+  if (to.isInteger(1)) {
+    Value zero = b.create<arith::ConstantOp>(loc, b.getIntegerAttr(cfrom, 0));
+    if (vt) zero = splat(zero);
+    return b.create<arith::CmpIOp>(loc, arith::CmpIPredicate::ne, v, zero);
+  }
+  if (fw > tw) return b.create<arith::TruncIOp>(loc, like(cto), v);
+  if (fw < tw) {
+    if (from.isInteger(1)) return b.create<arith::ExtUIOp>(loc, like(cto), v);
+    return b.create<arith::ExtSIOp>(loc, like(cto), v);
+  }
+  return v;
+}
+
+Value KernelEmitter::offsetOf(const Coords &c, ArrayRef<int64_t> shape,
+                              int64_t &stride, Value &vecOffsets) {
+  Coord lin = linearize(c, shape);
+  if (lin.vec) {
+    vecOffsets = lin.vec;
+    stride = 0;
+    return Value();
+  }
+  stride = lin.coef;
+  return lin.scalar;
+}
+
+FailureOr<Value> KernelEmitter::load(BlockArgument arg, const Coords &c) {
+  Value ptr = argPointers.lookup(arg);
+  Type dt = dtypeOf(arg), st = storageType(dt);
+  int64_t stride = 0;
+  Value vecOffsets;
+  Value offset = offsetOf(c, shapeOf(arg), stride, vecOffsets);
+  Value raw;
+  if (!vecOffsets && stride == 0) {
+    raw = b.create<tile::LoadScalarOp>(loc, st, ptr, offset);
+  } else if (!vecOffsets) {
+    raw = b.create<tile::LoadOp>(loc, vecType(st), ptr, offset, activeLimit,
+                                 b.getI64IntegerAttr(stride));
+  } else {
+    raw = b.create<tile::GatherOp>(loc, vecType(st), ptr, vecOffsets, activeMask());
+  }
+  bool isVec = llvm::isa<VectorType>(raw.getType());
+  auto like = [&](Type t) -> Type { return isVec ? Type(vecType(t)) : t; };
+  if (dt.isInteger(1)) {
+    Value zero = b.create<arith::ConstantOp>(loc, b.getIntegerAttr(st, 0));
+    if (isVec) zero = splat(zero);
+    return b.create<arith::CmpIOp>(loc, arith::CmpIPredicate::ne, raw, zero).getResult();
+  }
+  if (computeType(dt) != dt)
+    return b.create<arith::ExtFOp>(loc, like(computeType(dt)), raw).getResult();
+  return raw;
+}
+
+FailureOr<Value> KernelEmitter::elementwise(Operation *op, const Coords &c) {
+  SmallVector<Value> xs;
+  bool anyVector = false;
+  for (Value operand : op->getOperands()) {
+    FailureOr<Value> x = value(operand, c);
+    if (failed(x))
+      return failure();
+    anyVector |= llvm::isa<VectorType>(x->getType());
+    xs.push_back(*x);
+  }
+  if (anyVector)
+    for (Value &x : xs)
+      x = toBlock(x);
+  Type dt = op->getNumOperands() ? dtypeOf(op->getOperand(0)) : Type();
+  bool isFloat = dt && llvm::isa<FloatType>(dt);
+  auto like = [&](Value x, double f) -> Value {
+    Type et = getElementTypeOrSelf(x.getType());
+    Value k = b.create<arith::ConstantOp>(loc, b.getFloatAttr(et, f));
+    return llvm::isa<VectorType>(x.getType()) ? splat(k) : k;
+  };
+  auto likeInt = [&](Value x, int64_t i) -> Value {
+    Type et = getElementTypeOrSelf(x.getType());
+    Value k = b.create<arith::ConstantOp>(loc, b.getIntegerAttr(et, i));
+    return llvm::isa<VectorType>(x.getType()) ? splat(k) : k;
+  };
+  auto cmp = [&](arith::CmpFPredicate f, arith::CmpIPredicate i) -> Value {
+    if (isFloat)
+      return b.create<arith::CmpFOp>(loc, f, xs[0], xs[1]);
+    return b.create<arith::CmpIOp>(loc, i, xs[0], xs[1]);
+  };
+  using P = arith::CmpFPredicate;
+  using I = arith::CmpIPredicate;
+  if (isa<AddOp>(op)) return isFloat ? Value(b.create<arith::AddFOp>(loc, xs[0], xs[1])) : b.create<arith::AddIOp>(loc, xs[0], xs[1]);
+  if (isa<SubOp>(op)) return isFloat ? Value(b.create<arith::SubFOp>(loc, xs[0], xs[1])) : b.create<arith::SubIOp>(loc, xs[0], xs[1]);
+  if (isa<MulOp>(op)) return isFloat ? Value(b.create<arith::MulFOp>(loc, xs[0], xs[1])) : b.create<arith::MulIOp>(loc, xs[0], xs[1]);
+  if (isa<DivOp>(op)) {
+    if (isFloat)
+      return b.create<arith::DivFOp>(loc, xs[0], xs[1]).getResult();
+    // Integer division never traps in a kernel: x / 0 is 0 and
+    // INT_MIN / -1 wraps (the interpreter reports division by zero).
+    Value zero = likeInt(xs[1], 0), one = likeInt(xs[1], 1), minus1 = likeInt(xs[1], -1);
+    Value isZero = b.create<arith::CmpIOp>(loc, I::eq, xs[1], zero);
+    Value isM1 = b.create<arith::CmpIOp>(loc, I::eq, xs[1], minus1);
+    Value safe = b.create<arith::SelectOp>(loc, b.create<arith::OrIOp>(loc, isZero, isM1), one, xs[1]);
+    Value q = b.create<arith::DivSIOp>(loc, xs[0], safe);
+    Value neg = b.create<arith::SubIOp>(loc, zero, xs[0]);
+    q = b.create<arith::SelectOp>(loc, isM1, neg, q);
+    return b.create<arith::SelectOp>(loc, isZero, zero, q).getResult();
+  }
+  if (isa<PowOp>(op)) return b.create<math::PowFOp>(loc, xs[0], xs[1]).getResult();
+  if (isa<MaximumOp>(op)) return isFloat ? Value(b.create<arith::MaximumFOp>(loc, xs[0], xs[1])) : b.create<arith::MaxSIOp>(loc, xs[0], xs[1]);
+  if (isa<MinimumOp>(op)) return isFloat ? Value(b.create<arith::MinimumFOp>(loc, xs[0], xs[1])) : b.create<arith::MinSIOp>(loc, xs[0], xs[1]);
+  if (isa<EqOp>(op)) return cmp(P::OEQ, I::eq);
+  if (isa<NeOp>(op)) return cmp(P::UNE, I::ne);
+  if (isa<LtOp>(op)) return cmp(P::OLT, I::slt);
+  if (isa<LeOp>(op)) return cmp(P::OLE, I::sle);
+  if (isa<GtOp>(op)) return cmp(P::OGT, I::sgt);
+  if (isa<GeOp>(op)) return cmp(P::OGE, I::sge);
+  if (isa<SelectOp>(op)) return b.create<arith::SelectOp>(loc, xs[0], xs[1], xs[2]).getResult();
+  if (isa<NegOp>(op)) return isFloat ? Value(b.create<arith::NegFOp>(loc, xs[0])) : b.create<arith::SubIOp>(loc, likeInt(xs[0], 0), xs[0]);
+  if (isa<AbsOp>(op)) return isFloat ? Value(b.create<math::AbsFOp>(loc, xs[0])) : b.create<math::AbsIOp>(loc, xs[0]);
+  if (isa<ExpOp>(op)) return b.create<math::ExpOp>(loc, xs[0]).getResult();
+  if (isa<LogOp>(op)) return b.create<math::LogOp>(loc, xs[0]).getResult();
+  if (isa<TanhOp>(op)) return b.create<math::TanhOp>(loc, xs[0]).getResult();
+  if (isa<SqrtOp>(op)) return b.create<math::SqrtOp>(loc, xs[0]).getResult();
+  if (isa<RsqrtOp>(op)) {
+    // 1/sqrt rather than math.rsqrt: the latter may use a low-precision
+    // hardware estimate.
+    Value s = b.create<math::SqrtOp>(loc, xs[0]);
+    return b.create<arith::DivFOp>(loc, like(s, 1.0), s).getResult();
+  }
+  if (isa<ErfOp>(op)) return b.create<math::ErfOp>(loc, xs[0]).getResult();
+  if (isa<SigmoidOp>(op)) {
+    // e = exp(-|x|) never overflows; sigmoid = 1/(1+e) for x >= 0, e/(1+e) else.
+    Value e = b.create<math::ExpOp>(loc, b.create<arith::NegFOp>(loc, b.create<math::AbsFOp>(loc, xs[0])));
+    Value r = b.create<arith::DivFOp>(loc, like(e, 1.0), b.create<arith::AddFOp>(loc, like(e, 1.0), e));
+    Value pos = b.create<arith::CmpFOp>(loc, P::OGE, xs[0], like(e, 0.0));
+    return b.create<arith::SelectOp>(loc, pos, r, b.create<arith::MulFOp>(loc, e, r)).getResult();
+  }
+  return fusion.emitOpError() << "cannot compile '" << op->getName()
+                              << "' inside a kernel; no tile lowering exists for it";
+}
+
+Value KernelEmitter::neutral(Operation *op, Type t) {
+  bool isFloat = llvm::isa<FloatType>(t);
+  if (isa<ReduceSumOp>(op))
+    return isFloat ? Value(b.create<arith::ConstantOp>(loc, b.getFloatAttr(t, 0.0)))
+                   : b.create<arith::ConstantOp>(loc, b.getIntegerAttr(t, 0));
+  bool isMax = isa<ReduceMaxOp>(op);
+  if (isFloat)
+    return b.create<arith::ConstantOp>(
+        loc, b.getFloatAttr(t, isMax ? -INFINITY : INFINITY));
+  unsigned w = t.getIntOrFloatBitWidth();
+  APInt v = isMax ? APInt::getSignedMinValue(w) : APInt::getSignedMaxValue(w);
+  return b.create<arith::ConstantOp>(loc, b.getIntegerAttr(t, v));
+}
+
+Value KernelEmitter::combine(Operation *op, Value acc, Value v) {
+  bool isFloat = llvm::isa<FloatType>(getElementTypeOrSelf(acc.getType()));
+  if (isa<ReduceSumOp>(op))
+    return isFloat ? Value(b.create<arith::AddFOp>(loc, acc, v)) : b.create<arith::AddIOp>(loc, acc, v);
+  if (isa<ReduceMaxOp>(op))
+    return isFloat ? Value(b.create<arith::MaximumFOp>(loc, acc, v)) : b.create<arith::MaxSIOp>(loc, acc, v);
+  return isFloat ? Value(b.create<arith::MinimumFOp>(loc, acc, v)) : b.create<arith::MinSIOp>(loc, acc, v);
+}
+
+/// A reduction at result coordinates `c`. When `c` has no lanes (one
+/// result per program), lanes run along the operand's innermost reduced
+/// dimension and fold at the end; otherwise each lane accumulates its own
+/// result while a scalar loop walks the reduced dimensions.
+FailureOr<Value> KernelEmitter::reduction(Operation *op, const Coords &c) {
+  Value operand = op->getOperand(0);
+  auto in = shapeOf(operand);
+  auto dims = op->getAttrOfType<DenseI64ArrayAttr>("dims").asArrayRef();
+  bool keepdim = op->getAttrOfType<BoolAttr>("keepdim") &&
+                 op->getAttrOfType<BoolAttr>("keepdim").getValue();
+  Type ct = computeType(dtypeOf(operand));
+  // Operand coordinates of the kept dimensions; reduced ones filled per step.
+  Coords oc(in.size());
+  {
+    size_t r = 0;
+    for (int64_t d = 0; d < int64_t(in.size()); ++d) {
+      bool reduced = llvm::is_contained(dims, d);
+      if (!reduced)
+        oc[d] = c[r];
+      if (!reduced || keepdim)
+        ++r;
+    }
+  }
+  bool lanesInResult = llvm::any_of(c, [](const Coord &x) { return !x.isScalar(); });
+  SmallVector<int64_t> outerDims(dims.begin(), dims.end());
+  int64_t laneDim = -1;
+  if (!lanesInResult && !dims.empty()) {
+    laneDim = dims.back();
+    outerDims.pop_back();
+  }
+  SmallVector<int64_t> outerSizes;
+  for (int64_t d : outerDims)
+    outerSizes.push_back(in[d]);
+  int64_t outerCount = numel(outerSizes);
+
+  // Accumulate per lane when lanes fold at the end or when each lane has
+  // its own result.
+  bool vectorAcc = laneDim >= 0 || lanesInResult;
+  Value init = neutral(op, ct);
+  if (vectorAcc)
+    init = splat(init);
+  SmallVector<Value> acc;
+  LogicalResult ok = forLoop(
+      outerCount, ValueRange{init},
+      [&](Value o, ValueRange iter, SmallVectorImpl<Value> &yield) -> LogicalResult {
+        Coords cc = oc;
+        Value rest = o;
+        for (int64_t k = int64_t(outerDims.size()) - 1; k >= 0; --k) {
+          cc[outerDims[k]] = {remS(rest, outerSizes[k]), 0, {}, 1};
+          rest = divS(rest, outerSizes[k]);
+        }
+        if (laneDim < 0) {
+          FailureOr<Value> v = value(operand, cc);
+          if (failed(v))
+            return failure();
+          if (!vectorAcc && llvm::isa<VectorType>(v->getType()))
+            return fusion.emitOpError()
+                   << "internal error: a per-program reduction of '" << op->getName()
+                   << "' produced a block";
+          yield.push_back(combine(op, iter[0], vectorAcc ? toBlock(*v) : *v));
+          return success();
+        }
+        int64_t n = in[laneDim];
+        int64_t steps = (n + block - 1) / block;
+        SmallVector<Value> inner;
+        if (failed(forLoop(
+                steps, ValueRange{iter[0]},
+                [&](Value j, ValueRange it2, SmallVectorImpl<Value> &y2) -> LogicalResult {
+                  Coords c2 = cc;
+                  Value start = mulS(j, block);
+                  c2[laneDim] = {start, 1, {}, block};
+                  activeLimit = b.create<arith::SubIOp>(loc, cst(n), start);
+                  FailureOr<Value> v = value(operand, c2);
+                  if (failed(v))
+                    return failure();
+                  Value x = toBlock(*v);
+                  if (n % block != 0)
+                    x = b.create<arith::SelectOp>(loc, activeMask(), x, splat(neutral(op, ct)));
+                  y2.push_back(combine(op, it2[0], x));
+                  return success();
+                },
+                &inner)))
+          return failure();
+        yield.push_back(inner[0]);
+        return success();
+      },
+      &acc);
+  if (failed(ok))
+    return failure();
+  if (laneDim < 0)
+    return acc[0];
+  tile::ReduceKind kind = isa<ReduceSumOp>(op)   ? tile::ReduceKind::add
+                          : isa<ReduceMaxOp>(op) ? tile::ReduceKind::max
+                                                 : tile::ReduceKind::min;
+  return b.create<tile::ReduceOp>(loc, ct, kind, acc[0]).getResult();
+}
+
+/// First maximum wins and NaN counts as the maximum (as numpy): a scalar
+/// loop over the reduced dimension, each lane tracking its own row.
+FailureOr<Value> KernelEmitter::argmax(ArgmaxOp op, const Coords &c) {
+  Value operand = op.getOperand();
+  auto in = shapeOf(operand);
+  int64_t dim = op.getDim();
+  Coords oc(in.size());
+  size_t r = 0;
+  for (int64_t d = 0; d < int64_t(in.size()); ++d) {
+    if (d != dim)
+      oc[d] = c[r];
+    if (d != dim || op.getKeepdim())
+      ++r;
+  }
+  bool lanes = llvm::any_of(c, [](const Coord &x) { return !x.isScalar(); });
+  Coords first = oc;
+  first[dim] = constCoord(0);
+  FailureOr<Value> v0 = value(operand, first);
+  if (failed(v0))
+    return failure();
+  Value best = lanes ? toBlock(*v0) : *v0;
+  Value bestIdx = lanes ? splat(cst(0)) : cst(0);
+  bool isFloat = llvm::isa<FloatType>(getElementTypeOrSelf(best.getType()));
+  SmallVector<Value> res;
+  if (failed(forLoop(
+          in[dim], ValueRange{best, bestIdx},
+          [&](Value k, ValueRange it, SmallVectorImpl<Value> &y) -> LogicalResult {
+            Coords cc = oc;
+            cc[dim] = {k, 0, {}, 1};
+            FailureOr<Value> v = value(operand, cc);
+            if (failed(v))
+              return failure();
+            Value x = lanes ? toBlock(*v) : *v;
+            Value take;
+            if (isFloat) {
+              Value gt = b.create<arith::CmpFOp>(loc, arith::CmpFPredicate::OGT, x, it[0]);
+              Value xNan = b.create<arith::CmpFOp>(loc, arith::CmpFPredicate::UNO, x, x);
+              Value bestNan = b.create<arith::CmpFOp>(loc, arith::CmpFPredicate::UNO, it[0], it[0]);
+              Value notBestNan = b.create<arith::XOrIOp>(
+                  loc, bestNan, b.create<arith::ConstantOp>(loc, b.getBoolAttr(true)).getResult());
+              Value cand = b.create<arith::OrIOp>(loc, gt, xNan);
+              if (lanes) notBestNan = b.create<arith::XOrIOp>(loc, bestNan, splat(b.create<arith::ConstantOp>(loc, b.getBoolAttr(true))));
+              take = b.create<arith::AndIOp>(loc, cand, notBestNan);
+            } else {
+              take = b.create<arith::CmpIOp>(loc, arith::CmpIPredicate::sgt, x, it[0]);
+            }
+            y.push_back(b.create<arith::SelectOp>(loc, take, x, it[0]));
+            Value kk = lanes ? splat(k) : k;
+            y.push_back(b.create<arith::SelectOp>(loc, take, kk, it[1]));
+            return success();
+          },
+          &res)))
+    return failure();
+  return res[1];
+}
+
+/// Philox 4x32-10 on the element's linear index, bit-identical to
+/// codegen/reference/Philox.h.
+FailureOr<Value> KernelEmitter::random(RandomUniformOp op, const Coords &c) {
+  FailureOr<Value> seed = value(op.getSeed(), {});
+  if (failed(seed))
+    return failure();
+  Coord lin = linearize(c, shapeOf(op.getResult()));
+  bool vec = !lin.isScalar();
+  Value index = vec ? coordVector(lin) : lin.scalar;
+  Type i32 = b.getI32Type(), i64 = b.getI64Type();
+  auto like = [&](Type t) -> Type { return vec ? Type(vecType(t)) : t; };
+  auto k32 = [&](uint32_t v) -> Value {
+    Value k = b.create<arith::ConstantOp>(loc, b.getIntegerAttr(i32, int64_t(v)));
+    return vec ? splat(k) : k;
+  };
+  auto k64 = [&](int64_t v) -> Value { return vec ? splat(cst(v)) : cst(v); };
+  Value blk = b.create<arith::ShRUIOp>(loc, index, k64(2));
+  Value ctr[4] = {
+      b.create<arith::TruncIOp>(loc, like(i32), blk),
+      b.create<arith::TruncIOp>(loc, like(i32), b.create<arith::ShRUIOp>(loc, blk, k64(32))),
+      k32(uint32_t(op.getStream())), k32(0)};
+  Value s = vec ? splat(*seed) : *seed;
+  Value key[2] = {b.create<arith::TruncIOp>(loc, like(i32), s),
+                  b.create<arith::TruncIOp>(loc, like(i32), b.create<arith::ShRUIOp>(loc, s, k64(32)))};
+  for (int round = 0; round < 10; ++round) {
+    auto m0 = b.create<arith::MulUIExtendedOp>(loc, k32(0xD2511F53u), ctr[0]);
+    auto m1 = b.create<arith::MulUIExtendedOp>(loc, k32(0xCD9E8D57u), ctr[2]);
+    Value n0 = b.create<arith::XOrIOp>(loc, b.create<arith::XOrIOp>(loc, m1.getHigh(), ctr[1]), key[0]);
+    Value n2 = b.create<arith::XOrIOp>(loc, b.create<arith::XOrIOp>(loc, m0.getHigh(), ctr[3]), key[1]);
+    ctr[0] = n0;
+    ctr[1] = m1.getLow();
+    ctr[2] = n2;
+    ctr[3] = m0.getLow();
+    key[0] = b.create<arith::AddIOp>(loc, key[0], k32(0x9E3779B9u));
+    key[1] = b.create<arith::AddIOp>(loc, key[1], k32(0xBB67AE85u));
+  }
+  Value word = b.create<arith::TruncIOp>(loc, like(i32), b.create<arith::AndIOp>(loc, index, k64(3)));
+  Value bits = ctr[3];
+  for (int w = 2; w >= 0; --w)
+    bits = b.create<arith::SelectOp>(
+        loc, b.create<arith::CmpIOp>(loc, arith::CmpIPredicate::eq, word, k32(w)), ctr[w], bits);
+  Type dt = dtypeOf(op.getResult());
+  int mb = dt.isF64() ? 32 : dt.isF32() ? 24 : dt.isF16() ? 11 : 8;
+  Type ct = computeType(dt);
+  Value top = b.create<arith::ShRUIOp>(loc, bits, k32(32 - mb));
+  Value f = b.create<arith::UIToFPOp>(loc, like(ct), top);
+  Value scaleK = b.create<arith::ConstantOp>(loc, b.getFloatAttr(ct, std::ldexp(1.0, -mb)));
+  return b.create<arith::MulFOp>(loc, f, vec ? splat(scaleK) : scaleK).getResult();
+}
+
+/// Every input read at a clamped coordinate, the right one selected.
+FailureOr<Value> KernelEmitter::concat(ConcatOp op, const Coords &c) {
+  int64_t dim = op.getDim();
+  const Coord &x = c[dim];
+  Value result;
+  int64_t offset = 0;
+  for (Value in : op.getInputs()) {
+    int64_t n = shapeOf(in)[dim];
+    Coords cc = c;
+    Value inRange;
+    if (x.isScalar()) {
+      Value rel = b.create<arith::SubIOp>(loc, x.scalar, cst(offset));
+      Value lo = b.create<arith::MaxSIOp>(loc, rel, cst(0));
+      cc[dim] = {b.create<arith::MinSIOp>(loc, lo, cst(n - 1)), 0, {}, 1};
+      inRange = b.create<arith::AndIOp>(
+          loc, b.create<arith::CmpIOp>(loc, arith::CmpIPredicate::sge, rel, cst(0)),
+          b.create<arith::CmpIOp>(loc, arith::CmpIPredicate::slt, rel, cst(n)));
+    } else {
+      Value rel = b.create<arith::SubIOp>(loc, coordVector(x), splat(cst(offset)));
+      Value lo = b.create<arith::MaxSIOp>(loc, rel, splat(cst(0)));
+      cc[dim] = {Value(), 0, b.create<arith::MinSIOp>(loc, lo, splat(cst(n - 1))), 1};
+      inRange = b.create<arith::AndIOp>(
+          loc, b.create<arith::CmpIOp>(loc, arith::CmpIPredicate::sge, rel, splat(cst(0))),
+          b.create<arith::CmpIOp>(loc, arith::CmpIPredicate::slt, rel, splat(cst(n))));
+    }
+    FailureOr<Value> v = value(in, cc);
+    if (failed(v))
+      return failure();
+    Value vv = *v;
+    if (!result) {
+      result = vv;
+    } else {
+      if (llvm::isa<VectorType>(inRange.getType()) || llvm::isa<VectorType>(vv.getType()) ||
+          llvm::isa<VectorType>(result.getType())) {
+        vv = toBlock(vv);
+        result = toBlock(result);
+      }
+      result = b.create<arith::SelectOp>(loc, inRange, vv, result);
+    }
+    offset += n;
+  }
+  return result;
+}
+
+Coords KernelEmitter::matchUnitDims(const Coords &from,
+                                    ArrayRef<int64_t> fromShape,
+                                    ArrayRef<int64_t> shape) {
+  Coords nonUnit;
+  for (size_t d = 0; d < fromShape.size(); ++d)
+    if (fromShape[d] != 1)
+      nonUnit.push_back(from[d]);
+  Coords out;
+  size_t k = 0;
+  for (int64_t s : shape)
+    out.push_back(s == 1 ? constCoord(0) : nonUnit[k++]);
+  return out;
+}
+
+LogicalResult KernelEmitter::store(unsigned output, const Coords &c) {
+  Value result = fusion.getBody().front().getTerminator()->getOperand(output);
+  FailureOr<Value> v = value(result, c);
+  if (failed(v))
+    return failure();
+  Type dt = dtypeOf(result), st = storageType(dt);
+  int64_t stride = 0;
+  Value vecOffsets;
+  Value offset = offsetOf(c, shapeOf(result), stride, vecOffsets);
+  Value x = *v;
+  bool isVec = stride != 0 || vecOffsets;
+  if (isVec)
+    x = toBlock(x);
+  else if (llvm::isa<VectorType>(x.getType()))
+    x = b.create<vector::ExtractOp>(loc, x, ArrayRef<int64_t>{0});
+  auto like = [&](Type t) -> Type { return isVec ? Type(vecType(t)) : t; };
+  if (dt.isInteger(1))
+    x = b.create<arith::ExtUIOp>(loc, like(st), x);
+  else if (computeType(dt) != dt)
+    x = b.create<arith::TruncFOp>(loc, like(st), x);
+  Value ptr = outputPointers[output];
+  if (vecOffsets)
+    b.create<tile::ScatterOp>(loc, x, ptr, vecOffsets, activeMask());
+  else if (isVec)
+    b.create<tile::StoreOp>(loc, x, ptr, offset, activeLimit, b.getI64IntegerAttr(stride));
+  else
+    b.create<tile::StoreScalarOp>(loc, x, ptr, offset);
+  return success();
+}
+
+LogicalResult KernelEmitter::emit() {
+  Block &entry = kernel.getBody().front();
+  b.setInsertionPointToStart(&entry);
+  memo.emplace_back();
+  Block &body = fusion.getBody().front();
+  for (auto [i, arg] : llvm::enumerate(body.getArguments()))
+    argPointers[arg] = entry.getArgument(i);
+  for (unsigned i = 0; i < fusion.getNumResults(); ++i)
+    outputPointers.push_back(entry.getArgument(body.getNumArguments() + i));
+
+  auto domain = SmallVector<int64_t>(fusion.getDomain());
+  auto reduced = SmallVector<int64_t>(fusion.getReduced());
+  int64_t rank = domain.size();
+  SmallVector<int64_t> kept;
+  for (int64_t d = 0; d < rank; ++d)
+    if (!llvm::is_contained(reduced, d))
+      kept.push_back(d);
+  // Lanes run along the innermost dimension; when it is kept, programs
+  // split it into blocks, otherwise each program owns whole rows.
+  bool lanesKept = rank > 0 && !kept.empty() && kept.back() == rank - 1;
+  SmallVector<int64_t> progDims(kept);
+  if (lanesKept)
+    progDims.pop_back();
+  int64_t blocksPerRow = lanesKept ? (domain.back() + block - 1) / block : 1;
+  int64_t grid = blocksPerRow;
+  for (int64_t d : progDims)
+    grid *= domain[d];
+  kernel->setAttr(tile::kGridAttr, b.getI64IntegerAttr(grid));
+
+  Value pid = b.create<tile::ProgramIdOp>(loc, b.getI64Type());
+  Coords dc(rank);
+  Value row = divS(pid, blocksPerRow);
+  for (int64_t k = int64_t(progDims.size()) - 1; k >= 0; --k) {
+    int64_t d = progDims[k];
+    dc[d] = {remS(row, domain[d]), 0, {}, 1};
+    row = divS(row, domain[d]);
+  }
+  if (lanesKept) {
+    Value start = mulS(remS(pid, blocksPerRow), block);
+    dc[rank - 1] = {start, 1, {}, block};
+    activeLimit = b.create<arith::SubIOp>(loc, cst(domain.back()), start);
+  }
+
+  SmallVector<int64_t> keptShape;
+  for (int64_t d : kept)
+    keptShape.push_back(domain[d]);
+  auto keptCoords = [&](ArrayRef<int64_t> shape) {
+    Coords kc;
+    for (int64_t d : kept)
+      kc.push_back(dc[d]);
+    return matchUnitDims(kc, keptShape, shape);
+  };
+  Operation *yield = body.getTerminator();
+  SmallVector<unsigned> domainOutputs;
+  for (unsigned i = 0; i < yield->getNumOperands(); ++i) {
+    auto s = shapeOf(yield->getOperand(i));
+    if (squeezed(s) == squeezed(keptShape)) {
+      if (failed(store(i, keptCoords(s))))
+        return failure();
+    } else if (squeezed(s) == squeezed(domain) || numel(s) == numel(domain)) {
+      domainOutputs.push_back(i);
+    } else if (numel(s) == numel(keptShape)) {
+      // A reshaped per-program result: same elements in row-major order.
+      if (failed(store(i, delinearize(linearize(keptCoords(keptShape), keptShape), s))))
+        return failure();
+    } else {
+      return fusion.emitOpError()
+             << "result #" << i << " has shape [" << s
+             << "], which is neither the kernel's domain nor its reduced shape";
+    }
+  }
+  if (domainOutputs.empty())
+    return success();
+
+  // Reductions whose result is one per program are computed once, before
+  // the loop over the reduced dimensions that writes the full-size results.
+  for (Operation &op : body.without_terminator())
+    if (llvm::isa<ReduceSumOp, ReduceMaxOp, ReduceMinOp, ArgmaxOp>(op) &&
+        squeezed(shapeOf(op.getResult(0))) == squeezed(keptShape))
+      if (failed(value(op.getResult(0), keptCoords(shapeOf(op.getResult(0))))))
+        return failure();
+
+  SmallVector<int64_t> outer(reduced);
+  int64_t laneDim = -1;
+  if (!lanesKept && !reduced.empty()) {
+    laneDim = reduced.back();
+    outer.pop_back();
+  }
+  SmallVector<int64_t> outerSizes;
+  for (int64_t d : outer)
+    outerSizes.push_back(domain[d]);
+  auto storeAll = [&](const Coords &c) -> LogicalResult {
+    for (unsigned i : domainOutputs) {
+      auto s = shapeOf(yield->getOperand(i));
+      Coords oc = squeezed(s) == squeezed(domain)
+                      ? matchUnitDims(c, domain, s)
+                      : delinearize(linearize(c, domain), s);
+      if (failed(store(i, oc)))
+        return failure();
+    }
+    return success();
+  };
+  return forLoop(
+      numel(outerSizes), ValueRange{},
+      [&](Value o, ValueRange, SmallVectorImpl<Value> &) -> LogicalResult {
+        Coords cc = dc;
+        Value rest = o;
+        for (int64_t k = int64_t(outer.size()) - 1; k >= 0; --k) {
+          cc[outer[k]] = {remS(rest, outerSizes[k]), 0, {}, 1};
+          rest = divS(rest, outerSizes[k]);
+        }
+        if (laneDim < 0)
+          return storeAll(cc);
+        int64_t n = domain[laneDim];
+        return forLoop((n + block - 1) / block, ValueRange{},
+                       [&](Value j, ValueRange, SmallVectorImpl<Value> &) -> LogicalResult {
+                         Coords c2 = cc;
+                         Value start = mulS(j, block);
+                         c2[laneDim] = {start, 1, {}, block};
+                         activeLimit = b.create<arith::SubIOp>(loc, cst(n), start);
+                         return storeAll(c2);
+                       });
+      });
+}
+
+} // namespace
+
+FailureOr<func::FuncOp> tilefuse::lowerFusionToTile(FusionOp fusion,
+                                                    ModuleOp module,
+                                                    const TargetInfo &target) {
+  MLIRContext *ctx = fusion.getContext();
+  ctx->loadDialect<tile::TileDialect, arith::ArithDialect, math::MathDialect,
+                   scf::SCFDialect, vector::VectorDialect, func::FuncDialect>();
+  OpBuilder b(ctx);
+  b.setInsertionPointToEnd(module.getBody());
+  SmallVector<Type> args;
+  for (Value in : fusion.getInputs())
+    args.push_back(tile::PtrType::get(ctx, storageType(dtypeOf(in))));
+  for (Value out : fusion.getResults())
+    args.push_back(tile::PtrType::get(ctx, storageType(dtypeOf(out))));
+  auto kernel = b.create<func::FuncOp>(fusion.getLoc(), fusion.getKernelName(),
+                                       b.getFunctionType(args, {}));
+  kernel.addEntryBlock();
+  auto domain = fusion.getDomain();
+  int64_t block = target.blockSize(domain.empty() ? 1 : domain.back());
+  kernel->setAttr(tile::kKernelAttr, b.getUnitAttr());
+  kernel->setAttr(tile::kBlockAttr, b.getI64IntegerAttr(block));
+  SmallVector<Attribute> names;
+  for (Operation &op : fusion.getBody().front().without_terminator())
+    names.push_back(b.getStringAttr(op.getName().getStringRef()));
+  kernel->setAttr(tile::kFusedOpsAttr, b.getArrayAttr(names));
+
+  KernelEmitter emitter(fusion, kernel, block);
+  if (failed(emitter.emit())) {
+    kernel.erase();
+    return failure();
+  }
+  OpBuilder end(ctx);
+  end.setInsertionPointToEnd(&kernel.getBody().front());
+  end.create<func::ReturnOp>(fusion.getLoc());
+  return kernel;
+}
+
+void tilefuse::hoistDenseConstants(func::FuncOp func) {
+  SmallVector<FusionOp> fusions;
+  func.walk([&](FusionOp f) { fusions.push_back(f); });
+  for (FusionOp f : fusions) {
+    Block &body = f.getBody().front();
+    SmallVector<ConstantOp> dense;
+    for (auto k : body.getOps<ConstantOp>())
+      if (!llvm::isa<SplatElementsAttr>(k.getValue()))
+        dense.push_back(k);
+    if (dense.empty())
+      continue;
+    OpBuilder b(f);
+    SmallVector<Value> inputs(f.getInputs());
+    for (ConstantOp k : dense) {
+      auto outside = b.create<ConstantOp>(k.getLoc(), k.getValue());
+      inputs.push_back(outside);
+      BlockArgument arg = body.addArgument(k.getType(), k.getLoc());
+      k.getResult().replaceAllUsesWith(arg);
+      k.erase();
+    }
+    f.getInputsMutable().assign(inputs);
+  }
+}

@@ -1,0 +1,96 @@
+//===- Compile.cpp - Graph::compile and the in-process kernel cache ------===//
+//
+// One pipeline for Python, the CLI and the tests: primitives -> fusion ->
+// runtime Program + tile kernels -> machine code. A graph compiles once per
+// process: the cache key is the graph's text and the target, so tracing the
+// same function twice reuses the kernels (each Executable still gets its
+// own buffers).
+//
+//===----------------------------------------------------------------------===//
+#include "frontend/Executable.h"
+#include "frontend/GraphImpl.h"
+
+#include "codegen/ProgramBuilder.h"
+#include "codegen/cpu/CpuJit.h"
+#include "passes/FuseOps.h"
+#include "passes/TargetInfo.h"
+
+#include "llvm/Support/raw_ostream.h"
+
+#include <chrono>
+#include <map>
+#include <mutex>
+
+using namespace mlir;
+using namespace tilefuse;
+
+Executable::Executable(std::shared_ptr<const CompiledArtifacts> artifacts,
+                       bool cacheHit, double seconds)
+    : art(std::move(artifacts)),
+      executor(art->program, art->kernels, art->code), hit(cacheHit),
+      seconds(seconds) {}
+
+namespace {
+
+std::string printOp(Operation *op) {
+  std::string s;
+  llvm::raw_string_ostream os(s);
+  op->print(os);
+  return s;
+}
+
+std::shared_ptr<const CompiledArtifacts>
+compileArtifacts(const Graph::Impl &g, const TargetInfo &target) {
+  auto start = std::chrono::steady_clock::now();
+  auto art = std::make_shared<CompiledArtifacts>();
+  OwningOpRef<ModuleOp> module = g.lowerCopy("lowering @" + g.entry + " to primitive ops failed");
+  func::FuncOp func = module->lookupSymbol<func::FuncOp>(g.entry);
+  MLIRContext *ctx = &globalContext();
+  OwningOpRef<ModuleOp> kernels(ModuleOp::create(UnknownLoc::get(ctx)));
+  runCapturingDiagnostics("cannot compile @" + g.entry + " for " + target.name(),
+                          [&]() -> LogicalResult {
+    if (failed(fuseFunction(func, target, /*remarks=*/false)))
+      return failure();
+    art->fusedIR = printOp(func);
+    FailureOr<Program> prog = buildProgram(func, target, *kernels);
+    if (failed(prog))
+      return failure();
+    art->program = std::move(*prog);
+    art->tileIR = printOp(*kernels);
+    std::vector<std::string> names;
+    for (const ProgramKernel &k : art->program.kernels)
+      names.push_back(k.name);
+    FailureOr<CpuCode> code = jitCpuKernels(*kernels, names);
+    if (failed(code))
+      return failure();
+    art->kernels = code->kernels;
+    art->code = code->owner;
+    return success();
+  });
+  art->compileSeconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return art;
+}
+
+} // namespace
+
+std::shared_ptr<Executable> Graph::compile(const std::string &device) const {
+  auto start = std::chrono::steady_clock::now();
+  if (device != "cpu")
+    throw CompileError("device '" + device + "' is not supported by this build: "
+                       "only the CPU backend exists; use device='cpu'");
+  std::unique_ptr<TargetInfo> target = TargetInfo::get("cpu");
+  static std::mutex mutex;
+  static std::map<std::string, std::shared_ptr<const CompiledArtifacts>> cache;
+  std::string key = device + "\n@" + impl_->entry + "\n" + mlir();
+  std::lock_guard<std::mutex> lock(mutex);
+  auto it = cache.find(key);
+  bool hit = it != cache.end();
+  std::shared_ptr<const CompiledArtifacts> art =
+      hit ? it->second : compileArtifacts(*impl_, *target);
+  if (!hit)
+    cache.emplace(key, art);
+  double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return std::make_shared<Executable>(art, hit, seconds);
+}

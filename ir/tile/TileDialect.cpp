@@ -1,0 +1,101 @@
+//===- TileDialect.cpp - tile dialect registration and verifiers ----------===//
+#include "ir/tile/TileDialect.h"
+
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/DialectImplementation.h"
+#include "llvm/ADT/TypeSwitch.h"
+
+using namespace mlir;
+using namespace tilefuse::tile;
+
+#include "ir/tile/TileDialect.cpp.inc"
+#include "ir/tile/TileEnums.cpp.inc"
+
+#define GET_TYPEDEF_CLASSES
+#include "ir/tile/TileTypes.cpp.inc"
+
+#define GET_OP_CLASSES
+#include "ir/tile/TileOps.cpp.inc"
+
+void TileDialect::initialize() {
+  addTypes<
+#define GET_TYPEDEF_LIST
+#include "ir/tile/TileTypes.cpp.inc"
+      >();
+  addOperations<
+#define GET_OP_LIST
+#include "ir/tile/TileOps.cpp.inc"
+      >();
+}
+
+namespace {
+/// The element type a block or scalar of `pointee` storage has in registers:
+/// the same, except booleans, which are bytes in memory and may be i1 or i8
+/// in registers.
+LogicalResult checkElement(Operation *op, Type pointee, Type element) {
+  if (!llvm::isa<FloatType>(pointee) && !pointee.isInteger(8) &&
+      !pointee.isInteger(32) && !pointee.isInteger(64))
+    return op->emitOpError() << "points to " << pointee
+                             << "; expected f32, f16, bf16, f64, i32, i64 or i8";
+  if (element == pointee || (pointee.isInteger(8) && element.isInteger(1)))
+    return success();
+  return op->emitOpError() << "moves " << element << " through a pointer to "
+                           << pointee << "; the element types must match";
+}
+Type elementOf(Type t) {
+  if (auto v = llvm::dyn_cast<VectorType>(t))
+    return v.getElementType();
+  return t;
+}
+} // namespace
+
+LogicalResult LoadOp::verify() {
+  if (getStride() < 0)
+    return emitOpError() << "stride " << getStride() << " is negative";
+  return checkElement(*this, getPtr().getType().getPointee(),
+                      elementOf(getType()));
+}
+
+LogicalResult GatherOp::verify() {
+  auto n = getType().getNumElements();
+  if (getOffsets().getType().getNumElements() != n ||
+      getMask().getType().getNumElements() != n)
+    return emitOpError() << "offsets, mask and result must have " << n
+                         << " lanes each";
+  return checkElement(*this, getPtr().getType().getPointee(),
+                      elementOf(getType()));
+}
+
+LogicalResult LoadScalarOp::verify() {
+  return checkElement(*this, getPtr().getType().getPointee(), getType());
+}
+
+LogicalResult StoreOp::verify() {
+  if (getStride() < 1)
+    return emitOpError() << "stride " << getStride()
+                         << " would store several lanes to one element";
+  return checkElement(*this, getPtr().getType().getPointee(),
+                      elementOf(getValue().getType()));
+}
+
+LogicalResult ScatterOp::verify() {
+  auto n = llvm::cast<VectorType>(getValue().getType()).getNumElements();
+  if (getOffsets().getType().getNumElements() != n ||
+      getMask().getType().getNumElements() != n)
+    return emitOpError() << "value, offsets and mask must have " << n
+                         << " lanes each";
+  return checkElement(*this, getPtr().getType().getPointee(),
+                      elementOf(getValue().getType()));
+}
+
+LogicalResult StoreScalarOp::verify() {
+  return checkElement(*this, getPtr().getType().getPointee(),
+                      getValue().getType());
+}
+
+LogicalResult ReduceOp::verify() {
+  if (elementOf(getBlock().getType()) != getType())
+    return emitOpError() << "reduces " << getBlock().getType() << " to "
+                         << getType() << "; the element types must match";
+  return success();
+}

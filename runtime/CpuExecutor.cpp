@@ -1,0 +1,117 @@
+//===- CpuExecutor.cpp ----------------------------------------------------===//
+#include "runtime/CpuExecutor.h"
+
+#include "runtime/CpuLibrary.h"
+#include "runtime/ThreadPool.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+
+using namespace tilefuse;
+
+CpuExecutor::CpuExecutor(Program program, std::vector<CpuKernelFn> fns,
+                         std::shared_ptr<void> keep)
+    : prog(std::move(program)), kernels(std::move(fns)),
+      keepAlive(std::move(keep)) {
+  prog.validate();
+  if (kernels.size() != prog.kernels.size())
+    throw CompileError("CPU executor: " + std::to_string(kernels.size()) +
+                       " kernel entry points for " +
+                       std::to_string(prog.kernels.size()) + " kernels");
+  pointers.assign(prog.buffers.size(), nullptr);
+  for (size_t b = 0; b < prog.buffers.size(); ++b) {
+    const BufferInfo &info = prog.buffers[b];
+    if (info.role == BufferInfo::Role::Argument)
+      continue;
+    // 64-byte alignment: whole cache lines, aligned vector loads.
+    size_t bytes = std::max<size_t>(64, (info.byteSize() + 63) / 64 * 64);
+    void *p = std::aligned_alloc(64, bytes);
+    if (!p)
+      throw CompileError("CPU executor: cannot allocate " + std::to_string(bytes) +
+                         " bytes for " + info.name);
+    if (info.role == BufferInfo::Role::Constant)
+      std::memcpy(p, info.data.data(), info.data.size());
+    owned.push_back(p);
+    pointers[b] = p;
+  }
+}
+
+CpuExecutor::~CpuExecutor() {
+  for (void *p : owned)
+    std::free(p);
+}
+
+void CpuExecutor::run(const std::vector<const void *> &args) {
+  if (args.size() != prog.arguments.size())
+    throw CompileError("expected " + std::to_string(prog.arguments.size()) +
+                       " arguments, got " + std::to_string(args.size()));
+  for (size_t i = 0; i < args.size(); ++i)
+    pointers[prog.arguments[i]] = const_cast<void *>(args[i]);
+  ThreadPool &pool = ThreadPool::global();
+  std::vector<void *> kargs;
+  for (const Step &s : prog.steps) {
+    switch (s.kind) {
+    case Step::Kind::Kernel: {
+      const ProgramKernel &k = prog.kernels[s.kernel];
+      kargs.clear();
+      for (int b : s.buffers)
+        kargs.push_back(pointers[b]);
+      CpuKernelFn fn = kernels[s.kernel];
+      void **argv = kargs.data();
+      // About 16K elements per thread before splitting pays off.
+      int64_t minPrograms = std::max<int64_t>(1, 16384 / std::max<int64_t>(1, k.elementsPerProgram));
+      pool.parallelFor(k.grid, minPrograms,
+                       [&](int64_t first, int64_t end) { fn(argv, first, end); });
+      break;
+    }
+    case Step::Kind::Gemm:
+      cpu::gemm(s, prog.buffers[s.buffers[2]].dtype, pointers[s.buffers[0]],
+                pointers[s.buffers[1]], pointers[s.buffers[2]]);
+      break;
+    case Step::Kind::Gather:
+      cpu::gather(prog.buffers[s.buffers[0]], prog.buffers[s.buffers[1]],
+                  pointers[s.buffers[0]], pointers[s.buffers[1]],
+                  pointers[s.buffers[2]]);
+      break;
+    case Step::Kind::ScatterAdd:
+      cpu::scatterAdd(prog.buffers[s.buffers[0]], prog.buffers[s.buffers[1]],
+                      pointers[s.buffers[0]], pointers[s.buffers[1]],
+                      pointers[s.buffers[2]], pointers[s.buffers[3]]);
+      break;
+    case Step::Kind::Copy:
+      std::memcpy(pointers[s.buffers[1]], pointers[s.buffers[0]],
+                  prog.buffers[s.buffers[0]].byteSize());
+      break;
+    }
+  }
+}
+
+std::vector<HostTensor> CpuExecutor::run(const std::vector<HostTensor> &args) {
+  if (args.size() != prog.arguments.size())
+    throw CompileError("expected " + std::to_string(prog.arguments.size()) +
+                       " arguments, got " + std::to_string(args.size()));
+  std::vector<const void *> ptrs;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const BufferInfo &want = prog.buffers[prog.arguments[i]];
+    if (args[i].dtype != want.dtype || args[i].shape != want.shape)
+      throw CompileError("argument " + std::to_string(i) + " is " +
+                         dtypeName(args[i].dtype) + shapeToString(args[i].shape) +
+                         "; the program was compiled for " + dtypeName(want.dtype) +
+                         shapeToString(want.shape));
+    ptrs.push_back(args[i].bytes.data());
+  }
+  run(ptrs);
+  std::vector<HostTensor> out;
+  for (size_t i = 0; i < prog.results.size(); ++i) {
+    const BufferInfo &info = prog.buffers[prog.results[i]];
+    HostTensor t(info.dtype, info.shape);
+    std::memcpy(t.bytes.data(), result(i), info.byteSize());
+    out.push_back(std::move(t));
+  }
+  return out;
+}
+
+const void *CpuExecutor::result(size_t i) const {
+  return pointers.at(prog.results.at(i));
+}

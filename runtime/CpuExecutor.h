@@ -1,0 +1,53 @@
+//===- CpuExecutor.h - runs a Program on the CPU --------------------*- C++ -*-===//
+//
+// Owns the buffers of one Program (allocated once, reused by every call)
+// and the compiled kernels' entry points. Arguments are read in place from
+// the caller's memory; results are copied out.
+//
+//===----------------------------------------------------------------------===//
+#ifndef TILEFUSE_RUNTIME_CPUEXECUTOR_H
+#define TILEFUSE_RUNTIME_CPUEXECUTOR_H
+
+#include "runtime/Program.h"
+
+#include <memory>
+
+namespace tilefuse {
+
+/// Entry point of a CPU kernel: runs programs [first, end).
+using CpuKernelFn = void (*)(void **buffers, int64_t first, int64_t end);
+
+class CpuExecutor {
+public:
+  /// `kernels[i]` runs `program.kernels[i]`; `keepAlive` owns the code.
+  CpuExecutor(Program program, std::vector<CpuKernelFn> kernels,
+              std::shared_ptr<void> keepAlive);
+  ~CpuExecutor();
+  CpuExecutor(const CpuExecutor &) = delete;
+  CpuExecutor &operator=(const CpuExecutor &) = delete;
+
+  /// Runs with argument i at args[i] (row-major, of the argument's dtype and
+  /// shape; the caller checks). Results stay in the executor until the
+  /// next call: see result().
+  void run(const std::vector<const void *> &args);
+  /// Checks dtypes and shapes, runs, returns copies of the results.
+  std::vector<HostTensor> run(const std::vector<HostTensor> &args);
+  /// Pointer to result i of the last run.
+  const void *result(size_t i) const;
+
+  const Program &program() const { return prog; }
+
+private:
+  void *bufferPtr(int b) const { return pointers[b]; }
+
+  Program prog;
+  std::vector<CpuKernelFn> kernels;
+  std::shared_ptr<void> keepAlive;
+  std::vector<void *> pointers;  ///< current address of every buffer
+  std::vector<void *> owned;     ///< allocations of non-argument buffers
+  std::vector<std::vector<void *>> kernelArgs; ///< per step, buffer addresses
+};
+
+} // namespace tilefuse
+
+#endif // TILEFUSE_RUNTIME_CPUEXECUTOR_H

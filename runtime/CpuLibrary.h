@@ -1,0 +1,28 @@
+//===- CpuLibrary.h - library steps of the CPU executor ------------*- C++ -*-===//
+//
+// Steps that are calls rather than generated kernels: GEMM (a CPU BLAS when
+// the build found one), embedding gather and its gradient's scatter-add.
+//
+//===----------------------------------------------------------------------===//
+#ifndef TILEFUSE_RUNTIME_CPULIBRARY_H
+#define TILEFUSE_RUNTIME_CPULIBRARY_H
+
+#include "runtime/Program.h"
+
+namespace tilefuse::cpu {
+
+/// c = op(a) * op(b), batched; f32 and f64 natively, f16/bf16 through f32.
+void gemm(const Step &s, DType dtype, const void *a, const void *b, void *c);
+/// out[q, ...] = table[indices[q], ...]; throws CompileError on a bad index.
+void gather(const BufferInfo &table, const BufferInfo &indices,
+            const void *tablePtr, const void *indexPtr, void *out);
+/// out = base; out[indices[q], ...] += updates[q, ...].
+void scatterAdd(const BufferInfo &base, const BufferInfo &indices,
+                const void *basePtr, const void *indexPtr,
+                const void *updatesPtr, void *out);
+/// Whether GEMMs go to a BLAS library (else a blocked loop).
+bool haveBlas();
+
+} // namespace tilefuse::cpu
+
+#endif // TILEFUSE_RUNTIME_CPULIBRARY_H

@@ -1,0 +1,51 @@
+//===- Program.cpp --------------------------------------------------------===//
+#include "runtime/Program.h"
+
+using namespace tilefuse;
+
+void Program::validate() const {
+  auto check = [&](int b, const std::string &what) {
+    if (b < 0 || b >= int(buffers.size()))
+      throw CompileError("corrupt program: " + what + " names buffer " +
+                         std::to_string(b) + " of " + std::to_string(buffers.size()));
+  };
+  for (int a : arguments)
+    check(a, "an argument");
+  for (int r : results)
+    check(r, "a result");
+  for (const BufferInfo &b : buffers)
+    if (b.role == BufferInfo::Role::Constant && b.data.size() != b.byteSize())
+      throw CompileError("corrupt program: constant " + b.name + " holds " +
+                         std::to_string(b.data.size()) + " bytes, expected " +
+                         std::to_string(b.byteSize()));
+  for (size_t i = 0; i < steps.size(); ++i) {
+    const Step &s = steps[i];
+    std::string what = "step " + std::to_string(i) + " (" + s.source + ")";
+    for (int b : s.buffers)
+      check(b, what);
+    size_t want = 0;
+    switch (s.kind) {
+    case Step::Kind::Kernel:
+      if (s.kernel < 0 || s.kernel >= int(kernels.size()))
+        throw CompileError("corrupt program: " + what + " names kernel " +
+                           std::to_string(s.kernel));
+      continue;
+    case Step::Kind::Gemm: want = 3; break;
+    case Step::Kind::Gather: want = 3; break;
+    case Step::Kind::ScatterAdd: want = 4; break;
+    case Step::Kind::Copy: want = 2; break;
+    }
+    if (s.buffers.size() != want)
+      throw CompileError("corrupt program: " + what + " has " +
+                         std::to_string(s.buffers.size()) + " buffers, expected " +
+                         std::to_string(want));
+    if (s.kind == Step::Kind::Gemm) {
+      const BufferInfo &a = buffers[s.buffers[0]], &b = buffers[s.buffers[1]],
+                       &c = buffers[s.buffers[2]];
+      if (numElements(a.shape) != s.batch * s.m * s.k ||
+          numElements(b.shape) != s.batch * s.k * s.n ||
+          numElements(c.shape) != s.batch * s.m * s.n)
+        throw CompileError("corrupt program: " + what + " GEMM sizes do not match its buffers");
+    }
+  }
+}

@@ -1,0 +1,69 @@
+//===- Program.h - what a compiled graph runs ----------------------*- C++ -*-===//
+//
+// The contract between the compiler and every executor: an ordered list of
+// steps over numbered buffers. No MLIR here (see runtime/CMakeLists.txt), so
+// a Program can be built on one machine and run on another.
+//
+//===----------------------------------------------------------------------===//
+#ifndef TILEFUSE_RUNTIME_PROGRAM_H
+#define TILEFUSE_RUNTIME_PROGRAM_H
+
+#include "runtime/HostTensor.h"
+
+#include <string>
+#include <vector>
+
+namespace tilefuse {
+
+/// One tensor the program reads or writes, row-major and contiguous.
+struct BufferInfo {
+  enum class Role { Argument, Constant, Intermediate };
+  std::string name;
+  DType dtype = DType::F32;
+  Shape shape;
+  Role role = Role::Intermediate;
+  /// Bytes of a Constant buffer.
+  std::vector<uint8_t> data;
+  size_t byteSize() const { return size_t(numElements(shape)) * dtypeSize(dtype); }
+};
+
+/// A fused kernel: `grid` programs of `block` elements each.
+struct ProgramKernel {
+  std::string name;
+  std::string kind; ///< pointwise | reduction
+  int64_t grid = 1;
+  int64_t block = 1;
+  /// Domain elements each program covers (sizes thread chunks).
+  int64_t elementsPerProgram = 1;
+  std::vector<std::string> fusedOps;
+};
+
+struct Step {
+  enum class Kind { Kernel, Gemm, Gather, ScatterAdd, Copy };
+  Kind kind = Kind::Kernel;
+  /// Kernel: inputs then outputs. Gemm: a, b, c. Gather: table, indices,
+  /// out. ScatterAdd: base, indices, updates, out. Copy: src, dst.
+  std::vector<int> buffers;
+  int kernel = -1; ///< index into Program::kernels
+  // GEMM: c[i] = op(a[i]) * op(b[i]) for i < batch; op transposes when asked.
+  int64_t batch = 1, m = 0, n = 0, k = 0;
+  bool transposeA = false, transposeB = false;
+  /// Source-level op the step computes, for reports and errors.
+  std::string source;
+};
+
+struct Program {
+  std::vector<BufferInfo> buffers;
+  std::vector<ProgramKernel> kernels;
+  std::vector<Step> steps;
+  std::vector<int> arguments; ///< buffer of each function argument
+  std::vector<int> results;   ///< buffer of each function result
+
+  /// Checks internal consistency (indices in range, shapes of steps);
+  /// throws CompileError naming the first problem.
+  void validate() const;
+};
+
+} // namespace tilefuse
+
+#endif // TILEFUSE_RUNTIME_PROGRAM_H
