@@ -43,8 +43,15 @@ std::shared_ptr<const CompiledArtifacts>
 compileArtifacts(const Graph::Impl &g, const TargetInfo &target) {
   auto start = std::chrono::steady_clock::now();
   auto art = std::make_shared<CompiledArtifacts>();
+  auto last = start;
+  auto stage = [&](const char *name) {
+    auto now = std::chrono::steady_clock::now();
+    art->stageSeconds.emplace_back(name, std::chrono::duration<double>(now - last).count());
+    last = now;
+  };
   OwningOpRef<ModuleOp> module = g.lowerCopy("lowering @" + g.entry + " to primitive ops failed");
   func::FuncOp func = module->lookupSymbol<func::FuncOp>(g.entry);
+  stage("primitives");
   MLIRContext *ctx = &globalContext();
   OwningOpRef<ModuleOp> kernels(ModuleOp::create(UnknownLoc::get(ctx)));
   runCapturingDiagnostics("cannot compile @" + g.entry + " for " + target.name(),
@@ -52,17 +59,20 @@ compileArtifacts(const Graph::Impl &g, const TargetInfo &target) {
     if (failed(fuseFunction(func, target, /*remarks=*/false)))
       return failure();
     art->fusedIR = printOp(func);
+    stage("fuse");
     FailureOr<Program> prog = buildProgram(func, target, *kernels);
     if (failed(prog))
       return failure();
     art->program = std::move(*prog);
     art->tileIR = printOp(*kernels);
+    stage("tile");
     std::vector<std::string> names;
     for (const ProgramKernel &k : art->program.kernels)
       names.push_back(k.name);
     FailureOr<CpuCode> code = jitCpuKernels(*kernels, names);
     if (failed(code))
       return failure();
+    stage("machine code");
     art->kernels = code->kernels;
     art->code = code->owner;
     return success();
@@ -81,10 +91,14 @@ std::shared_ptr<Executable> Graph::compile(const std::string &device) const {
                        "only the CPU backend exists; use device='cpu'");
   std::unique_ptr<TargetInfo> target = TargetInfo::get("cpu");
   static std::mutex mutex;
-  static std::map<std::string, std::shared_ptr<const CompiledArtifacts>> cache;
+  // Never destroyed: the JIT's code must outlive LLVM's own static
+  // destructors at process exit.
+  static auto &cache =
+      *new std::map<std::string, std::shared_ptr<const CompiledArtifacts>>();
   std::string key = device + "\n@" + impl_->entry + "\n" + mlir();
   std::lock_guard<std::mutex> lock(mutex);
   auto it = cache.find(key);
+  // (one compile at a time: the MLIR context is single-threaded)
   bool hit = it != cache.end();
   std::shared_ptr<const CompiledArtifacts> art =
       hit ? it->second : compileArtifacts(*impl_, *target);

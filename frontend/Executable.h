@@ -22,6 +22,8 @@ struct CompiledArtifacts {
   std::vector<CpuKernelFn> kernels;
   std::shared_ptr<void> code; ///< owns the machine code of `kernels`
   double compileSeconds = 0;
+  /// Seconds per compiler stage, in pipeline order.
+  std::vector<std::pair<std::string, double>> stageSeconds;
 };
 
 class Executable {

@@ -102,6 +102,36 @@ struct ReduceToVector : OpRewritePattern<tile::ReduceOp> {
   }
 };
 
+/// Step 2: the polynomial log treats subnormal inputs as the smallest
+/// normal number; scale them into the normal range first (x * 2^23) and
+/// subtract 23 ln 2 after.
+struct SubnormalSafeLog : OpRewritePattern<math::LogOp> {
+  using OpRewritePattern::OpRewritePattern;
+  LogicalResult matchAndRewrite(math::LogOp op,
+                                PatternRewriter &rewriter) const override {
+    if (!getElementTypeOrSelf(op.getType()).isF32() || op->hasAttr(kNormalized))
+      return failure();
+    Location loc = op.getLoc();
+    auto constant = [&](float v) -> Value {
+      Value c = rewriter.create<arith::ConstantOp>(loc, rewriter.getF32FloatAttr(v));
+      if (auto vt = llvm::dyn_cast<VectorType>(op.getType()))
+        c = rewriter.create<vector::SplatOp>(loc, vt, c);
+      return c;
+    };
+    Value x = op.getOperand();
+    Value tiny = rewriter.create<arith::CmpFOp>(loc, arith::CmpFPredicate::OLT, x,
+                                                constant(1.17549435e-38f));
+    Value scaled = rewriter.create<arith::SelectOp>(
+        loc, tiny, rewriter.create<arith::MulFOp>(loc, x, constant(8388608.0f)), x);
+    auto log = rewriter.create<math::LogOp>(loc, scaled);
+    log->setAttr(kNormalized, rewriter.getUnitAttr());
+    Value shifted = rewriter.create<arith::SubFOp>(loc, log, constant(15.9423851528f));
+    rewriter.replaceOpWithNewOp<arith::SelectOp>(op, tiny, shifted, log);
+    return success();
+  }
+  static constexpr const char *kNormalized = "tilefuse.normal_input";
+};
+
 // --- Step 3: tile memory ops -> LLVM -------------------------------------
 
 int64_t lanesOf(Type t) { return llvm::cast<VectorType>(t).getNumElements(); }
@@ -274,6 +304,12 @@ LogicalResult tilefuse::lowerTileToLLVM(ModuleOp module) {
   for (func::FuncOp k : kernels)
     wrapKernel(k);
 
+  {
+    RewritePatternSet patterns(ctx);
+    patterns.add<SubnormalSafeLog>(ctx);
+    if (failed(applyPatternsAndFoldGreedily(module, std::move(patterns))))
+      return module.emitError("tile-to-llvm: log rewriting did not converge");
+  }
   {
     RewritePatternSet patterns(ctx);
     patterns.add<ReduceToVector>(ctx);

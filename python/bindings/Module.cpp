@@ -176,6 +176,9 @@ PYBIND11_MODULE(_core, m) {
       .def_property_readonly("fused_ir", [](const Executable &e) { return e.artifacts().fusedIR; })
       .def_property_readonly("tile_ir", [](const Executable &e) { return e.artifacts().tileIR; })
       .def_property_readonly("cache_hit", &Executable::cacheHit)
+      .def_property_readonly("compile_stages", [](const Executable &e) {
+        return e.artifacts().stageSeconds;
+      })
       .def_property_readonly("compile_seconds", &Executable::compileSeconds)
       .def_property_readonly("cold_compile_seconds", [](const Executable &e) {
         return e.artifacts().compileSeconds;

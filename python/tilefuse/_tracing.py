@@ -396,6 +396,14 @@ class Graph:
         computes the same values; `report()` lists its kernels."""
         return Graph(self._graph.fuse(target), self._in_spec, self._out_spec)
 
+    def compile(self, device="auto"):
+        """This graph compiled into fused kernels for `device` ("auto",
+        "cpu"); returns a callable CompiledFunction."""
+        from .compiler import CompiledFunction, resolve_device
+        dev = resolve_device(device)
+        return CompiledFunction(self, self._graph.compile(dev), self._in_spec,
+                                self._out_spec, dev)
+
     def report(self):
         """One dict per kernel, in execution order: name, kind (pointwise,
         reduction, matmul or library), domain, reduced dims, the source ops

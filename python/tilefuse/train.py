@@ -6,17 +6,9 @@ import numpy as np
 from . import _pytree
 from ._core import CompileError
 from ._tracing import trace
+from .compiler import resolve_device
 
 
-def _select_device(device):
-    if device in ("auto", "cpu"):
-        return "cpu"
-    if device == "cuda":
-        raise CompileError(
-            "device='cuda' is not available: this build of tilefuse has no CUDA backend yet; "
-            "use device='cpu' or 'auto'"
-        )
-    raise CompileError(f"unknown device {device!r}; expected 'auto', 'cpu' or 'cuda'")
 
 
 class TrainStep:
@@ -24,8 +16,11 @@ class TrainStep:
     between calls; `step(batch)` runs forward, backward and the update and
     returns the loss computed before the update."""
 
-    def __init__(self, graph, names, params, state_names, batch_spec, lr, seed, uses_seed):
+    def __init__(self, graph, names, params, state_names, batch_spec, lr, seed, uses_seed,
+                 device):
         self._graph = graph
+        self.device = device
+        self._compiled = graph.compile(device)
         self._names = names
         self._params = params
         self._state = [np.zeros_like(p) for _ in state_names for p in params]
@@ -41,6 +36,11 @@ class TrainStep:
         """The training-step Graph (its IR: `step.graph.mlir()`)."""
         return self._graph
 
+    @property
+    def compiled(self):
+        """The compiled step (its kernels: `step.compiled.report()`)."""
+        return self._compiled
+
     def __call__(self, batch):
         leaves, spec = _pytree.flatten(batch)
         if spec != self._batch_spec:
@@ -53,7 +53,7 @@ class TrainStep:
         if self._uses_seed:
             args.append(np.int64(self._seed + t - 1))
         args += [np.int64(t), np.float64(self.lr)]
-        outs = self._graph._graph.interpret(args)
+        outs = self._compiled._exe.run(args)
         n = len(self._params)
         self._params = outs[1 : 1 + n]
         self._state = outs[1 + n :]
@@ -78,7 +78,7 @@ def compile_train_step(loss_fn, params, example_batch, optimizer, device="auto",
     training step. `params` and `example_batch` are (nested) dicts of numpy
     arrays; `seed` (when loss_fn takes it) is a 0-d int64 tensor equal to
     `seed + t - 1` at step t, for dropout."""
-    _select_device(device)
+    device = resolve_device(device)
     if not hasattr(optimizer, "_config"):
         raise CompileError(f"optimizer must be a tilefuse.optim optimizer, got {optimizer!r}")
     config = optimizer._config()
@@ -99,4 +99,5 @@ def compile_train_step(loss_fn, params, example_batch, optimizer, device="auto",
     from ._tracing import Graph
 
     return TrainStep(Graph(graph), names, [p.copy() for p in param_leaves],
-                     optimizer.state_names(), batch_spec, optimizer.lr, seed, uses_seed)
+                     optimizer.state_names(), batch_spec, optimizer.lr, seed, uses_seed,
+                     device)

@@ -96,9 +96,22 @@ def assert_exact(op, got, want, seed, shapes=None):
         )
 
 
+# How graphs run: "interpret" (the reference interpreter) here;
+# test_compiled_ops.py runs every test of this file again with "cpu"
+# (compiled kernels) against the same references and tolerances.
+BACKEND = "interpret"
+
+
+def execute(graph, *args):
+    """Runs a Graph on `args` with the module's BACKEND."""
+    if BACKEND == "interpret":
+        return graph.interpret(*args)
+    return graph.compile(BACKEND)(*args)
+
+
 def run(fn, *args):
-    """Traces `fn` on `args` and runs the reference interpreter on them."""
-    return tilefuse.trace(fn, *args).interpret(*args)
+    """Traces `fn` on `args` and runs it on them."""
+    return execute(tilefuse.trace(fn, *args), *args)
 
 
 def normal(rng, shape, dtype, scale=1.0, shift=0.0):
@@ -766,7 +779,7 @@ def test_matmul_transpose_flags_parsed(tl, tr, dtype, rng, seed):
             f"transpose_rhs = {str(tr).lower()}}} : ({ta}, {tb}) -> {to}\n"
             f"  return %r : {to}\n}}\n")
     a, b = normal(rng, sa, dtype), normal(rng, sb, dtype)
-    got = tilefuse.parse(text).interpret(a, b)
+    got = execute(tilefuse.parse(text), a, b)
     a64 = f64(a).swapaxes(1, 2) if tl else f64(a)
     b64 = f64(b).swapaxes(1, 2) if tr else f64(b)
     assert_close(f"matmul(transpose_lhs={tl}, transpose_rhs={tr})", got, a64 @ b64, dtype,
@@ -827,7 +840,7 @@ def test_scatter_add_parsed(case, dtype, rng, seed):
     upd = normal(rng, ushape, dtype)
     want = f64(base).copy()
     np.add.at(want, ids, f64(upd))
-    assert_close("scatter_add", g.interpret(base, ids, upd), want, dtype, seed,
+    assert_close("scatter_add", execute(g, base, ids, upd), want, dtype, seed,
                  [bshape, ishape, ushape])
 
 
@@ -1131,7 +1144,7 @@ def test_random_uniform_parsed(case, seed):
             f"  %u = graph.random_uniform %seed {{stream = {stream} : i64}} : "
             f"(tensor<i64>) -> {out}\n"
             f"  return %u : {out}\n}}\n")
-    got = tilefuse.parse(text).interpret(np.array(key_seed, np.int64))
+    got = execute(tilefuse.parse(text), np.array(key_seed, np.int64))
     want = np_random_uniform(key_seed, stream, shape, dtype)
     assert_exact(f"random_uniform(seed={key_seed}, stream={stream})", got, want, seed,
                  [(), shape])

@@ -1,0 +1,73 @@
+"""tilefuse.compile: a traced function compiled into fused kernels."""
+from . import _pytree
+from ._core import CompileError
+
+
+def resolve_device(device):
+    """The backend a device name selects in this build. Only the CPU backend
+    exists, so "auto" is the CPU and "cuda" is refused with the reason."""
+    if device in ("auto", "cpu"):
+        return "cpu"
+    if device == "cuda":
+        raise CompileError(
+            "device='cuda' is not available: this build of tilefuse has no CUDA backend; "
+            "use device='cpu' or 'auto'")
+    raise CompileError(f"unknown device {device!r}; expected 'auto', 'cpu' or 'cuda'")
+
+
+class CompiledFunction:
+    """A graph compiled for a device. Call it with arrays shaped like the
+    example arguments; it returns numpy arrays in the traced structure."""
+
+    def __init__(self, graph, executable, in_spec, out_spec, device):
+        self.graph = graph
+        self.device = device
+        self._exe = executable
+        self._in_spec = in_spec
+        self._out_spec = out_spec
+
+    def __call__(self, *args):
+        leaves, spec = _pytree.flatten(list(args))
+        if self._in_spec is not None and spec != self._in_spec:
+            raise CompileError(
+                "the arguments do not have the structure (nesting, keys) of the example "
+                "arguments the function was compiled with")
+        results = self._exe.run(leaves)
+        if self._out_spec is None:
+            return results[0] if len(results) == 1 else tuple(results)
+        return _pytree.unflatten(self._out_spec, results)
+
+    def report(self):
+        """One dict per step in execution order: name, kind (pointwise,
+        reduction, library, copy), the source ops it computes, bytes it
+        reads and writes, and for kernels the grid and block size."""
+        return self._exe.kernels()
+
+    @property
+    def fused_ir(self):
+        """The graph after fusion (graph.fusion regions)."""
+        return self._exe.fused_ir
+
+    @property
+    def tile_ir(self):
+        """The tile kernels (one Triton-style program per fused region)."""
+        return self._exe.tile_ir
+
+    @property
+    def compile_seconds(self):
+        """Seconds this compile took (small when the kernel cache hit)."""
+        return self._exe.compile_seconds
+
+    @property
+    def cache_hit(self):
+        """Whether the graph's kernels came from this process's cache."""
+        return self._exe.cache_hit
+
+
+def compile(fn, *example_args, device="auto"):
+    """Traces fn(*example_args) and compiles it into fused kernels for
+    `device` ("auto", "cpu"; "cuda" needs a CUDA-enabled build)."""
+    from ._tracing import trace
+    dev = resolve_device(device)
+    graph = fn if hasattr(fn, "_graph") else trace(fn, *example_args)
+    return graph.compile(dev)
