@@ -197,3 +197,50 @@ def dead_kernel_results(fused):
             if not re.search(re.escape(n) + r"(?![\w#])", rest):
                 dead.append(n)
     return dead
+
+
+# Compiled kernels against the reference interpreter. The interpreter rounds
+# every op's double-precision result to the dtype; kernels compute f32 in
+# f32 (polynomial exp/log/tanh/erf, reassociated reductions, BLAS GEMMs), so
+# random chains of up to 40 ops with cancellations differ by more than one
+# op's rounding. Bound per element: ATOL * max(1, max|want|) + RTOL * |want|.
+COMPILED_TOLERANCES = {
+    np.dtype(np.float32): (1e-4, 1e-4),
+    np.dtype(np.float64): (1e-10, 1e-10),
+}
+
+
+def assert_compiled_close(got, want, what=""):
+    """Same structure, dtypes and shapes; floats within COMPILED_TOLERANCES
+    (NaN and infinities at the same places), everything else identical."""
+    g, w = flat(got), flat(want)
+    assert len(g) == len(w), f"{what}: {len(g)} results vs {len(w)} interpreted"
+    for i, (a, b) in enumerate(zip(g, w)):
+        assert a.dtype == b.dtype, f"{what}: result {i} is {a.dtype}, interpreted {b.dtype}"
+        assert a.shape == b.shape, f"{what}: result {i} has shape {a.shape}, interpreted {b.shape}"
+        if a.dtype not in COMPILED_TOLERANCES:
+            if not np.array_equal(a, b):
+                bad = np.flatnonzero((a != b).reshape(-1))
+                at = np.unravel_index(bad[0], a.shape) if a.ndim else ()
+                raise AssertionError(
+                    f"{what}: result {i} ({a.dtype}{list(a.shape)}) differs in {len(bad)} "
+                    f"element(s); first at {[int(k) for k in at]}: compiled {a[at]!r}, "
+                    f"interpreted {b[at]!r}")
+            continue
+        rtol, atol = COMPILED_TOLERANCES[a.dtype]
+        x, y = a.astype(np.float64), b.astype(np.float64)
+        finite = np.isfinite(y)
+        scale = max(1.0, float(np.abs(y[finite]).max())) if finite.any() else 1.0
+        special = (np.isnan(x) & np.isnan(y)) | (np.isinf(y) & (x == y))
+        with np.errstate(invalid="ignore"):
+            err = np.where(special, 0.0, np.abs(x - y))
+            err = np.where(np.isnan(err), np.inf, err)
+        bound = atol * scale + rtol * np.where(finite, np.abs(y), 0.0)
+        bad = ~(err <= bound)
+        if bad.any():
+            k = int(np.argmax(np.where(bad, err / bound, 0.0)))
+            at = np.unravel_index(k, a.shape) if a.ndim else ()
+            raise AssertionError(
+                f"{what}: result {i} ({a.dtype}{list(a.shape)}): {int(bad.sum())} element(s) "
+                f"exceed rtol={rtol:g}, atol={atol:g}*{scale:.3g}; worst at "
+                f"{[int(j) for j in at]}: compiled {x[at]!r}, interpreted {y[at]!r}")

@@ -1,5 +1,7 @@
-"""Differential fuzzing of the fusion pass: random traced graphs, fused and
-unfused, must give bit-identical results on the reference interpreter.
+"""Differential fuzzing of the fusion pass and the CPU backend: random traced
+graphs, fused and unfused, must give bit-identical results on the reference
+interpreter, and graphs fused for the CPU must give the interpreter's
+results, within fusion_checks.COMPILED_TOLERANCES, when compiled to kernels.
 
 Each graph is a random Python function (a DAG of 5-40 ops over 1-4
 random-shaped float inputs, f32 or f64): elementwise unary/binary ops with
@@ -18,7 +20,9 @@ generators at the top level, report() consistent with it, no dead kernel
 results, no generator passed into a kernel); for the loss graphs every op
 kind is computed by some kernel and expensive ops exactly once
 (check_coverage); and fused.interpret(*args) must equal graph.interpret(*args)
-in count, dtype, shape and bytes. Graphs run in a child process, so a crash
+in count, dtype, shape and bytes; for cpu-target graphs, the compiled
+graph (g.compile("cpu")) must match the unfused interpretation
+(assert_compiled_close). Graphs run in a child process, so a crash
 (segmentation fault) or a hang in the compiler fails the test with the
 graph that caused it, and the fuzzing goes on after it.
 
@@ -56,7 +60,8 @@ if __name__ == "__main__":  # the worker / reproducer: same path set-up as conft
 
 import tilefuse
 
-from fusion_checks import assert_bit_identical, check_coverage, check_structure, lowered_ops
+from fusion_checks import (assert_bit_identical, assert_compiled_close, check_coverage,
+                           check_structure, lowered_ops)
 
 DEFAULT_GRAPHS = 1000
 MAX_NUMEL = 512
@@ -721,6 +726,13 @@ def run_case(case, progress=None):
         got = fused.interpret(*args)
         stage("compare")
         assert_bit_identical(got, want, "fused != unfused")
+        if case.target == "cpu":
+            stage("compile")
+            compiled = g.compile("cpu")
+            stage("run compiled")
+            got = compiled._exe.run([np.asarray(a) for a in args])
+            stage("compare compiled")
+            assert_compiled_close(got, want, "compiled != interpreted")
         return None
     except Exception as e:  # noqa: BLE001 - every exception is a finding
         return dict(state, error=f"{type(e).__name__}: {e}",
@@ -904,7 +916,8 @@ def test_generator_is_deterministic_and_covers_the_op_families():
 _CHILD = r"""
 import sys, re, numpy as np, tilefuse
 sys.path.insert(0, sys.argv[3])
-from fusion_checks import assert_bit_identical, check_coverage, check_structure, lowered_ops
+from fusion_checks import (assert_bit_identical, assert_compiled_close, check_coverage,
+                           check_structure, lowered_ops)
 g = tilefuse.parse(open(sys.argv[1]).read())
 try:
     fused = g.fuse(sys.argv[2])
