@@ -7,6 +7,8 @@
 #include "passes/TargetInfo.h"
 
 #include "mlir/IR/BuiltinAttributes.h"
+#include "mlir/Pass/PassManager.h"
+#include "mlir/Transforms/Passes.h"
 
 #include <numeric>
 
@@ -149,11 +151,13 @@ private:
   }
 
   LogicalResult kernel(graph::FusionOp fusion) {
-    FailureOr<func::FuncOp> k = lowerFusionToTile(fusion, kernels, target);
+    // Kernel symbols are unique per module: the function names its kernels.
+    std::string name = (func.getSymName() + "_" + fusion.getKernelName()).str();
+    FailureOr<func::FuncOp> k = lowerFusionToTile(fusion, kernels, target, name);
     if (failed(k))
       return failure();
     ProgramKernel info;
-    info.name = fusion.getKernelName().str();
+    info.name = name;
     info.kind = fusion.getKind().str();
     info.grid = (*k)->getAttrOfType<IntegerAttr>(tile::kGridAttr).getInt();
     info.block = (*k)->getAttrOfType<IntegerAttr>(tile::kBlockAttr).getInt();
@@ -211,5 +215,15 @@ FailureOr<Program> tilefuse::buildProgram(func::FuncOp func,
                                           const TargetInfo &target,
                                           ModuleOp kernels) {
   hoistDenseConstants(func);
-  return ProgramAssembler(func, target, kernels).build();
+  FailureOr<Program> program = ProgramAssembler(func, target, kernels).build();
+  if (failed(program))
+    return failure();
+  // Single-trip loops (rows that fit one block) disappear, repeated index
+  // arithmetic is shared: the tile IR users read is the simplified one.
+  PassManager pm(kernels.getContext());
+  pm.addPass(createCanonicalizerPass());
+  pm.addPass(createCSEPass());
+  if (failed(pm.run(kernels)))
+    return failure();
+  return program;
 }

@@ -10,6 +10,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "codegen/cpu/TileToLLVM.h"
+#include "codegen/Passes.h"
 
 #include "ir/tile/TileDialect.h"
 
@@ -38,6 +39,11 @@
 #include "mlir/Transforms/DialectConversion.h"
 #include "mlir/Transforms/GreedyPatternRewriteDriver.h"
 #include "mlir/Transforms/Passes.h"
+
+namespace tilefuse {
+#define GEN_PASS_DEF_TILETOLLVMPASS
+#include "codegen/Passes.h.inc"
+} // namespace tilefuse
 
 using namespace mlir;
 using namespace tilefuse;
@@ -374,3 +380,12 @@ LogicalResult tilefuse::lowerTileToLLVM(ModuleOp module) {
   pm.addPass(createReconcileUnrealizedCastsPass());
   return pm.run(module);
 }
+
+namespace {
+struct TileToLLVMPass : tilefuse::impl::TileToLLVMPassBase<TileToLLVMPass> {
+  void runOnOperation() override {
+    if (failed(lowerTileToLLVM(getOperation())))
+      signalPassFailure();
+  }
+};
+} // namespace

@@ -1013,7 +1013,8 @@ LogicalResult KernelEmitter::emit() {
 
 FailureOr<func::FuncOp> tilefuse::lowerFusionToTile(FusionOp fusion,
                                                     ModuleOp module,
-                                                    const TargetInfo &target) {
+                                                    const TargetInfo &target,
+                                                    StringRef name) {
   MLIRContext *ctx = fusion.getContext();
   ctx->loadDialect<tile::TileDialect, arith::ArithDialect, math::MathDialect,
                    scf::SCFDialect, vector::VectorDialect, func::FuncDialect>();
@@ -1024,7 +1025,7 @@ FailureOr<func::FuncOp> tilefuse::lowerFusionToTile(FusionOp fusion,
     args.push_back(tile::PtrType::get(ctx, storageType(dtypeOf(in))));
   for (Value out : fusion.getResults())
     args.push_back(tile::PtrType::get(ctx, storageType(dtypeOf(out))));
-  auto kernel = b.create<func::FuncOp>(fusion.getLoc(), fusion.getKernelName(),
+  auto kernel = b.create<func::FuncOp>(fusion.getLoc(), name,
                                        b.getFunctionType(args, {}));
   kernel.addEntryBlock();
   auto domain = fusion.getDomain();

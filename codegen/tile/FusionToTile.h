@@ -17,13 +17,12 @@ namespace graph {
 class FusionOp;
 }
 
-/// Appends to `module` a kernel `func.func` named after the fusion's
-/// kernel_name: arguments are pointers to the fusion's inputs, then to its
+/// Appends to `module` a kernel `func.func` named `name`: arguments are pointers to the fusion's inputs, then to its
 /// results, all row-major and contiguous. Emits a diagnostic on the fusion
 /// and fails when the region holds something no tile program expresses.
 mlir::FailureOr<mlir::func::FuncOp>
 lowerFusionToTile(graph::FusionOp fusion, mlir::ModuleOp module,
-                  const TargetInfo &target);
+                  const TargetInfo &target, llvm::StringRef name);
 
 /// Makes every non-splat graph.constant inside fusion regions of `func` an
 /// input of its region instead (kernels read tables from memory; only splat

@@ -29,15 +29,14 @@ void TileDialect::initialize() {
 }
 
 namespace {
-/// The element type a block or scalar of `pointee` storage has in registers:
-/// the same, except booleans, which are bytes in memory and may be i1 or i8
-/// in registers.
+/// Memory ops move storage types only (booleans as i8 bytes): conversions
+/// to compute types are explicit arith ops.
 LogicalResult checkElement(Operation *op, Type pointee, Type element) {
   if (!llvm::isa<FloatType>(pointee) && !pointee.isInteger(8) &&
       !pointee.isInteger(32) && !pointee.isInteger(64))
     return op->emitOpError() << "points to " << pointee
                              << "; expected f32, f16, bf16, f64, i32, i64 or i8";
-  if (element == pointee || (pointee.isInteger(8) && element.isInteger(1)))
+  if (element == pointee)
     return success();
   return op->emitOpError() << "moves " << element << " through a pointer to "
                            << pointee << "; the element types must match";
@@ -50,8 +49,8 @@ Type elementOf(Type t) {
 } // namespace
 
 LogicalResult LoadOp::verify() {
-  if (getStride() < 0)
-    return emitOpError() << "stride " << getStride() << " is negative";
+  if (int64_t(getStride()) < 0)
+    return emitOpError() << "stride " << int64_t(getStride()) << " is negative";
   return checkElement(*this, getPtr().getType().getPointee(),
                       elementOf(getType()));
 }
@@ -71,8 +70,8 @@ LogicalResult LoadScalarOp::verify() {
 }
 
 LogicalResult StoreOp::verify() {
-  if (getStride() < 1)
-    return emitOpError() << "stride " << getStride()
+  if (int64_t(getStride()) < 1)
+    return emitOpError() << "stride " << int64_t(getStride())
                          << " would store several lanes to one element";
   return checkElement(*this, getPtr().getType().getPointee(),
                       elementOf(getValue().getType()));

@@ -47,7 +47,7 @@ def Tile_PtrType : TypeDef<Tile_Dialect, "Ptr"> {
 }
 
 def Tile_Storage : AnyTypeOf<[F32, F16, BF16, F64, I32, I64, I8]>;
-def Tile_Block : VectorOfRankAndType<[1], [F32, F16, BF16, F64, I32, I64, I8, I1]>;
+def Tile_Block : VectorOfRankAndType<[1], [F32, F16, BF16, F64, I32, I64, I8]>;
 def Tile_ReduceKind : I32EnumAttr<"ReduceKind", "how a block folds", [
     I32EnumAttrCase<"add", 0>, I32EnumAttrCase<"max", 1>,
     I32EnumAttrCase<"min", 2>]> {

@@ -1,7 +1,10 @@
 // RUN: tilefuse-opt %s --emit=graph | FileCheck %s --check-prefix=GRAPH
 // RUN: tilefuse-opt %s --emit=primitive | FileCheck %s --check-prefix=PRIM
 // RUN: tilefuse-opt %s --emit=fused --target=cpu | FileCheck %s --check-prefix=FUSED
-// RUN: not tilefuse-opt %s --emit=llvm 2>&1 | FileCheck %s --check-prefix=LATER
+// RUN: tilefuse-opt %s --emit=tile | FileCheck %s --check-prefix=TILE
+// RUN: tilefuse-opt %s --emit=llvm | FileCheck %s --check-prefix=LLVM
+// RUN: not tilefuse-opt %s --emit=llvm --target=cuda:sm_90 2>&1 | FileCheck %s --check-prefix=LLVMCUDA
+// RUN: not tilefuse-opt %s --emit=cuda 2>&1 | FileCheck %s --check-prefix=CUDA
 // RUN: not tilefuse-opt %s --emit=bogus 2>&1 | FileCheck %s --check-prefix=BOGUS
 
 // Each stage of the one pipeline (passes/Pipelines.cpp) can be printed.
@@ -11,8 +14,12 @@
 // PRIM: graph.exp
 // FUSED: graph.fusion "kernel0"
 // FUSED-NOT: graph.fusion "kernel1"
-// LATER: --emit=llvm is not available yet
-// BOGUS: unknown stage --emit=bogus; expected graph, primitive or fused
+// TILE: func.func @softmax_kernel0({{.*}}!tile.ptr<f32>
+// TILE: tile.reduce max
+// LLVM: llvm.func @softmax_kernel0(
+// LLVMCUDA: --emit=llvm is the CPU backend's stage; use --target=cpu
+// CUDA: --emit=cuda is not available: this build has no CUDA backend
+// BOGUS: unknown stage --emit=bogus; expected graph, primitive, fused, tile or llvm
 func.func @softmax(%x: tensor<4x8xf32>) -> tensor<4x8xf32> {
   %0 = graph.softmax %x {dim = 1 : i64} : (tensor<4x8xf32>) -> tensor<4x8xf32>
   return %0 : tensor<4x8xf32>

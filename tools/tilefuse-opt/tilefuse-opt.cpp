@@ -4,11 +4,13 @@
 // of MLIR would triple this file's compile time for nothing.
 //
 // `--emit=STAGE` prints a graph module at a stage of the one pipeline
-// (passes/Pipelines.cpp): graph (as parsed), primitive, fused. With
-// `--target=cpu|cuda:sm_XX` for the fused stage.
+// (passes/Pipelines.cpp): graph (as parsed), primitive, fused, tile (the
+// tile kernels), llvm (the CPU kernels in the LLVM dialect). With
+// `--target=cpu|cuda:sm_XX` for the fused and tile stages.
 //
 //===----------------------------------------------------------------------===//
 #include "ir/graph/GraphDialect.h"
+#include "codegen/Passes.h"
 #include "passes/Passes.h"
 #include "passes/Pipelines.h"
 
@@ -41,14 +43,25 @@ bool expandEmit(int argc, char **argv, std::vector<std::string> &out) {
     out.push_back("--tilefuse-primitive");
   } else if (emit == "fused") {
     out.push_back("--tilefuse-fused=target=" + target);
-  } else if (emit == "tile" || emit == "llvm" || emit == "cuda") {
-    llvm::errs() << "tilefuse-opt: --emit=" << emit
-                 << " is not available yet: the tile dialect and the code "
-                    "generators are not built; use graph, primitive or fused\n";
+  } else if (emit == "tile") {
+    out.push_back("--tilefuse-fused=target=" + target);
+    out.push_back("--tilefuse-lower-to-tile=target=" + target);
+  } else if (emit == "llvm") {
+    if (target != "cpu") {
+      llvm::errs() << "tilefuse-opt: --emit=llvm is the CPU backend's stage; "
+                      "use --target=cpu\n";
+      return false;
+    }
+    out.push_back("--tilefuse-fused=target=cpu");
+    out.push_back("--tilefuse-lower-to-tile=target=cpu");
+    out.push_back("--tilefuse-tile-to-llvm");
+  } else if (emit == "cuda") {
+    llvm::errs() << "tilefuse-opt: --emit=cuda is not available: this build "
+                    "has no CUDA backend; use graph, primitive, fused, tile or llvm\n";
     return false;
   } else {
     llvm::errs() << "tilefuse-opt: unknown stage --emit=" << emit
-                 << "; expected graph, primitive or fused\n";
+                 << "; expected graph, primitive, fused, tile or llvm\n";
     return false;
   }
   return true;
@@ -67,8 +80,13 @@ int main(int argc, char **argv) {
   argv = rewritten.data();
 
   mlir::DialectRegistry registry;
-  registry.insert<tilefuse::graph::GraphDialect, mlir::func::FuncDialect>();
+  registry.insert<tilefuse::graph::GraphDialect, mlir::func::FuncDialect,
+                  tilefuse::tile::TileDialect, mlir::arith::ArithDialect,
+                  mlir::math::MathDialect, mlir::scf::SCFDialect,
+                  mlir::vector::VectorDialect, mlir::LLVM::LLVMDialect,
+                  mlir::cf::ControlFlowDialect>();
   tilefuse::registerTilefusePasses();
+  tilefuse::registerTilefuseCodegenPasses();
   tilefuse::registerTilefusePipelines();
   mlir::registerCanonicalizerPass();
   mlir::registerCSEPass();

@@ -1,0 +1,99 @@
+// RUN: tilefuse-opt %s --emit=tile | FileCheck %s
+// RUN: tilefuse-opt %s --emit=tile --target=cuda:sm_90 | FileCheck %s --check-prefix=CUDA
+//
+// graph.fusion -> tile programs: how programs split the domain, which loads
+// are contiguous, strided, broadcast or gathered, and where reductions live.
+
+// Softmax with rows that fit one block: one program per row, the row read
+// once, both reductions in registers, one store.
+// CHECK-LABEL: func.func @softmax_kernel0(
+// CHECK-SAME:    tile.block = 64 : i64
+// CHECK-SAME:    tile.fused_ops = ["graph.reduce_max", "graph.broadcast_in_dim", "graph.sub", "graph.exp", "graph.reduce_sum", "graph.broadcast_in_dim", "graph.div"]
+// CHECK-SAME:    tile.grid = 16 : i64
+// CHECK:         tile.program_id
+// CHECK-COUNT-1: tile.load {{.*}}{stride = 1 : i64}
+// CHECK-NOT:     tile.load
+// CHECK:         tile.reduce max
+// CHECK:         math.exp
+// CHECK:         tile.reduce add
+// CHECK-NOT:     scf.for
+// CHECK:         tile.store {{.*}}{stride = 1 : i64}
+// CUDA-LABEL: func.func @softmax_kernel0(
+// CUDA-SAME:    tile.block = 64 : i64
+func.func @softmax(%x: tensor<16x50xf32>) -> tensor<16x50xf32> {
+  %0 = graph.softmax %x {dim = 1 : i64} : (tensor<16x50xf32>) -> tensor<16x50xf32>
+  return %0 : tensor<16x50xf32>
+}
+
+// Rows longer than a block: the reductions loop over the row in blocks.
+// CHECK-LABEL: func.func @softmax_long_kernel0(
+// CHECK-SAME:    tile.grid = 4 : i64
+// CHECK:         scf.for
+// CHECK:           tile.load
+// CHECK:         tile.reduce max
+// CHECK:         scf.for
+// CHECK:         tile.reduce add
+// CHECK:         scf.for
+// CHECK:           tile.store
+// CUDA-LABEL: func.func @softmax_long_kernel0(
+// CUDA-SAME:    tile.block = 1024 : i64
+func.func @softmax_long(%x: tensor<4x1000xf32>) -> tensor<4x1000xf32> {
+  %0 = graph.softmax %x {dim = 1 : i64} : (tensor<4x1000xf32>) -> tensor<4x1000xf32>
+  return %0 : tensor<4x1000xf32>
+}
+
+// A bias broadcast along rows is a contiguous block; a per-row value is one
+// scalar load; a transposed operand is a strided block load.
+// CHECK-LABEL: func.func @views_kernel0(
+// CHECK-SAME:    tile.grid = 8 : i64
+// CHECK-DAG:     tile.load %arg0[{{.*}}], {{.*}}{stride = 1 : i64}
+// CHECK-DAG:     tile.load %arg1[{{.*}}], {{.*}}{stride = 1 : i64}
+// CHECK-DAG:     tile.load_scalar %arg2
+// CHECK-DAG:     tile.load %arg3[{{.*}}], {{.*}}{stride = 8 : i64}
+func.func @views(%x: tensor<8x64xf32>, %b: tensor<64xf32>, %r: tensor<8x1xf32>, %t: tensor<64x8xf32>) -> tensor<8x64xf32> {
+  %0 = graph.broadcast_in_dim %b {dims = array<i64: 1>} : (tensor<64xf32>) -> tensor<8x64xf32>
+  %1 = graph.broadcast_in_dim %r {dims = array<i64: 0, 1>} : (tensor<8x1xf32>) -> tensor<8x64xf32>
+  %2 = graph.transpose %t {perm = array<i64: 1, 0>} : (tensor<64x8xf32>) -> tensor<8x64xf32>
+  %3 = graph.add %x, %0 : tensor<8x64xf32>
+  %4 = graph.mul %3, %1 : tensor<8x64xf32>
+  %5 = graph.sub %4, %2 : tensor<8x64xf32>
+  %6 = graph.tanh %5 : tensor<8x64xf32>
+  return %6 : tensor<8x64xf32>
+}
+
+// A reshape whose rows do not line up with the block gathers per lane.
+// CHECK-LABEL: func.func @reshape_gather_kernel0(
+// CHECK:         arith.remui {{.*}} : vector<{{[0-9]+}}xi64>
+// CHECK:         tile.gather
+func.func @reshape_gather(%x: tensor<6x5xf32>) -> tensor<5x6xf32> {
+  %0 = graph.reshape %x : (tensor<6x5xf32>) -> tensor<5x6xf32>
+  %1 = graph.exp %0 : tensor<5x6xf32>
+  return %1 : tensor<5x6xf32>
+}
+
+// Reducing the leading dimension (layer_norm's dgamma): lanes run along the
+// kept columns, a scalar loop over the rows accumulates per lane, no
+// horizontal reduction.
+// CHECK-LABEL: func.func @column_sum_kernel0(
+// CHECK-SAME:    tile.grid = 1 : i64
+// CHECK:         scf.for {{.*}} iter_args({{.*}}) -> (vector<64xf32>)
+// CHECK:           tile.load {{.*}}{stride = 1 : i64}
+// CHECK-NOT:     tile.reduce
+// CHECK:         tile.store
+func.func @column_sum(%x: tensor<32x64xf32>) -> tensor<64xf32> {
+  %0 = graph.reduce_sum %x {dims = array<i64: 0>} : (tensor<32x64xf32>) -> tensor<64xf32>
+  return %0 : tensor<64xf32>
+}
+
+// f16 storage, f32 arithmetic; booleans are bytes.
+// CHECK-LABEL: func.func @half_kernel0(
+// CHECK-SAME:    !tile.ptr<f16>, %{{.*}}: !tile.ptr<i8>
+// CHECK-DAG:     arith.extf {{.*}} : vector<64xf16> to vector<64xf32>
+// CHECK-DAG:     arith.cmpi ne, {{.*}} : vector<64xi8>
+// CHECK:         arith.truncf {{.*}} : vector<64xf32> to vector<64xf16>
+// CHECK:         tile.store {{.*}} : vector<64xf16>
+func.func @half(%x: tensor<128xf16>, %m: tensor<128xi1>) -> tensor<128xf16> {
+  %0 = graph.exp %x : tensor<128xf16>
+  %1 = graph.select %m, %0, %x : (tensor<128xi1>, tensor<128xf16>, tensor<128xf16>) -> tensor<128xf16>
+  return %1 : tensor<128xf16>
+}

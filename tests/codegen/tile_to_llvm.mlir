@@ -1,0 +1,26 @@
+// RUN: tilefuse-opt %s --emit=llvm | FileCheck %s
+//
+// The CPU backend's lowering: the kernel ABI, masked vector memory ops, and
+// exp as a polynomial (no libm call per lane).
+
+// CHECK-LABEL: llvm.func @exp_kernel0(
+// CHECK-SAME:    %{{.*}}: !llvm.ptr, %{{.*}}: i64, %{{.*}}: i64)
+// CHECK:         llvm.load {{.*}} : !llvm.ptr -> !llvm.ptr
+// CHECK:         llvm.intr.masked.load {{.*}} -> vector<64xf32>
+// CHECK-NOT:     llvm.call @expf
+// CHECK:         llvm.intr.fma
+// CHECK:         llvm.intr.masked.store {{.*}} : vector<64xf32>, vector<64xi1> into !llvm.ptr
+// CHECK-NOT:     tile.
+func.func @exp(%x: tensor<1000xf32>) -> tensor<1000xf32> {
+  %0 = graph.exp %x : tensor<1000xf32>
+  return %0 : tensor<1000xf32>
+}
+
+// Strided reads become gathers.
+// CHECK-LABEL: llvm.func @transposed_kernel0(
+// CHECK:         llvm.intr.masked.gather
+func.func @transposed(%x: tensor<64x8xf32>) -> tensor<8x64xf32> {
+  %0 = graph.transpose %x {perm = array<i64: 1, 0>} : (tensor<64x8xf32>) -> tensor<8x64xf32>
+  %1 = graph.neg %0 : tensor<8x64xf32>
+  return %1 : tensor<8x64xf32>
+}

@@ -1,0 +1,40 @@
+// RUN: tilefuse-opt %s | tilefuse-opt | FileCheck %s
+// RUN: tilefuse-opt %s --tilefuse-tile-to-llvm | FileCheck %s --check-prefix=LLVM
+//
+// Every tile op prints and parses back.
+
+// CHECK-LABEL: func.func @all_ops(
+// CHECK: tile.program_id : i64
+// CHECK: tile.lanes : vector<16xi64>
+// CHECK: tile.load %arg0[%{{.*}}], %{{.*}} {stride = 1 : i64} : !tile.ptr<f32> -> vector<16xf32>
+// CHECK: tile.gather %arg0[%{{.*}}], %{{.*}} : !tile.ptr<f32>, vector<16xi64>, vector<16xi1> -> vector<16xf32>
+// CHECK: tile.load_scalar %arg1[%{{.*}}] : !tile.ptr<i8> -> i8
+// CHECK: tile.reduce max %{{.*}} : vector<16xf32> -> f32
+// CHECK: tile.store %{{.*}}, %arg2[%{{.*}}], %{{.*}} {stride = 2 : i64} : vector<16xf32>, !tile.ptr<f32>
+// CHECK: tile.scatter %{{.*}}, %arg2[%{{.*}}], %{{.*}} : vector<16xf32>, !tile.ptr<f32>, vector<16xi64>, vector<16xi1>
+// CHECK: tile.store_scalar %{{.*}}, %arg2[%{{.*}}] : f32, !tile.ptr<f32>
+// LLVM-LABEL: llvm.func @all_ops(
+// LLVM-SAME:     !llvm.ptr, %{{.*}}: i64, %{{.*}}: i64)
+// LLVM: llvm.intr.masked.load
+// LLVM: llvm.intr.masked.gather
+// LLVM: llvm.intr.vector.reduce.fmaximum
+// LLVM: llvm.intr.masked.scatter
+func.func @all_ops(%p: !tile.ptr<f32>, %b: !tile.ptr<i8>, %o: !tile.ptr<f32>) attributes {tile.kernel, tile.grid = 4 : i64, tile.block = 16 : i64} {
+  %pid = tile.program_id : i64
+  %l = tile.lanes : vector<16xi64>
+  %c16 = arith.constant 16 : i64
+  %off = arith.muli %pid, %c16 : i64
+  %v = tile.load %p[%off], %c16 {stride = 1 : i64} : !tile.ptr<f32> -> vector<16xf32>
+  %lim = vector.splat %c16 : vector<16xi64>
+  %m = arith.cmpi slt, %l, %lim : vector<16xi64>
+  %g = tile.gather %p[%l], %m : !tile.ptr<f32>, vector<16xi64>, vector<16xi1> -> vector<16xf32>
+  %byte = tile.load_scalar %b[%pid] : !tile.ptr<i8> -> i8
+  %zero = arith.constant 0 : i8
+  %flag = arith.cmpi ne, %byte, %zero : i8
+  %s = arith.select %flag, %v, %g : vector<16xf32>
+  %r = tile.reduce max %s : vector<16xf32> -> f32
+  tile.store %s, %o[%off], %c16 {stride = 2 : i64} : vector<16xf32>, !tile.ptr<f32>
+  tile.scatter %g, %o[%l], %m : vector<16xf32>, !tile.ptr<f32>, vector<16xi64>, vector<16xi1>
+  tile.store_scalar %r, %o[%pid] : f32, !tile.ptr<f32>
+  return
+}
