@@ -4,6 +4,7 @@
 #include "ir/graph/GraphDialect.h"
 
 #include <algorithm>
+#include <cstdint>
 
 using namespace tilefuse;
 
@@ -28,6 +29,10 @@ public:
   int64_t blockSize(int64_t extent) const override {
     return std::min<int64_t>(64, std::max<int64_t>(4, powerOfTwoAtLeast(extent)));
   }
+  /// Well past the L2 and a fair share of a large L3: a result this big is
+  /// evicted before the next kernel reads it, so writing it through the
+  /// cache only costs a read for ownership of every line.
+  int64_t streamingStoreBytes() const override { return int64_t(64) << 20; }
 };
 
 /// CUDA: cuBLASLt applies a bias add and a ReLU (max with 0) itself.
@@ -42,6 +47,8 @@ public:
   int64_t blockSize(int64_t extent) const override {
     return std::min<int64_t>(1024, std::max<int64_t>(32, powerOfTwoAtLeast(extent)));
   }
+  /// GPUs write back through L2 either way; no streaming stores.
+  int64_t streamingStoreBytes() const override { return INT64_MAX; }
 
 private:
   std::string n;

@@ -27,6 +27,9 @@ public:
   /// Elements per block of a tile program whose lanes run along a dimension
   /// of `extent` elements (a power of two).
   virtual int64_t blockSize(int64_t extent) const = 0;
+  /// Results of at least this many bytes are written around the cache
+  /// (nobody reads them back before they would be evicted anyway).
+  virtual int64_t streamingStoreBytes() const = 0;
 
   /// "cpu" or "cuda[:sm_XX]"; null for an unknown name.
   static std::unique_ptr<TargetInfo> get(const std::string &name);

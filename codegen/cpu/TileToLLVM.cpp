@@ -138,6 +138,36 @@ struct SubnormalSafeLog : OpRewritePattern<math::LogOp> {
   static constexpr const char *kNormalized = "tilefuse.normal_input";
 };
 
+/// Step 2: the polynomial exp flushes results below the smallest normal
+/// number to zero; compute those as exp(x + 32 ln 2) * 2^-32 (the scaling
+/// by a power of two rounds once, into the subnormal range).
+struct SubnormalSafeExp : OpRewritePattern<math::ExpOp> {
+  using OpRewritePattern::OpRewritePattern;
+  LogicalResult matchAndRewrite(math::ExpOp op,
+                                PatternRewriter &rewriter) const override {
+    if (!getElementTypeOrSelf(op.getType()).isF32() || op->hasAttr(kScaled))
+      return failure();
+    Location loc = op.getLoc();
+    auto constant = [&](float v) -> Value {
+      Value c = rewriter.create<arith::ConstantOp>(loc, rewriter.getF32FloatAttr(v));
+      if (auto vt = llvm::dyn_cast<VectorType>(op.getType()))
+        c = rewriter.create<vector::SplatOp>(loc, vt, c);
+      return c;
+    };
+    Value x = op.getOperand();
+    Value tiny = rewriter.create<arith::CmpFOp>(loc, arith::CmpFPredicate::OLT, x,
+                                                constant(-87.0f));
+    Value shifted = rewriter.create<arith::SelectOp>(
+        loc, tiny, rewriter.create<arith::AddFOp>(loc, x, constant(22.1807097779f)), x);
+    auto exp = rewriter.create<math::ExpOp>(loc, shifted);
+    exp->setAttr(kScaled, rewriter.getUnitAttr());
+    Value scaled = rewriter.create<arith::MulFOp>(loc, exp, constant(2.3283064365386963e-10f));
+    rewriter.replaceOpWithNewOp<arith::SelectOp>(op, tiny, scaled, exp);
+    return success();
+  }
+  static constexpr const char *kScaled = "tilefuse.scaled_input";
+};
+
 // --- Step 3: tile memory ops -> LLVM -------------------------------------
 
 int64_t lanesOf(Type t) { return llvm::cast<VectorType>(t).getNumElements(); }
@@ -244,7 +274,26 @@ struct StoreLowering : ConvertOpToLLVMPattern<tile::StoreOp> {
     int64_t n = vt.getNumElements();
     auto ptrTy = LLVM::LLVMPointerType::get(getContext());
     Value mask = laneMask(rewriter, loc, op.getLimit(), n);
-    if (op.getStride() == 1) {
+    int64_t vectorBytes = n * std::max<int64_t>(1, element.getIntOrFloatBitWidth() / 8);
+    if (op.getStride() == 1 && op.getStreaming() && int64_t(op.getAlignment()) >= 64 &&
+        vectorBytes % 64 == 0) {
+      // Full blocks bypass the cache (no read for ownership of lines that
+      // are entirely overwritten); the row's tail block stays masked.
+      Value p = rewriter.create<LLVM::GEPOp>(loc, ptrTy, element, a.getPtr(), ValueRange{op.getOffset()});
+      Value full = rewriter.create<arith::CmpIOp>(
+          loc, arith::CmpIPredicate::sge, op.getLimit(),
+          rewriter.create<arith::ConstantIntOp>(loc, n, 64));
+      auto branch = rewriter.create<scf::IfOp>(loc, full, /*withElseRegion=*/true);
+      {
+        OpBuilder::InsertionGuard g(rewriter);
+        rewriter.setInsertionPointToStart(branch.thenBlock());
+        rewriter.create<LLVM::StoreOp>(loc, a.getValue(), p, /*alignment=*/64,
+                                       /*isVolatile=*/false, /*isNonTemporal=*/true);
+        rewriter.setInsertionPointToStart(branch.elseBlock());
+        rewriter.create<LLVM::MaskedStoreOp>(loc, a.getValue(), p, mask, alignmentOf(element));
+      }
+      rewriter.eraseOp(op);
+    } else if (op.getStride() == 1) {
       Value p = rewriter.create<LLVM::GEPOp>(loc, ptrTy, element, a.getPtr(), ValueRange{op.getOffset()});
       rewriter.replaceOpWithNewOp<LLVM::MaskedStoreOp>(op, a.getValue(), p, mask,
                                                        alignmentOf(element));
@@ -312,7 +361,7 @@ LogicalResult tilefuse::lowerTileToLLVM(ModuleOp module) {
 
   {
     RewritePatternSet patterns(ctx);
-    patterns.add<SubnormalSafeLog>(ctx);
+    patterns.add<SubnormalSafeLog, SubnormalSafeExp>(ctx);
     if (failed(applyPatternsAndFoldGreedily(module, std::move(patterns))))
       return module.emitError("tile-to-llvm: log rewriting did not converge");
   }
@@ -363,6 +412,8 @@ LogicalResult tilefuse::lowerTileToLLVM(ModuleOp module) {
     RewritePatternSet patterns(ctx);
     patterns.add<LoadLowering, GatherLowering, LoadScalarLowering, StoreLowering, ScatterLowering,
                  StoreScalarLowering, LanesLowering>(converter);
+    // Streaming stores branch on full blocks with scf.if.
+    populateSCFToControlFlowConversionPatterns(patterns);
     arith::populateArithToLLVMConversionPatterns(converter, patterns);
     populateMathToLLVMConversionPatterns(converter, patterns);
     populateVectorToLLVMConversionPatterns(converter, patterns,

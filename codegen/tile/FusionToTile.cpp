@@ -86,9 +86,10 @@ using Coords = SmallVector<Coord>;
 
 class KernelEmitter {
 public:
-  KernelEmitter(FusionOp fusion, func::FuncOp kernel, int64_t block)
+  KernelEmitter(FusionOp fusion, func::FuncOp kernel, int64_t block,
+                const TargetInfo &target)
       : fusion(fusion), kernel(kernel), b(kernel.getContext()),
-        loc(fusion.getLoc()), block(block) {}
+        loc(fusion.getLoc()), block(block), target(target) {}
 
   LogicalResult emit();
 
@@ -264,8 +265,10 @@ private:
 
   // --- stores -----------------------------------------------------------------
   LogicalResult store(unsigned output, const Coords &c);
+  /// Element offset of lane 0 (or per-lane offsets in `vecOffsets`); `align`
+  /// receives a number of elements known to divide it.
   Value offsetOf(const Coords &c, ArrayRef<int64_t> shape, int64_t &stride,
-                 Value &vecOffsets);
+                 Value &vecOffsets, int64_t *align = nullptr);
   /// Coordinates of a value of `shape` from coordinates `from` of a shape
   /// with the same non-unit dimensions.
   Coords matchUnitDims(const Coords &from, ArrayRef<int64_t> fromShape,
@@ -281,6 +284,7 @@ private:
   OpBuilder b;
   Location loc;
   int64_t block;
+  const TargetInfo &target;
   std::map<int64_t, Value> intConstants;
   Value laneIds;
   Value activeLimit;
@@ -449,7 +453,8 @@ Value KernelEmitter::castTo(Value v, Type from, Type to) {
 }
 
 Value KernelEmitter::offsetOf(const Coords &c, ArrayRef<int64_t> shape,
-                              int64_t &stride, Value &vecOffsets) {
+                              int64_t &stride, Value &vecOffsets,
+                              int64_t *align) {
   Coord lin = linearize(c, shape);
   if (lin.vec) {
     vecOffsets = lin.vec;
@@ -457,6 +462,8 @@ Value KernelEmitter::offsetOf(const Coords &c, ArrayRef<int64_t> shape,
     return Value();
   }
   stride = lin.coef;
+  if (align)
+    *align = lin.align;
   return lin.scalar;
 }
 
@@ -560,11 +567,13 @@ FailureOr<Value> KernelEmitter::elementwise(Operation *op, const Coords &c) {
   }
   if (isa<ErfOp>(op)) return b.create<math::ErfOp>(loc, xs[0]).getResult();
   if (isa<SigmoidOp>(op)) {
-    // e = exp(-|x|) never overflows; sigmoid = 1/(1+e) for x >= 0, e/(1+e) else.
+    // r = e/(1+e) with e = exp(-|x|) never overflows and is sigmoid(-|x|);
+    // sigmoid(x) = 1 - r for x >= 0 (rounds correctly next to 1, where
+    // 1/(1+e) would lose e), r otherwise.
     Value e = b.create<math::ExpOp>(loc, b.create<arith::NegFOp>(loc, b.create<math::AbsFOp>(loc, xs[0])));
-    Value r = b.create<arith::DivFOp>(loc, like(e, 1.0), b.create<arith::AddFOp>(loc, like(e, 1.0), e));
+    Value r = b.create<arith::DivFOp>(loc, e, b.create<arith::AddFOp>(loc, like(e, 1.0), e));
     Value pos = b.create<arith::CmpFOp>(loc, P::OGE, xs[0], like(e, 0.0));
-    return b.create<arith::SelectOp>(loc, pos, r, b.create<arith::MulFOp>(loc, e, r)).getResult();
+    return b.create<arith::SelectOp>(loc, pos, b.create<arith::SubFOp>(loc, like(e, 1.0), r), r).getResult();
   }
   return fusion.emitOpError() << "cannot compile '" << op->getName()
                               << "' inside a kernel; no tile lowering exists for it";
@@ -860,9 +869,9 @@ LogicalResult KernelEmitter::store(unsigned output, const Coords &c) {
   if (failed(v))
     return failure();
   Type dt = dtypeOf(result), st = storageType(dt);
-  int64_t stride = 0;
+  int64_t stride = 0, alignElems = 1;
   Value vecOffsets;
-  Value offset = offsetOf(c, shapeOf(result), stride, vecOffsets);
+  Value offset = offsetOf(c, shapeOf(result), stride, vecOffsets, &alignElems);
   Value x = *v;
   bool isVec = stride != 0 || vecOffsets;
   if (isVec)
@@ -877,8 +886,22 @@ LogicalResult KernelEmitter::store(unsigned output, const Coords &c) {
   Value ptr = outputPointers[output];
   if (vecOffsets)
     b.create<tile::ScatterOp>(loc, x, ptr, vecOffsets, activeMask());
-  else if (isVec)
-    b.create<tile::StoreOp>(loc, x, ptr, offset, activeLimit, b.getI64IntegerAttr(stride));
+  else if (isVec) {
+    auto storeOp = b.create<tile::StoreOp>(loc, x, ptr, offset, activeLimit,
+                                           b.getI64IntegerAttr(stride),
+                                           b.getI64IntegerAttr(1), UnitAttr());
+    // Bytes known to divide lane 0's address, capped at a cache line.
+    int64_t bytes = st.getIntOrFloatBitWidth() / 8;
+    int64_t alignBytes = 1;
+    while (alignBytes < 64 && (alignElems * bytes) % (alignBytes * 2) == 0)
+      alignBytes *= 2;
+    storeOp.setAlignment(alignBytes);
+    int64_t total = bytes;
+    for (int64_t d : shapeOf(result))
+      total *= d;
+    if (stride == 1 && total >= target.streamingStoreBytes())
+      storeOp.setStreaming(true);
+  }
   else
     b.create<tile::StoreScalarOp>(loc, x, ptr, offset);
   return success();
@@ -1037,7 +1060,7 @@ FailureOr<func::FuncOp> tilefuse::lowerFusionToTile(FusionOp fusion,
     names.push_back(b.getStringAttr(op.getName().getStringRef()));
   kernel->setAttr(tile::kFusedOpsAttr, b.getArrayAttr(names));
 
-  KernelEmitter emitter(fusion, kernel, block);
+  KernelEmitter emitter(fusion, kernel, block, target);
   if (failed(emitter.emit())) {
     kernel.erase();
     return failure();

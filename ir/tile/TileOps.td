@@ -130,12 +130,18 @@ def Tile_StoreOp : Tile_Op<"store", [MemoryEffects<[MemWrite]>]> {
   let summary = "masked, strided store of a block";
   let description = [{
     Lane `l` writes element `offset + l * stride` when `l < limit`.
+    `alignment` is a number of bytes known to divide the address of lane 0
+    (buffers start 64-byte aligned). `streaming` says the result is too
+    large to stay in cache for its readers: backends may write it around
+    the cache (non-temporal stores) where the block is aligned.
     ```mlir
     tile.store %v, %p[%off], %limit {stride = 1 : i64} : vector<16xf32>, !tile.ptr<f32>
     ```
   }];
   let arguments = (ins Tile_Block:$value, Tile_PtrType:$ptr, I64:$offset,
-                       I64:$limit, I64Attr:$stride);
+                       I64:$limit, I64Attr:$stride,
+                       DefaultValuedAttr<I64Attr, "1">:$alignment,
+                       UnitAttr:$streaming);
   let assemblyFormat = [{
     $value `,` $ptr `[` $offset `]` `,` $limit attr-dict `:` type($value) `,` qualified(type($ptr))
   }];

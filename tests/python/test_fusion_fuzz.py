@@ -22,7 +22,10 @@ kind is computed by some kernel and expensive ops exactly once
 (check_coverage); and fused.interpret(*args) must equal graph.interpret(*args)
 in count, dtype, shape and bytes; for cpu-target graphs, the compiled
 graph (g.compile("cpu")) must match the unfused interpretation
-(assert_compiled_close). Graphs run in a child process, so a crash
+(assert_compiled_close), or, where it does not, be as close to the same
+function traced in float64 as the float32 interpretation is (an
+ill-conditioned graph: a sigmoid rounded to 1.0 one way and not the other
+moves a clamped log by 80). Graphs run in a child process, so a crash
 (segmentation fault) or a hang in the compiler fails the test with the
 graph that caused it, and the fuzzing goes on after it.
 
@@ -61,7 +64,7 @@ if __name__ == "__main__":  # the worker / reproducer: same path set-up as conft
 import tilefuse
 
 from fusion_checks import (assert_bit_identical, assert_compiled_close, check_coverage,
-                           check_structure, lowered_ops)
+                           check_structure, flat, lowered_ops)
 
 DEFAULT_GRAPHS = 1000
 MAX_NUMEL = 512
@@ -71,7 +74,8 @@ DIMS = [1, 2, 3, 4, 5, 6, 8]
 # ---------------------------------------------------------------------------
 # Helpers the generated sources call (part of every printed reproducer):
 # _c(shape, key, dtype) a deterministic random constant, _ids(shape, rows,
-# key) deterministic int64 row ids in [0, rows).
+# key) deterministic int64 row ids in [0, rows), _like(array, tensor) the
+# array in the tensor's float dtype.
 # ---------------------------------------------------------------------------
 
 HELPERS = '''\
@@ -81,6 +85,8 @@ def _c(shape, key, dtype="f32"):
         np.float64 if dtype == "f64" else np.float32)
 def _ids(shape, rows, key):
     return np.random.default_rng(key).integers(0, rows, size=shape).astype(np.int64)
+def _like(a, t):
+    return np.asarray(a).astype(np.float64 if t.dtype == "f64" else np.float32)
 '''
 
 
@@ -495,7 +501,7 @@ class Case:
         elif kind == "mse":
             expr = f"F.mse_loss({a.name}, {self._const(a.shape)})"
         else:
-            target = f"({self._const(a.shape)} > 0).astype({self.np_name!r})"
+            target = f"_like({self._const(a.shape)} > 0, {a.name})"
             expr = f"F.binary_cross_entropy(F.sigmoid({a.name}), {target})"
         return self._emit(expr, (), [a], f"loss {kind}")
 
@@ -503,11 +509,13 @@ class Case:
         """A detour through integers: truncate, integer arithmetic, back."""
         a = self._pick()
         it = self._choose(["i32", "i64"])
-        f = self._choose(["(({a} * 4).to('{t}') + 3).to({a}.dtype)",
-                          "(({a} * 8).to('{t}').maximum(({a} * -2).to('{t}'))).to({a}.dtype)",
-                          "((({a} * 3).to('{t}') * 2) - 1).to({a}.dtype) / 5.0",
+        f = self._choose(["(({s} * 4).to('{t}') + 3).to({a}.dtype)",
+                          "(({s} * 8).to('{t}').maximum(({s} * -2).to('{t}'))).to({a}.dtype)",
+                          "((({s} * 3).to('{t}') * 2) - 1).to({a}.dtype) / 5.0",
                           "({a} > 0).to({a}.dtype) * {a}"])
-        return self._emit(f.format(a=a.name, t=it), a.shape, [a], "integer detour")
+        # Only finite values in integer range convert: NaN -> 0, then clamp.
+        s = f"tilefuse.where({a.name} == {a.name}, {a.name}, 0.0).maximum(-1e6).minimum(1e6)"
+        return self._emit(f.format(a=a.name, t=it, s=s), a.shape, [a], "integer detour")
 
     def op_dropout(self):
         if not self.uses_seed:
@@ -689,6 +697,49 @@ def _train_step(case, fn):
     return step.graph, args + [np.int64(1 + case.index % 5), np.float64(opt.lr)]
 
 
+def _build(case, args):
+    """The graph under test and its arguments, for inputs `args`."""
+    fn = case.function()
+    if case.mode == "train_step":
+        saved, case.args = case.args, args
+        try:
+            g, args = _train_step(case, fn)
+        finally:
+            case.args = saved
+    else:
+        g = tilefuse.trace(fn, *args)
+    if case.mode == "value_and_grad":
+        g = g.value_and_grad([i for i, a in enumerate(args) if a.dtype.kind == "f"])
+    return g, args
+
+
+def _float64_reference(case):
+    """The same function traced on float64 inputs (f32 constants promote),
+    interpreted: an estimate of the exact results."""
+    args = [a.astype(np.float64) if a.dtype.kind == "f" else a for a in case.args]
+    g, args = _build(case, args)
+    return g.interpret(*args)
+
+
+def _compiled_error_is_rounding(got, want, case):
+    """Whether compiled results that miss the interpreter's are as close to
+    the float64 results as the interpreter's own float32 results are (up to
+    2x): an ill-conditioned graph (a threshold crossed by one rounding, a
+    cancellation) moves both by more than the tolerance."""
+    exact = [np.asarray(x, np.float64) for x in flat(_float64_reference(case))]
+    for a, b, e in zip(flat(got), flat(want), exact):
+        if a.dtype.kind != "f":
+            continue
+        a64, b64 = a.astype(np.float64), b.astype(np.float64)
+        scale = max(1.0, float(np.nanmax(np.abs(e))) if np.isfinite(e).any() else 1.0)
+        with np.errstate(invalid="ignore"):
+            ours = np.nan_to_num(np.abs(a64 - e), nan=np.inf, posinf=np.inf)
+            theirs = np.nan_to_num(np.abs(b64 - e), nan=np.inf, posinf=np.inf)
+        if not (ours <= 2 * theirs + 1e-4 * scale).all():
+            return False
+    return True
+
+
 def run_case(case, progress=None):
     """Checks one graph; returns None or a failure dict."""
     state = {"stage": "generate", "unfused_mlir": None, "fused_mlir": None, "entry": None}
@@ -700,16 +751,7 @@ def run_case(case, progress=None):
 
     try:
         stage("trace")
-        fn = case.function()
-        args = case.args
-        if case.mode == "train_step":
-            stage("compile_train_step")
-            g, args = _train_step(case, fn)
-        else:
-            g = tilefuse.trace(fn, *args)
-        if case.mode == "value_and_grad":
-            stage("value_and_grad")
-            g = g.value_and_grad([i for i, a in enumerate(args) if a.dtype.kind == "f"])
+        g, args = _build(case, case.args)
         state["unfused_mlir"] = g.mlir()
         state["entry"] = g._graph.entry
         stage("interpret unfused")
@@ -732,7 +774,12 @@ def run_case(case, progress=None):
             stage("run compiled")
             got = compiled._exe.run([np.asarray(a) for a in args])
             stage("compare compiled")
-            assert_compiled_close(got, want, "compiled != interpreted")
+            try:
+                assert_compiled_close(got, want, "compiled != interpreted")
+            except AssertionError:
+                stage("compare compiled with float64")
+                if not _compiled_error_is_rounding(got, want, case):
+                    raise
         return None
     except Exception as e:  # noqa: BLE001 - every exception is a finding
         return dict(state, error=f"{type(e).__name__}: {e}",
@@ -917,7 +964,7 @@ _CHILD = r"""
 import sys, re, numpy as np, tilefuse
 sys.path.insert(0, sys.argv[3])
 from fusion_checks import (assert_bit_identical, assert_compiled_close, check_coverage,
-                           check_structure, lowered_ops)
+                           check_structure, flat, lowered_ops)
 g = tilefuse.parse(open(sys.argv[1]).read())
 try:
     fused = g.fuse(sys.argv[2])

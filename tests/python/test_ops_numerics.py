@@ -421,6 +421,33 @@ def test_unary_special_values(dtype, seed):
 
 
 @with_dtypes
+def test_subnormal_results_and_inputs(dtype, seed):
+    """exp into the subnormal range, log of subnormals, sigmoid far left:
+    no flush to zero (float32 kernels use polynomials that would)."""
+    tiny = np.finfo(dtype).smallest_subnormal
+    x = np.array([-87.5, -95.0, -103.0, -745.0, 1e-3], dtype)
+    with np.errstate(all="ignore"):
+        cases = {
+            "exp": (lambda t: t.exp(), np.exp(f64(x))),
+            "sigmoid": (lambda t: t.sigmoid(), np_sigmoid(f64(x))),
+        }
+        sub = np.array([tiny, tiny * 3, np.finfo(dtype).tiny / 2, 1e-39, 1.0], dtype)
+        cases_log = {"log": (lambda t: t.log(), np.log(f64(sub)))}
+    for op, (fn, want) in cases.items():
+        got = run(fn, x)
+        assert_close(op, got, want, dtype, seed, [x.shape])
+        # The absolute tolerance hides a flush to zero: relative error here
+        # (up to the subnormal spacing; -745 rounds to 0 exactly).
+        w = want.astype(dtype).astype(np.float64)
+        err = np.abs(got.astype(np.float64) - w)
+        assert (err <= 1e-5 * np.abs(w) + tiny).all(), (
+            f"{op}: dtype {np.dtype(dtype).name}, inputs {x.tolist()}: got {got.tolist()}, "
+            f"want {w.tolist()} (seed {seed})")
+    for op, (fn, want) in cases_log.items():
+        assert_close(op, run(fn, sub), want, dtype, seed, [sub.shape])
+
+
+@with_dtypes
 def test_maximum_minimum_propagate_nan(dtype, seed):
     a = np.array([np.nan, 1.0, np.nan, -np.inf], dtype)
     b = np.array([1.0, np.nan, np.nan, 2.0], dtype)
