@@ -40,6 +40,9 @@ public:
   const void *result(size_t i) const { return executor.result(i); }
 
   const Program &program() const { return executor.program(); }
+  void setProfiling(bool on) { executor.setProfiling(on); }
+  const std::vector<double> &stepSeconds() const { return executor.stepSeconds(); }
+  int64_t profiledCalls() const { return executor.profiledCalls(); }
   const CompiledArtifacts &artifacts() const { return *art; }
   /// Whether this compile found the graph in the in-process cache, and
   /// how long compile() took.

@@ -5,6 +5,7 @@
 #include "runtime/ThreadPool.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 
@@ -50,7 +51,13 @@ void CpuExecutor::run(const std::vector<const void *> &args) {
     pointers[prog.arguments[i]] = const_cast<void *>(args[i]);
   ThreadPool &pool = ThreadPool::global();
   std::vector<void *> kargs;
-  for (const Step &s : prog.steps) {
+  if (profiling)
+    ++calls;
+  auto stepStart = std::chrono::steady_clock::now();
+  for (size_t index = 0; index < prog.steps.size(); ++index) {
+    const Step &s = prog.steps[index];
+    if (profiling)
+      stepStart = std::chrono::steady_clock::now();
     switch (s.kind) {
     case Step::Kind::Kernel: {
       const ProgramKernel &k = prog.kernels[s.kernel];
@@ -84,6 +91,10 @@ void CpuExecutor::run(const std::vector<const void *> &args) {
                   prog.buffers[s.buffers[0]].byteSize());
       break;
     }
+    if (profiling)
+      seconds[index] += std::chrono::duration<double>(
+                            std::chrono::steady_clock::now() - stepStart)
+                            .count();
   }
 }
 

@@ -37,6 +37,15 @@ public:
 
   const Program &program() const { return prog; }
 
+  /// When on, run() adds each step's wall time to stepSeconds().
+  void setProfiling(bool on) {
+    profiling = on;
+    seconds.assign(prog.steps.size(), 0.0);
+    calls = 0;
+  }
+  const std::vector<double> &stepSeconds() const { return seconds; }
+  int64_t profiledCalls() const { return calls; }
+
 private:
   void *bufferPtr(int b) const { return pointers[b]; }
 
@@ -45,7 +54,9 @@ private:
   std::shared_ptr<void> keepAlive;
   std::vector<void *> pointers;  ///< current address of every buffer
   std::vector<void *> owned;     ///< allocations of non-argument buffers
-  std::vector<std::vector<void *>> kernelArgs; ///< per step, buffer addresses
+  bool profiling = false;
+  std::vector<double> seconds;
+  int64_t calls = 0;
 };
 
 } // namespace tilefuse

@@ -5,9 +5,9 @@
 
 #include <cstring>
 
-#ifdef TILEFUSE_HAVE_CBLAS
-#include <cblas.h>
-#endif
+#include <cstdlib>
+#include <dlfcn.h>
+#include <string>
 
 using namespace tilefuse;
 
@@ -28,50 +28,117 @@ int64_t checkedRow(int64_t id, int64_t rows, const char *op) {
 }
 
 template <typename T>
-void gemmLoop(const Step &s, const T *a, const T *b, T *c) {
-  for (int64_t i = 0; i < s.batch; ++i) {
-    const T *pa = a + i * s.m * s.k, *pb = b + i * s.k * s.n;
-    T *pc = c + i * s.m * s.n;
-    for (int64_t r = 0; r < s.m; ++r) {
-      T *row = pc + r * s.n;
-      std::fill(row, row + s.n, T(0));
-      for (int64_t p = 0; p < s.k; ++p) {
-        T av = s.transposeA ? pa[p * s.m + r] : pa[r * s.k + p];
-        if (s.transposeB)
-          for (int64_t j = 0; j < s.n; ++j)
-            row[j] += av * pb[j * s.k + p];
-        else
-          for (int64_t j = 0; j < s.n; ++j)
-            row[j] += av * pb[p * s.n + j];
-      }
+void gemmLoop(const Step &s, int64_t rows, const T *a, int64_t lda, const T *b,
+              T *c) {
+  for (int64_t r = 0; r < rows; ++r) {
+    T *row = c + r * s.n;
+    std::fill(row, row + s.n, T(0));
+    for (int64_t p = 0; p < s.k; ++p) {
+      T av = s.transposeA ? a[p * lda + r] : a[r * lda + p];
+      if (s.transposeB)
+        for (int64_t j = 0; j < s.n; ++j)
+          row[j] += av * b[j * s.k + p];
+      else
+        for (int64_t j = 0; j < s.n; ++j)
+          row[j] += av * b[p * s.n + j];
     }
   }
 }
 
-void gemmF32(const Step &s, const float *a, const float *b, float *c) {
-#ifdef TILEFUSE_HAVE_CBLAS
-  for (int64_t i = 0; i < s.batch; ++i)
-    cblas_sgemm(CblasRowMajor, s.transposeA ? CblasTrans : CblasNoTrans,
-                s.transposeB ? CblasTrans : CblasNoTrans, s.m, s.n, s.k, 1.0f,
-                a + i * s.m * s.k, s.transposeA ? s.m : s.k,
-                b + i * s.k * s.n, s.transposeB ? s.k : s.n, 0.0f,
-                c + i * s.m * s.n, s.n);
-#else
-  gemmLoop(s, a, b, c);
+/// A CBLAS found at run time. Loading it here rather than linking it keeps
+/// the runtime free of build-time BLAS dependencies, and lets us configure
+/// it first: OpenBLAS 0.3.21 (Debian 12) does not recognise some recent
+/// Xeons and falls back to its slowest kernels, so the core type is set
+/// from the CPU's features unless the user chose one; its own threads are
+/// switched off because GEMMs are split across tilefuse's thread pool
+/// (two sets of spinning threads on the same cores slow both).
+struct Blas {
+  using Sgemm = void (*)(int, int, int, int, int, int, float, const float *, int,
+                         const float *, int, float, float *, int);
+  using Dgemm = void (*)(int, int, int, int, int, int, double, const double *, int,
+                         const double *, int, double, double *, int);
+  Sgemm sgemm = nullptr;
+  Dgemm dgemm = nullptr;
+  std::string name = "built-in loop";
+
+  static const Blas &get() {
+    static Blas blas = load();
+    return blas;
+  }
+
+private:
+  static Blas load() {
+    Blas b;
+    if (const char *off = std::getenv("TILEFUSE_BLAS"); off && std::string(off) == "none")
+      return b;
+#if defined(__x86_64__)
+    if (!std::getenv("OPENBLAS_CORETYPE")) {
+      if (__builtin_cpu_supports("avx512f"))
+        setenv("OPENBLAS_CORETYPE", "SkylakeX", 0);
+      else if (__builtin_cpu_supports("avx2"))
+        setenv("OPENBLAS_CORETYPE", "Haswell", 0);
+    }
 #endif
+    struct Candidate { const char *file, *threads; };
+    for (Candidate c : {Candidate{"libopenblas.so.0", "openblas_set_num_threads"},
+                        Candidate{"libblis.so.4", "bli_thread_set_num_threads"}}) {
+      void *h = dlopen(c.file, RTLD_NOW | RTLD_LOCAL);
+      if (!h)
+        continue;
+      auto s = reinterpret_cast<Sgemm>(dlsym(h, "cblas_sgemm"));
+      auto d = reinterpret_cast<Dgemm>(dlsym(h, "cblas_dgemm"));
+      if (!s || !d)
+        continue;
+      if (auto setThreads = reinterpret_cast<void (*)(int)>(dlsym(h, c.threads)))
+        setThreads(1);
+      b.sgemm = s;
+      b.dgemm = d;
+      b.name = c.file;
+      return b;
+    }
+    return b;
+  }
+};
+
+constexpr int kRowMajor = 101, kNoTrans = 111, kTrans = 112;
+
+/// One GEMM split into slabs of rows of C (or, for batched GEMMs, into
+/// batch entries) across the thread pool.
+template <typename T, typename Fn>
+void gemmParallel(const Step &s, const T *a, const T *b, T *c, Fn blas) {
+  ThreadPool &pool = ThreadPool::global();
+  int64_t slabsPerMatrix = 1;
+  if (s.batch < int64_t(pool.size()))
+    slabsPerMatrix = std::max<int64_t>(1, std::min<int64_t>(int64_t(pool.size()), s.m / 32));
+  int64_t work = s.batch * slabsPerMatrix;
+  // Below ~1 MFLOP a second thread costs more than it saves.
+  int64_t minItems = std::max<int64_t>(1, 1000000 / std::max<int64_t>(1, 2 * s.m * s.n * s.k / slabsPerMatrix));
+  pool.parallelFor(work, minItems, [&](int64_t first, int64_t end) {
+    for (int64_t w = first; w < end; ++w) {
+      int64_t i = w / slabsPerMatrix, slab = w % slabsPerMatrix;
+      int64_t r0 = s.m * slab / slabsPerMatrix, r1 = s.m * (slab + 1) / slabsPerMatrix;
+      if (r1 <= r0)
+        continue;
+      const T *pa = a + i * s.m * s.k + (s.transposeA ? r0 : r0 * s.k);
+      int64_t lda = s.transposeA ? s.m : s.k;
+      const T *pb = b + i * s.k * s.n;
+      T *pc = c + i * s.m * s.n + r0 * s.n;
+      if (blas)
+        blas(kRowMajor, s.transposeA ? kTrans : kNoTrans, s.transposeB ? kTrans : kNoTrans,
+             int(r1 - r0), int(s.n), int(s.k), T(1), pa, int(lda), pb,
+             int(s.transposeB ? s.k : s.n), T(0), pc, int(s.n));
+      else
+        gemmLoop(s, r1 - r0, pa, lda, pb, pc);
+    }
+  });
+}
+
+void gemmF32(const Step &s, const float *a, const float *b, float *c) {
+  gemmParallel(s, a, b, c, Blas::get().sgemm);
 }
 
 void gemmF64(const Step &s, const double *a, const double *b, double *c) {
-#ifdef TILEFUSE_HAVE_CBLAS
-  for (int64_t i = 0; i < s.batch; ++i)
-    cblas_dgemm(CblasRowMajor, s.transposeA ? CblasTrans : CblasNoTrans,
-                s.transposeB ? CblasTrans : CblasNoTrans, s.m, s.n, s.k, 1.0,
-                a + i * s.m * s.k, s.transposeA ? s.m : s.k,
-                b + i * s.k * s.n, s.transposeB ? s.k : s.n, 0.0,
-                c + i * s.m * s.n, s.n);
-#else
-  gemmLoop(s, a, b, c);
-#endif
+  gemmParallel(s, a, b, c, Blas::get().dgemm);
 }
 
 std::vector<float> widen(DType t, const void *p, int64_t n) {
@@ -84,13 +151,7 @@ std::vector<float> widen(DType t, const void *p, int64_t n) {
 
 } // namespace
 
-bool cpu::haveBlas() {
-#ifdef TILEFUSE_HAVE_CBLAS
-  return true;
-#else
-  return false;
-#endif
-}
+std::string cpu::blasName() { return Blas::get().name; }
 
 void cpu::gemm(const Step &s, DType dtype, const void *a, const void *b, void *c) {
   switch (dtype) {

@@ -1,7 +1,8 @@
 //===- CpuLibrary.h - library steps of the CPU executor ------------*- C++ -*-===//
 //
-// Steps that are calls rather than generated kernels: GEMM (a CPU BLAS when
-// the build found one), embedding gather and its gradient's scatter-add.
+// Steps that are calls rather than generated kernels: GEMM (a CPU BLAS
+// loaded at run time, see CpuLibrary.cpp), embedding gather and its
+// gradient's scatter-add.
 //
 //===----------------------------------------------------------------------===//
 #ifndef TILEFUSE_RUNTIME_CPULIBRARY_H
@@ -20,8 +21,9 @@ void gather(const BufferInfo &table, const BufferInfo &indices,
 void scatterAdd(const BufferInfo &base, const BufferInfo &indices,
                 const void *basePtr, const void *indexPtr,
                 const void *updatesPtr, void *out);
-/// Whether GEMMs go to a BLAS library (else a blocked loop).
-bool haveBlas();
+/// The BLAS library GEMMs go to ("libopenblas.so.0", "libblis.so.4"), or
+/// "built-in loop" when none loads (or TILEFUSE_BLAS=none).
+std::string blasName();
 
 } // namespace tilefuse::cpu
 

@@ -173,6 +173,10 @@ PYBIND11_MODULE(_core, m) {
         return runExecutable(e, sigs, args);
       })
       .def("kernels", &programKernels)
+      .def("set_profiling", &Executable::setProfiling)
+      .def("step_seconds", [](const Executable &e) {
+        return std::make_pair(e.stepSeconds(), e.profiledCalls());
+      })
       .def_property_readonly("fused_ir", [](const Executable &e) { return e.artifacts().fusedIR; })
       .def_property_readonly("tile_ir", [](const Executable &e) { return e.artifacts().tileIR; })
       .def_property_readonly("cache_hit", &Executable::cacheHit)

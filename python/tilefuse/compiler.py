@@ -37,11 +37,24 @@ class CompiledFunction:
             return results[0] if len(results) == 1 else tuple(results)
         return _pytree.unflatten(self._out_spec, results)
 
-    def report(self):
+    def report(self, profile=False):
         """One dict per step in execution order: name, kind (pointwise,
         reduction, library, copy), the source ops it computes, bytes it
-        reads and writes, and for kernels the grid and block size."""
-        return self._exe.kernels()
+        reads and writes, and for kernels the grid and block size. With
+        profile=True, also `seconds` (mean wall time per call) and
+        `gb_per_s`, from the calls made since profile(True)."""
+        rows = self._exe.kernels()
+        if profile:
+            seconds, calls = self._exe.step_seconds()
+            for row, t in zip(rows, seconds):
+                row["seconds"] = t / calls if calls else float("nan")
+                row["gb_per_s"] = (row["bytes"] / row["seconds"] / 1e9
+                                   if calls and row["seconds"] > 0 else float("nan"))
+        return rows
+
+    def profile(self, on=True):
+        """Starts (or stops) timing every step of every call."""
+        self._exe.set_profiling(bool(on))
 
     @property
     def fused_ir(self):
