@@ -34,6 +34,7 @@
 #include "mlir/Dialect/Math/Transforms/Passes.h"
 #include "mlir/Dialect/SCF/IR/SCF.h"
 #include "mlir/Dialect/Vector/IR/VectorOps.h"
+#include "mlir/Dialect/Utils/StaticValueUtils.h"
 #include "mlir/IR/IRMapping.h"
 #include "mlir/Pass/PassManager.h"
 #include "mlir/Transforms/DialectConversion.h"
@@ -168,6 +169,33 @@ struct SubnormalSafeExp : OpRewritePattern<math::ExpOp> {
   static constexpr const char *kScaled = "tilefuse.scaled_input";
 };
 
+/// Step 2: a streaming store becomes "full block ? non-temporal store :
+/// masked store", so only the tail of a row pays for the mask.
+struct SplitStreamingStores : OpRewritePattern<tile::StoreOp> {
+  using OpRewritePattern::OpRewritePattern;
+  LogicalResult matchAndRewrite(tile::StoreOp op,
+                                PatternRewriter &rewriter) const override {
+    int64_t n = llvm::cast<VectorType>(op.getValue().getType()).getNumElements();
+    std::optional<int64_t> limit = getConstantIntValue(op.getLimit());
+    if (!op.getStreaming() || (limit && *limit >= n) ||
+        op->getParentOfType<scf::IfOp>())
+      return failure();
+    Location loc = op.getLoc();
+    Value full = rewriter.create<arith::CmpIOp>(
+        loc, arith::CmpIPredicate::sge, op.getLimit(),
+        rewriter.create<arith::ConstantIntOp>(loc, n, 64));
+    auto branch = rewriter.create<scf::IfOp>(loc, full, /*withElseRegion=*/true);
+    rewriter.setInsertionPointToStart(branch.thenBlock());
+    auto whole = llvm::cast<tile::StoreOp>(rewriter.clone(*op));
+    whole.getLimitMutable().assign(rewriter.create<arith::ConstantIntOp>(loc, n, 64));
+    rewriter.setInsertionPointToStart(branch.elseBlock());
+    auto tail = llvm::cast<tile::StoreOp>(rewriter.clone(*op));
+    tail.setStreaming(false);
+    rewriter.eraseOp(op);
+    return success();
+  }
+};
+
 // --- Step 3: tile memory ops -> LLVM -------------------------------------
 
 int64_t lanesOf(Type t) { return llvm::cast<VectorType>(t).getNumElements(); }
@@ -275,24 +303,14 @@ struct StoreLowering : ConvertOpToLLVMPattern<tile::StoreOp> {
     auto ptrTy = LLVM::LLVMPointerType::get(getContext());
     Value mask = laneMask(rewriter, loc, op.getLimit(), n);
     int64_t vectorBytes = n * std::max<int64_t>(1, element.getIntOrFloatBitWidth() / 8);
-    if (op.getStride() == 1 && op.getStreaming() && int64_t(op.getAlignment()) >= 64 &&
-        vectorBytes % 64 == 0) {
-      // Full blocks bypass the cache (no read for ownership of lines that
-      // are entirely overwritten); the row's tail block stays masked.
+    std::optional<int64_t> limit = getConstantIntValue(op.getLimit());
+    if (op.getStride() == 1 && op.getStreaming() && limit && *limit >= n &&
+        int64_t(op.getAlignment()) >= 64 && vectorBytes % 64 == 0) {
+      // A full, aligned block bypasses the cache: no read for ownership of
+      // lines it overwrites entirely (SplitStreamingStores made it full).
       Value p = rewriter.create<LLVM::GEPOp>(loc, ptrTy, element, a.getPtr(), ValueRange{op.getOffset()});
-      Value full = rewriter.create<arith::CmpIOp>(
-          loc, arith::CmpIPredicate::sge, op.getLimit(),
-          rewriter.create<arith::ConstantIntOp>(loc, n, 64));
-      auto branch = rewriter.create<scf::IfOp>(loc, full, /*withElseRegion=*/true);
-      {
-        OpBuilder::InsertionGuard g(rewriter);
-        rewriter.setInsertionPointToStart(branch.thenBlock());
-        rewriter.create<LLVM::StoreOp>(loc, a.getValue(), p, /*alignment=*/64,
-                                       /*isVolatile=*/false, /*isNonTemporal=*/true);
-        rewriter.setInsertionPointToStart(branch.elseBlock());
-        rewriter.create<LLVM::MaskedStoreOp>(loc, a.getValue(), p, mask, alignmentOf(element));
-      }
-      rewriter.eraseOp(op);
+      rewriter.replaceOpWithNewOp<LLVM::StoreOp>(op, a.getValue(), p, /*alignment=*/64,
+                                                 /*isVolatile=*/false, /*isNonTemporal=*/true);
     } else if (op.getStride() == 1) {
       Value p = rewriter.create<LLVM::GEPOp>(loc, ptrTy, element, a.getPtr(), ValueRange{op.getOffset()});
       rewriter.replaceOpWithNewOp<LLVM::MaskedStoreOp>(op, a.getValue(), p, mask,
@@ -367,7 +385,7 @@ LogicalResult tilefuse::lowerTileToLLVM(ModuleOp module) {
   }
   {
     RewritePatternSet patterns(ctx);
-    patterns.add<ReduceToVector>(ctx);
+    patterns.add<ReduceToVector, SplitStreamingStores>(ctx);
     populateExpandPowFPattern(patterns);
     populateMathPolynomialApproximationPatterns(patterns);
     if (failed(applyPatternsAndFoldGreedily(module, std::move(patterns))))
@@ -412,8 +430,6 @@ LogicalResult tilefuse::lowerTileToLLVM(ModuleOp module) {
     RewritePatternSet patterns(ctx);
     patterns.add<LoadLowering, GatherLowering, LoadScalarLowering, StoreLowering, ScatterLowering,
                  StoreScalarLowering, LanesLowering>(converter);
-    // Streaming stores branch on full blocks with scf.if.
-    populateSCFToControlFlowConversionPatterns(patterns);
     arith::populateArithToLLVMConversionPatterns(converter, patterns);
     populateMathToLLVMConversionPatterns(converter, patterns);
     populateVectorToLLVMConversionPatterns(converter, patterns,
