@@ -17,7 +17,7 @@
 // CHECK:         math.exp
 // CHECK:         tile.reduce add
 // CHECK-NOT:     scf.for
-// CHECK:         tile.store {{.*}}{stride = 1 : i64}
+// CHECK:         tile.store {{.*}}stride = 1 : i64}
 // CUDA-LABEL: func.func @softmax_kernel0(
 // CUDA-SAME:    tile.block = 64 : i64
 func.func @softmax(%x: tensor<16x50xf32>) -> tensor<16x50xf32> {
@@ -96,4 +96,23 @@ func.func @half(%x: tensor<128xf16>, %m: tensor<128xi1>) -> tensor<128xf16> {
   %0 = graph.exp %x : tensor<128xf16>
   %1 = graph.select %m, %0, %x : (tensor<128xi1>, tensor<128xf16>, tensor<128xf16>) -> tensor<128xf16>
   return %1 : tensor<128xf16>
+}
+
+// Results of 64 MiB and more are streamed past the cache on the CPU (the
+// alignment says whole cache lines); small ones are not.
+// CHECK-LABEL: func.func @big_kernel0(
+// CHECK:         tile.store {{.*}}{alignment = 64 : i64, streaming, stride = 1 : i64}
+// CHECK-LABEL: func.func @small_kernel0(
+// CHECK-NOT:     streaming
+// CHECK:         return
+// CUDA-LABEL: func.func @big_kernel0(
+// CUDA-NOT:     streaming
+// CUDA:         return
+func.func @big(%x: tensor<4096x4096xf32>) -> tensor<4096x4096xf32> {
+  %0 = graph.neg %x : tensor<4096x4096xf32>
+  return %0 : tensor<4096x4096xf32>
+}
+func.func @small(%x: tensor<64x64xf32>) -> tensor<64x64xf32> {
+  %0 = graph.neg %x : tensor<64x64xf32>
+  return %0 : tensor<64x64xf32>
 }

@@ -24,3 +24,12 @@ func.func @transposed(%x: tensor<64x8xf32>) -> tensor<8x64xf32> {
   %1 = graph.neg %0 : tensor<8x64xf32>
   return %1 : tensor<8x64xf32>
 }
+
+// A streamed result: full blocks are non-temporal stores, the tail masked.
+// CHECK-LABEL: llvm.func @big_kernel0(
+// CHECK:         llvm.store {{.*}} {alignment = 64 : i64, nontemporal}
+// CHECK:         llvm.intr.masked.store
+func.func @big(%x: tensor<4096x4160xf32>) -> tensor<4096x4160xf32> {
+  %0 = graph.neg %x : tensor<4096x4160xf32>
+  return %0 : tensor<4096x4160xf32>
+}
