@@ -10,6 +10,8 @@
 
 #include <pybind11/stl.h>
 
+#include <cstring>
+
 namespace py = pybind11;
 using namespace tilefuse;
 using namespace tilefuse::python;
@@ -57,27 +59,55 @@ py::list interpretGraph(const Graph &g, const py::sequence &args) {
   return out;
 }
 
-py::list runExecutable(Executable &e, const std::vector<TensorSignature> &sigs,
-                       const py::sequence &args) {
-  if (py::len(args) != sigs.size())
-    throw CompileError("the compiled function takes " + std::to_string(sigs.size()) +
+/// Runs a compiled program on numpy arrays. Arrays of exactly the declared
+/// dtype, C-contiguous, are read in place; others (bf16 arguments given as
+/// float32, strided views) are converted into a temporary first. Results
+/// are copied out into new arrays.
+py::list runExecutable(Executable &e, const py::sequence &args) {
+  const Program &p = e.program();
+  if (py::len(args) != p.arguments.size())
+    throw CompileError("the compiled function takes " + std::to_string(p.arguments.size()) +
                        " arguments, got " + std::to_string(py::len(args)));
-  std::vector<HostTensor> inputs;
-  for (size_t i = 0; i < sigs.size(); ++i) {
+  std::vector<py::array> keep;
+  std::vector<HostTensor> converted;
+  converted.reserve(p.arguments.size());
+  std::vector<const void *> ptrs;
+  for (size_t i = 0; i < p.arguments.size(); ++i) {
+    const BufferInfo &want = p.buffers[p.arguments[i]];
     py::array a = py::array::ensure(args[i]);
     if (!a)
       throw CompileError("argument " + std::to_string(i) +
                          " is not convertible to a numpy array");
-    inputs.push_back(toHostTensor(a, sigs[i], "argument " + std::to_string(i)));
+    Shape shape(a.shape(), a.shape() + a.ndim());
+    bool inPlace = want.dtype != DType::BF16 && shape == want.shape &&
+                   (a.flags() & py::array::c_style) && dtypeOfArray(a) == want.dtype;
+    if (inPlace) {
+      keep.push_back(a);
+      ptrs.push_back(a.data());
+    } else {
+      converted.push_back(toHostTensor(a, {want.dtype, want.shape},
+                                       "argument " + std::to_string(i)));
+      ptrs.push_back(converted.back().bytes.data());
+    }
   }
-  std::vector<HostTensor> results;
   {
     py::gil_scoped_release release;
-    results = e.run(inputs);
+    e.run(ptrs);
   }
   py::list out;
-  for (auto &r : results)
-    out.append(toNumpy(r));
+  for (size_t i = 0; i < p.results.size(); ++i) {
+    const BufferInfo &info = p.buffers[p.results[i]];
+    if (info.dtype == DType::BF16) {
+      HostTensor t(info.dtype, info.shape);
+      std::memcpy(t.bytes.data(), e.result(i), info.byteSize());
+      out.append(toNumpy(t));
+      continue;
+    }
+    py::array r(numpyDType(info.dtype),
+                std::vector<py::ssize_t>(info.shape.begin(), info.shape.end()));
+    std::memcpy(r.mutable_data(), e.result(i), info.byteSize());
+    out.append(r);
+  }
   return out;
 }
 
@@ -165,13 +195,7 @@ PYBIND11_MODULE(_core, m) {
          py::arg("eps"), py::arg("weight_decay"), py::arg("clip_norm"));
 
   py::class_<Executable, std::shared_ptr<Executable>>(m, "Executable")
-      .def("run", [](Executable &e, const py::sequence &args) {
-        std::vector<TensorSignature> sigs;
-        const Program &p = e.program();
-        for (int b : p.arguments)
-          sigs.push_back({p.buffers[b].dtype, p.buffers[b].shape});
-        return runExecutable(e, sigs, args);
-      })
+      .def("run", &runExecutable)
       .def("kernels", &programKernels)
       .def("set_profiling", &Executable::setProfiling)
       .def("step_seconds", [](const Executable &e) {
