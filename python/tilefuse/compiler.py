@@ -28,6 +28,9 @@ class CompiledFunction:
 
     def __call__(self, *args):
         leaves, spec = _pytree.flatten(list(args))
+        if self._in_spec is not None and len(args) != len(self._in_spec[2]):
+            raise CompileError(f"the compiled function takes {len(self._in_spec[2])} "
+                               f"arguments, got {len(args)}")
         if self._in_spec is not None and spec != self._in_spec:
             raise CompileError(
                 "the arguments do not have the structure (nesting, keys) of the example "

@@ -1,0 +1,235 @@
+"""tilefuse.compile and compiled training steps on the CPU backend: results
+against the reference interpreter, the kernel cache, report(), the tile IR,
+and the errors a user can hit.
+
+Tolerances (compiled vs interpreted): float32 results within
+fusion_checks.COMPILED_TOLERANCES (1e-4 relative to max(1, max |want|) plus
+1e-4 relative); integers and booleans identical.
+"""
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import tilefuse
+import tilefuse.functional as F
+from tilefuse import workloads as W
+
+from fusion_checks import assert_compiled_close
+
+
+def _mlp(x, w1, b1, w2, b2):
+    return F.relu(x @ w1 + b1) @ w2 + b2
+
+
+def _mlp_args(rng, batch=8):
+    return (rng.standard_normal((batch, 32)).astype(np.float32),
+            rng.standard_normal((32, 64)).astype(np.float32) * 0.1,
+            rng.standard_normal((64,)).astype(np.float32),
+            rng.standard_normal((64, 10)).astype(np.float32) * 0.1,
+            rng.standard_normal((10,)).astype(np.float32))
+
+
+def test_compile_matches_interpreter(rng):
+    args = _mlp_args(rng)
+    fn = tilefuse.compile(_mlp, *args, device="cpu")
+    assert fn.device == "cpu"
+    assert_compiled_close(fn(*args), fn.graph.interpret(*args), "mlp")
+
+
+def test_auto_is_cpu_without_cuda(rng):
+    args = _mlp_args(rng)
+    assert tilefuse.compile(_mlp, *args, device="auto").device == "cpu"
+
+
+def test_structured_outputs_and_integer_results(rng):
+    x = rng.standard_normal((5, 7)).astype(np.float32)
+
+    def f(x):
+        return {"max": x.max(1), "arg": x.argmax(1), "pos": x > 0, "soft": F.softmax(x, -1)}
+    fn = tilefuse.compile(f, x)
+    got, want = fn(x), fn.graph.interpret(x)
+    assert set(got) == {"max", "arg", "pos", "soft"}
+    assert got["arg"].dtype == np.int64 and np.array_equal(got["arg"], want["arg"])
+    assert got["pos"].dtype == np.bool_ and np.array_equal(got["pos"], want["pos"])
+    assert_compiled_close([got["max"], got["soft"]], [want["max"], want["soft"]], "dict")
+
+
+@pytest.mark.parametrize("dtype,rtol", [(np.float16, 2e-3), (np.float64, 1e-12)])
+def test_other_float_dtypes(dtype, rtol, rng):
+    """float16 storage computes in float32 inside a kernel (one rounding per
+    kernel result, the interpreter rounds per op): within 2 half ulps."""
+    x = rng.uniform(-2, 2, (64, 33)).astype(dtype)
+    y = rng.uniform(-2, 2, (64, 33)).astype(dtype)
+
+    def f(x, y):
+        return (x * y).tanh() + F.softmax(x, -1)
+    fn = tilefuse.compile(f, x, y)
+    got, want = fn(x, y), fn.graph.interpret(x, y)
+    assert got.dtype == dtype
+    np.testing.assert_allclose(got.astype(np.float64), want.astype(np.float64),
+                               rtol=rtol, atol=rtol)
+
+
+@pytest.mark.parametrize("model", ["gpt2_mini", "mlp_mnist", "deepfm"])
+def test_workload_forward_compiled(model):
+    cfg = getattr(W, f"{model}_config")(**({"n_layer": 1} if model == "gpt2_mini" else {}))
+    params = getattr(W, f"{model}_init")(cfg, seed=0)
+    batch = getattr(W, f"{model}_batch")(cfg, seed=1)
+    loss = getattr(W, f"{model}_loss")
+    if model == "deepfm":
+        def f(p, b):
+            return loss(p, b, cfg)
+        args = (params, batch)
+    else:
+        def f(p, b, s):
+            return loss(p, b, s, cfg, True)
+        args = (params, batch, np.int64(3))
+    fn = tilefuse.compile(f, *args)
+    assert_compiled_close(fn(*args), fn.graph.interpret(*args), model)
+
+
+def test_compiled_train_step_follows_the_interpreted_one():
+    """Three AdamW steps of gpt2_mini (1 layer), compiled, against the same
+    step graph interpreted: loss and every parameter."""
+    cfg = W.gpt2_mini_config(n_layer=1)
+    params = W.gpt2_mini_init(cfg, seed=0)
+    batch = W.gpt2_mini_batch(cfg, seed=1)
+
+    def loss_fn(p, b, s):
+        return W.gpt2_mini_loss(p, b, s, cfg, True)
+    step = tilefuse.compile_train_step(loss_fn, params, batch,
+                                       tilefuse.optim.AdamW(lr=1e-3, weight_decay=0.01))
+    names = sorted(params)
+    p = [params[k] for k in names]
+    state = [np.zeros_like(x) for _ in range(2) for x in p]
+    for t in range(1, 4):
+        args = p + state + [batch["tokens"], np.int64(t - 1), np.int64(t), np.float64(1e-3)]
+        want = step.graph.interpret(*args)
+        got_loss = step(batch)
+        n = len(p)
+        p, state = list(want[1:1 + n]), list(want[1 + n:])
+        assert abs(got_loss - float(want[0])) <= 1e-4 * max(1.0, abs(float(want[0]))), (
+            f"step {t}: loss {got_loss} vs interpreted {float(want[0])}")
+        now = step.params()
+        assert_compiled_close([now[k] for k in names], p, f"parameters after step {t}")
+        # Continue both from the compiled parameters, so errors cannot grow.
+        p = [now[k] for k in names]
+        s = step.state()
+        state = [s[slot][k] for slot in ("exp_avg", "exp_avg_sq") for k in names]
+
+
+def test_kernel_cache_and_compile_stages(rng):
+    args = _mlp_args(rng, batch=3)
+    g = tilefuse.trace(_mlp, *args)
+    first = g.compile("cpu")
+    second = tilefuse.trace(_mlp, *args).compile("cpu")
+    assert second.cache_hit
+    assert second.compile_seconds < 0.05
+    stages = [name for name, _ in first._exe.compile_stages]
+    assert stages == ["primitives", "fuse", "tile", "machine code"]
+    other = tilefuse.trace(_mlp, *_mlp_args(rng, batch=4)).compile("cpu")
+    assert not other.cache_hit
+    # Same kernels, separate buffers: one call does not disturb the other.
+    a = first(*args)
+    b = second(*[x + 1 for x in args])
+    assert np.array_equal(first(*args), a) and not np.array_equal(a, b)
+
+
+def test_report_and_stages_are_inspectable(rng):
+    args = _mlp_args(rng)
+    fn = tilefuse.compile(_mlp, *args)
+    rows = fn.report()
+    kinds = [r["kind"] for r in rows]
+    assert kinds == ["library", "pointwise", "library", "pointwise"], rows
+    kernel = rows[1]
+    assert kernel["grid"] >= 1 and kernel["block"] >= 1
+    assert "graph.maximum" in kernel["ops"] and kernel["bytes"] > 0
+    assert "graph.fusion" in fn.fused_ir
+    assert "tile.program_id" in fn.tile_ir and "tile.store" in fn.tile_ir
+    fn.profile(True)
+    fn(*args)
+    fn(*args)
+    timed = fn.report(profile=True)
+    assert all(r["seconds"] >= 0 for r in timed)
+
+
+def test_same_results_on_one_thread(rng, tmp_path):
+    """The thread pool's split of the programs does not change results."""
+    x = rng.standard_normal((300, 257)).astype(np.float32)
+    np.save(tmp_path / "x.npy", x)
+    code = (
+        "import numpy as np, tilefuse, tilefuse.functional as F, sys\n"
+        f"x = np.load({str(tmp_path / 'x.npy')!r})\n"
+        "f = lambda x: (F.softmax(x, -1) * x).sum(0)\n"
+        "np.save(sys.argv[1], tilefuse.compile(f, x)(x))\n")
+    outs = []
+    for threads in ("1", "2"):
+        out = tmp_path / f"out{threads}.npy"
+        env = dict(os.environ, TILEFUSE_NUM_THREADS=threads)
+        subprocess.run([sys.executable, "-c", code, str(out)], env=env, check=True)
+        outs.append(np.load(out))
+    assert np.array_equal(outs[0], outs[1])
+
+
+# ---------------------------------------------------------------------------
+# Errors
+# ---------------------------------------------------------------------------
+
+def test_cuda_device_is_refused_with_the_reason(rng):
+    with pytest.raises(tilefuse.CompileError, match="no CUDA backend"):
+        tilefuse.compile(_mlp, *_mlp_args(rng), device="cuda")
+    with pytest.raises(tilefuse.CompileError, match="unknown device 'tpu'"):
+        tilefuse.compile(_mlp, *_mlp_args(rng), device="tpu")
+
+
+def test_wrong_arguments_are_refused(rng):
+    args = _mlp_args(rng)
+    fn = tilefuse.compile(_mlp, *args)
+    with pytest.raises(tilefuse.CompileError, match=r"argument 0 must be f32\[8, 32\]"):
+        fn(np.zeros((9, 32), np.float32), *args[1:])
+    with pytest.raises(tilefuse.CompileError, match="argument 1 must be f32"):
+        fn(args[0], args[1].astype(np.float64), *args[2:])
+    with pytest.raises(tilefuse.CompileError, match="takes 5 arguments, got 4"):
+        fn(*args[:4])
+    g = tilefuse.compile(lambda d: d["a"] * 2, {"a": args[0]})
+    with pytest.raises(tilefuse.CompileError, match="structure"):
+        g({"b": args[0]})
+
+
+def test_strided_and_noncontiguous_arguments(rng):
+    """Views are copied into place, not misread."""
+    x = rng.standard_normal((16, 8)).astype(np.float32)
+    fn = tilefuse.compile(lambda t: t * 2, x)
+    view = np.asfortranarray(x)
+    assert np.array_equal(fn(view), x * 2)
+    big = rng.standard_normal((32, 8)).astype(np.float32)
+    assert np.array_equal(fn(big[::2]), big[::2] * 2)
+
+
+def test_gather_index_out_of_range_at_run_time(rng):
+    table = rng.standard_normal((10, 4)).astype(np.float32)
+    ids = np.array([1, 2, 3], np.int64)
+    fn = tilefuse.compile(lambda t, i: F.embedding(i, t), table, ids)
+    with pytest.raises(tilefuse.CompileError, match="index 12 is out of range for a table of 10 rows"):
+        fn(table, np.array([1, 12, 3], np.int64))
+    assert np.array_equal(fn(table, ids), table[ids])
+
+
+def test_unsupported_graph_is_a_clear_compile_error():
+    text = """
+    func.func @f(%x: tensor<4xf32>) -> tensor<4xf32> {
+      %0 = graph.exp %x : tensor<4xf32>
+      return %0 : tensor<4xf32>
+    }
+    func.func @g(%x: tensor<4xf32>) -> tensor<4xf32> {
+      return %x : tensor<4xf32>
+    }"""
+    g = tilefuse.parse(text, "g")
+    x = np.arange(4, dtype=np.float32)
+    out = g.compile("cpu")(x)
+    assert np.array_equal(out, x)
+    out[0] = 42  # the result is a copy, never the caller's array
+    assert x[0] == 0

@@ -1,0 +1,182 @@
+//===- RuntimeTest.cpp - Program, thread pool and CPU executor ------------===//
+//
+// The runtime alone, with a hand-built Program and a hand-written kernel:
+// no compiler involved, as on a machine that only runs artifacts.
+//
+//===----------------------------------------------------------------------===//
+#include "runtime/CpuExecutor.h"
+#include "runtime/CpuLibrary.h"
+#include "runtime/ThreadPool.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+
+using namespace tilefuse;
+
+namespace {
+
+BufferInfo buffer(std::string name, DType t, Shape s,
+                  BufferInfo::Role role = BufferInfo::Role::Intermediate) {
+  BufferInfo b;
+  b.name = std::move(name);
+  b.dtype = t;
+  b.shape = std::move(s);
+  b.role = role;
+  return b;
+}
+
+/// out[i] = 2 * in[i], one program per element.
+void doubleKernel(void **buffers, int64_t first, int64_t end) {
+  auto *in = static_cast<const float *>(buffers[0]);
+  auto *out = static_cast<float *>(buffers[1]);
+  for (int64_t i = first; i < end; ++i)
+    out[i] = 2 * in[i];
+}
+
+HostTensor f32(Shape shape, std::vector<float> values) {
+  HostTensor t(DType::F32, std::move(shape));
+  for (size_t i = 0; i < values.size(); ++i)
+    t.setDouble(int64_t(i), values[i]);
+  return t;
+}
+
+} // namespace
+
+TEST(ThreadPool, EveryIndexRunsExactlyOnce) {
+  ThreadPool pool(3);
+  for (int64_t n : {0, 1, 2, 7, 1000}) {
+    std::vector<std::atomic<int>> hits(static_cast<size_t>(n));
+    pool.parallelFor(n, 1, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i)
+        ++hits[size_t(i)];
+    });
+    for (int64_t i = 0; i < n; ++i)
+      EXPECT_EQ(hits[size_t(i)].load(), 1) << "n=" << n << " index " << i;
+  }
+}
+
+TEST(CpuExecutor, KernelGemmGatherScatterCopy) {
+  Program p;
+  p.buffers = {buffer("x", DType::F32, {2, 3}, BufferInfo::Role::Argument),   // 0
+               buffer("w", DType::F32, {3, 2}, BufferInfo::Role::Argument),   // 1
+               buffer("ids", DType::I64, {3}, BufferInfo::Role::Argument),    // 2
+               buffer("x2", DType::F32, {2, 3}),                              // 3
+               buffer("y", DType::F32, {2, 2}),                               // 4
+               buffer("rows", DType::F32, {3, 3}),                            // 5
+               buffer("acc", DType::F32, {2, 3}),                             // 6
+               buffer("copy", DType::F32, {3}, BufferInfo::Role::Intermediate), // 7
+               buffer("ones", DType::F32, {3}, BufferInfo::Role::Constant)};  // 8
+  p.buffers[8].data = f32({3}, {1, 1, 1}).bytes;
+  ProgramKernel k;
+  k.name = "double";
+  k.grid = 6;
+  p.kernels.push_back(k);
+  Step s;
+  s.kind = Step::Kind::Kernel;
+  s.kernel = 0;
+  s.buffers = {0, 3};
+  p.steps.push_back(s);
+  Step g;
+  g.kind = Step::Kind::Gemm;
+  g.m = 2, g.n = 2, g.k = 3;
+  g.buffers = {3, 1, 4};
+  p.steps.push_back(g);
+  Step ga;
+  ga.kind = Step::Kind::Gather;
+  ga.buffers = {3, 2, 5};
+  p.steps.push_back(ga);
+  Step sa;
+  sa.kind = Step::Kind::ScatterAdd;
+  sa.buffers = {0, 2, 5, 6};
+  p.steps.push_back(sa);
+  Step c;
+  c.kind = Step::Kind::Copy;
+  c.buffers = {8, 7};
+  p.steps.push_back(c);
+  p.arguments = {0, 1, 2};
+  p.results = {4, 5, 6, 7};
+
+  CpuExecutor exe(p, {&doubleKernel}, nullptr);
+  HostTensor ids(DType::I64, {3});
+  ids.setInt(0, 1), ids.setInt(1, 0), ids.setInt(2, 1);
+  auto out = exe.run({f32({2, 3}, {1, 2, 3, 4, 5, 6}), f32({3, 2}, {1, 0, 0, 1, 1, 1}), ids});
+  ASSERT_EQ(out.size(), 4u);
+  // y = (2x) @ w
+  EXPECT_EQ(out[0].getDouble(0), 2 * (1 + 3));
+  EXPECT_EQ(out[0].getDouble(1), 2 * (2 + 3));
+  EXPECT_EQ(out[0].getDouble(2), 2 * (4 + 6));
+  EXPECT_EQ(out[0].getDouble(3), 2 * (5 + 6));
+  // rows = (2x)[ids]
+  EXPECT_EQ(out[1].getDouble(0), 8);
+  EXPECT_EQ(out[1].getDouble(3), 2);
+  EXPECT_EQ(out[1].getDouble(6), 8);
+  // acc = x, rows[q] added to row ids[q]: row 1 gets rows 0 and 2, row 0 gets row 1
+  EXPECT_EQ(out[2].getDouble(0), 1 + 2);
+  EXPECT_EQ(out[2].getDouble(3), 4 + 8 + 8);
+  EXPECT_EQ(out[3].getDouble(2), 1);
+}
+
+TEST(CpuExecutor, RefusesArgumentsOfTheWrongShape) {
+  Program p;
+  p.buffers = {buffer("x", DType::F32, {4}, BufferInfo::Role::Argument),
+               buffer("y", DType::F32, {4})};
+  ProgramKernel k;
+  k.name = "double";
+  k.grid = 4;
+  p.kernels.push_back(k);
+  Step s;
+  s.kernel = 0;
+  s.buffers = {0, 1};
+  p.steps.push_back(s);
+  p.arguments = {0};
+  p.results = {1};
+  CpuExecutor exe(p, {&doubleKernel}, nullptr);
+  try {
+    exe.run({f32({5}, {1, 2, 3, 4, 5})});
+    FAIL() << "a [5] argument for a [4] buffer was accepted";
+  } catch (const CompileError &e) {
+    EXPECT_NE(std::string(e.what()).find("argument 0 is f32[5]; the program was compiled for f32[4]"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+TEST(Program, ValidateNamesTheCorruption) {
+  Program p;
+  p.buffers = {buffer("x", DType::F32, {4}, BufferInfo::Role::Argument)};
+  p.arguments = {0};
+  p.results = {3};
+  EXPECT_THROW(p.validate(), CompileError);
+  p.results = {0};
+  p.buffers.push_back(buffer("k", DType::F32, {4}, BufferInfo::Role::Constant));
+  p.buffers[1].data.resize(3);
+  try {
+    p.validate();
+    FAIL() << "a 3-byte constant for 16 bytes was accepted";
+  } catch (const CompileError &e) {
+    EXPECT_NE(std::string(e.what()).find("constant k holds 3 bytes, expected 16"),
+              std::string::npos)
+        << e.what();
+  }
+  p.buffers[1].data.resize(16);
+  Step g;
+  g.kind = Step::Kind::Gemm;
+  g.m = 2, g.n = 2, g.k = 2;
+  g.buffers = {0, 1, 0};
+  p.steps.push_back(g);
+  EXPECT_NO_THROW(p.validate());
+  p.steps[0].k = 3;
+  EXPECT_THROW(p.validate(), CompileError);
+}
+
+TEST(CpuLibrary, GatherRefusesOutOfRangeRows) {
+  BufferInfo table = buffer("t", DType::F32, {2, 2}), ids = buffer("i", DType::I32, {1});
+  float data[4] = {1, 2, 3, 4}, out[2] = {0, 0};
+  int32_t bad = 2;
+  EXPECT_THROW(cpu::gather(table, ids, data, &bad, out), CompileError);
+  int32_t good = 1;
+  cpu::gather(table, ids, data, &good, out);
+  EXPECT_EQ(out[0], 3);
+  EXPECT_EQ(out[1], 4);
+}
