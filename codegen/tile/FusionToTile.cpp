@@ -1052,7 +1052,8 @@ FailureOr<func::FuncOp> tilefuse::lowerFusionToTile(FusionOp fusion,
                                        b.getFunctionType(args, {}));
   kernel.addEntryBlock();
   auto domain = fusion.getDomain();
-  int64_t block = target.blockSize(domain.empty() ? 1 : domain.back());
+  int64_t block = target.blockSize(domain.empty() ? 1 : domain.back(),
+                                   !fusion.getReduced().empty());
   kernel->setAttr(tile::kKernelAttr, b.getUnitAttr());
   kernel->setAttr(tile::kBlockAttr, b.getI64IntegerAttr(block));
   SmallVector<Attribute> names;
