@@ -37,7 +37,7 @@ import tilefuse.functional as F
 from tilefuse import _pytree, optim
 from tilefuse import workloads as W
 
-from fusion_checks import (assert_bit_identical, check_coverage, check_structure,
+from fusion_checks import (assert_compiled_close, assert_bit_identical, check_coverage, check_structure,
                            dead_kernel_results, entry_body, flat, lowered_ops, ops_with_sizes)
 
 TARGETS = ["cpu", "cuda:sm_90"]
@@ -148,8 +148,9 @@ def test_workload_train_step(name):
 
 def test_train_step_matches_compiled_step_object():
     """The train-step graph's argument order (params, state, batch, seed,
-    step, lr) is the one TrainStep uses: the fused graph reproduces a real
-    step of a TrainStep bit for bit."""
+    step, lr) is the one TrainStep uses: the fused graph, interpreted,
+    reproduces a real (compiled) step of a TrainStep within the compiled
+    tolerances (a wrong order would be off by far more)."""
     cfg, params, batch, loss = _workload("mlp_mnist")
     fn = lambda p, b, s: loss(p, b, s, cfg)
     step = tilefuse.compile_train_step(fn, params, batch, optim.Adam(lr=1e-2), seed=11)
@@ -159,9 +160,10 @@ def test_train_step_matches_compiled_step_object():
     fused = step.graph.fuse()
     out = fused.interpret(*args)
     loss0 = step(batch)
-    assert np.float32(loss0) == out[0]
-    for (k, v), new in zip(sorted(step.params().items()), out[1:1 + len(leaves)]):
-        assert v.tobytes() == new.tobytes(), k
+    assert_compiled_close([np.float32(loss0)], [out[0]], "loss")
+    names = sorted(step.params())
+    assert_compiled_close([step.params()[k] for k in names], list(out[1:1 + len(leaves)]),
+                          "parameters after one step")
 
 
 # ---------------------------------------------------------------------------
