@@ -1,5 +1,6 @@
 //===- ProgramBuilder.cpp - fused graph -> runtime Program ----------------===//
 #include "codegen/ProgramBuilder.h"
+#include "codegen/DTypes.h"
 
 #include "codegen/tile/FusionToTile.h"
 #include "ir/graph/GraphDialect.h"
@@ -17,20 +18,8 @@ using namespace tilefuse;
 
 namespace {
 
-DType dtypeOf(Type t) {
-  Type e = getElementTypeOrSelf(t);
-  if (e.isF32()) return DType::F32;
-  if (e.isF16()) return DType::F16;
-  if (e.isBF16()) return DType::BF16;
-  if (e.isF64()) return DType::F64;
-  if (e.isInteger(1)) return DType::I1;
-  if (e.isInteger(32)) return DType::I32;
-  return DType::I64;
-}
-Shape shapeOf(Value v) {
-  auto s = llvm::cast<RankedTensorType>(v.getType()).getShape();
-  return Shape(s.begin(), s.end());
-}
+DType dtypeOf(Type t) { return dtypeFromType(t); }
+Shape shapeOf(Value v) { return shapeFromType(v.getType()); }
 
 /// Bytes of a dense attribute (splats expanded, booleans one byte each).
 HostTensor constantData(ElementsAttr attr) {

@@ -2,6 +2,7 @@
 #ifndef TILEFUSE_FRONTEND_GRAPHIMPL_H
 #define TILEFUSE_FRONTEND_GRAPHIMPL_H
 
+#include "codegen/DTypes.h"
 #include "frontend/Graph.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -24,8 +25,6 @@ void runCapturingDiagnostics(const std::string &what,
 /// "file:line" for file locations, MLIR's spelling otherwise.
 std::string formatLocation(mlir::Location loc);
 
-DType dtypeFromType(mlir::Type tensorOrElementType);
-mlir::Type elementTypeFor(DType dtype, mlir::MLIRContext &ctx);
 
 struct Graph::Impl {
   mlir::OwningOpRef<mlir::ModuleOp> module;

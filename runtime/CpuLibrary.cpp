@@ -19,13 +19,6 @@ int64_t indexAt(const BufferInfo &indices, const void *p, int64_t q) {
   return static_cast<const int64_t *>(p)[q];
 }
 
-int64_t checkedRow(int64_t id, int64_t rows, const char *op) {
-  if (id < 0 || id >= rows)
-    throw CompileError(std::string(op) + ": index " + std::to_string(id) +
-                       " is out of range for a table of " +
-                       std::to_string(rows) + " rows");
-  return id;
-}
 
 template <typename T>
 void gemmLoop(const Step &s, int64_t rows, const T *a, int64_t lda, const T *b,

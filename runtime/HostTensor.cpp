@@ -199,3 +199,11 @@ void HostTensor::setInt(int64_t i, int64_t v) {
 }
 
 } // namespace tilefuse
+
+int64_t tilefuse::checkedRow(int64_t id, int64_t rows, const char *op) {
+  if (id < 0 || id >= rows)
+    throw CompileError(std::string(op) + ": index " + std::to_string(id) +
+                       " is out of range for a table of " +
+                       std::to_string(rows) + " rows");
+  return id;
+}

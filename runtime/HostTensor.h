@@ -57,6 +57,10 @@ struct HostTensor {
   void setInt(int64_t i, int64_t v);
 };
 
+/// `id` if it indexes one of `rows` table rows; otherwise throws
+/// CompileError("<op>: index <id> is out of range for a table of <rows> rows").
+int64_t checkedRow(int64_t id, int64_t rows, const char *op);
+
 /// IEEE half and bfloat16 conversions (round to nearest even).
 uint16_t floatToHalf(float f);
 float halfToFloat(uint16_t h);

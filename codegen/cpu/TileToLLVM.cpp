@@ -109,6 +109,33 @@ struct ReduceToVector : OpRewritePattern<tile::ReduceOp> {
   }
 };
 
+/// Rewrites f32 `op` = f(x) as f(in(x)) adjusted by out() where x <
+/// `threshold`, f(x) elsewhere; the new f is marked so this runs once.
+/// `in` and `out` get a builder of f32 constants shaped like x.
+using Adjust = llvm::function_ref<Value(Value, llvm::function_ref<Value(float)>)>;
+template <typename MathOp>
+LogicalResult rewriteBelow(MathOp op, PatternRewriter &rewriter, float threshold,
+                           Adjust in, Adjust out) {
+  constexpr const char *kMarker = "tilefuse.range_reduced";
+  if (!getElementTypeOrSelf(op.getType()).isF32() || op->hasAttr(kMarker))
+    return failure();
+  Location loc = op.getLoc();
+  auto constant = [&](float v) -> Value {
+    Value c = rewriter.create<arith::ConstantOp>(loc, rewriter.getF32FloatAttr(v));
+    if (auto vt = llvm::dyn_cast<VectorType>(op.getType()))
+      c = rewriter.create<vector::SplatOp>(loc, vt, c);
+    return c;
+  };
+  Value x = op.getOperand();
+  Value below = rewriter.create<arith::CmpFOp>(loc, arith::CmpFPredicate::OLT, x,
+                                               constant(threshold));
+  Value arg = rewriter.create<arith::SelectOp>(loc, below, in(x, constant), x);
+  auto f = rewriter.create<MathOp>(loc, arg);
+  f->setAttr(kMarker, rewriter.getUnitAttr());
+  rewriter.replaceOpWithNewOp<arith::SelectOp>(op, below, out(f, constant), f);
+  return success();
+}
+
 /// Step 2: the polynomial log treats subnormal inputs as the smallest
 /// normal number; scale them into the normal range first (x * 2^23) and
 /// subtract 23 ln 2 after.
@@ -116,27 +143,12 @@ struct SubnormalSafeLog : OpRewritePattern<math::LogOp> {
   using OpRewritePattern::OpRewritePattern;
   LogicalResult matchAndRewrite(math::LogOp op,
                                 PatternRewriter &rewriter) const override {
-    if (!getElementTypeOrSelf(op.getType()).isF32() || op->hasAttr(kNormalized))
-      return failure();
     Location loc = op.getLoc();
-    auto constant = [&](float v) -> Value {
-      Value c = rewriter.create<arith::ConstantOp>(loc, rewriter.getF32FloatAttr(v));
-      if (auto vt = llvm::dyn_cast<VectorType>(op.getType()))
-        c = rewriter.create<vector::SplatOp>(loc, vt, c);
-      return c;
-    };
-    Value x = op.getOperand();
-    Value tiny = rewriter.create<arith::CmpFOp>(loc, arith::CmpFPredicate::OLT, x,
-                                                constant(1.17549435e-38f));
-    Value scaled = rewriter.create<arith::SelectOp>(
-        loc, tiny, rewriter.create<arith::MulFOp>(loc, x, constant(8388608.0f)), x);
-    auto log = rewriter.create<math::LogOp>(loc, scaled);
-    log->setAttr(kNormalized, rewriter.getUnitAttr());
-    Value shifted = rewriter.create<arith::SubFOp>(loc, log, constant(15.9423851528f));
-    rewriter.replaceOpWithNewOp<arith::SelectOp>(op, tiny, shifted, log);
-    return success();
+    return rewriteBelow(
+        op, rewriter, 1.17549435e-38f,
+        [&](Value x, auto k) -> Value { return rewriter.create<arith::MulFOp>(loc, x, k(8388608.0f)); },
+        [&](Value y, auto k) -> Value { return rewriter.create<arith::SubFOp>(loc, y, k(15.9423851528f)); });
   }
-  static constexpr const char *kNormalized = "tilefuse.normal_input";
 };
 
 /// Step 2: the polynomial exp flushes results below the smallest normal
@@ -146,27 +158,14 @@ struct SubnormalSafeExp : OpRewritePattern<math::ExpOp> {
   using OpRewritePattern::OpRewritePattern;
   LogicalResult matchAndRewrite(math::ExpOp op,
                                 PatternRewriter &rewriter) const override {
-    if (!getElementTypeOrSelf(op.getType()).isF32() || op->hasAttr(kScaled))
-      return failure();
     Location loc = op.getLoc();
-    auto constant = [&](float v) -> Value {
-      Value c = rewriter.create<arith::ConstantOp>(loc, rewriter.getF32FloatAttr(v));
-      if (auto vt = llvm::dyn_cast<VectorType>(op.getType()))
-        c = rewriter.create<vector::SplatOp>(loc, vt, c);
-      return c;
-    };
-    Value x = op.getOperand();
-    Value tiny = rewriter.create<arith::CmpFOp>(loc, arith::CmpFPredicate::OLT, x,
-                                                constant(-87.0f));
-    Value shifted = rewriter.create<arith::SelectOp>(
-        loc, tiny, rewriter.create<arith::AddFOp>(loc, x, constant(22.1807097779f)), x);
-    auto exp = rewriter.create<math::ExpOp>(loc, shifted);
-    exp->setAttr(kScaled, rewriter.getUnitAttr());
-    Value scaled = rewriter.create<arith::MulFOp>(loc, exp, constant(2.3283064365386963e-10f));
-    rewriter.replaceOpWithNewOp<arith::SelectOp>(op, tiny, scaled, exp);
-    return success();
+    return rewriteBelow(
+        op, rewriter, -87.0f,
+        [&](Value x, auto k) -> Value { return rewriter.create<arith::AddFOp>(loc, x, k(22.1807097779f)); },
+        [&](Value y, auto k) -> Value {
+          return rewriter.create<arith::MulFOp>(loc, y, k(2.3283064365386963e-10f));
+        });
   }
-  static constexpr const char *kScaled = "tilefuse.scaled_input";
 };
 
 /// Step 2: a streaming store becomes "full block ? non-temporal store :

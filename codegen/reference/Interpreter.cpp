@@ -1,5 +1,6 @@
 //===- Interpreter.cpp - walks a graph function, calls the ref kernels ----===//
 #include "codegen/reference/Interpreter.h"
+#include "codegen/DTypes.h"
 
 #include "codegen/reference/RefKernels.h"
 #include "ir/graph/GraphDialect.h"
@@ -18,24 +19,8 @@ using ref::RefTensor;
 
 namespace {
 
-DType dtypeOf(Type t) {
-  auto elem = llvm::cast<RankedTensorType>(t).getElementType();
-  if (elem.isF32()) return DType::F32;
-  if (elem.isF64()) return DType::F64;
-  if (elem.isF16()) return DType::F16;
-  if (elem.isBF16()) return DType::BF16;
-  if (elem.isInteger(1)) return DType::I1;
-  if (elem.isInteger(32)) return DType::I32;
-  if (elem.isInteger(64)) return DType::I64;
-  std::string s;
-  llvm::raw_string_ostream(s) << t;
-  throw CompileError("unsupported element type in " + s);
-}
-
-Shape shapeOf(Type t) {
-  auto s = llvm::cast<RankedTensorType>(t).getShape();
-  return Shape(s.begin(), s.end());
-}
+DType dtypeOf(Type t) { return dtypeFromType(t); }
+Shape shapeOf(Type t) { return shapeFromType(t); }
 
 std::string describe(Operation *op) {
   std::string s;

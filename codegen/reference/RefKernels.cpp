@@ -443,15 +443,6 @@ RefTensor matmul(const RefTensor &a, const RefTensor &b, bool transposeA,
   return out;
 }
 
-namespace {
-int64_t checkedRow(int64_t id, int64_t rows, const char *op) {
-  if (id < 0 || id >= rows)
-    throw CompileError(std::string(op) + ": index " + std::to_string(id) +
-                       " is out of range for a table of " +
-                       std::to_string(rows) + " rows");
-  return id;
-}
-} // namespace
 
 RefTensor gather(const RefTensor &table, const RefTensor &indices) {
   int64_t rows = table.shape[0];

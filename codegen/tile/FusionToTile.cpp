@@ -226,6 +226,16 @@ private:
     return out;
   }
 
+  /// Row-major delinearisation of the scalar `linear` over `sizes`, stored
+  /// into the coordinates `dims` of `into`.
+  void scatterIndex(Value linear, ArrayRef<int64_t> dims, ArrayRef<int64_t> sizes,
+                    Coords &into) {
+    for (int64_t k = int64_t(dims.size()) - 1; k >= 0; --k) {
+      into[dims[k]] = {remS(linear, sizes[k]), 0, {}, 1};
+      linear = divS(linear, sizes[k]);
+    }
+  }
+
   // --- memo of emitted values, scoped by loop nest ------------------------
   using Key = std::pair<void *, std::string>;
   Key keyOf(Value v, const Coords &c) {
@@ -648,11 +658,7 @@ FailureOr<Value> KernelEmitter::reduction(Operation *op, const Coords &c) {
       outerCount, ValueRange{init},
       [&](Value o, ValueRange iter, SmallVectorImpl<Value> &yield) -> LogicalResult {
         Coords cc = oc;
-        Value rest = o;
-        for (int64_t k = int64_t(outerDims.size()) - 1; k >= 0; --k) {
-          cc[outerDims[k]] = {remS(rest, outerSizes[k]), 0, {}, 1};
-          rest = divS(rest, outerSizes[k]);
-        }
+        scatterIndex(o, outerDims, outerSizes, cc);
         if (laneDim < 0) {
           FailureOr<Value> v = value(operand, cc);
           if (failed(v))
@@ -938,12 +944,10 @@ LogicalResult KernelEmitter::emit() {
 
   Value pid = b.create<tile::ProgramIdOp>(loc, b.getI64Type());
   Coords dc(rank);
-  Value row = divS(pid, blocksPerRow);
-  for (int64_t k = int64_t(progDims.size()) - 1; k >= 0; --k) {
-    int64_t d = progDims[k];
-    dc[d] = {remS(row, domain[d]), 0, {}, 1};
-    row = divS(row, domain[d]);
-  }
+  SmallVector<int64_t> progSizes;
+  for (int64_t d : progDims)
+    progSizes.push_back(domain[d]);
+  scatterIndex(divS(pid, blocksPerRow), progDims, progSizes, dc);
   if (lanesKept) {
     Value start = mulS(remS(pid, blocksPerRow), block);
     dc[rank - 1] = {start, 1, {}, block};
@@ -1013,11 +1017,7 @@ LogicalResult KernelEmitter::emit() {
       numel(outerSizes), ValueRange{},
       [&](Value o, ValueRange, SmallVectorImpl<Value> &) -> LogicalResult {
         Coords cc = dc;
-        Value rest = o;
-        for (int64_t k = int64_t(outer.size()) - 1; k >= 0; --k) {
-          cc[outer[k]] = {remS(rest, outerSizes[k]), 0, {}, 1};
-          rest = divS(rest, outerSizes[k]);
-        }
+        scatterIndex(o, outer, outerSizes, cc);
         if (laneDim < 0)
           return storeAll(cc);
         int64_t n = domain[laneDim];
