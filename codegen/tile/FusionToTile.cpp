@@ -23,6 +23,7 @@
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/Matchers.h"
 
+#include <array>
 #include <map>
 #include <numeric>
 
@@ -768,47 +769,85 @@ FailureOr<Value> KernelEmitter::random(RandomUniformOp op, const Coords &c) {
   if (failed(seed))
     return failure();
   Coord lin = linearize(c, shapeOf(op.getResult()));
-  bool vec = !lin.isScalar();
-  Value index = vec ? coordVector(lin) : lin.scalar;
   Type i32 = b.getI32Type(), i64 = b.getI64Type();
-  auto like = [&](Type t) -> Type { return vec ? Type(vecType(t)) : t; };
-  auto k32 = [&](uint32_t v) -> Value {
-    Value k = b.create<arith::ConstantOp>(loc, b.getIntegerAttr(i32, int64_t(v)));
-    return vec ? splat(k) : k;
+  // `lanes` values per op: 0 for scalars.
+  auto like = [&](Type t, int64_t lanes) -> Type {
+    return lanes ? Type(VectorType::get({lanes}, t)) : t;
   };
-  auto k64 = [&](int64_t v) -> Value { return vec ? splat(cst(v)) : cst(v); };
-  Value blk = b.create<arith::ShRUIOp>(loc, index, k64(2));
-  Value ctr[4] = {
-      b.create<arith::TruncIOp>(loc, like(i32), blk),
-      b.create<arith::TruncIOp>(loc, like(i32), b.create<arith::ShRUIOp>(loc, blk, k64(32))),
-      k32(uint32_t(op.getStream())), k32(0)};
-  Value s = vec ? splat(*seed) : *seed;
-  Value key[2] = {b.create<arith::TruncIOp>(loc, like(i32), s),
-                  b.create<arith::TruncIOp>(loc, like(i32), b.create<arith::ShRUIOp>(loc, s, k64(32)))};
-  for (int round = 0; round < 10; ++round) {
-    auto m0 = b.create<arith::MulUIExtendedOp>(loc, k32(0xD2511F53u), ctr[0]);
-    auto m1 = b.create<arith::MulUIExtendedOp>(loc, k32(0xCD9E8D57u), ctr[2]);
-    Value n0 = b.create<arith::XOrIOp>(loc, b.create<arith::XOrIOp>(loc, m1.getHigh(), ctr[1]), key[0]);
-    Value n2 = b.create<arith::XOrIOp>(loc, b.create<arith::XOrIOp>(loc, m0.getHigh(), ctr[3]), key[1]);
-    ctr[0] = n0;
-    ctr[1] = m1.getLow();
-    ctr[2] = n2;
-    ctr[3] = m0.getLow();
-    key[0] = b.create<arith::AddIOp>(loc, key[0], k32(0x9E3779B9u));
-    key[1] = b.create<arith::AddIOp>(loc, key[1], k32(0xBB67AE85u));
+  auto spread = [&](Value scalar, int64_t lanes) -> Value {
+    return lanes ? b.create<vector::SplatOp>(loc, like(scalar.getType(), lanes), scalar).getResult()
+                 : scalar;
+  };
+  auto k32 = [&](uint32_t v, int64_t lanes) {
+    return spread(b.create<arith::ConstantOp>(loc, b.getIntegerAttr(i32, int64_t(v))), lanes);
+  };
+  /// The four 32-bit words of Philox 4x32-10 for counters `blk` (i64).
+  auto philox = [&](Value blk, int64_t lanes) {
+    Value ctr[4] = {
+        b.create<arith::TruncIOp>(loc, like(i32, lanes), blk),
+        b.create<arith::TruncIOp>(
+            loc, like(i32, lanes), b.create<arith::ShRUIOp>(loc, blk, spread(cst(32), lanes))),
+        k32(uint32_t(op.getStream()), lanes), k32(0, lanes)};
+    Value s = spread(*seed, lanes);
+    Value key[2] = {b.create<arith::TruncIOp>(loc, like(i32, lanes), s),
+                    b.create<arith::TruncIOp>(
+                        loc, like(i32, lanes), b.create<arith::ShRUIOp>(loc, s, spread(cst(32), lanes)))};
+    for (int round = 0; round < 10; ++round) {
+      auto m0 = b.create<arith::MulUIExtendedOp>(loc, k32(0xD2511F53u, lanes), ctr[0]);
+      auto m1 = b.create<arith::MulUIExtendedOp>(loc, k32(0xCD9E8D57u, lanes), ctr[2]);
+      Value n0 = b.create<arith::XOrIOp>(loc, b.create<arith::XOrIOp>(loc, m1.getHigh(), ctr[1]), key[0]);
+      Value n2 = b.create<arith::XOrIOp>(loc, b.create<arith::XOrIOp>(loc, m0.getHigh(), ctr[3]), key[1]);
+      ctr[0] = n0;
+      ctr[1] = m1.getLow();
+      ctr[2] = n2;
+      ctr[3] = m0.getLow();
+      key[0] = b.create<arith::AddIOp>(loc, key[0], k32(0x9E3779B9u, lanes));
+      key[1] = b.create<arith::AddIOp>(loc, key[1], k32(0xBB67AE85u, lanes));
+    }
+    return std::array<Value, 4>{ctr[0], ctr[1], ctr[2], ctr[3]};
+  };
+
+  Value bits;
+  int64_t lanes = lin.isScalar() ? 0 : block;
+  if (lanes && lin.isAffine() && lin.coef == 1 && lin.align % 4 == 0 && block % 4 == 0) {
+    // Contiguous lanes starting at a multiple of 4: four neighbours share a
+    // counter, so run Philox once per counter and interleave its words
+    // (a quarter of the work of one Philox per lane).
+    int64_t g = block / 4;
+    SmallVector<int64_t> ids(g);
+    for (int64_t i = 0; i < g; ++i)
+      ids[i] = i;
+    Value counters = b.create<arith::AddIOp>(
+        loc, spread(divS(lin.scalar, 4), g),
+        b.create<arith::ConstantOp>(loc, DenseElementsAttr::get(
+                                             VectorType::get({g}, i64), ArrayRef<int64_t>(ids))));
+    auto w = philox(counters, g);
+    SmallVector<int64_t> pairs, quads;
+    for (int64_t i = 0; i < g; ++i)
+      pairs.append({i, g + i});
+    for (int64_t i = 0; i < g; ++i)
+      quads.append({2 * i, 2 * i + 1, 2 * g + 2 * i, 2 * g + 2 * i + 1});
+    Value w01 = b.create<vector::ShuffleOp>(loc, w[0], w[1], pairs);
+    Value w23 = b.create<vector::ShuffleOp>(loc, w[2], w[3], pairs);
+    bits = b.create<vector::ShuffleOp>(loc, w01, w23, quads);
+  } else {
+    Value index = lanes ? coordVector(lin) : lin.scalar;
+    auto w = philox(b.create<arith::ShRUIOp>(loc, index, spread(cst(2), lanes)), lanes);
+    Value word = b.create<arith::TruncIOp>(
+        loc, like(i32, lanes), b.create<arith::AndIOp>(loc, index, spread(cst(3), lanes)));
+    bits = w[3];
+    for (int k = 2; k >= 0; --k)
+      bits = b.create<arith::SelectOp>(
+          loc, b.create<arith::CmpIOp>(loc, arith::CmpIPredicate::eq, word, k32(k, lanes)),
+          w[k], bits);
   }
-  Value word = b.create<arith::TruncIOp>(loc, like(i32), b.create<arith::AndIOp>(loc, index, k64(3)));
-  Value bits = ctr[3];
-  for (int w = 2; w >= 0; --w)
-    bits = b.create<arith::SelectOp>(
-        loc, b.create<arith::CmpIOp>(loc, arith::CmpIPredicate::eq, word, k32(w)), ctr[w], bits);
   Type dt = dtypeOf(op.getResult());
   int mb = dt.isF64() ? 32 : dt.isF32() ? 24 : dt.isF16() ? 11 : 8;
   Type ct = computeType(dt);
-  Value top = b.create<arith::ShRUIOp>(loc, bits, k32(32 - mb));
-  Value f = b.create<arith::UIToFPOp>(loc, like(ct), top);
+  Value top = b.create<arith::ShRUIOp>(loc, bits, k32(32 - mb, lanes));
+  Value f = b.create<arith::UIToFPOp>(loc, like(ct, lanes), top);
   Value scaleK = b.create<arith::ConstantOp>(loc, b.getFloatAttr(ct, std::ldexp(1.0, -mb)));
-  return b.create<arith::MulFOp>(loc, f, vec ? splat(scaleK) : scaleK).getResult();
+  return b.create<arith::MulFOp>(loc, f, spread(scaleK, lanes)).getResult();
 }
 
 /// Every input read at a clamped coordinate, the right one selected.

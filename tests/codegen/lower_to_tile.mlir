@@ -117,3 +117,18 @@ func.func @small(%x: tensor<64x64xf32>) -> tensor<64x64xf32> {
   %0 = graph.neg %x : tensor<64x64xf32>
   return %0 : tensor<64x64xf32>
 }
+
+// Dropout's Philox on contiguous lanes: one Philox per counter of four
+// elements, words interleaved by shuffles (no per-lane word select).
+// CHECK-LABEL: func.func @dropout_kernel0(
+// CHECK-NOT:     arith.cmpi eq
+// CHECK:         arith.mului_extended {{.*}} : vector<16xi32>
+// CHECK-NOT:     arith.cmpi eq
+// CHECK:         vector.interleave {{.*}} : vector<16xi32>
+// CHECK:         vector.interleave {{.*}} : vector<16xi32>
+// CHECK:         vector.shuffle
+// CHECK:         return
+func.func @dropout(%x: tensor<4x64xf32>, %seed: tensor<i64>) -> tensor<4x64xf32> {
+  %0 = graph.dropout %x, %seed {p = 1.000000e-01 : f64} : (tensor<4x64xf32>, tensor<i64>) -> tensor<4x64xf32>
+  return %0 : tensor<4x64xf32>
+}
