@@ -38,6 +38,11 @@ public:
   /// Runs on caller memory (dtype and shape already checked by the caller).
   void run(const std::vector<const void *> &args) { executor.run(args); }
   const void *result(size_t i) const { return executor.result(i); }
+  void makePersistent(size_t argument, const void *initial) {
+    executor.makePersistent(argument, initial);
+  }
+  void carry(size_t result, size_t argument) { executor.carry(result, argument); }
+  const void *persistent(size_t argument) const { return executor.persistent(argument); }
 
   const Program &program() const { return executor.program(); }
   void setProfiling(bool on) { executor.setProfiling(on); }

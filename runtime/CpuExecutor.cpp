@@ -21,21 +21,58 @@ CpuExecutor::CpuExecutor(Program program, std::vector<CpuKernelFn> fns,
                        " kernel entry points for " +
                        std::to_string(prog.kernels.size()) + " kernels");
   pointers.assign(prog.buffers.size(), nullptr);
+  kept.assign(prog.arguments.size(), nullptr);
   for (size_t b = 0; b < prog.buffers.size(); ++b) {
     const BufferInfo &info = prog.buffers[b];
     if (info.role == BufferInfo::Role::Argument)
       continue;
-    // 64-byte alignment: whole cache lines, aligned vector loads.
-    size_t bytes = std::max<size_t>(64, (info.byteSize() + 63) / 64 * 64);
-    void *p = std::aligned_alloc(64, bytes);
-    if (!p)
-      throw CompileError("CPU executor: cannot allocate " + std::to_string(bytes) +
-                         " bytes for " + info.name);
+    void *p = allocate(info);
     if (info.role == BufferInfo::Role::Constant)
       std::memcpy(p, info.data.data(), info.data.size());
-    owned.push_back(p);
     pointers[b] = p;
   }
+}
+
+void *CpuExecutor::allocate(const BufferInfo &info) {
+  // 64-byte alignment: whole cache lines, aligned vector loads.
+  size_t bytes = std::max<size_t>(64, (info.byteSize() + 63) / 64 * 64);
+  void *p = std::aligned_alloc(64, bytes);
+  if (!p)
+    throw CompileError("CPU executor: cannot allocate " + std::to_string(bytes) +
+                       " bytes for " + info.name);
+  owned.push_back(p);
+  return p;
+}
+
+void CpuExecutor::makePersistent(size_t argument, const void *initial) {
+  if (argument >= prog.arguments.size())
+    throw CompileError("no argument " + std::to_string(argument) + " to keep");
+  const BufferInfo &info = prog.buffers[prog.arguments[argument]];
+  if (!kept[argument])
+    kept[argument] = allocate(info);
+  std::memcpy(kept[argument], initial, info.byteSize());
+}
+
+void CpuExecutor::carry(size_t result, size_t argument) {
+  if (result >= prog.results.size() || argument >= prog.arguments.size() || !kept[argument])
+    throw CompileError("carry: result " + std::to_string(result) + " -> argument " +
+                       std::to_string(argument) + " needs a persistent argument");
+  const BufferInfo &r = prog.buffers[prog.results[result]];
+  const BufferInfo &a = prog.buffers[prog.arguments[argument]];
+  if (r.dtype != a.dtype || r.shape != a.shape)
+    throw CompileError("carry: result " + std::to_string(result) + " is " +
+                       dtypeName(r.dtype) + shapeToString(r.shape) + ", argument " +
+                       std::to_string(argument) + " is " + dtypeName(a.dtype) +
+                       shapeToString(a.shape));
+  if (r.role != BufferInfo::Role::Intermediate ||
+      std::count(prog.results.begin(), prog.results.end(), prog.results[result]) != 1)
+    throw CompileError("carry: result " + std::to_string(result) +
+                       " is not a buffer of its own");
+  carries.emplace_back(result, argument);
+}
+
+const void *CpuExecutor::persistent(size_t argument) const {
+  return kept.at(argument);
 }
 
 CpuExecutor::~CpuExecutor() {
@@ -47,8 +84,12 @@ void CpuExecutor::run(const std::vector<const void *> &args) {
   if (args.size() != prog.arguments.size())
     throw CompileError("expected " + std::to_string(prog.arguments.size()) +
                        " arguments, got " + std::to_string(args.size()));
-  for (size_t i = 0; i < args.size(); ++i)
-    pointers[prog.arguments[i]] = const_cast<void *>(args[i]);
+  for (size_t i = 0; i < args.size(); ++i) {
+    void *p = args[i] ? const_cast<void *>(args[i]) : kept[i];
+    if (!p)
+      throw CompileError("argument " + std::to_string(i) + " is missing");
+    pointers[prog.arguments[i]] = p;
+  }
   ThreadPool &pool = ThreadPool::global();
   std::vector<void *> kargs;
   if (profiling)
@@ -96,6 +137,8 @@ void CpuExecutor::run(const std::vector<const void *> &args) {
                             std::chrono::steady_clock::now() - stepStart)
                             .count();
   }
+  for (auto [result, argument] : carries)
+    std::swap(pointers[prog.results[result]], kept[argument]);
 }
 
 std::vector<HostTensor> CpuExecutor::run(const std::vector<HostTensor> &args) {
@@ -124,5 +167,9 @@ std::vector<HostTensor> CpuExecutor::run(const std::vector<HostTensor> &args) {
 }
 
 const void *CpuExecutor::result(size_t i) const {
+  // A carried result already lives on as its argument.
+  for (auto [result, argument] : carries)
+    if (result == i)
+      return kept[argument];
   return pointers.at(prog.results.at(i));
 }

@@ -35,6 +35,16 @@ public:
   /// Pointer to result i of the last run.
   const void *result(size_t i) const;
 
+  /// Argument `argument` lives in the executor from now on, starting as a
+  /// copy of `initial`; run() then takes nullptr in its place.
+  void makePersistent(size_t argument, const void *initial);
+  /// After every run, result `result` becomes the value of persistent
+  /// argument `argument` (the buffers swap: no copy). A training step's
+  /// new parameters and optimizer state stay in place this way.
+  void carry(size_t result, size_t argument);
+  /// Current value of a persistent argument.
+  const void *persistent(size_t argument) const;
+
   const Program &program() const { return prog; }
 
   /// When on, run() adds each step's wall time to stepSeconds().
@@ -47,12 +57,14 @@ public:
   int64_t profiledCalls() const { return calls; }
 
 private:
-  void *bufferPtr(int b) const { return pointers[b]; }
+  void *allocate(const BufferInfo &info);
 
   Program prog;
   std::vector<CpuKernelFn> kernels;
   std::shared_ptr<void> keepAlive;
   std::vector<void *> pointers;  ///< current address of every buffer
+  std::vector<void *> kept;      ///< per argument: its storage if persistent
+  std::vector<std::pair<size_t, size_t>> carries; ///< (result, argument)
   std::vector<void *> owned;     ///< allocations of non-argument buffers
   bool profiling = false;
   std::vector<double> seconds;

@@ -63,7 +63,7 @@ py::list interpretGraph(const Graph &g, const py::sequence &args) {
 /// dtype, C-contiguous, are read in place; others (bf16 arguments given as
 /// float32, strided views) are converted into a temporary first. Results
 /// are copied out into new arrays.
-py::list runExecutable(Executable &e, const py::sequence &args) {
+py::list runExecutable(Executable &e, const py::sequence &args, const py::object &which) {
   const Program &p = e.program();
   if (py::len(args) != p.arguments.size())
     throw CompileError("the compiled function takes " + std::to_string(p.arguments.size()) +
@@ -74,6 +74,10 @@ py::list runExecutable(Executable &e, const py::sequence &args) {
   std::vector<const void *> ptrs;
   for (size_t i = 0; i < p.arguments.size(); ++i) {
     const BufferInfo &want = p.buffers[p.arguments[i]];
+    if (args[i].is_none()) { // a persistent argument (make_persistent)
+      ptrs.push_back(nullptr);
+      continue;
+    }
     py::array a = py::array::ensure(args[i]);
     if (!a)
       throw CompileError("argument " + std::to_string(i) +
@@ -94,8 +98,20 @@ py::list runExecutable(Executable &e, const py::sequence &args) {
     py::gil_scoped_release release;
     e.run(ptrs);
   }
+  std::vector<size_t> wanted;
+  if (which.is_none()) {
+    for (size_t i = 0; i < p.results.size(); ++i)
+      wanted.push_back(i);
+  } else {
+    for (auto item : which.cast<py::sequence>()) {
+      size_t i = item.cast<size_t>();
+      if (i >= p.results.size())
+        throw CompileError("no result " + std::to_string(i));
+      wanted.push_back(i);
+    }
+  }
   py::list out;
-  for (size_t i = 0; i < p.results.size(); ++i) {
+  for (size_t i : wanted) {
     const BufferInfo &info = p.buffers[p.results[i]];
     if (info.dtype == DType::BF16) {
       HostTensor t(info.dtype, info.shape);
@@ -195,8 +211,26 @@ PYBIND11_MODULE(_core, m) {
          py::arg("eps"), py::arg("weight_decay"), py::arg("clip_norm"));
 
   py::class_<Executable, std::shared_ptr<Executable>>(m, "Executable")
-      .def("run", &runExecutable)
+      .def("run", &runExecutable, py::arg("args"), py::arg("results") = py::none())
       .def("kernels", &programKernels)
+      .def("make_persistent", [](Executable &e, size_t i, const py::array &a) {
+        const Program &p = e.program();
+        if (i >= p.arguments.size())
+          throw CompileError("no argument " + std::to_string(i));
+        const BufferInfo &want = p.buffers[p.arguments[i]];
+        HostTensor t = toHostTensor(a, {want.dtype, want.shape}, "argument " + std::to_string(i));
+        e.makePersistent(i, t.bytes.data());
+      })
+      .def("carry", &Executable::carry, py::arg("result"), py::arg("argument"))
+      .def("persistent", [](const Executable &e, size_t i) {
+        const Program &p = e.program();
+        if (i >= p.arguments.size() || !e.persistent(i))
+          throw CompileError("argument " + std::to_string(i) + " is not persistent");
+        const BufferInfo &info = p.buffers[p.arguments[i]];
+        HostTensor t(info.dtype, info.shape);
+        std::memcpy(t.bytes.data(), e.persistent(i), info.byteSize());
+        return toNumpy(t);
+      })
       .def("set_profiling", &Executable::setProfiling)
       .def("step_seconds", [](const Executable &e) {
         return std::make_pair(e.stepSeconds(), e.profiledCalls());

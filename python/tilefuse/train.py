@@ -12,9 +12,10 @@ from .compiler import resolve_device
 
 
 class TrainStep:
-    """A compiled training step. Parameters and optimizer state live here
-    between calls; `step(batch)` runs forward, backward and the update and
-    returns the loss computed before the update."""
+    """A compiled training step. Parameters and optimizer state live in the
+    runtime between calls (the step's new values replace them in place);
+    `step(batch)` runs forward, backward and the update and returns the loss
+    computed before the update."""
 
     def __init__(self, graph, names, params, state_names, batch_spec, lr, seed, uses_seed,
                  device):
@@ -22,8 +23,15 @@ class TrainStep:
         self.device = device
         self._compiled = graph.compile(device)
         self._names = names
-        self._params = params
-        self._state = [np.zeros_like(p) for _ in state_names for p in params]
+        self._n_params = len(params)
+        self._n_kept = len(params) * (1 + len(state_names))
+        exe = self._compiled._exe
+        initial = list(params) + [np.zeros_like(p) for _ in state_names for p in params]
+        # Arguments 0..n_kept-1 (params, then state) persist; results
+        # 1..n_kept are their new values.
+        for i, value in enumerate(initial):
+            exe.make_persistent(i, value)
+            exe.carry(1 + i, i)
         self._state_names = state_names
         self._batch_spec = batch_spec
         self._seed = int(seed)
@@ -49,26 +57,26 @@ class TrainStep:
                 "the step was compiled with"
             )
         t = self.step_count + 1
-        args = list(self._params) + self._state + [np.asarray(x) for x in leaves]
+        args = [None] * self._n_kept + [np.asarray(x) for x in leaves]
         if self._uses_seed:
             args.append(np.int64(self._seed + t - 1))
         args += [np.int64(t), np.float64(self.lr)]
-        outs = self._compiled._exe.run(args)
-        n = len(self._params)
-        self._params = outs[1 : 1 + n]
-        self._state = outs[1 + n :]
+        (loss,) = self._compiled._exe.run(args, [0])
         self.step_count = t
-        return float(outs[0])
+        return float(loss)
 
     def params(self):
         """Current parameters, as a dict of numpy arrays (copies)."""
-        return _pytree.unflatten(self._names, [p.copy() for p in self._params])
+        exe = self._compiled._exe
+        return _pytree.unflatten(self._names,
+                                 [exe.persistent(i) for i in range(self._n_params)])
 
     def state(self):
         """Optimizer state: {slot name: params-shaped dict}."""
-        n = len(self._params)
+        exe, n = self._compiled._exe, self._n_params
         return {
-            name: _pytree.unflatten(self._names, [s.copy() for s in self._state[i * n : (i + 1) * n]])
+            name: _pytree.unflatten(self._names,
+                                    [exe.persistent(n * (1 + i) + k) for k in range(n)])
             for i, name in enumerate(self._state_names)
         }
 

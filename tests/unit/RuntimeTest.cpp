@@ -180,3 +180,31 @@ TEST(CpuLibrary, GatherRefusesOutOfRangeRows) {
   EXPECT_EQ(out[0], 3);
   EXPECT_EQ(out[1], 4);
 }
+
+TEST(CpuExecutor, PersistentArgumentsCarryResultsAcrossRuns) {
+  // One "training step": y = 2x; x <- y after every run.
+  Program p;
+  p.buffers = {buffer("x", DType::F32, {3}, BufferInfo::Role::Argument),
+               buffer("y", DType::F32, {3})};
+  ProgramKernel k;
+  k.name = "double";
+  k.grid = 3;
+  p.kernels.push_back(k);
+  Step s;
+  s.kernel = 0;
+  s.buffers = {0, 1};
+  p.steps.push_back(s);
+  p.arguments = {0};
+  p.results = {1};
+  CpuExecutor exe(p, {&doubleKernel}, nullptr);
+  HostTensor x = f32({3}, {1, 2, 3});
+  exe.makePersistent(0, x.bytes.data());
+  exe.carry(0, 0);
+  for (int i = 0; i < 3; ++i)
+    exe.run(std::vector<const void *>{nullptr});
+  auto *now = static_cast<const float *>(exe.persistent(0));
+  EXPECT_EQ(now[0], 8);
+  EXPECT_EQ(now[2], 24);
+  EXPECT_EQ(static_cast<const float *>(exe.result(0))[1], 16);
+  EXPECT_THROW(exe.carry(0, 1), CompileError);
+}

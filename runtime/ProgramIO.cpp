@@ -1,0 +1,219 @@
+//===- ProgramIO.cpp ------------------------------------------------------===//
+#include "runtime/ProgramIO.h"
+
+#include <cstring>
+
+using namespace tilefuse;
+
+namespace {
+
+constexpr char kMagic[8] = {'T', 'F', 'P', 'R', 'O', 'G', 'R', 'M'};
+
+class Writer {
+public:
+  template <typename T> void put(T v) {
+    static_assert(std::is_trivially_copyable_v<T>);
+    out.append(reinterpret_cast<const char *>(&v), sizeof(T));
+  }
+  void str(const std::string &s) {
+    put<uint64_t>(s.size());
+    out += s;
+  }
+  void bytes(const std::vector<uint8_t> &b) {
+    put<uint64_t>(b.size());
+    out.append(reinterpret_cast<const char *>(b.data()), b.size());
+  }
+  std::string out;
+};
+
+class Reader {
+public:
+  explicit Reader(const std::string &in, size_t pos) : in(in), pos(pos) {}
+  template <typename T> T get(const char *what) {
+    need(sizeof(T), what);
+    T v;
+    std::memcpy(&v, in.data() + pos, sizeof(T));
+    pos += sizeof(T);
+    return v;
+  }
+  std::string str(const char *what) {
+    uint64_t n = get<uint64_t>(what);
+    need(n, what);
+    std::string s = in.substr(pos, n);
+    pos += n;
+    return s;
+  }
+  std::vector<uint8_t> bytes(const char *what) {
+    uint64_t n = get<uint64_t>(what);
+    need(n, what);
+    std::vector<uint8_t> b(in.begin() + pos, in.begin() + pos + n);
+    pos += n;
+    return b;
+  }
+  /// A count of items each at least `minBytes` long (bounds allocations).
+  uint32_t count(const char *what, size_t minBytes) {
+    uint32_t n = get<uint32_t>(what);
+    if (uint64_t(n) * minBytes > in.size() - pos)
+      throw CompileError(std::string("corrupt program: ") + what + " count " +
+                         std::to_string(n) + " exceeds the data");
+    return n;
+  }
+  bool atEnd() const { return pos == in.size(); }
+
+private:
+  void need(uint64_t n, const char *what) {
+    if (n > in.size() - pos)
+      throw CompileError(std::string("truncated program: ") + what + " needs " +
+                         std::to_string(n) + " bytes, " +
+                         std::to_string(in.size() - pos) + " left");
+  }
+  const std::string &in;
+  size_t pos;
+};
+
+} // namespace
+
+uint64_t tilefuse::fnv1a64(const void *data, size_t size) {
+  uint64_t h = 1469598103934665603ull;
+  auto *p = static_cast<const uint8_t *>(data);
+  for (size_t i = 0; i < size; ++i) {
+    h ^= p[i];
+    h *= 1099511628211ull;
+  }
+  return h;
+}
+
+std::string tilefuse::serializeProgram(const Program &p) {
+  Writer w;
+  w.put<uint32_t>(uint32_t(p.buffers.size()));
+  for (const BufferInfo &b : p.buffers) {
+    w.str(b.name);
+    w.put<uint8_t>(uint8_t(b.dtype));
+    w.put<uint8_t>(uint8_t(b.role));
+    w.put<uint32_t>(uint32_t(b.shape.size()));
+    for (int64_t d : b.shape)
+      w.put<int64_t>(d);
+    w.bytes(b.data);
+  }
+  w.put<uint32_t>(uint32_t(p.kernels.size()));
+  for (const ProgramKernel &k : p.kernels) {
+    w.str(k.name);
+    w.str(k.kind);
+    w.put<int64_t>(k.grid);
+    w.put<int64_t>(k.block);
+    w.put<int64_t>(k.elementsPerProgram);
+    w.put<uint32_t>(uint32_t(k.fusedOps.size()));
+    for (const std::string &op : k.fusedOps)
+      w.str(op);
+  }
+  w.put<uint32_t>(uint32_t(p.steps.size()));
+  for (const Step &s : p.steps) {
+    w.put<uint8_t>(uint8_t(s.kind));
+    w.put<uint32_t>(uint32_t(s.buffers.size()));
+    for (int b : s.buffers)
+      w.put<int32_t>(b);
+    w.put<int32_t>(s.kernel);
+    for (int64_t v : {s.batch, s.m, s.n, s.k})
+      w.put<int64_t>(v);
+    w.put<uint8_t>(s.transposeA);
+    w.put<uint8_t>(s.transposeB);
+    w.str(s.source);
+  }
+  for (const std::vector<int> *list : {&p.arguments, &p.results}) {
+    w.put<uint32_t>(uint32_t(list->size()));
+    for (int b : *list)
+      w.put<int32_t>(b);
+  }
+  Writer header;
+  header.out.append(kMagic, sizeof(kMagic));
+  header.put<uint32_t>(kProgramFormatVersion);
+  header.put<uint64_t>(w.out.size());
+  header.put<uint64_t>(fnv1a64(w.out.data(), w.out.size()));
+  return header.out + w.out;
+}
+
+Program tilefuse::deserializeProgram(const std::string &bytes) {
+  if (bytes.size() < sizeof(kMagic) || std::memcmp(bytes.data(), kMagic, sizeof(kMagic)) != 0)
+    throw CompileError("not a tilefuse program (bad magic number)");
+  Reader head(bytes, sizeof(kMagic));
+  uint32_t version = head.get<uint32_t>("the format version");
+  if (version != kProgramFormatVersion)
+    throw CompileError("program format version " + std::to_string(version) +
+                       " is not supported (this runtime reads version " +
+                       std::to_string(kProgramFormatVersion) + "); recompile it");
+  uint64_t size = head.get<uint64_t>("the payload size");
+  uint64_t sum = head.get<uint64_t>("the checksum");
+  size_t start = sizeof(kMagic) + 4 + 8 + 8;
+  if (bytes.size() - start != size)
+    throw CompileError("truncated program: the payload has " +
+                       std::to_string(bytes.size() - start) + " bytes, the header says " +
+                       std::to_string(size));
+  if (fnv1a64(bytes.data() + start, size) != sum)
+    throw CompileError("corrupt program: the checksum does not match its contents");
+
+  Reader r(bytes, start);
+  Program p;
+  uint32_t nb = r.count("buffer", 8);
+  for (uint32_t i = 0; i < nb; ++i) {
+    BufferInfo b;
+    b.name = r.str("a buffer name");
+    uint8_t dtype = r.get<uint8_t>("a dtype"), role = r.get<uint8_t>("a role");
+    if (dtype > uint8_t(DType::I1) || role > uint8_t(BufferInfo::Role::Intermediate))
+      throw CompileError("corrupt program: buffer " + b.name + " has dtype " +
+                         std::to_string(dtype) + " and role " + std::to_string(role));
+    b.dtype = DType(dtype);
+    b.role = BufferInfo::Role(role);
+    uint32_t rank = r.count("dimension", 8);
+    for (uint32_t d = 0; d < rank; ++d) {
+      int64_t n = r.get<int64_t>("a dimension");
+      if (n < 0)
+        throw CompileError("corrupt program: buffer " + b.name + " has a negative dimension");
+      b.shape.push_back(n);
+    }
+    b.data = r.bytes("constant data");
+    p.buffers.push_back(std::move(b));
+  }
+  uint32_t nk = r.count("kernel", 8);
+  for (uint32_t i = 0; i < nk; ++i) {
+    ProgramKernel k;
+    k.name = r.str("a kernel name");
+    k.kind = r.str("a kernel kind");
+    k.grid = r.get<int64_t>("a grid");
+    k.block = r.get<int64_t>("a block size");
+    k.elementsPerProgram = r.get<int64_t>("elements per program");
+    uint32_t nops = r.count("fused op", 8);
+    for (uint32_t o = 0; o < nops; ++o)
+      k.fusedOps.push_back(r.str("a fused op"));
+    p.kernels.push_back(std::move(k));
+  }
+  uint32_t ns = r.count("step", 8);
+  for (uint32_t i = 0; i < ns; ++i) {
+    Step s;
+    uint8_t kind = r.get<uint8_t>("a step kind");
+    if (kind > uint8_t(Step::Kind::Copy))
+      throw CompileError("corrupt program: step " + std::to_string(i) + " has kind " +
+                         std::to_string(kind));
+    s.kind = Step::Kind(kind);
+    uint32_t nbuf = r.count("step buffer", 4);
+    for (uint32_t b = 0; b < nbuf; ++b)
+      s.buffers.push_back(r.get<int32_t>("a step buffer"));
+    s.kernel = r.get<int32_t>("a kernel index");
+    s.batch = r.get<int64_t>("a GEMM batch");
+    s.m = r.get<int64_t>("a GEMM size");
+    s.n = r.get<int64_t>("a GEMM size");
+    s.k = r.get<int64_t>("a GEMM size");
+    s.transposeA = r.get<uint8_t>("a transpose flag") != 0;
+    s.transposeB = r.get<uint8_t>("a transpose flag") != 0;
+    s.source = r.str("a step source");
+    p.steps.push_back(std::move(s));
+  }
+  for (std::vector<int> *list : {&p.arguments, &p.results}) {
+    uint32_t n = r.count("argument or result", 4);
+    for (uint32_t i = 0; i < n; ++i)
+      list->push_back(r.get<int32_t>("an argument or result"));
+  }
+  if (!r.atEnd())
+    throw CompileError("corrupt program: bytes left after the last field");
+  p.validate();
+  return p;
+}
