@@ -25,7 +25,11 @@ graph (g.compile("cpu")) must match the unfused interpretation
 (assert_compiled_close), or, where it does not, be as close to the same
 function traced in float64 as the float32 interpretation is (an
 ill-conditioned graph: a sigmoid rounded to 1.0 one way and not the other
-moves a clamped log by 80). Graphs run in a child process, so a crash
+moves a clamped log by 80). Known blind spot of that triage: a layer_norm
+or standardisation of data that is exactly constant in exact arithmetic
+(identical rows) returns beta plus float32 rounding noise times
+1/sqrt(eps); a GEMM with FMAs and the exact interpreter round differently
+there, and no float64 run shows it. Graphs run in a child process, so a crash
 (segmentation fault) or a hang in the compiler fails the test with the
 graph that caused it, and the fuzzing goes on after it.
 
@@ -463,7 +467,9 @@ class Case:
         return self._emit(expr, shape, deps, "matmul")
 
     def op_embedding(self):
-        a = self._pick(lambda v: len(v.shape) >= 2)
+        # A one-row table makes every looked-up row identical: later
+        # normalisations of exactly constant data only amplify rounding.
+        a = self._pick(lambda v: len(v.shape) >= 2 and v.shape[0] >= 2)
         if a is None:
             return None
         ids_shape = tuple(int(self.rng.choice([1, 2, 3, 4])) for _ in range(self.rng.integers(1, 3)))
@@ -644,10 +650,15 @@ class Case:
         return "\n".join(f"    {name} <- {what} ({', '.join(deps)})"
                          for name, _, deps, what in self.live_lines())
 
-    def function(self):
+    def function(self, float64=False):
+        """The generated function; with float64=True its random constants
+        are float64 too (for the float64 reference of the same graph)."""
         env = {}
         exec(compile(HELPERS + self.source(), f"<fuzz graph {self.base_seed}:{self.index}>",
                      "exec"), env)
+        if float64:
+            c32 = env["_c"]
+            env["_c"] = lambda shape, key, dtype="f32": c32(shape, key, "f64")
         return env["fn"]
 
     def describe(self):
@@ -697,9 +708,9 @@ def _train_step(case, fn):
     return step.graph, args + [np.int64(1 + case.index % 5), np.float64(opt.lr)]
 
 
-def _build(case, args):
+def _build(case, args, float64=False):
     """The graph under test and its arguments, for inputs `args`."""
-    fn = case.function()
+    fn = case.function(float64)
     if case.mode == "train_step":
         saved, case.args = case.args, args
         try:
@@ -714,10 +725,10 @@ def _build(case, args):
 
 
 def _float64_reference(case):
-    """The same function traced on float64 inputs (f32 constants promote),
+    """The same function traced on float64 inputs and constants,
     interpreted: an estimate of the exact results."""
     args = [a.astype(np.float64) if a.dtype.kind == "f" else a for a in case.args]
-    g, args = _build(case, args)
+    g, args = _build(case, args, float64=True)
     return g.interpret(*args)
 
 
