@@ -139,7 +139,41 @@ private:
                                "step runs it (run the fuse pass first)";
   }
 
+  /// A GEMM whose library applies the elementwise epilogue (the target
+  /// said it can): one Gemm step reading the epilogue's other inputs.
+  LogicalResult gemmWithEpilogue(graph::FusionOp fusion) {
+    Block &body = fusion.getBody().front();
+    auto mms = llvm::to_vector(body.getOps<graph::MatmulOp>());
+    if (mms.size() != 1)
+      return fusion.emitOpError("a matmul kernel must hold exactly one graph.matmul");
+    graph::MatmulOp mm = mms.front();
+    auto operandBuffer = [&](Value v) -> FailureOr<int> {
+      auto arg = llvm::dyn_cast<BlockArgument>(v);
+      if (!arg)
+        return fusion.emitOpError("the GEMM of a matmul kernel must read kernel inputs");
+      return bufferOf(fusion.getInputs()[arg.getArgNumber()]);
+    };
+    FailureOr<int> a = operandBuffer(mm.getLhs()), b = operandBuffer(mm.getRhs());
+    if (failed(a) || failed(b))
+      return failure();
+    Step s;
+    if (failed(gemmSizes(mm, s)))
+      return failure();
+    s.source = fusion.getKernelName().str() + " (graph.matmul + epilogue)";
+    for (Operation &op : body.without_terminator())
+      if (&op != mm.getOperation())
+        s.epilogue.push_back(op.getName().getStringRef().str());
+    s.buffers = {*a, *b, result(*fusion)};
+    for (BlockArgument arg : body.getArguments())
+      if (arg != mm.getLhs() && arg != mm.getRhs())
+        s.buffers.push_back(bufferOf(fusion.getInputs()[arg.getArgNumber()]));
+    prog.steps.push_back(s);
+    return success();
+  }
+
   LogicalResult kernel(graph::FusionOp fusion) {
+    if (fusion.getKind() == "matmul")
+      return gemmWithEpilogue(fusion);
     // Kernel symbols are unique per module: the function names its kernels.
     std::string name = (func.getSymName() + "_" + fusion.getKernelName()).str();
     FailureOr<func::FuncOp> k = lowerFusionToTile(fusion, kernels, target, name);
@@ -169,14 +203,12 @@ private:
     return success();
   }
 
-  LogicalResult gemm(graph::MatmulOp mm) {
+  LogicalResult gemmSizes(graph::MatmulOp mm, Step &s) {
     Shape a = shapeOf(mm.getLhs()), b = shapeOf(mm.getRhs()), c = shapeOf(mm.getResult());
     if (a.size() < 2 || b.size() < 2 || c.size() < 2)
       return mm.emitOpError() << "has an operand of rank < 2; the tracer should "
                                  "have reshaped vectors to matrices";
-    Step s;
     s.kind = Step::Kind::Gemm;
-    s.source = "graph.matmul";
     s.transposeA = mm.getTransposeLhs();
     s.transposeB = mm.getTransposeRhs();
     s.m = c[c.size() - 2];
@@ -184,8 +216,16 @@ private:
     s.k = s.transposeA ? a[a.size() - 2] : a.back();
     s.batch = numel(c) / std::max<int64_t>(1, s.m * s.n);
     if (numel(a) != s.batch * s.m * s.k || numel(b) != s.batch * s.k * s.n)
-      return mm.emitOpError() << "broadcasts batch dimensions; the CPU GEMM step "
+      return mm.emitOpError() << "broadcasts batch dimensions; the GEMM step "
                                  "needs equal batch dimensions";
+    return success();
+  }
+
+  LogicalResult gemm(graph::MatmulOp mm) {
+    Step s;
+    if (failed(gemmSizes(mm, s)))
+      return failure();
+    s.source = "graph.matmul";
     s.buffers = {bufferOf(mm.getLhs()), bufferOf(mm.getRhs()), result(*mm)};
     prog.steps.push_back(s);
     return success();

@@ -12,6 +12,10 @@
 
 #include "codegen/ProgramBuilder.h"
 #include "codegen/cpu/CpuJit.h"
+#include "codegen/cuda/CudaRenderer.h"
+#ifdef TILEFUSE_HAVE_NVRTC
+#include "codegen/cuda/Nvrtc.h"
+#endif
 #include "passes/FuseOps.h"
 #include "passes/TargetInfo.h"
 
@@ -107,4 +111,40 @@ std::shared_ptr<Executable> Graph::compile(const std::string &device) const {
   double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return std::make_shared<Executable>(art, hit, seconds);
+}
+
+std::string Graph::cudaSource(const std::string &target) const {
+  std::unique_ptr<TargetInfo> info = TargetInfo::get(target);
+  if (!info || target.rfind("cuda", 0) != 0)
+    throw CompileError("'" + target + "' is not a CUDA target; expected cuda:sm_XX");
+  OwningOpRef<ModuleOp> module = impl_->lowerCopy("lowering @" + impl_->entry + " failed");
+  func::FuncOp func = module->lookupSymbol<func::FuncOp>(impl_->entry);
+  OwningOpRef<ModuleOp> kernels(ModuleOp::create(UnknownLoc::get(&globalContext())));
+  std::string text;
+  runCapturingDiagnostics("cannot generate CUDA for @" + impl_->entry, [&]() -> LogicalResult {
+    if (failed(fuseFunction(func, *info, /*remarks=*/false)) ||
+        failed(buildProgram(func, *info, *kernels)))
+      return failure();
+    FailureOr<std::string> src = renderCudaKernels(*kernels);
+    if (failed(src))
+      return failure();
+    text = *src;
+    return success();
+  });
+  return text;
+}
+
+std::vector<Graph::CudaKernelReport> Graph::compileCuda(const std::string &target) const {
+  std::string source = cudaSource(target);
+#ifdef TILEFUSE_HAVE_NVRTC
+  std::string arch = target == "cuda" ? "sm_90" : target.substr(target.find(':') + 1);
+  CudaBinary bin = tilefuse::compileCuda(source, arch);
+  std::vector<CudaKernelReport> out;
+  for (const CudaKernelResources &k : bin.kernels)
+    out.push_back({k.name, k.registers, k.spillStores, k.spillLoads, k.stackBytes});
+  return out;
+#else
+  throw CompileError("this build of tilefuse has no NVRTC (the CUDA toolkit was not found "
+                     "when it was built); cudaSource() still prints the kernels");
+#endif
 }

@@ -82,6 +82,19 @@ public:
   /// again in this process reuses the kernels.
   std::shared_ptr<Executable> compile(const std::string &device = "cpu") const;
 
+  /// The CUDA C of this graph's kernels for `target` ("cuda:sm_XX"): each
+  /// kernel begins with a comment naming the source ops it fuses.
+  std::string cudaSource(const std::string &target = "cuda:sm_90") const;
+  /// One kernel's compile report from NVRTC.
+  struct CudaKernelReport {
+    std::string name;
+    int registers, spillStores, spillLoads, stackBytes;
+  };
+  /// Compiles cudaSource(target) with NVRTC for `target`'s architecture
+  /// (no GPU needed); returns the per-kernel resources. Throws CompileError
+  /// with NVRTC's log on failure, or when this build has no NVRTC.
+  std::vector<CudaKernelReport> compileCuda(const std::string &target = "cuda:sm_90") const;
+
   Impl &impl() { return *impl_; }
   const Impl &impl() const { return *impl_; }
 

@@ -37,6 +37,7 @@ public:
   /// evicted before the next kernel reads it, so writing it through the
   /// cache only costs a read for ownership of every line.
   int64_t streamingStoreBytes() const override { return int64_t(64) << 20; }
+  bool shufflesLanes() const override { return true; }
 };
 
 /// CUDA: cuBLASLt applies a bias add and a ReLU (max with 0) itself.
@@ -53,6 +54,7 @@ public:
   }
   /// GPUs write back through L2 either way; no streaming stores.
   int64_t streamingStoreBytes() const override { return INT64_MAX; }
+  bool shufflesLanes() const override { return false; }
 
 private:
   std::string n;

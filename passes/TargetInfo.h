@@ -31,6 +31,9 @@ public:
   /// Results of at least this many bytes are written around the cache
   /// (nobody reads them back before they would be evicted anyway).
   virtual int64_t streamingStoreBytes() const = 0;
+  /// Whether lanes of a block can exchange values cheaply (vector
+  /// shuffles on a CPU; on a GPU lanes are threads).
+  virtual bool shufflesLanes() const = 0;
 
   /// "cpu" or "cuda[:sm_XX]"; null for an unknown name.
   static std::unique_ptr<TargetInfo> get(const std::string &name);

@@ -114,6 +114,9 @@ void CpuExecutor::run(const std::vector<const void *> &args) {
       break;
     }
     case Step::Kind::Gemm:
+      if (!s.epilogue.empty())
+        throw CompileError("a GEMM with a fused epilogue (" + s.source +
+                           ") was compiled for a GPU target; the CPU executor cannot run it");
       cpu::gemm(s, prog.buffers[s.buffers[2]].dtype, pointers[s.buffers[0]],
                 pointers[s.buffers[1]], pointers[s.buffers[2]]);
       break;

@@ -35,6 +35,8 @@ void Program::validate() const {
     case Step::Kind::ScatterAdd: want = 4; break;
     case Step::Kind::Copy: want = 2; break;
     }
+    if (s.kind == Step::Kind::Gemm && !s.epilogue.empty() && s.buffers.size() >= want)
+      want = s.buffers.size();
     if (s.buffers.size() != want)
       throw CompileError("corrupt program: " + what + " has " +
                          std::to_string(s.buffers.size()) + " buffers, expected " +

@@ -48,6 +48,10 @@ struct Step {
   // GEMM: c[i] = op(a[i]) * op(b[i]) for i < batch; op transposes when asked.
   int64_t batch = 1, m = 0, n = 0, k = 0;
   bool transposeA = false, transposeB = false;
+  /// GEMM epilogue a target's GEMM library applies in place (cuBLASLt on
+  /// CUDA): elementwise source ops in order, reading the buffers after
+  /// `c`. Empty on the CPU, whose BLAS applies none.
+  std::vector<std::string> epilogue;
   /// Source-level op the step computes, for reports and errors.
   std::string source;
 };

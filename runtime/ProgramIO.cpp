@@ -118,6 +118,9 @@ std::string tilefuse::serializeProgram(const Program &p) {
     w.put<uint8_t>(s.transposeA);
     w.put<uint8_t>(s.transposeB);
     w.str(s.source);
+    w.put<uint32_t>(uint32_t(s.epilogue.size()));
+    for (const std::string &op : s.epilogue)
+      w.str(op);
   }
   for (const std::vector<int> *list : {&p.arguments, &p.results}) {
     w.put<uint32_t>(uint32_t(list->size()));
@@ -205,6 +208,9 @@ Program tilefuse::deserializeProgram(const std::string &bytes) {
     s.transposeA = r.get<uint8_t>("a transpose flag") != 0;
     s.transposeB = r.get<uint8_t>("a transpose flag") != 0;
     s.source = r.str("a step source");
+    uint32_t nepi = r.count("epilogue op", 8);
+    for (uint32_t e = 0; e < nepi; ++e)
+      s.epilogue.push_back(r.str("an epilogue op"));
     p.steps.push_back(std::move(s));
   }
   for (std::vector<int> *list : {&p.arguments, &p.results}) {

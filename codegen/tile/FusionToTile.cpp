@@ -809,7 +809,8 @@ FailureOr<Value> KernelEmitter::random(RandomUniformOp op, const Coords &c) {
 
   Value bits;
   int64_t lanes = lin.isScalar() ? 0 : block;
-  if (lanes && lin.isAffine() && lin.coef == 1 && lin.align % 4 == 0 && block % 4 == 0) {
+  if (lanes && lin.isAffine() && lin.coef == 1 && lin.align % 4 == 0 && block % 4 == 0 &&
+      target.shufflesLanes()) {
     // Contiguous lanes starting at a multiple of 4: four neighbours share a
     // counter, so run Philox once per counter and interleave its words
     // (a quarter of the work of one Philox per lane).

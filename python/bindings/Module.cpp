@@ -180,6 +180,20 @@ PYBIND11_MODULE(_core, m) {
       .def("interpret", &interpretGraph)
       .def("value_and_grad", &Graph::valueAndGrad, py::arg("wrt"))
       .def("compile", &Graph::compile, py::arg("device") = "cpu")
+      .def("cuda_source", &Graph::cudaSource, py::arg("target") = "cuda:sm_90")
+      .def("compile_cuda", [](const Graph &g, const std::string &target) {
+        py::list rows;
+        for (const Graph::CudaKernelReport &k : g.compileCuda(target)) {
+          py::dict row;
+          row["name"] = k.name;
+          row["registers"] = k.registers;
+          row["spill_stores"] = k.spillStores;
+          row["spill_loads"] = k.spillLoads;
+          row["stack_bytes"] = k.stackBytes;
+          rows.append(row);
+        }
+        return rows;
+      }, py::arg("target") = "cuda:sm_90")
       .def("fuse", &Graph::fuse, py::arg("target") = "cpu")
       .def("report", [](const Graph &g) {
         py::list rows;

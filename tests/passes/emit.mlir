@@ -4,7 +4,7 @@
 // RUN: tilefuse-opt %s --emit=tile | FileCheck %s --check-prefix=TILE
 // RUN: tilefuse-opt %s --emit=llvm | FileCheck %s --check-prefix=LLVM
 // RUN: not tilefuse-opt %s --emit=llvm --target=cuda:sm_90 2>&1 | FileCheck %s --check-prefix=LLVMCUDA
-// RUN: not tilefuse-opt %s --emit=cuda 2>&1 | FileCheck %s --check-prefix=CUDA
+// RUN: tilefuse-opt %s --emit=cuda --target=cuda:sm_90 | FileCheck %s --check-prefix=CUDA
 // RUN: not tilefuse-opt %s --emit=bogus 2>&1 | FileCheck %s --check-prefix=BOGUS
 
 // Each stage of the one pipeline (passes/Pipelines.cpp) can be printed.
@@ -18,8 +18,8 @@
 // TILE: tile.reduce max
 // LLVM: llvm.func @softmax_kernel0(
 // LLVMCUDA: --emit=llvm is the CPU backend's stage; use --target=cpu
-// CUDA: --emit=cuda is not available: this build has no CUDA backend
-// BOGUS: unknown stage --emit=bogus; expected graph, primitive, fused, tile or llvm
+// CUDA: softmax_kernel0: grid 4 x block 32
+// BOGUS: unknown stage --emit=bogus; expected graph, primitive, fused, tile, llvm or cuda
 func.func @softmax(%x: tensor<4x8xf32>) -> tensor<4x8xf32> {
   %0 = graph.softmax %x {dim = 1 : i64} : (tensor<4x8xf32>) -> tensor<4x8xf32>
   return %0 : tensor<4x8xf32>

@@ -5,17 +5,25 @@
 //
 // `--emit=STAGE` prints a graph module at a stage of the one pipeline
 // (passes/Pipelines.cpp): graph (as parsed), primitive, fused, tile (the
-// tile kernels), llvm (the CPU kernels in the LLVM dialect). With
-// `--target=cpu|cuda:sm_XX` for the fused and tile stages.
+// tile kernels), llvm (the CPU kernels in the LLVM dialect), cuda (the CUDA C
+// of the kernels, for --target=cuda:sm_XX). With `--target=cpu|cuda:sm_XX`
+// for the fused and tile stages.
 //
 //===----------------------------------------------------------------------===//
 #include "ir/graph/GraphDialect.h"
 #include "codegen/Passes.h"
+#include "codegen/cuda/CudaRenderer.h"
 #include "passes/Passes.h"
 #include "passes/Pipelines.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Parser/Parser.h"
+#include "mlir/Pass/PassManager.h"
+#include "mlir/Support/FileUtilities.h"
 #include "mlir/Tools/mlir-opt/MlirOptMain.h"
+#include "llvm/Support/SourceMgr.h"
+
+#include <algorithm>
 #include "mlir/Transforms/Passes.h"
 
 #include "llvm/Support/raw_ostream.h"
@@ -56,15 +64,53 @@ bool expandEmit(int argc, char **argv, std::vector<std::string> &out) {
     out.push_back("--tilefuse-lower-to-tile=target=cpu");
     out.push_back("--tilefuse-tile-to-llvm");
   } else if (emit == "cuda") {
-    llvm::errs() << "tilefuse-opt: --emit=cuda is not available: this build "
-                    "has no CUDA backend; use graph, primitive, fused, tile or llvm\n";
-    return false;
+    // Printed by emitCuda (text, not IR).
+    out.push_back("--emit-cuda-for=" + target);
   } else {
     llvm::errs() << "tilefuse-opt: unknown stage --emit=" << emit
-                 << "; expected graph, primitive, fused, tile or llvm\n";
+                 << "; expected graph, primitive, fused, tile, llvm or cuda\n";
     return false;
   }
   return true;
+}
+/// --emit=cuda: the module's fused kernels for a CUDA target as CUDA C.
+int emitCuda(const std::vector<std::string> &args, mlir::DialectRegistry &registry) {
+  std::string input = "-", target = "cuda:sm_90";
+  for (size_t i = 1; i < args.size(); ++i) {
+    if (args[i].rfind("--target=", 0) == 0)
+      target = args[i].substr(9);
+    else if (args[i][0] != '-' || args[i] == "-")
+      input = args[i];
+  }
+  if (target.rfind("cuda", 0) != 0) {
+    llvm::errs() << "tilefuse-opt: --emit=cuda needs a CUDA target (--target=cuda:sm_XX)\n";
+    return 1;
+  }
+  mlir::MLIRContext ctx(registry);
+  llvm::SourceMgr sources;
+  mlir::SourceMgrDiagnosticHandler diagnostics(sources, &ctx);
+  auto file = mlir::openInputFile(input);
+  if (!file) {
+    llvm::errs() << "tilefuse-opt: cannot open " << input << "\n";
+    return 1;
+  }
+  sources.AddNewSourceBuffer(std::move(file), llvm::SMLoc());
+  mlir::OwningOpRef<mlir::ModuleOp> module =
+      mlir::parseSourceFile<mlir::ModuleOp>(sources, &ctx);
+  if (!module)
+    return 1;
+  mlir::PassManager pm(&ctx);
+  tilefuse::buildFusedGraphPipeline(pm, target);
+  tilefuse::LowerToTilePassOptions options;
+  options.target = target;
+  pm.addPass(tilefuse::createLowerToTilePass(options));
+  if (mlir::failed(pm.run(*module)))
+    return 1;
+  mlir::FailureOr<std::string> text = tilefuse::renderCudaKernels(*module);
+  if (mlir::failed(text))
+    return 1;
+  llvm::outs() << *text;
+  return 0;
 }
 } // namespace
 
@@ -87,6 +133,13 @@ int main(int argc, char **argv) {
                   mlir::cf::ControlFlowDialect>();
   tilefuse::registerTilefusePasses();
   tilefuse::registerTilefuseCodegenPasses();
+  for (const std::string &a : args)
+    if (a.rfind("--emit-cuda-for=", 0) == 0) {
+      std::vector<std::string> rest;
+      for (const std::string &b : args)
+        rest.push_back(b.rfind("--emit-cuda-for=", 0) == 0 ? "--target=" + b.substr(16) : b);
+      return emitCuda(rest, registry);
+    }
   tilefuse::registerTilefusePipelines();
   mlir::registerCanonicalizerPass();
   mlir::registerCSEPass();

@@ -1,0 +1,372 @@
+//===- CudaRenderer.cpp - tile kernels as CUDA C --------------------------===//
+//
+// A printer, no cost model (decisions were made by fusion and the tile
+// lowering): one tile program is one thread block and one lane of a block is
+// one thread, so a block value is a per-thread scalar and every tile op has
+// a one-line C spelling, except block reductions (warp shuffles, then shared
+// memory across warps; see the prelude). Values are numbered SSA-style.
+//
+//===----------------------------------------------------------------------===//
+#include "codegen/cuda/CudaRenderer.h"
+
+#include "ir/tile/TileDialect.h"
+
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/Math/IR/Math.h"
+#include "mlir/Dialect/SCF/IR/SCF.h"
+#include "mlir/Dialect/Vector/IR/VectorOps.h"
+#include "llvm/ADT/DenseMap.h"
+#include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <cmath>
+
+using namespace mlir;
+using namespace tilefuse;
+
+namespace {
+
+/// Helpers every kernel file starts with. max/min propagate NaN (as the
+/// graph dialect's maximum/minimum); block reductions leave the result in
+/// every thread.
+constexpr const char *kPrelude = R"(#include <cuda_fp16.h>
+#include <cuda_bf16.h>
+
+template <typename T> __device__ __forceinline__ T tf_max(T a, T b) {
+  return (a != a || b != b) ? (a + b) : (a > b ? a : b);
+}
+template <typename T> __device__ __forceinline__ T tf_min(T a, T b) {
+  return (a != a || b != b) ? (a + b) : (a < b ? a : b);
+}
+template <typename T> struct tf_add_op { __device__ T operator()(T a, T b) const { return a + b; } };
+template <typename T> struct tf_max_op { __device__ T operator()(T a, T b) const { return tf_max(a, b); } };
+template <typename T> struct tf_min_op { __device__ T operator()(T a, T b) const { return tf_min(a, b); } };
+
+// Folds one value per thread of the block; every thread gets the result.
+// Warps reduce with shuffles, warp results meet in shared memory.
+template <typename T, typename Op> __device__ T tf_block_reduce(T v, Op op) {
+  __shared__ T partial[32];
+  for (int o = 16; o > 0; o >>= 1) v = op(v, __shfl_xor_sync(0xffffffffu, v, o));
+  int warp = threadIdx.x >> 5, warps = (blockDim.x + 31) >> 5;
+  __syncthreads();
+  if ((threadIdx.x & 31) == 0) partial[warp] = v;
+  __syncthreads();
+  v = partial[0];
+  for (int w = 1; w < warps; ++w) v = op(v, partial[w]);
+  return v;
+}
+)";
+
+class Renderer {
+public:
+  explicit Renderer(llvm::raw_string_ostream &os) : os(os) {}
+
+  LogicalResult kernel(func::FuncOp f);
+
+private:
+  std::string name(Value v) {
+    auto it = names.find(v);
+    if (it != names.end())
+      return it->second;
+    std::string n = "v" + std::to_string(names.size());
+    names[v] = n;
+    return n;
+  }
+  FailureOr<std::string> cType(Type t, Operation *where);
+  LogicalResult op(Operation &op, int indent);
+  LogicalResult block(Block &b, int indent);
+  void line(int indent, const std::string &text) {
+    os << std::string(indent * 2, ' ') << text << "\n";
+  }
+  LogicalResult assign(Operation &op, int indent, const std::string &expr) {
+    FailureOr<std::string> t = cType(op.getResult(0).getType(), &op);
+    if (failed(t))
+      return failure();
+    line(indent, *t + " " + name(op.getResult(0)) + " = " + expr + ";");
+    return success();
+  }
+
+  llvm::raw_string_ostream &os;
+  llvm::DenseMap<Value, std::string> names;
+};
+
+FailureOr<std::string> Renderer::cType(Type t, Operation *where) {
+  if (auto v = llvm::dyn_cast<VectorType>(t))
+    t = v.getElementType();
+  if (auto p = llvm::dyn_cast<tile::PtrType>(t)) {
+    FailureOr<std::string> e = cType(p.getPointee(), where);
+    if (failed(e))
+      return failure();
+    return *e + "*";
+  }
+  if (t.isF32()) return std::string("float");
+  if (t.isF64()) return std::string("double");
+  if (t.isF16()) return std::string("__half");
+  if (t.isBF16()) return std::string("__nv_bfloat16");
+  if (t.isInteger(1)) return std::string("bool");
+  if (t.isInteger(8)) return std::string("signed char");
+  if (t.isInteger(32)) return std::string("int");
+  if (t.isInteger(64) || t.isIndex()) return std::string("long long");
+  return where->emitOpError() << "has type " << t << ", which the CUDA renderer cannot spell";
+}
+
+std::string literal(Attribute a) {
+  if (auto d = llvm::dyn_cast<SplatElementsAttr>(a))
+    a = d.getSplatValue<Attribute>();
+  if (auto f = llvm::dyn_cast<FloatAttr>(a)) {
+    double v = f.getValueAsDouble();
+    bool f32 = !f.getType().isF64();
+    if (std::isnan(v))
+      return f32 ? "__int_as_float(0x7fc00000)" : "__longlong_as_double(0x7ff8000000000000ll)";
+    if (std::isinf(v))
+      return std::string(v < 0 ? "-" : "") +
+             (f32 ? "__int_as_float(0x7f800000)" : "__longlong_as_double(0x7ff0000000000000ll)");
+    std::string s = llvm::formatv("{0:e17}", v).str();
+    return f32 ? "float(" + s + ")" : s;
+  }
+  if (auto i = llvm::dyn_cast<IntegerAttr>(a)) {
+    if (i.getType().isInteger(1))
+      return i.getValue().isZero() ? "false" : "true";
+    return std::to_string(i.getValue().getSExtValue()) + "ll";
+  }
+  return "";
+}
+
+std::string cmpf(arith::CmpFPredicate p, const std::string &a, const std::string &b) {
+  using P = arith::CmpFPredicate;
+  switch (p) {
+  case P::OEQ: return a + " == " + b;
+  case P::UNE: return a + " != " + b;
+  case P::OLT: return a + " < " + b;
+  case P::OLE: return a + " <= " + b;
+  case P::OGT: return a + " > " + b;
+  case P::OGE: return a + " >= " + b;
+  case P::UNO: return "(" + a + " != " + a + ") || (" + b + " != " + b + ")";
+  case P::ORD: return "(" + a + " == " + a + ") && (" + b + " == " + b + ")";
+  default: return "";
+  }
+}
+
+std::string cmpi(arith::CmpIPredicate p, const std::string &a, const std::string &b) {
+  using P = arith::CmpIPredicate;
+  switch (p) {
+  case P::eq: return a + " == " + b;
+  case P::ne: return a + " != " + b;
+  case P::slt: return a + " < " + b;
+  case P::sle: return a + " <= " + b;
+  case P::sgt: return a + " > " + b;
+  case P::sge: return a + " >= " + b;
+  case P::ult: return "(unsigned long long)" + a + " < (unsigned long long)" + b;
+  case P::ule: return "(unsigned long long)" + a + " <= (unsigned long long)" + b;
+  case P::ugt: return "(unsigned long long)" + a + " > (unsigned long long)" + b;
+  case P::uge: return "(unsigned long long)" + a + " >= (unsigned long long)" + b;
+  }
+  return "";
+}
+
+LogicalResult Renderer::block(Block &b, int indent) {
+  for (Operation &o : b)
+    if (failed(op(o, indent)))
+      return failure();
+  return success();
+}
+
+LogicalResult Renderer::op(Operation &o, int indent) {
+  auto in = [&](unsigned i) { return name(o.getOperand(i)); };
+  auto bin = [&](const char *sym) { return assign(o, indent, in(0) + " " + sym + " " + in(1)); };
+  auto call = [&](const std::string &fn) {
+    std::string args;
+    for (unsigned i = 0; i < o.getNumOperands(); ++i)
+      args += (i ? ", " : "") + in(i);
+    return assign(o, indent, fn + "(" + args + ")");
+  };
+  auto isF32 = [&](Value v) { return getElementTypeOrSelf(v.getType()).isF32(); };
+  auto unsignedOf = [&](Value v) {
+    return getElementTypeOrSelf(v.getType()).isInteger(32) ? std::string("unsigned int")
+                                                           : std::string("unsigned long long");
+  };
+
+  if (auto k = llvm::dyn_cast<arith::ConstantOp>(o)) {
+    auto dense = llvm::dyn_cast<DenseElementsAttr>(k.getValue());
+    if (dense && !dense.isSplat())
+      return o.emitOpError("a non-uniform block constant has no per-thread spelling");
+    return assign(o, indent, literal(k.getValue()));
+  }
+  if (llvm::isa<tile::ProgramIdOp>(o))
+    return assign(o, indent, "(long long)blockIdx.x");
+  if (llvm::isa<tile::LanesOp>(o))
+    return assign(o, indent, "(long long)threadIdx.x");
+  if (llvm::isa<vector::SplatOp, vector::BroadcastOp>(o))
+    return assign(o, indent, in(0));
+  if (auto ld = llvm::dyn_cast<tile::LoadOp>(o)) {
+    FailureOr<std::string> t = cType(ld.getType(), &o);
+    if (failed(t))
+      return failure();
+    return assign(o, indent, "threadIdx.x < " + in(2) + " ? " + in(0) + "[" + in(1) +
+                                 " + (long long)threadIdx.x * " + std::to_string(ld.getStride()) +
+                                 "ll] : (" + *t + ")0");
+  }
+  if (auto g = llvm::dyn_cast<tile::GatherOp>(o)) {
+    FailureOr<std::string> t = cType(g.getType(), &o);
+    if (failed(t))
+      return failure();
+    return assign(o, indent, in(2) + " ? " + in(0) + "[" + in(1) + "] : (" + *t + ")0");
+  }
+  if (llvm::isa<tile::LoadScalarOp>(o))
+    return assign(o, indent, in(0) + "[" + in(1) + "]");
+  if (auto st = llvm::dyn_cast<tile::StoreOp>(o)) {
+    line(indent, "if (threadIdx.x < " + in(3) + ") " + in(1) + "[" + in(2) +
+                     " + (long long)threadIdx.x * " + std::to_string(st.getStride()) +
+                     "ll] = " + in(0) + ";");
+    return success();
+  }
+  if (llvm::isa<tile::ScatterOp>(o)) {
+    line(indent, "if (" + in(3) + ") " + in(1) + "[" + in(2) + "] = " + in(0) + ";");
+    return success();
+  }
+  if (llvm::isa<tile::StoreScalarOp>(o)) {
+    line(indent, "if (threadIdx.x == 0) " + in(1) + "[" + in(2) + "] = " + in(0) + ";");
+    return success();
+  }
+  if (auto r = llvm::dyn_cast<tile::ReduceOp>(o)) {
+    FailureOr<std::string> t = cType(r.getType(), &o);
+    if (failed(t))
+      return failure();
+    const char *fn = r.getKind() == tile::ReduceKind::add   ? "tf_add_op"
+                     : r.getKind() == tile::ReduceKind::max ? "tf_max_op"
+                                                            : "tf_min_op";
+    return assign(o, indent, "tf_block_reduce<" + *t + ">(" + in(0) + ", " + fn + "<" + *t + ">())");
+  }
+  if (auto f = llvm::dyn_cast<scf::ForOp>(o)) {
+    for (auto [arg, init] : llvm::zip(f.getRegionIterArgs(), f.getInitArgs())) {
+      FailureOr<std::string> t = cType(arg.getType(), &o);
+      if (failed(t))
+        return failure();
+      line(indent, *t + " " + name(arg) + " = " + name(init) + ";");
+    }
+    std::string iv = name(f.getInductionVar());
+    line(indent, "for (long long " + iv + " = " + name(f.getLowerBound()) + "; " + iv + " < " +
+                     name(f.getUpperBound()) + "; " + iv + " += " + name(f.getStep()) + ") {");
+    Block &body = *f.getBody();
+    for (Operation &inner : body.without_terminator())
+      if (failed(op(inner, indent + 1)))
+        return failure();
+    auto yield = llvm::cast<scf::YieldOp>(body.getTerminator());
+    // Yielded values become the iteration values of the next trip.
+    for (auto [arg, v] : llvm::zip(f.getRegionIterArgs(), yield.getOperands()))
+      line(indent + 1, name(arg) + " = " + name(v) + ";");
+    line(indent, "}");
+    for (auto [res, arg] : llvm::zip(f.getResults(), f.getRegionIterArgs()))
+      names[res] = name(arg);
+    return success();
+  }
+  if (llvm::isa<func::ReturnOp>(o)) {
+    line(indent, "return;");
+    return success();
+  }
+  // Arithmetic.
+  if (llvm::isa<arith::AddFOp, arith::AddIOp>(o)) return bin("+");
+  if (llvm::isa<arith::SubFOp, arith::SubIOp>(o)) return bin("-");
+  if (llvm::isa<arith::MulFOp, arith::MulIOp>(o)) return bin("*");
+  if (llvm::isa<arith::DivFOp, arith::DivSIOp>(o)) return bin("/");
+  if (llvm::isa<arith::RemSIOp>(o)) return bin("%");
+  if (llvm::isa<arith::DivUIOp, arith::RemUIOp>(o)) {
+    std::string u = unsignedOf(o.getResult(0));
+    return assign(o, indent, "(" + u + ")" + in(0) + (llvm::isa<arith::DivUIOp>(o) ? " / " : " % ") +
+                                 "(" + u + ")" + in(1));
+  }
+  if (llvm::isa<arith::AndIOp>(o)) return bin(o.getResult(0).getType().isInteger(1) ||
+                                              getElementTypeOrSelf(o.getResult(0).getType()).isInteger(1) ? "&&" : "&");
+  if (llvm::isa<arith::OrIOp>(o)) return bin(getElementTypeOrSelf(o.getResult(0).getType()).isInteger(1) ? "||" : "|");
+  if (llvm::isa<arith::XOrIOp>(o)) return bin(getElementTypeOrSelf(o.getResult(0).getType()).isInteger(1) ? "!=" : "^");
+  if (llvm::isa<arith::ShLIOp>(o)) return bin("<<");
+  if (llvm::isa<arith::ShRUIOp>(o)) {
+    std::string u = unsignedOf(o.getResult(0));
+    return assign(o, indent, "(" + u + ")" + in(0) + " >> " + in(1));
+  }
+  if (llvm::isa<arith::MaximumFOp, arith::MaxSIOp>(o)) return call("tf_max");
+  if (llvm::isa<arith::MinimumFOp, arith::MinSIOp>(o)) return call("tf_min");
+  if (llvm::isa<arith::NegFOp>(o)) return assign(o, indent, "-" + in(0));
+  if (auto c = llvm::dyn_cast<arith::CmpFOp>(o)) {
+    std::string e = cmpf(c.getPredicate(), in(0), in(1));
+    if (e.empty())
+      return o.emitOpError("has a comparison predicate the CUDA renderer does not spell");
+    return assign(o, indent, e);
+  }
+  if (auto c = llvm::dyn_cast<arith::CmpIOp>(o))
+    return assign(o, indent, cmpi(c.getPredicate(), in(0), in(1)));
+  if (llvm::isa<arith::SelectOp>(o))
+    return assign(o, indent, in(0) + " ? " + in(1) + " : " + in(2));
+  if (auto m = llvm::dyn_cast<arith::MulUIExtendedOp>(o)) {
+    line(indent, "unsigned int " + name(m.getLow()) + " = (unsigned int)" + in(0) +
+                     " * (unsigned int)" + in(1) + ";");
+    line(indent, "unsigned int " + name(m.getHigh()) + " = __umulhi((unsigned int)" + in(0) +
+                     ", (unsigned int)" + in(1) + ");");
+    return success();
+  }
+  if (llvm::isa<arith::ExtFOp, arith::TruncFOp, arith::SIToFPOp, arith::FPToSIOp,
+                arith::ExtSIOp, arith::TruncIOp>(o)) {
+    FailureOr<std::string> t = cType(o.getResult(0).getType(), &o);
+    if (failed(t))
+      return failure();
+    return assign(o, indent, "(" + *t + ")(" + in(0) + ")");
+  }
+  if (llvm::isa<arith::UIToFPOp, arith::ExtUIOp>(o)) {
+    FailureOr<std::string> t = cType(o.getResult(0).getType(), &o);
+    if (failed(t))
+      return failure();
+    Type from = getElementTypeOrSelf(o.getOperand(0).getType());
+    std::string u = from.isInteger(1) ? "bool" : from.isInteger(8) ? "unsigned char"
+                    : from.isInteger(32) ? "unsigned int" : "unsigned long long";
+    return assign(o, indent, "(" + *t + ")((" + u + ")" + in(0) + ")");
+  }
+  // Math: f32 spellings with an f suffix.
+  auto math = [&](const char *fn) {
+    return call(isF32(o.getResult(0)) ? std::string(fn) + "f" : std::string(fn));
+  };
+  if (llvm::isa<math::ExpOp>(o)) return math("exp");
+  if (llvm::isa<math::LogOp>(o)) return math("log");
+  if (llvm::isa<math::TanhOp>(o)) return math("tanh");
+  if (llvm::isa<math::SqrtOp>(o)) return math("sqrt");
+  if (llvm::isa<math::ErfOp>(o)) return math("erf");
+  if (llvm::isa<math::PowFOp>(o)) return math("pow");
+  if (llvm::isa<math::AbsFOp>(o)) return math("fabs");
+  if (llvm::isa<math::AbsIOp>(o)) return assign(o, indent, in(0) + " < 0 ? -" + in(0) + " : " + in(0));
+  return o.emitOpError("has no CUDA spelling in the renderer");
+}
+
+LogicalResult Renderer::kernel(func::FuncOp f) {
+  names.clear();
+  int64_t threads = f->getAttrOfType<IntegerAttr>(tile::kBlockAttr).getInt();
+  os << "\n// " << f.getSymName() << ": grid "
+     << f->getAttrOfType<IntegerAttr>(tile::kGridAttr).getInt() << " x block " << threads
+     << "; fuses";
+  for (Attribute a : f->getAttrOfType<ArrayAttr>(tile::kFusedOpsAttr))
+    os << " " << llvm::cast<StringAttr>(a).getValue();
+  os << "\nextern \"C\" __global__ void __launch_bounds__(" << threads << ") " << f.getSymName()
+     << "(";
+  for (BlockArgument arg : f.getArguments()) {
+    FailureOr<std::string> t = cType(arg.getType(), f);
+    if (failed(t))
+      return failure();
+    os << (arg.getArgNumber() ? ", " : "") << *t << " __restrict__ " << name(arg);
+  }
+  os << ") {\n";
+  if (failed(block(f.getBody().front(), 1)))
+    return failure();
+  os << "}\n";
+  return success();
+}
+
+} // namespace
+
+FailureOr<std::string> tilefuse::renderCudaKernels(ModuleOp module) {
+  std::string text = kPrelude;
+  llvm::raw_string_ostream os(text);
+  Renderer r(os);
+  for (auto f : module.getOps<func::FuncOp>())
+    if (f->hasAttr(tile::kKernelAttr) && failed(r.kernel(f)))
+      return failure();
+  return text;
+}

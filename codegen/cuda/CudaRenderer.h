@@ -1,0 +1,24 @@
+//===- CudaRenderer.h - tile kernels as CUDA C --------------------*- C++ -*-===//
+//
+// The CUDA backend's emitter: one tile program = one thread block, one lane
+// = one thread. Each kernel starts with a comment naming the source ops it
+// fuses. The text compiles with NVRTC (codegen/cuda/Nvrtc.h).
+//
+//===----------------------------------------------------------------------===//
+#ifndef TILEFUSE_CODEGEN_CUDA_CUDARENDERER_H
+#define TILEFUSE_CODEGEN_CUDA_CUDARENDERER_H
+
+#include "mlir/IR/BuiltinOps.h"
+
+#include <string>
+
+namespace tilefuse {
+
+/// CUDA C of every tile kernel of `module` (built for a cuda target, so
+/// blocks are thread blocks); emits a diagnostic naming the first op the
+/// renderer cannot spell.
+mlir::FailureOr<std::string> renderCudaKernels(mlir::ModuleOp module);
+
+} // namespace tilefuse
+
+#endif // TILEFUSE_CODEGEN_CUDA_CUDARENDERER_H

@@ -1,0 +1,38 @@
+//===- Nvrtc.h - CUDA C -> cubin without a GPU ------------------------*- C++ -*-===//
+//
+// NVRTC compiles for a given sm_XX on any machine with the CUDA toolkit;
+// ptxas's resource report (registers, spills, stack) is parsed per kernel.
+// No MLIR here.
+//
+//===----------------------------------------------------------------------===//
+#ifndef TILEFUSE_CODEGEN_CUDA_NVRTC_H
+#define TILEFUSE_CODEGEN_CUDA_NVRTC_H
+
+#include <string>
+#include <vector>
+
+namespace tilefuse {
+
+struct CudaKernelResources {
+  std::string name;
+  int registers = -1;
+  int spillStores = -1, spillLoads = -1;
+  int stackBytes = -1;
+};
+
+struct CudaBinary {
+  std::string arch;  ///< "sm_90"
+  std::string cubin; ///< the ELF image
+  std::string log;   ///< NVRTC's and ptxas's messages
+  std::vector<CudaKernelResources> kernels;
+};
+
+/// Compiles `source` to a cubin for `arch` ("sm_80", "sm_90", ...). Throws
+/// CompileError with the compile log on failure.
+CudaBinary compileCuda(const std::string &source, const std::string &arch);
+/// "13.0"
+std::string nvrtcVersion();
+
+} // namespace tilefuse
+
+#endif // TILEFUSE_CODEGEN_CUDA_NVRTC_H
