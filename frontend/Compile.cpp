@@ -113,35 +113,53 @@ std::shared_ptr<Executable> Graph::compile(const std::string &device) const {
   return std::make_shared<Executable>(art, hit, seconds);
 }
 
-std::string Graph::cudaSource(const std::string &target) const {
+namespace {
+/// The tile kernels of `g` for a CUDA target, rendered as CUDA C: one text,
+/// or (units) one translation unit per kernel.
+std::vector<std::string> cudaText(const Graph::Impl &g, const std::string &target, bool units) {
   std::unique_ptr<TargetInfo> info = TargetInfo::get(target);
   if (!info || target.rfind("cuda", 0) != 0)
     throw CompileError("'" + target + "' is not a CUDA target; expected cuda:sm_XX");
-  OwningOpRef<ModuleOp> module = impl_->lowerCopy("lowering @" + impl_->entry + " failed");
-  func::FuncOp func = module->lookupSymbol<func::FuncOp>(impl_->entry);
+  OwningOpRef<ModuleOp> module = g.lowerCopy("lowering @" + g.entry + " failed");
+  func::FuncOp func = module->lookupSymbol<func::FuncOp>(g.entry);
   OwningOpRef<ModuleOp> kernels(ModuleOp::create(UnknownLoc::get(&globalContext())));
-  std::string text;
-  runCapturingDiagnostics("cannot generate CUDA for @" + impl_->entry, [&]() -> LogicalResult {
+  std::vector<std::string> text;
+  runCapturingDiagnostics("cannot generate CUDA for @" + g.entry, [&]() -> LogicalResult {
     if (failed(fuseFunction(func, *info, /*remarks=*/false)) ||
         failed(buildProgram(func, *info, *kernels)))
       return failure();
+    if (units) {
+      FailureOr<std::vector<std::string>> all = renderCudaKernelUnits(*kernels);
+      if (failed(all))
+        return failure();
+      text = std::move(*all);
+      return success();
+    }
     FailureOr<std::string> src = renderCudaKernels(*kernels);
     if (failed(src))
       return failure();
-    text = *src;
+    text.push_back(*src);
     return success();
   });
   return text;
 }
+} // namespace
+
+std::string Graph::cudaSource(const std::string &target) const {
+  return cudaText(*impl_, target, /*units=*/false).front();
+}
 
 std::vector<Graph::CudaKernelReport> Graph::compileCuda(const std::string &target) const {
-  std::string source = cudaSource(target);
+  std::vector<std::string> units = cudaText(*impl_, target, /*units=*/true);
 #ifdef TILEFUSE_HAVE_NVRTC
   std::string arch = target == "cuda" ? "sm_90" : target.substr(target.find(':') + 1);
-  CudaBinary bin = tilefuse::compileCuda(source, arch);
+  std::vector<bool> cached;
+  std::vector<CudaBinary> bins = compileCudaUnits(units, arch, &cached);
   std::vector<CudaKernelReport> out;
-  for (const CudaKernelResources &k : bin.kernels)
-    out.push_back({k.name, k.registers, k.spillStores, k.spillLoads, k.stackBytes});
+  for (size_t i = 0; i < bins.size(); ++i)
+    for (const CudaKernelResources &k : bins[i].kernels)
+      out.push_back({k.name, k.registers, k.spillStores, k.spillLoads, k.stackBytes,
+                     bool(cached[i])});
   return out;
 #else
   throw CompileError("this build of tilefuse has no NVRTC (the CUDA toolkit was not found "

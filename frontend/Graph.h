@@ -89,10 +89,13 @@ public:
   struct CudaKernelReport {
     std::string name;
     int registers, spillStores, spillLoads, stackBytes;
+    bool cached; ///< the cubin came from the disk cache
   };
-  /// Compiles cudaSource(target) with NVRTC for `target`'s architecture
-  /// (no GPU needed); returns the per-kernel resources. Throws CompileError
-  /// with NVRTC's log on failure, or when this build has no NVRTC.
+  /// Compiles this graph's kernels with NVRTC for `target`'s architecture
+  /// (no GPU needed), one translation unit per kernel, in parallel, through
+  /// the cubin disk cache (codegen/cuda/Nvrtc.h); returns the per-kernel
+  /// resources. Throws CompileError with NVRTC's log on failure, or when
+  /// this build has no NVRTC.
   std::vector<CudaKernelReport> compileCuda(const std::string &target = "cuda:sm_90") const;
 
   Impl &impl() { return *impl_; }

@@ -30,9 +30,7 @@ namespace {
 /// Helpers every kernel file starts with. max/min propagate NaN (as the
 /// graph dialect's maximum/minimum); block reductions leave the result in
 /// every thread.
-constexpr const char *kPrelude = R"(#include <cuda_fp16.h>
-#include <cuda_bf16.h>
-
+constexpr const char *kPrelude = R"(
 template <typename T> __device__ __forceinline__ T tf_max(T a, T b) {
   return (a != a || b != b) ? (a + b) : (a > b ? a : b);
 }
@@ -361,12 +359,40 @@ LogicalResult Renderer::kernel(func::FuncOp f) {
 
 } // namespace
 
+namespace {
+/// The prelude, and the half/bfloat16 headers only where the kernels use
+/// those types (they are most of NVRTC's parsing time).
+std::string withPrelude(const std::string &kernels) {
+  std::string head;
+  if (kernels.find("__half") != std::string::npos)
+    head += "#include <cuda_fp16.h>\n";
+  if (kernels.find("__nv_bfloat16") != std::string::npos)
+    head += "#include <cuda_bf16.h>\n";
+  return head + kPrelude + kernels;
+}
+} // namespace
+
 FailureOr<std::string> tilefuse::renderCudaKernels(ModuleOp module) {
-  std::string text = kPrelude;
+  std::string text;
   llvm::raw_string_ostream os(text);
   Renderer r(os);
   for (auto f : module.getOps<func::FuncOp>())
     if (f->hasAttr(tile::kKernelAttr) && failed(r.kernel(f)))
       return failure();
-  return text;
+  return withPrelude(text);
+}
+
+FailureOr<std::vector<std::string>> tilefuse::renderCudaKernelUnits(ModuleOp module) {
+  std::vector<std::string> units;
+  for (auto f : module.getOps<func::FuncOp>()) {
+    if (!f->hasAttr(tile::kKernelAttr))
+      continue;
+    std::string text;
+    llvm::raw_string_ostream os(text);
+    Renderer r(os);
+    if (failed(r.kernel(f)))
+      return failure();
+    units.push_back(withPrelude(text));
+  }
+  return units;
 }

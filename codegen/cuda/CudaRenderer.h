@@ -11,6 +11,7 @@
 #include "mlir/IR/BuiltinOps.h"
 
 #include <string>
+#include <vector>
 
 namespace tilefuse {
 
@@ -18,6 +19,10 @@ namespace tilefuse {
 /// blocks are thread blocks); emits a diagnostic naming the first op the
 /// renderer cannot spell.
 mlir::FailureOr<std::string> renderCudaKernels(mlir::ModuleOp module);
+
+/// The same, one translation unit per kernel (each with the shared
+/// prelude), in module order: units compile independently and in parallel.
+mlir::FailureOr<std::vector<std::string>> renderCudaKernelUnits(mlir::ModuleOp module);
 
 } // namespace tilefuse
 

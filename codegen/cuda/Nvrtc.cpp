@@ -2,10 +2,20 @@
 #include "codegen/cuda/Nvrtc.h"
 
 #include "runtime/HostTensor.h"
+#include "runtime/ProgramIO.h"
 
 #include <nvrtc.h>
 
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <mutex>
 #include <regex>
+#include <thread>
+
+#include <unistd.h>
 #include <sstream>
 
 using namespace tilefuse;
@@ -58,6 +68,7 @@ CudaBinary tilefuse::compileCuda(const std::string &source, const std::string &a
         "program creation");
   std::string archOpt = "--gpu-architecture=" + arch;
   std::string include = std::string("--include-path=") + TILEFUSE_CUDA_INCLUDE_DIR;
+  // The options here and kOptions (part of the cache key) must agree.
   const char *opts[] = {archOpt.c_str(), "--std=c++17", "--ptxas-options=-v",
                         include.c_str(), "-default-device"};
   nvrtcResult r = nvrtcCompileProgram(prog, 5, opts);
@@ -80,4 +91,128 @@ CudaBinary tilefuse::compileCuda(const std::string &source, const std::string &a
   nvrtcDestroyProgram(&prog);
   bin.kernels = parseResources(bin.log);
   return bin;
+}
+
+namespace {
+constexpr char kEntryMagic[8] = {'T', 'F', 'C', 'U', 'B', 'I', 'N', '1'};
+const char *kOptions = "--std=c++17 --ptxas-options=-v -default-device";
+
+std::string hex(uint64_t v) {
+  char buf[17];
+  std::snprintf(buf, sizeof(buf), "%016llx", static_cast<unsigned long long>(v));
+  return buf;
+}
+
+void putU64(std::string &out, uint64_t v) { out.append(reinterpret_cast<const char *>(&v), 8); }
+bool getU64(const std::string &in, size_t &pos, uint64_t &v) {
+  if (in.size() - pos < 8)
+    return false;
+  std::memcpy(&v, in.data() + pos, 8);
+  pos += 8;
+  return true;
+}
+
+std::string encode(const CudaBinary &b) {
+  std::string payload;
+  for (const std::string *part : {&b.log, &b.cubin}) {
+    putU64(payload, part->size());
+    payload += *part;
+  }
+  std::string out(kEntryMagic, sizeof(kEntryMagic));
+  putU64(out, payload.size());
+  putU64(out, fnv1a64(payload.data(), payload.size()));
+  return out + payload;
+}
+
+/// False for anything but a complete, intact entry.
+bool decode(const std::string &bytes, CudaBinary &b) {
+  size_t pos = sizeof(kEntryMagic);
+  uint64_t size, sum;
+  if (bytes.size() < pos || std::memcmp(bytes.data(), kEntryMagic, pos) != 0 ||
+      !getU64(bytes, pos, size) || !getU64(bytes, pos, sum) || bytes.size() - pos != size ||
+      fnv1a64(bytes.data() + pos, size) != sum)
+    return false;
+  for (std::string *part : {&b.log, &b.cubin}) {
+    uint64_t n;
+    if (!getU64(bytes, pos, n) || bytes.size() - pos < n)
+      return false;
+    part->assign(bytes, pos, n);
+    pos += n;
+  }
+  return pos == bytes.size();
+}
+} // namespace
+
+std::string tilefuse::cudaCacheDir() {
+  if (const char *d = std::getenv("TILEFUSE_CACHE_DIR"); d && *d)
+    return std::string(d) + "/cubin";
+  if (const char *x = std::getenv("XDG_CACHE_HOME"); x && *x)
+    return std::string(x) + "/tilefuse/cubin";
+  const char *home = std::getenv("HOME");
+  return std::string(home && *home ? home : "/tmp") + "/.cache/tilefuse/cubin";
+}
+
+std::vector<CudaBinary> tilefuse::compileCudaUnits(const std::vector<std::string> &units,
+                                                   const std::string &arch,
+                                                   std::vector<bool> *cached) {
+  namespace fs = std::filesystem;
+  std::string dir = cudaCacheDir();
+  std::error_code ec;
+  fs::create_directories(dir, ec); // an unwritable cache only costs recompiles
+  std::string salt = arch + '\0' + kOptions + '\0' + nvrtcVersion() + '\0';
+  std::vector<CudaBinary> out(units.size());
+  std::vector<bool> hit(units.size(), false);
+  std::vector<std::string> errors(units.size());
+  std::atomic<size_t> next{0};
+  auto work = [&] {
+    for (size_t i = next++; i < units.size(); i = next++) {
+      std::string key = salt + units[i];
+      std::string path = dir + "/" + hex(fnv1a64(key.data(), key.size())) + "-" +
+                         hex(fnv1a64(units[i].data(), units[i].size())) + ".cubin";
+      std::ifstream in(path, std::ios::binary);
+      if (in) {
+        std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+        CudaBinary b;
+        if (decode(bytes, b)) {
+          b.arch = arch;
+          b.kernels = parseResources(b.log);
+          out[i] = std::move(b);
+          hit[i] = true;
+          continue;
+        }
+      }
+      try {
+        out[i] = compileCuda(units[i], arch);
+      } catch (const CompileError &e) {
+        errors[i] = e.what();
+        continue;
+      }
+      // Write beside, then rename: readers see the old entry or the new
+      // one, never half of one.
+      std::string tmp = path + ".tmp." + std::to_string(::getpid()) + "." +
+                        std::to_string(std::hash<std::thread::id>()(std::this_thread::get_id()));
+      {
+        std::ofstream o(tmp, std::ios::binary | std::ios::trunc);
+        std::string bytes = encode(out[i]);
+        o.write(bytes.data(), std::streamsize(bytes.size()));
+      }
+      fs::rename(tmp, path, ec);
+      if (ec)
+        fs::remove(tmp, ec);
+    }
+  };
+  unsigned n = std::max(1u, std::min<unsigned>(std::thread::hardware_concurrency(),
+                                               unsigned(units.size())));
+  std::vector<std::thread> threads;
+  for (unsigned t = 1; t < n; ++t)
+    threads.emplace_back(work);
+  work();
+  for (std::thread &t : threads)
+    t.join();
+  for (const std::string &e : errors)
+    if (!e.empty())
+      throw CompileError(e);
+  if (cached)
+    *cached = hit;
+  return out;
 }

@@ -33,6 +33,19 @@ CudaBinary compileCuda(const std::string &source, const std::string &arch);
 /// "13.0"
 std::string nvrtcVersion();
 
+/// compileCuda for every unit, in parallel (one thread per core), through
+/// a disk cache of cubins keyed by a hash of (source, arch, options, NVRTC
+/// version): $TILEFUSE_CACHE_DIR, else $XDG_CACHE_HOME/tilefuse, else
+/// ~/.cache/tilefuse. Entries are written to a temporary file and renamed
+/// (safe when processes compile the same kernels at once) and carry a
+/// checksum: a corrupt or truncated entry is compiled again and replaced.
+/// `cached[i]` says whether unit i came from the cache.
+std::vector<CudaBinary> compileCudaUnits(const std::vector<std::string> &units,
+                                         const std::string &arch,
+                                         std::vector<bool> *cached = nullptr);
+/// The cache folder compileCudaUnits uses.
+std::string cudaCacheDir();
+
 } // namespace tilefuse
 
 #endif // TILEFUSE_CODEGEN_CUDA_NVRTC_H

@@ -5,6 +5,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "frontend/Executable.h"
+#include "runtime/CudaDriver.h"
 #include "frontend/Tracer.h"
 #include "python/bindings/Conversions.h"
 
@@ -190,6 +191,7 @@ PYBIND11_MODULE(_core, m) {
           row["spill_stores"] = k.spillStores;
           row["spill_loads"] = k.spillLoads;
           row["stack_bytes"] = k.stackBytes;
+          row["cached"] = k.cached;
           rows.append(row);
         }
         return rows;
@@ -259,6 +261,11 @@ PYBIND11_MODULE(_core, m) {
       .def_property_readonly("cold_compile_seconds", [](const Executable &e) {
         return e.artifacts().compileSeconds;
       });
+  m.def("cuda_devices", []() {
+    std::string why;
+    int n = cudaDeviceCount(&why);
+    return py::make_tuple(n, why);
+  }, "(number of CUDA devices, why none) from the driver, loaded at run time");
   m.def("parse", &Graph::parse, py::arg("text"), py::arg("entry") = "");
 
   py::class_<Tracer>(m, "Tracer")

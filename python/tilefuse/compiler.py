@@ -3,15 +3,30 @@ from . import _pytree
 from ._core import CompileError
 
 
+_NOTICED = []
+
+
 def resolve_device(device):
-    """The backend a device name selects in this build. Only the CPU backend
-    exists, so "auto" is the CPU and "cuda" is refused with the reason."""
-    if device in ("auto", "cpu"):
+    """The backend a device name selects in this build. Kernels run on the
+    CPU backend only (the CUDA executor is not built yet): "auto" is the
+    CPU, saying so once when a GPU is present; "cuda" is refused with the
+    reason."""
+    from . import _core
+    if device == "cpu":
+        return "cpu"
+    if device == "auto":
+        gpus, _ = _core.cuda_devices()
+        if gpus and not _NOTICED:
+            _NOTICED.append(True)
+            print(f"tilefuse: {gpus} CUDA device(s) found, but this build runs kernels on the "
+                  "CPU only (no CUDA executor yet)")
         return "cpu"
     if device == "cuda":
-        raise CompileError(
-            "device='cuda' is not available: this build of tilefuse has no CUDA backend; "
-            "use device='cpu' or 'auto'")
+        gpus, why = _core.cuda_devices()
+        reason = why if not gpus else "this build of tilefuse has no CUDA executor yet"
+        raise CompileError(f"device='cuda' is not available: {reason}; use device='cpu' or "
+                           "'auto' (CUDA C for a GPU can be printed with "
+                           "graph._graph.cuda_source('cuda:sm_90'))")
     raise CompileError(f"unknown device {device!r}; expected 'auto', 'cpu' or 'cuda'")
 
 

@@ -179,8 +179,15 @@ def test_same_results_on_one_thread(rng, tmp_path):
 # ---------------------------------------------------------------------------
 
 def test_cuda_device_is_refused_with_the_reason(rng):
-    with pytest.raises(tilefuse.CompileError, match="no CUDA backend"):
+    gpus, why = tilefuse._core.cuda_devices()
+    expected = why if not gpus else "no CUDA executor"
+    assert expected, "no GPU but no reason given"
+    with pytest.raises(tilefuse.CompileError, match="device='cuda' is not available"):
         tilefuse.compile(_mlp, *_mlp_args(rng), device="cuda")
+    try:
+        tilefuse.compile(_mlp, *_mlp_args(rng), device="cuda")
+    except tilefuse.CompileError as e:
+        assert expected in str(e), str(e)
     with pytest.raises(tilefuse.CompileError, match="unknown device 'tpu'"):
         tilefuse.compile(_mlp, *_mlp_args(rng), device="tpu")
 

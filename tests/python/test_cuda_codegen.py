@@ -110,3 +110,61 @@ def test_nvrtc_errors_name_the_architecture():
     g = tilefuse.trace(lambda x: x + 1, np.zeros(4, np.float32))
     with pytest.raises(tilefuse.CompileError, match="sm_1"):
         g._graph.compile_cuda("cuda:sm_1")
+
+
+# ---------------------------------------------------------------------------
+# The cubin disk cache
+# ---------------------------------------------------------------------------
+
+def _small_graph():
+    x = np.ones((8, 300), np.float32)
+    return tilefuse.trace(lambda x: (F.softmax(x, -1) + x.exp()).sum(0), x)
+
+
+@needs_nvrtc
+def test_cubin_cache_hits_and_rebuilds_corrupt_entries(tmp_path, monkeypatch):
+    monkeypatch.setenv("TILEFUSE_CACHE_DIR", str(tmp_path))
+    g = _small_graph()._graph
+    first = g.compile_cuda("cuda:sm_90")
+    assert first and not any(r["cached"] for r in first)
+    entries = sorted((tmp_path / "cubin").glob("*.cubin"))
+    assert len(entries) == len(first)
+    second = g.compile_cuda("cuda:sm_90")
+    assert all(r["cached"] for r in second)
+    assert [r["registers"] for r in second] == [r["registers"] for r in first]
+    # A truncated entry and one with a flipped byte are compiled again.
+    data = entries[0].read_bytes()
+    entries[0].write_bytes(data[: len(data) // 2])
+    if len(entries) > 1:
+        other = bytearray(entries[1].read_bytes())
+        other[-10] ^= 0xFF
+        entries[1].write_bytes(bytes(other))
+    third = g.compile_cuda("cuda:sm_90")
+    assert sum(not r["cached"] for r in third) == min(2, len(entries))
+    assert all(r["cached"] for r in g.compile_cuda("cuda:sm_90"))
+    # Another architecture is another key.
+    assert not any(r["cached"] for r in g.compile_cuda("cuda:sm_80"))
+
+
+@needs_nvrtc
+def test_concurrent_processes_share_the_cache(tmp_path):
+    import os
+    import subprocess
+    import sys
+    code = ("import numpy as np, tilefuse, tilefuse.functional as F\n"
+            "x = np.ones((8, 300), np.float32)\n"
+            "g = tilefuse.trace(lambda x: (F.softmax(x, -1) + x.exp()).sum(0), x)\n"
+            "print(sorted((r['name'], r['registers']) for r in g._graph.compile_cuda('cuda:sm_90')))\n")
+    env = dict(os.environ, TILEFUSE_CACHE_DIR=str(tmp_path))
+    procs = [subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for _ in range(3)]
+    outs = [p.communicate(timeout=300) for p in procs]
+    for p, (out, err) in zip(procs, outs):
+        assert p.returncode == 0, err
+    assert outs[0][0] == outs[1][0] == outs[2][0]
+    assert not list((tmp_path / "cubin").glob("*.tmp.*")), "temporary files left behind"
+    monkey = dict(env)
+    out = subprocess.run([sys.executable, "-c", code.replace(
+        "print(sorted((r['name'], r['registers'])", "print(all(r['cached']")], env=monkey,
+        capture_output=True, text=True, check=True).stdout
+    assert out.strip().startswith("True")
