@@ -12,6 +12,8 @@
 
 #include "codegen/ProgramBuilder.h"
 #include "codegen/cpu/CpuJit.h"
+#include "codegen/cpu/CpuObject.h"
+#include "runtime/Artifact.h"
 #include "codegen/cuda/CudaRenderer.h"
 #ifdef TILEFUSE_HAVE_NVRTC
 #include "codegen/cuda/Nvrtc.h"
@@ -165,4 +167,57 @@ std::vector<Graph::CudaKernelReport> Graph::compileCuda(const std::string &targe
   throw CompileError("this build of tilefuse has no NVRTC (the CUDA toolkit was not found "
                      "when it was built); cudaSource() still prints the kernels");
 #endif
+}
+
+std::string Graph::compileArtifact(const std::string &target) const {
+  std::unique_ptr<TargetInfo> info = TargetInfo::get(target);
+  if (!info)
+    throw CompileError("unknown target '" + target + "'; expected cpu or cuda:sm_XX");
+  Artifact artifact;
+  artifact.target = target == "cuda" ? "cuda:sm_90" : target;
+  artifact.graph = mlir();
+  if (target.rfind("cuda", 0) == 0) {
+#ifdef TILEFUSE_HAVE_NVRTC
+    std::vector<std::string> units = cudaText(*impl_, artifact.target, /*units=*/true);
+    std::vector<CudaBinary> bins =
+        compileCudaUnits(units, artifact.target.substr(artifact.target.find(':') + 1));
+    OwningOpRef<ModuleOp> module = impl_->lowerCopy("lowering @" + impl_->entry + " failed");
+    func::FuncOp func = module->lookupSymbol<func::FuncOp>(impl_->entry);
+    OwningOpRef<ModuleOp> kernels(ModuleOp::create(UnknownLoc::get(&globalContext())));
+    runCapturingDiagnostics("cannot compile @" + impl_->entry + " for " + target,
+                            [&]() -> LogicalResult {
+      if (failed(fuseFunction(func, *info, false)))
+        return failure();
+      FailureOr<Program> prog = buildProgram(func, *info, *kernels);
+      if (failed(prog))
+        return failure();
+      artifact.program = std::move(*prog);
+      return success();
+    });
+    for (size_t i = 0; i < bins.size(); ++i)
+      artifact.blobs.emplace_back(artifact.program.kernels.at(i).name, bins[i].cubin);
+    return writeArtifact(artifact);
+#else
+    throw CompileError("this build of tilefuse has no NVRTC: it cannot write CUDA artifacts");
+#endif
+  }
+  OwningOpRef<ModuleOp> module = impl_->lowerCopy("lowering @" + impl_->entry + " failed");
+  func::FuncOp func = module->lookupSymbol<func::FuncOp>(impl_->entry);
+  OwningOpRef<ModuleOp> kernels(ModuleOp::create(UnknownLoc::get(&globalContext())));
+  runCapturingDiagnostics("cannot compile @" + impl_->entry + " for " + target,
+                          [&]() -> LogicalResult {
+    if (failed(fuseFunction(func, *info, false)))
+      return failure();
+    FailureOr<Program> prog = buildProgram(func, *info, *kernels);
+    if (failed(prog))
+      return failure();
+    artifact.program = std::move(*prog);
+    FailureOr<std::string> library = emitCpuSharedLibrary(*kernels);
+    if (failed(library))
+      return failure();
+    artifact.blobs.emplace_back("kernels.so", std::move(*library));
+    return success();
+  });
+  artifact.cpuFeatures = hostCpuFeatures();
+  return writeArtifact(artifact);
 }

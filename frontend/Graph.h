@@ -98,6 +98,11 @@ public:
   /// this build has no NVRTC.
   std::vector<CudaKernelReport> compileCuda(const std::string &target = "cuda:sm_90") const;
 
+  /// An ahead-of-time artifact (runtime/Artifact.h) of this graph for
+  /// `target`: "cpu" (a shared library for this machine's CPU) or
+  /// "cuda:sm_XX" (cubins). The bytes of the .tfa file.
+  std::string compileArtifact(const std::string &target = "cpu") const;
+
   Impl &impl() { return *impl_; }
   const Impl &impl() const { return *impl_; }
 

@@ -5,6 +5,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "frontend/Executable.h"
+#include "runtime/Artifact.h"
 #include "runtime/CudaDriver.h"
 #include "frontend/Tracer.h"
 #include "python/bindings/Conversions.h"
@@ -64,7 +65,8 @@ py::list interpretGraph(const Graph &g, const py::sequence &args) {
 /// dtype, C-contiguous, are read in place; others (bf16 arguments given as
 /// float32, strided views) are converted into a temporary first. Results
 /// are copied out into new arrays.
-py::list runExecutable(Executable &e, const py::sequence &args, const py::object &which) {
+template <typename Runner>
+py::list runExecutable(Runner &e, const py::sequence &args, const py::object &which) {
   const Program &p = e.program();
   if (py::len(args) != p.arguments.size())
     throw CompileError("the compiled function takes " + std::to_string(p.arguments.size()) +
@@ -182,6 +184,9 @@ PYBIND11_MODULE(_core, m) {
       .def("value_and_grad", &Graph::valueAndGrad, py::arg("wrt"))
       .def("compile", &Graph::compile, py::arg("device") = "cpu")
       .def("cuda_source", &Graph::cudaSource, py::arg("target") = "cuda:sm_90")
+      .def("compile_artifact", [](const Graph &g, const std::string &target) {
+        return py::bytes(g.compileArtifact(target));
+      }, py::arg("target") = "cpu")
       .def("compile_cuda", [](const Graph &g, const std::string &target) {
         py::list rows;
         for (const Graph::CudaKernelReport &k : g.compileCuda(target)) {
@@ -227,7 +232,7 @@ PYBIND11_MODULE(_core, m) {
          py::arg("eps"), py::arg("weight_decay"), py::arg("clip_norm"));
 
   py::class_<Executable, std::shared_ptr<Executable>>(m, "Executable")
-      .def("run", &runExecutable, py::arg("args"), py::arg("results") = py::none())
+      .def("run", &runExecutable<Executable>, py::arg("args"), py::arg("results") = py::none())
       .def("kernels", &programKernels)
       .def("make_persistent", [](Executable &e, size_t i, const py::array &a) {
         const Program &p = e.program();
@@ -261,6 +266,16 @@ PYBIND11_MODULE(_core, m) {
       .def_property_readonly("cold_compile_seconds", [](const Executable &e) {
         return e.artifacts().compileSeconds;
       });
+  py::class_<CpuExecutor, std::shared_ptr<CpuExecutor>>(m, "LoadedProgram")
+      .def("run", &runExecutable<CpuExecutor>, py::arg("args"), py::arg("results") = py::none())
+      .def_property_readonly("num_arguments", [](const CpuExecutor &e) {
+        return e.program().arguments.size();
+      });
+  m.def("load_artifact", [](const std::string &path) {
+    Artifact a = readArtifactFile(path);
+    std::shared_ptr<CpuExecutor> exe = loadCpuArtifact(a);
+    return py::make_tuple(exe, a.target, a.graph);
+  }, "(program, target, graph text) of a .tfa file, ready to run on the CPU");
   m.def("cuda_devices", []() {
     std::string why;
     int n = cudaDeviceCount(&why);

@@ -404,6 +404,13 @@ class Graph:
         return CompiledFunction(self, self._graph.compile(dev), self._in_spec,
                                 self._out_spec, dev)
 
+    def export(self, path, target="cpu"):
+        """Writes an ahead-of-time artifact of this graph for `target`
+        ("cpu": a kernel library for this machine's CPU; "cuda:sm_XX":
+        cubins); `tilefuse.load(path)` or `tilefuse-run path` runs it."""
+        with open(path, "wb") as f:
+            f.write(self._graph.compile_artifact(target))
+
     def report(self):
         """One dict per kernel, in execution order: name, kind (pointwise,
         reduction, matmul or library), domain, reduced dims, the source ops

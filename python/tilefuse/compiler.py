@@ -102,3 +102,26 @@ def compile(fn, *example_args, device="auto"):
     dev = resolve_device(device)
     graph = fn if hasattr(fn, "_graph") else trace(fn, *example_args)
     return graph.compile(dev)
+
+
+class LoadedFunction:
+    """A graph loaded from an ahead-of-time artifact (.tfa): call it with
+    the graph's arguments (numpy arrays, flat); returns numpy arrays."""
+
+    def __init__(self, program, target, graph_text):
+        self._program = program
+        self.target = target
+        self.graph_text = graph_text
+
+    def __call__(self, *args):
+        results = self._program.run(list(args))
+        return results[0] if len(results) == 1 else tuple(results)
+
+
+def load(path):
+    """Loads an artifact written by Graph.export or tilefuse-compile. CPU
+    artifacts run here (this build has no CUDA executor); a truncated,
+    corrupt, other-version or other-CPU artifact raises CompileError."""
+    from . import _core
+    program, target, text = _core.load_artifact(str(path))
+    return LoadedFunction(program, target, text)

@@ -4,6 +4,7 @@
 // no compiler involved, as on a machine that only runs artifacts.
 //
 //===----------------------------------------------------------------------===//
+#include "runtime/Artifact.h"
 #include "runtime/CpuExecutor.h"
 #include "runtime/CpuLibrary.h"
 #include "runtime/ThreadPool.h"
@@ -207,4 +208,27 @@ TEST(CpuExecutor, PersistentArgumentsCarryResultsAcrossRuns) {
   EXPECT_EQ(now[2], 24);
   EXPECT_EQ(static_cast<const float *>(exe.result(0))[1], 16);
   EXPECT_THROW(exe.carry(0, 1), CompileError);
+}
+
+TEST(Artifact, RefusesCodeForAnotherCpu) {
+  Artifact a;
+  a.target = "cpu";
+  a.cpuFeatures = {"sve2"}; // an ISA this x86 machine does not have
+  a.program.buffers = {buffer("x", DType::F32, {1}, BufferInfo::Role::Argument)};
+  a.program.arguments = {0};
+  a.program.results = {0};
+  a.blobs = {{"kernels.so", "not a library"}};
+  Artifact back = readArtifact(writeArtifact(a));
+  try {
+    loadCpuArtifact(back);
+    FAIL() << "an artifact for another CPU was loaded";
+  } catch (const CompileError &e) {
+    EXPECT_NE(std::string(e.what()).find("CPU features this machine lacks (sve2)"),
+              std::string::npos)
+        << e.what();
+  }
+  back.cpuFeatures.clear();
+  EXPECT_THROW(loadCpuArtifact(back), CompileError); // "not a library"
+  back.target = "cuda:sm_90";
+  EXPECT_THROW(loadCpuArtifact(back), CompileError);
 }

@@ -1,0 +1,110 @@
+//===- CpuObject.cpp - tile kernels -> a shared library for the host ------===//
+//
+// Ahead-of-time form of the CPU backend: the same lowering as the JIT, the
+// same -O2 pipeline, then an object file for the host CPU linked by the
+// system's C compiler into a shared library the runtime can dlopen without
+// LLVM.
+//
+//===----------------------------------------------------------------------===//
+#include "codegen/cpu/CpuObject.h"
+
+#include "codegen/cpu/TileToLLVM.h"
+
+#include "mlir/ExecutionEngine/OptUtils.h"
+#include "mlir/Target/LLVMIR/Dialect/Builtin/BuiltinToLLVMIRTranslation.h"
+#include "mlir/Target/LLVMIR/Dialect/LLVMIR/LLVMToLLVMIRTranslation.h"
+#include "mlir/Target/LLVMIR/Export.h"
+#include "llvm/IR/LLVMContext.h"
+#include "llvm/IR/LegacyPassManager.h"
+#include "llvm/IR/Module.h"
+#include "llvm/MC/TargetRegistry.h"
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/TargetSelect.h"
+#include "llvm/Support/raw_ostream.h"
+#include "llvm/Target/TargetMachine.h"
+#include "llvm/Target/TargetOptions.h"
+#include "llvm/TargetParser/Host.h"
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+
+#include <unistd.h>
+
+using namespace mlir;
+using namespace tilefuse;
+
+std::vector<std::string> tilefuse::hostCpuFeatures() {
+  std::vector<std::string> out;
+  for (auto &f : llvm::sys::getHostCPUFeatures())
+    if (f.second && (f.first() == "avx512f" || f.first() == "avx2" || f.first() == "fma" ||
+                     f.first() == "avx" || f.first() == "f16c"))
+      out.push_back(f.first().str());
+  return out;
+}
+
+FailureOr<std::string> tilefuse::emitCpuSharedLibrary(ModuleOp module) {
+  llvm::InitializeNativeTarget();
+  llvm::InitializeNativeTargetAsmPrinter();
+  registerBuiltinDialectTranslation(*module.getContext());
+  registerLLVMDialectTranslation(*module.getContext());
+  if (failed(lowerTileToLLVM(module)))
+    return failure();
+  llvm::LLVMContext ctx;
+  std::unique_ptr<llvm::Module> ir = translateModuleToLLVMIR(module, ctx);
+  if (!ir)
+    return module.emitError("translation of the CPU kernels to LLVM IR failed");
+
+  std::string triple = llvm::sys::getProcessTriple(), error;
+  const llvm::Target *target = llvm::TargetRegistry::lookupTarget(triple, error);
+  if (!target)
+    return module.emitError("no LLVM target for ") << triple << ": " << error;
+  std::string features;
+  for (auto &f : llvm::sys::getHostCPUFeatures())
+    features += (features.empty() ? "" : ",") + std::string(f.second ? "+" : "-") + f.first().str();
+  llvm::TargetOptions options;
+  std::unique_ptr<llvm::TargetMachine> machine(target->createTargetMachine(
+      triple, llvm::sys::getHostCPUName(), features, options, llvm::Reloc::PIC_));
+  ir->setDataLayout(machine->createDataLayout());
+  ir->setTargetTriple(triple);
+  if (llvm::Error e = makeOptimizingTransformer(2, 0, machine.get())(ir.get()))
+    return module.emitError("optimising the CPU kernels failed: ") << llvm::toString(std::move(e));
+
+  // Object file and shared library in a private temporary folder.
+  char dirTemplate[] = "/tmp/tilefuse-aot-XXXXXX";
+  if (!mkdtemp(dirTemplate))
+    return module.emitError("cannot create a temporary folder for the CPU library");
+  std::string dir = dirTemplate, object = dir + "/kernels.o", library = dir + "/kernels.so";
+  {
+    std::error_code ec;
+    llvm::raw_fd_ostream out(object, ec, llvm::sys::fs::OF_None);
+    if (ec)
+      return module.emitError("cannot write ") << object << ": " << ec.message();
+    llvm::legacy::PassManager pm;
+    if (machine->addPassesToEmitFile(pm, out, nullptr, llvm::CodeGenFileType::ObjectFile))
+      return module.emitError("LLVM cannot emit object files for ") << triple;
+    pm.run(*ir);
+  }
+  const char *cc = std::getenv("CC");
+  std::string command = std::string(cc && *cc ? cc : "cc") + " -shared -o '" + library + "' '" +
+                        object + "' -lm 2>&1";
+  FILE *pipe = popen(command.c_str(), "r");
+  std::string linkLog;
+  if (pipe) {
+    char buf[256];
+    while (fgets(buf, sizeof(buf), pipe))
+      linkLog += buf;
+  }
+  int status = pipe ? pclose(pipe) : -1;
+  std::ifstream in(library, std::ios::binary);
+  std::stringstream bytes;
+  bytes << in.rdbuf();
+  std::remove(object.c_str());
+  std::remove(library.c_str());
+  rmdir(dir.c_str());
+  if (status != 0 || bytes.str().empty())
+    return module.emitError("linking the CPU kernels into a shared library failed (")
+           << command << "): " << linkLog;
+  return bytes.str();
+}

@@ -1,0 +1,169 @@
+//===- Artifact.cpp -------------------------------------------------------===//
+#include "runtime/Artifact.h"
+
+#include "runtime/ProgramIO.h"
+
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+#include <dlfcn.h>
+#include <unistd.h>
+
+using namespace tilefuse;
+
+namespace {
+
+constexpr char kMagic[8] = {'T', 'F', 'A', 'R', 'T', 'I', 'F', 'T'};
+
+void putU64(std::string &o, uint64_t v) { o.append(reinterpret_cast<const char *>(&v), 8); }
+void putStr(std::string &o, const std::string &s) {
+  putU64(o, s.size());
+  o += s;
+}
+
+struct Reader {
+  const std::string &in;
+  size_t pos;
+  uint64_t u64(const char *what) {
+    if (in.size() - pos < 8)
+      throw CompileError(std::string("truncated artifact: ") + what + " is cut off");
+    uint64_t v;
+    std::memcpy(&v, in.data() + pos, 8);
+    pos += 8;
+    return v;
+  }
+  std::string str(const char *what) {
+    uint64_t n = u64(what);
+    if (in.size() - pos < n)
+      throw CompileError(std::string("truncated artifact: ") + what + " is cut off");
+    std::string s = in.substr(pos, n);
+    pos += n;
+    return s;
+  }
+};
+
+/// The library kept loaded for the life of the executor.
+struct LoadedLibrary {
+  void *handle = nullptr;
+  ~LoadedLibrary() {
+    if (handle)
+      dlclose(handle);
+  }
+};
+
+bool hostHas(const std::string &feature) {
+#if defined(__x86_64__)
+  if (feature == "avx512f") return __builtin_cpu_supports("avx512f");
+  if (feature == "avx2") return __builtin_cpu_supports("avx2");
+  if (feature == "fma") return __builtin_cpu_supports("fma");
+  if (feature == "avx") return __builtin_cpu_supports("avx");
+  if (feature == "f16c") return __builtin_cpu_supports("f16c");
+#endif
+  return false;
+}
+
+} // namespace
+
+std::string tilefuse::writeArtifact(const Artifact &a) {
+  std::string payload;
+  putStr(payload, a.target);
+  putU64(payload, a.cpuFeatures.size());
+  for (const std::string &f : a.cpuFeatures)
+    putStr(payload, f);
+  putStr(payload, serializeProgram(a.program));
+  putU64(payload, a.blobs.size());
+  for (const auto &[name, bytes] : a.blobs) {
+    putStr(payload, name);
+    putStr(payload, bytes);
+  }
+  putStr(payload, a.graph);
+  std::string out(kMagic, sizeof(kMagic));
+  uint32_t version = kArtifactFormatVersion;
+  out.append(reinterpret_cast<const char *>(&version), 4);
+  putU64(out, payload.size());
+  putU64(out, fnv1a64(payload.data(), payload.size()));
+  return out + payload;
+}
+
+Artifact tilefuse::readArtifact(const std::string &bytes) {
+  if (bytes.size() < sizeof(kMagic) + 4 || std::memcmp(bytes.data(), kMagic, sizeof(kMagic)) != 0)
+    throw CompileError("not a tilefuse artifact (bad magic number)");
+  uint32_t version;
+  std::memcpy(&version, bytes.data() + sizeof(kMagic), 4);
+  if (version != kArtifactFormatVersion)
+    throw CompileError("artifact format version " + std::to_string(version) +
+                       " is not supported (this runtime reads version " +
+                       std::to_string(kArtifactFormatVersion) + "); recompile the model");
+  Reader head{bytes, sizeof(kMagic) + 4};
+  uint64_t size = head.u64("the header"), sum = head.u64("the header");
+  if (bytes.size() - head.pos != size)
+    throw CompileError("truncated artifact: " + std::to_string(bytes.size() - head.pos) +
+                       " payload bytes, the header says " + std::to_string(size));
+  if (fnv1a64(bytes.data() + head.pos, size) != sum)
+    throw CompileError("corrupt artifact: the checksum does not match its contents");
+  Reader r{bytes, head.pos};
+  Artifact a;
+  a.target = r.str("the target");
+  uint64_t nf = r.u64("the CPU features");
+  for (uint64_t i = 0; i < nf && r.pos < bytes.size(); ++i)
+    a.cpuFeatures.push_back(r.str("a CPU feature"));
+  a.program = deserializeProgram(r.str("the program"));
+  uint64_t nb = r.u64("the kernel count");
+  for (uint64_t i = 0; i < nb; ++i) {
+    std::string name = r.str("a kernel name");
+    a.blobs.emplace_back(name, r.str("kernel code"));
+  }
+  a.graph = r.str("the graph");
+  if (r.pos != bytes.size())
+    throw CompileError("corrupt artifact: bytes left after the last field");
+  return a;
+}
+
+Artifact tilefuse::readArtifactFile(const std::string &path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in)
+    throw CompileError("cannot open artifact " + path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return readArtifact(s.str());
+}
+
+std::unique_ptr<CpuExecutor> tilefuse::loadCpuArtifact(const Artifact &a) {
+  if (a.target != "cpu")
+    throw CompileError("the artifact targets " + a.target +
+                       "; this runtime runs CPU artifacts only (no CUDA executor yet)");
+  std::string missing;
+  for (const std::string &f : a.cpuFeatures)
+    if (!hostHas(f))
+      missing += (missing.empty() ? "" : ", ") + f;
+  if (!missing.empty())
+    throw CompileError("the artifact's kernels use CPU features this machine lacks (" +
+                       missing + "); compile the model on (or for) this machine");
+  if (a.blobs.size() != 1 || a.blobs[0].first != "kernels.so")
+    throw CompileError("corrupt artifact: a CPU artifact holds one kernel library");
+  // dlopen needs a file: a private temporary one, removed once loaded.
+  char path[] = "/tmp/tilefuse-kernels-XXXXXX";
+  int fd = mkstemp(path);
+  if (fd < 0)
+    throw CompileError("cannot create a temporary file for the kernel library");
+  const std::string &so = a.blobs[0].second;
+  bool written = ::write(fd, so.data(), so.size()) == ssize_t(so.size());
+  ::close(fd);
+  auto lib = std::make_shared<LoadedLibrary>();
+  if (written)
+    lib->handle = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+  std::string error = lib->handle ? "" : (written ? dlerror() : "short write");
+  std::remove(path);
+  if (!lib->handle)
+    throw CompileError("cannot load the artifact's kernel library: " + error);
+  std::vector<CpuKernelFn> fns;
+  for (const ProgramKernel &k : a.program.kernels) {
+    void *fn = dlsym(lib->handle, k.name.c_str());
+    if (!fn)
+      throw CompileError("corrupt artifact: kernel " + k.name + " is not in its library");
+    fns.push_back(reinterpret_cast<CpuKernelFn>(fn));
+  }
+  return std::make_unique<CpuExecutor>(a.program, std::move(fns), lib);
+}

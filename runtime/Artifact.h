@@ -1,0 +1,49 @@
+//===- Artifact.h - compiled programs as files (.tfa) ---------------*- C++ -*-===//
+//
+// One file holds everything a runtime needs to run a compiled graph: the
+// target, the Program (ProgramIO.h), and the kernels (a shared library for
+// the CPU target, one cubin per kernel for CUDA).
+//
+//   "TFARTIFT" | u32 version | u64 payload bytes | u64 FNV-1a of payload | payload
+//
+// No MLIR here: tilefuse-run and tilefuse.load read artifacts with the
+// runtime alone.
+//
+//===----------------------------------------------------------------------===//
+#ifndef TILEFUSE_RUNTIME_ARTIFACT_H
+#define TILEFUSE_RUNTIME_ARTIFACT_H
+
+#include "runtime/CpuExecutor.h"
+
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace tilefuse {
+
+constexpr uint32_t kArtifactFormatVersion = 1;
+
+struct Artifact {
+  std::string target;                   ///< "cpu" or "cuda:sm_XX"
+  std::vector<std::string> cpuFeatures; ///< CPU target: ISA features the code uses
+  Program program;
+  /// CPU: {"kernels.so", bytes}; CUDA: {kernel name, cubin} per kernel.
+  std::vector<std::pair<std::string, std::string>> blobs;
+  std::string graph; ///< the source graph's text, for reference
+};
+
+std::string writeArtifact(const Artifact &artifact);
+/// Throws CompileError for a file that is not an artifact, of another
+/// format version, truncated or corrupt, saying which.
+Artifact readArtifact(const std::string &bytes);
+Artifact readArtifactFile(const std::string &path);
+
+/// A CPU executor for a CPU-target artifact: checks this CPU has the
+/// features the code needs, loads the kernel library. Refuses other targets
+/// (this runtime has no CUDA executor) with the reason.
+std::unique_ptr<CpuExecutor> loadCpuArtifact(const Artifact &artifact);
+
+} // namespace tilefuse
+
+#endif // TILEFUSE_RUNTIME_ARTIFACT_H

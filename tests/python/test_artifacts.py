@@ -1,0 +1,105 @@
+"""Ahead-of-time artifacts (.tfa): compile -> file -> load -> run on the CPU
+target equals the interpreter; CUDA artifacts are written (cubins) but this
+runtime refuses to run them; bad files are refused with the reason; the
+tilefuse-compile and tilefuse-run tools."""
+import os
+import shutil
+import subprocess
+
+import numpy as np
+import pytest
+
+import tilefuse
+import tilefuse.functional as F
+from tilefuse import workloads as W
+
+from fusion_checks import assert_compiled_close
+
+
+def _graph(rng):
+    x = rng.standard_normal((8, 32)).astype(np.float32)
+    w = rng.standard_normal((32, 16)).astype(np.float32)
+    ids = np.array([1, 0, 3], np.int64)
+    g = tilefuse.trace(lambda x, w, i: (F.softmax(F.gelu(x @ w), -1).sum(0),
+                                        F.embedding(i, x).max(1)), x, w, ids)
+    return g, (x, w, ids)
+
+
+def test_cpu_artifact_round_trip(rng, tmp_path):
+    g, args = _graph(rng)
+    path = tmp_path / "m.tfa"
+    g.export(path)
+    f = tilefuse.load(path)
+    assert f.target == "cpu" and "func.func" in f.graph_text
+    assert_compiled_close(f(*args), g.interpret(*args), "loaded artifact")
+
+
+def test_training_step_artifact_matches_the_interpreted_step(tmp_path):
+    cfg = W.mlp_mnist_config()
+    params, batch = W.mlp_mnist_init(cfg, seed=0), W.mlp_mnist_batch(cfg, seed=1)
+    step = tilefuse.compile_train_step(lambda p, b, s: W.mlp_mnist_loss(p, b, s, cfg, True),
+                                       params, batch, tilefuse.optim.Adam(lr=1e-2))
+    path = tmp_path / "step.tfa"
+    step.graph.export(path)
+    names = sorted(params)
+    p = [params[k] for k in names]
+    args = p + [np.zeros_like(x) for _ in range(2) for x in p] + [
+        batch["x"], batch["y"], np.int64(5), np.int64(1), np.float64(1e-2)]
+    assert_compiled_close(tilefuse.load(path)(*args), step.graph.interpret(*args), "step")
+
+
+def test_cuda_artifact_is_written_but_not_run_here(rng, tmp_path):
+    g, _ = _graph(rng)
+    path = tmp_path / "m90.tfa"
+    try:
+        g.export(path, "cuda:sm_90")
+    except tilefuse.CompileError as e:
+        assert "no NVRTC" in str(e)
+        pytest.skip("this build has no NVRTC")
+    with pytest.raises(tilefuse.CompileError, match="targets cuda:sm_90; this runtime runs CPU"):
+        tilefuse.load(path)
+
+
+def test_bad_artifacts_are_refused(rng, tmp_path):
+    g, _ = _graph(rng)
+    good = tmp_path / "good.tfa"
+    g.export(good)
+    data = good.read_bytes()
+    cases = {
+        "missing": (None, "cannot open artifact"),
+        "magic": (b"XXXX" + data[4:], "not a tilefuse artifact"),
+        "truncated": (data[:-7], "truncated artifact"),
+        "header only": (data[:14], "truncated artifact"),
+        "flipped": (data[:200] + bytes([data[200] ^ 0x10]) + data[201:], "checksum does not match"),
+        "version": (data[:8] + bytes([9]) + data[9:], "format version 9 is not supported"),
+    }
+    for name, (content, reason) in cases.items():
+        path = tmp_path / f"{name}.tfa"
+        if content is not None:
+            path.write_bytes(content)
+        with pytest.raises(tilefuse.CompileError, match=reason):
+            tilefuse.load(path)
+
+
+@pytest.mark.skipif(shutil.which("tilefuse-compile") is None, reason="tools not on PATH")
+def test_compile_and_run_tools(tmp_path):
+    src = tmp_path / "loss.mlir"
+    src.write_text("""
+func.func @loss(%w: tensor<16x8xf32>, %x: tensor<4x16xf32>) -> tensor<f32> {
+  %0 = graph.matmul %x, %w : (tensor<4x16xf32>, tensor<16x8xf32>) -> tensor<4x8xf32>
+  %1 = graph.tanh %0 : tensor<4x8xf32>
+  %2 = graph.reduce_sum %1 {dims = array<i64: 0, 1>} : (tensor<4x8xf32>) -> tensor<f32>
+  return %2 : tensor<f32>
+}""")
+    fwd, step = tmp_path / "fwd.tfa", tmp_path / "step.tfa"
+    subprocess.run(["tilefuse-compile", str(src), "--target=cpu", "-o", str(fwd)], check=True)
+    subprocess.run(["tilefuse-compile", str(src), "--target=cpu", "-o", str(step), "--train",
+                    "--num-params=1", "--optimizer=sgd"], check=True)
+    for path, results in [(fwd, 1), (step, 2)]:
+        out = subprocess.run(["tilefuse-run", str(path), "--repeat=3"], check=True,
+                             capture_output=True, text=True).stdout
+        assert out.startswith("cpu: ") and out.count("result ") == results, out
+    bad = subprocess.run(["tilefuse-run", str(src)], capture_output=True, text=True)
+    assert bad.returncode == 1 and "not a tilefuse artifact" in bad.stderr
+    usage = subprocess.run(["tilefuse-compile", str(src)], capture_output=True, text=True)
+    assert usage.returncode == 2 and "-o OUTPUT are required" in usage.stderr

@@ -1,0 +1,88 @@
+//===- tilefuse-compile.cpp - graph-dialect .mlir -> .tfa artifact --------===//
+//
+//   tilefuse-compile model.mlir --target=cpu|cuda:sm_90 -o model.tfa
+//       [--entry=NAME] [--train --num-params=N --optimizer=sgd|adam|adamw
+//        --weight-decay=W --momentum=M --clip-norm=C]
+//
+// The same pipeline as tilefuse.compile (Graph::compileArtifact). With
+// --train, the entry function is a loss whose first N arguments are
+// parameters, and the artifact holds the whole training step.
+//
+//===----------------------------------------------------------------------===//
+#include "frontend/Graph.h"
+
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+
+using namespace tilefuse;
+
+namespace {
+int usage(const std::string &why) {
+  std::cerr << "tilefuse-compile: " << why << "\n"
+            << "usage: tilefuse-compile model.mlir --target=cpu|cuda:sm_XX -o out.tfa "
+               "[--entry=NAME] [--train --num-params=N --optimizer=sgd|adam|adamw "
+               "--weight-decay=W --momentum=M --clip-norm=C]\n";
+  return 2;
+}
+} // namespace
+
+int main(int argc, char **argv) {
+  std::string input, output, target = "cpu", entry, optimizer = "adamw";
+  bool train = false;
+  long numParams = -1;
+  double weightDecay = 0, momentum = 0, clipNorm = 0;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    auto value = [&](const char *flag) -> const char * {
+      size_t n = std::strlen(flag);
+      return a.compare(0, n, flag) == 0 ? a.c_str() + n : nullptr;
+    };
+    if (a == "--help" || a == "-h")
+      return usage("compiles a graph-dialect module into an ahead-of-time artifact"), 0;
+    if (a == "-o" && i + 1 < argc) output = argv[++i];
+    else if (const char *v = value("--target=")) target = v;
+    else if (const char *v = value("--entry=")) entry = v;
+    else if (a == "--train") train = true;
+    else if (const char *v = value("--num-params=")) numParams = std::atol(v);
+    else if (const char *v = value("--optimizer=")) optimizer = v;
+    else if (const char *v = value("--weight-decay=")) weightDecay = std::atof(v);
+    else if (const char *v = value("--momentum=")) momentum = std::atof(v);
+    else if (const char *v = value("--clip-norm=")) clipNorm = std::atof(v);
+    else if (!a.empty() && a[0] != '-' && input.empty()) input = a;
+    else return usage("unknown argument '" + a + "'");
+  }
+  if (input.empty() || output.empty())
+    return usage("an input .mlir file and -o OUTPUT are required");
+  std::ifstream in(input);
+  if (!in)
+    return usage("cannot read " + input);
+  std::stringstream text;
+  text << in.rdbuf();
+  try {
+    std::shared_ptr<Graph> g = Graph::parse(text.str(), entry);
+    if (train) {
+      if (numParams < 0)
+        return usage("--train needs --num-params=N");
+      OptimizerConfig config;
+      std::string error;
+      if (!OptimizerConfig::fromOptions(optimizer, momentum, false, 0.9, 0.999, 1e-8,
+                                        weightDecay, clipNorm, config, error))
+        return usage(error);
+      g = g->trainStep(unsigned(numParams), config);
+    }
+    std::string bytes = g->compileArtifact(target);
+    std::ofstream out(output, std::ios::binary);
+    out.write(bytes.data(), std::streamsize(bytes.size()));
+    if (!out)
+      return usage("cannot write " + output);
+    std::cerr << "tilefuse-compile: wrote " << output << " (" << bytes.size() << " bytes, "
+              << target << ")\n";
+  } catch (const CompileError &e) {
+    std::cerr << "tilefuse-compile: " << e.what() << "\n";
+    return 1;
+  }
+  return 0;
+}
