@@ -173,34 +173,15 @@ std::string Graph::compileArtifact(const std::string &target) const {
   std::unique_ptr<TargetInfo> info = TargetInfo::get(target);
   if (!info)
     throw CompileError("unknown target '" + target + "'; expected cpu or cuda:sm_XX");
+  bool cuda = target.rfind("cuda", 0) == 0;
+#ifndef TILEFUSE_HAVE_NVRTC
+  if (cuda)
+    throw CompileError("this build of tilefuse has no NVRTC: it cannot write CUDA artifacts");
+#endif
   Artifact artifact;
   artifact.target = target == "cuda" ? "cuda:sm_90" : target;
   artifact.graph = mlir();
-  if (target.rfind("cuda", 0) == 0) {
-#ifdef TILEFUSE_HAVE_NVRTC
-    std::vector<std::string> units = cudaText(*impl_, artifact.target, /*units=*/true);
-    std::vector<CudaBinary> bins =
-        compileCudaUnits(units, artifact.target.substr(artifact.target.find(':') + 1));
-    OwningOpRef<ModuleOp> module = impl_->lowerCopy("lowering @" + impl_->entry + " failed");
-    func::FuncOp func = module->lookupSymbol<func::FuncOp>(impl_->entry);
-    OwningOpRef<ModuleOp> kernels(ModuleOp::create(UnknownLoc::get(&globalContext())));
-    runCapturingDiagnostics("cannot compile @" + impl_->entry + " for " + target,
-                            [&]() -> LogicalResult {
-      if (failed(fuseFunction(func, *info, false)))
-        return failure();
-      FailureOr<Program> prog = buildProgram(func, *info, *kernels);
-      if (failed(prog))
-        return failure();
-      artifact.program = std::move(*prog);
-      return success();
-    });
-    for (size_t i = 0; i < bins.size(); ++i)
-      artifact.blobs.emplace_back(artifact.program.kernels.at(i).name, bins[i].cubin);
-    return writeArtifact(artifact);
-#else
-    throw CompileError("this build of tilefuse has no NVRTC: it cannot write CUDA artifacts");
-#endif
-  }
+  // The Program and its tile kernels, as for every other use of the graph.
   OwningOpRef<ModuleOp> module = impl_->lowerCopy("lowering @" + impl_->entry + " failed");
   func::FuncOp func = module->lookupSymbol<func::FuncOp>(impl_->entry);
   OwningOpRef<ModuleOp> kernels(ModuleOp::create(UnknownLoc::get(&globalContext())));
@@ -212,12 +193,31 @@ std::string Graph::compileArtifact(const std::string &target) const {
     if (failed(prog))
       return failure();
     artifact.program = std::move(*prog);
+    if (cuda)
+      return success();
     FailureOr<std::string> library = emitCpuSharedLibrary(*kernels);
     if (failed(library))
       return failure();
     artifact.blobs.emplace_back("kernels.so", std::move(*library));
     return success();
   });
-  artifact.cpuFeatures = hostCpuFeatures();
+  if (!cuda) {
+    artifact.cpuFeatures = hostCpuFeatures();
+    return writeArtifact(artifact);
+  }
+#ifdef TILEFUSE_HAVE_NVRTC
+  std::vector<std::string> units;
+  runCapturingDiagnostics("cannot generate CUDA for @" + impl_->entry, [&]() -> LogicalResult {
+    FailureOr<std::vector<std::string>> all = renderCudaKernelUnits(*kernels);
+    if (failed(all))
+      return failure();
+    units = std::move(*all);
+    return success();
+  });
+  std::vector<CudaBinary> bins =
+      compileCudaUnits(units, artifact.target.substr(artifact.target.find(':') + 1));
+  for (size_t i = 0; i < bins.size(); ++i)
+    artifact.blobs.emplace_back(artifact.program.kernels.at(i).name, bins[i].cubin);
+#endif
   return writeArtifact(artifact);
 }

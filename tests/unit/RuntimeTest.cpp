@@ -35,6 +35,24 @@ void doubleKernel(void **buffers, int64_t first, int64_t end) {
     out[i] = 2 * in[i];
 }
 
+/// y = 2x over n floats: one argument, one result, one kernel.
+Program doublingProgram(int64_t n) {
+  Program p;
+  p.buffers = {buffer("x", DType::F32, {n}, BufferInfo::Role::Argument),
+               buffer("y", DType::F32, {n})};
+  ProgramKernel k;
+  k.name = "double";
+  k.grid = n;
+  p.kernels.push_back(k);
+  Step s;
+  s.kernel = 0;
+  s.buffers = {0, 1};
+  p.steps.push_back(s);
+  p.arguments = {0};
+  p.results = {1};
+  return p;
+}
+
 HostTensor f32(Shape shape, std::vector<float> values) {
   HostTensor t(DType::F32, std::move(shape));
   for (size_t i = 0; i < values.size(); ++i)
@@ -119,20 +137,7 @@ TEST(CpuExecutor, KernelGemmGatherScatterCopy) {
 }
 
 TEST(CpuExecutor, RefusesArgumentsOfTheWrongShape) {
-  Program p;
-  p.buffers = {buffer("x", DType::F32, {4}, BufferInfo::Role::Argument),
-               buffer("y", DType::F32, {4})};
-  ProgramKernel k;
-  k.name = "double";
-  k.grid = 4;
-  p.kernels.push_back(k);
-  Step s;
-  s.kernel = 0;
-  s.buffers = {0, 1};
-  p.steps.push_back(s);
-  p.arguments = {0};
-  p.results = {1};
-  CpuExecutor exe(p, {&doubleKernel}, nullptr);
+  CpuExecutor exe(doublingProgram(4), {&doubleKernel}, nullptr);
   try {
     exe.run({f32({5}, {1, 2, 3, 4, 5})});
     FAIL() << "a [5] argument for a [4] buffer was accepted";
@@ -184,20 +189,7 @@ TEST(CpuLibrary, GatherRefusesOutOfRangeRows) {
 
 TEST(CpuExecutor, PersistentArgumentsCarryResultsAcrossRuns) {
   // One "training step": y = 2x; x <- y after every run.
-  Program p;
-  p.buffers = {buffer("x", DType::F32, {3}, BufferInfo::Role::Argument),
-               buffer("y", DType::F32, {3})};
-  ProgramKernel k;
-  k.name = "double";
-  k.grid = 3;
-  p.kernels.push_back(k);
-  Step s;
-  s.kernel = 0;
-  s.buffers = {0, 1};
-  p.steps.push_back(s);
-  p.arguments = {0};
-  p.results = {1};
-  CpuExecutor exe(p, {&doubleKernel}, nullptr);
+  CpuExecutor exe(doublingProgram(3), {&doubleKernel}, nullptr);
   HostTensor x = f32({3}, {1, 2, 3});
   exe.makePersistent(0, x.bytes.data());
   exe.carry(0, 0);
