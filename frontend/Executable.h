@@ -37,6 +37,9 @@ public:
   }
   /// Runs on caller memory (dtype and shape already checked by the caller).
   void run(const std::vector<const void *> &args) { executor.run(args); }
+  void runThen(const std::vector<const void *> &args, const std::function<void()> &read) {
+    executor.runThen(args, read);
+  }
   const void *result(size_t i) const { return executor.result(i); }
   void makePersistent(size_t argument, const void *initial) {
     executor.makePersistent(argument, initial);

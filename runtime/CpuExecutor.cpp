@@ -81,6 +81,18 @@ CpuExecutor::~CpuExecutor() {
 }
 
 void CpuExecutor::run(const std::vector<const void *> &args) {
+  std::lock_guard<std::mutex> lock(runMutex);
+  runLocked(args);
+}
+
+void CpuExecutor::runThen(const std::vector<const void *> &args,
+                          const std::function<void()> &read) {
+  std::lock_guard<std::mutex> lock(runMutex);
+  runLocked(args);
+  read();
+}
+
+void CpuExecutor::runLocked(const std::vector<const void *> &args) {
   if (args.size() != prog.arguments.size())
     throw CompileError("expected " + std::to_string(prog.arguments.size()) +
                        " arguments, got " + std::to_string(args.size()));
@@ -158,14 +170,15 @@ std::vector<HostTensor> CpuExecutor::run(const std::vector<HostTensor> &args) {
                          shapeToString(want.shape));
     ptrs.push_back(args[i].bytes.data());
   }
-  run(ptrs);
   std::vector<HostTensor> out;
-  for (size_t i = 0; i < prog.results.size(); ++i) {
-    const BufferInfo &info = prog.buffers[prog.results[i]];
-    HostTensor t(info.dtype, info.shape);
-    std::memcpy(t.bytes.data(), result(i), info.byteSize());
-    out.push_back(std::move(t));
-  }
+  runThen(ptrs, [&] {
+    for (size_t i = 0; i < prog.results.size(); ++i) {
+      const BufferInfo &info = prog.buffers[prog.results[i]];
+      HostTensor t(info.dtype, info.shape);
+      std::memcpy(t.bytes.data(), result(i), info.byteSize());
+      out.push_back(std::move(t));
+    }
+  });
   return out;
 }
 

@@ -10,7 +10,9 @@
 
 #include "runtime/Program.h"
 
+#include <functional>
 #include <memory>
+#include <mutex>
 
 namespace tilefuse {
 
@@ -28,8 +30,12 @@ public:
 
   /// Runs with argument i at args[i] (row-major, of the argument's dtype and
   /// shape; the caller checks). Results stay in the executor until the
-  /// next call: see result().
+  /// next call: see result(). Calls from several threads take turns (the
+  /// buffers are shared).
   void run(const std::vector<const void *> &args);
+  /// run(args), then `read` (which may call result()), with no other call
+  /// of this executor in between.
+  void runThen(const std::vector<const void *> &args, const std::function<void()> &read);
   /// Checks dtypes and shapes, runs, returns copies of the results.
   std::vector<HostTensor> run(const std::vector<HostTensor> &args);
   /// Pointer to result i of the last run.
@@ -58,6 +64,7 @@ public:
 
 private:
   void *allocate(const BufferInfo &info);
+  void runLocked(const std::vector<const void *> &args);
 
   Program prog;
   std::vector<CpuKernelFn> kernels;
@@ -66,6 +73,7 @@ private:
   std::vector<void *> kept;      ///< per argument: its storage if persistent
   std::vector<std::pair<size_t, size_t>> carries; ///< (result, argument)
   std::vector<void *> owned;     ///< allocations of non-argument buffers
+  std::mutex runMutex;
   bool profiling = false;
   std::vector<double> seconds;
   int64_t calls = 0;

@@ -97,10 +97,6 @@ py::list runExecutable(Runner &e, const py::sequence &args, const py::object &wh
       ptrs.push_back(converted.back().bytes.data());
     }
   }
-  {
-    py::gil_scoped_release release;
-    e.run(ptrs);
-  }
   std::vector<size_t> wanted;
   if (which.is_none()) {
     for (size_t i = 0; i < p.results.size(); ++i)
@@ -113,20 +109,34 @@ py::list runExecutable(Runner &e, const py::sequence &args, const py::object &wh
       wanted.push_back(i);
     }
   }
-  py::list out;
-  for (size_t i : wanted) {
-    const BufferInfo &info = p.buffers[p.results[i]];
-    if (info.dtype == DType::BF16) {
-      HostTensor t(info.dtype, info.shape);
-      std::memcpy(t.bytes.data(), e.result(i), info.byteSize());
-      out.append(toNumpy(t));
-      continue;
-    }
-    py::array r(numpyDType(info.dtype),
-                std::vector<py::ssize_t>(info.shape.begin(), info.shape.end()));
-    std::memcpy(r.mutable_data(), e.result(i), info.byteSize());
-    out.append(r);
+  // Result arrays exist before the run; the copy into them happens under
+  // the executor's lock (another thread's run cannot slip in between).
+  std::vector<py::array> arrays;
+  std::vector<HostTensor> halves(wanted.size());
+  for (size_t k = 0; k < wanted.size(); ++k) {
+    const BufferInfo &info = p.buffers[p.results[wanted[k]]];
+    if (info.dtype == DType::BF16)
+      halves[k] = HostTensor(info.dtype, info.shape);
+    arrays.emplace_back(numpyDType(info.dtype),
+                        std::vector<py::ssize_t>(info.shape.begin(), info.shape.end()));
   }
+  std::vector<void *> targets;
+  for (size_t k = 0; k < wanted.size(); ++k)
+    targets.push_back(p.buffers[p.results[wanted[k]]].dtype == DType::BF16
+                          ? static_cast<void *>(halves[k].bytes.data())
+                          : arrays[k].mutable_data());
+  {
+    py::gil_scoped_release release;
+    e.runThen(ptrs, [&] {
+      for (size_t k = 0; k < wanted.size(); ++k)
+        std::memcpy(targets[k], e.result(wanted[k]),
+                    p.buffers[p.results[wanted[k]]].byteSize());
+    });
+  }
+  py::list out;
+  for (size_t k = 0; k < wanted.size(); ++k)
+    out.append(p.buffers[p.results[wanted[k]]].dtype == DType::BF16 ? toNumpy(halves[k])
+                                                                    : arrays[k]);
   return out;
 }
 

@@ -240,3 +240,72 @@ def test_unsupported_graph_is_a_clear_compile_error():
     assert np.array_equal(out, x)
     out[0] = 42  # the result is a copy, never the caller's array
     assert x[0] == 0
+
+
+# ---------------------------------------------------------------------------
+# The two WORKLOADS.md models without a tilefuse.workloads builder
+# ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("n", [2 ** 20, 1999 * 1999 + 1], ids=["2^20", "1999^2+1"])
+def test_mul_kernel_forward_and_both_gradients(n, rng):
+    """The book's Triton example: elementwise multiply and both gradients,
+    at a power of two and at a size no block divides."""
+    x = rng.standard_normal(n).astype(np.float32)
+    y = rng.standard_normal(n).astype(np.float32)
+    w = rng.standard_normal(n).astype(np.float32)
+    g = tilefuse.trace(lambda x, y, w: ((x * y) * w).sum(), x, y, w).value_and_grad([0, 1])
+    loss, dx, dy = g.compile("cpu")(x, y, w)
+    np.testing.assert_array_equal(dx, y * w)  # one rounding each side: exact
+    np.testing.assert_array_equal(dy, x * w)
+    exact = float(np.sum(x.astype(np.float64) * y * w))
+    magnitude = float(np.sum(np.abs(x.astype(np.float64) * y * w)))
+    assert abs(float(loss) - exact) <= 1e-5 * magnitude
+
+
+@pytest.mark.parametrize("batch", [1, 64])
+def test_black_patch_sgd_steps(batch, rng):
+    """81 -> 56 -> ReLU -> 1 -> Sigmoid, BCE, SGD lr 1e-3: three compiled
+    steps against the interpreted step graph."""
+    params = {"w1": (rng.standard_normal((56, 81)) * 0.1).astype(np.float32),
+              "b1": np.zeros(56, np.float32),
+              "w2": (rng.standard_normal((1, 56)) * 0.1).astype(np.float32),
+              "b2": np.zeros(1, np.float32)}
+    batch_data = {"x": rng.standard_normal((batch, 81)).astype(np.float32),
+                  "y": (rng.uniform(size=(batch, 1)) > 0.5).astype(np.float32)}
+
+    def loss(p, b):
+        h = F.relu(F.linear(b["x"], p["w1"], p["b1"]))
+        return F.binary_cross_entropy(F.sigmoid(F.linear(h, p["w2"], p["b2"])), b["y"])
+    step = tilefuse.compile_train_step(loss, params, batch_data, tilefuse.optim.SGD(lr=1e-3))
+    names = sorted(params)
+    p = [params[k] for k in names]
+    for t in range(1, 4):
+        args = p + [batch_data["x"], batch_data["y"], np.int64(t), np.float64(1e-3)]
+        want = step.graph.interpret(*args)
+        got = step(batch_data)
+        assert abs(got - float(want[0])) <= 1e-4 * max(1.0, abs(float(want[0])))
+        now = step.params()
+        assert_compiled_close([now[k] for k in names], list(want[1:]), f"step {t}")
+        p = [now[k] for k in names]
+
+
+def test_threads_calling_one_compiled_function(rng):
+    """Calls from several Python threads take turns on the shared buffers:
+    each gets its own inputs' results."""
+    import threading
+    x = rng.standard_normal((64, 300)).astype(np.float32)
+    fn = tilefuse.compile(lambda t: F.softmax(t, -1) * t, x)
+    inputs = [x + i for i in range(4)]
+    want = [fn(v) for v in inputs]
+    errors = []
+
+    def worker(i):
+        for _ in range(25):
+            if not np.array_equal(fn(inputs[i]), want[i]):
+                errors.append(i)
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, f"threads {sorted(set(errors))} saw another thread's results"
