@@ -23,14 +23,15 @@ class CpuTarget : public TargetInfo {
 public:
   std::string name() const override { return "cpu"; }
   bool canFuseMatmulEpilogue(mlir::Operation *) const override { return false; }
-  /// Pointwise kernels: four AVX-512 vectors of f32, enough independent
-  /// work per block to stream at ~85% of memcpy bandwidth. Reductions: two;
+  /// Lanes along kept dimensions (pointwise kernels, column reductions):
+  /// four AVX-512 vectors of f32, enough independent work per block to
+  /// stream at ~85% of memcpy bandwidth. Lanes along reduced rows: two;
   /// their bodies (a dropout's Philox rounds, layer norm's backward) are
   /// large and LLVM's code generation time grows with vector width (the
   /// gpt2_mini training step compiles in ~1.3 s instead of ~2 s). Short rows
   /// get a block just wide enough for them.
-  int64_t blockSize(int64_t extent, bool reduction) const override {
-    return std::min<int64_t>(reduction ? 32 : 64,
+  int64_t blockSize(int64_t extent, bool rowReduction) const override {
+    return std::min<int64_t>(rowReduction ? 32 : 64,
                              std::max<int64_t>(4, powerOfTwoAtLeast(extent)));
   }
   /// Well past the L2 and a fair share of a large L3: a result this big is

@@ -25,9 +25,10 @@ public:
   /// elementwise op consuming a matmul result) inside the GEMM itself.
   virtual bool canFuseMatmulEpilogue(mlir::Operation *epilogue) const = 0;
   /// Elements per block of a tile program whose lanes run along a dimension
-  /// of `extent` elements (a power of two); `reduction` for kernels that
-  /// reduce (their bodies are larger and loop over rows).
-  virtual int64_t blockSize(int64_t extent, bool reduction) const = 0;
+  /// of `extent` elements (a power of two); `rowReduction` when the lanes
+  /// run along a reduced row (the program loops over it; such kernels hold
+  /// the largest bodies).
+  virtual int64_t blockSize(int64_t extent, bool rowReduction) const = 0;
   /// Results of at least this many bytes are written around the cache
   /// (nobody reads them back before they would be evicted anyway).
   virtual int64_t streamingStoreBytes() const = 0;

@@ -1092,8 +1092,12 @@ FailureOr<func::FuncOp> tilefuse::lowerFusionToTile(FusionOp fusion,
                                        b.getFunctionType(args, {}));
   kernel.addEntryBlock();
   auto domain = fusion.getDomain();
-  int64_t block = target.blockSize(domain.empty() ? 1 : domain.back(),
-                                   !fusion.getReduced().empty());
+  // Lanes along a kept dimension (pointwise kernels, column reductions)
+  // stream like a pointwise kernel; lanes along a reduced row loop over it.
+  auto reducedDims = fusion.getReduced();
+  bool rowReduction = !domain.empty() &&
+                      llvm::is_contained(reducedDims, int64_t(domain.size()) - 1);
+  int64_t block = target.blockSize(domain.empty() ? 1 : domain.back(), rowReduction);
   kernel->setAttr(tile::kKernelAttr, b.getUnitAttr());
   kernel->setAttr(tile::kBlockAttr, b.getI64IntegerAttr(block));
   SmallVector<Attribute> names;

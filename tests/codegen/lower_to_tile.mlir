@@ -4,8 +4,8 @@
 // graph.fusion -> tile programs: how programs split the domain, which loads
 // are contiguous, strided, broadcast or gathered, and where reductions live.
 
-// Softmax with rows that fit one block (reduction kernels use blocks of up
-// to 32 on the CPU): one program per row, the row read
+// Softmax with rows that fit one block (row reductions use blocks of up to
+// 32 on the CPU): one program per row, the row read
 // once, both reductions in registers, one store.
 // CHECK-LABEL: func.func @softmax_kernel0(
 // CHECK-SAME:    tile.block = 32 : i64
@@ -76,8 +76,8 @@ func.func @reshape_gather(%x: tensor<6x5xf32>) -> tensor<5x6xf32> {
 // kept columns, a scalar loop over the rows accumulates per lane, no
 // horizontal reduction.
 // CHECK-LABEL: func.func @column_sum_kernel0(
-// CHECK-SAME:    tile.grid = 2 : i64
-// CHECK:         scf.for {{.*}} iter_args({{.*}}) -> (vector<32xf32>)
+// CHECK-SAME:    tile.grid = 1 : i64
+// CHECK:         scf.for {{.*}} iter_args({{.*}}) -> (vector<64xf32>)
 // CHECK:           tile.load {{.*}}{stride = 1 : i64}
 // CHECK-NOT:     tile.reduce
 // CHECK:         tile.store
