@@ -309,3 +309,18 @@ def test_threads_calling_one_compiled_function(rng):
     for t in threads:
         t.join()
     assert not errors, f"threads {sorted(set(errors))} saw another thread's results"
+
+
+def test_bfloat16_inside_a_kernel(rng):
+    """bf16 values (stored as bf16, computed in f32, rounded at each explicit
+    cast and at the result): within one bf16 ulp (2^-8 relative) of the
+    interpreter, which rounds after every op."""
+    x = rng.uniform(-3, 3, (16, 70)).astype(np.float32)
+
+    def f(x):
+        h = x.to("bf16")
+        return (F.softmax(h * 2, -1) + h.tanh()).to("f32"), h.sum(1)
+    fn = tilefuse.compile(f, x)
+    (a, b), (wa, wb) = fn(x), fn.graph.interpret(x)
+    np.testing.assert_allclose(a, wa, rtol=2 ** -7, atol=2 ** -7)
+    np.testing.assert_allclose(b, wb, rtol=2 ** -7, atol=2 ** -5 * np.abs(wb).max())
