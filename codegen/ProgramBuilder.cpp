@@ -171,9 +171,69 @@ private:
     return success();
   }
 
+  /// One ProgramKernel for tile kernel `k`.
+  int addKernel(func::FuncOp k, graph::FusionOp fusion, const std::string &kind) {
+    ProgramKernel info;
+    info.name = k.getSymName().str();
+    info.kind = kind;
+    info.grid = k->getAttrOfType<IntegerAttr>(tile::kGridAttr).getInt();
+    info.block = k->getAttrOfType<IntegerAttr>(tile::kBlockAttr).getInt();
+    auto domain = fusion.getDomain();
+    int64_t elements = std::accumulate(domain.begin(), domain.end(), int64_t(1),
+                                       std::multiplies<>());
+    info.elementsPerProgram = std::max<int64_t>(1, elements / std::max<int64_t>(1, info.grid));
+    for (Attribute a : k->getAttrOfType<ArrayAttr>(tile::kFusedOpsAttr))
+      info.fusedOps.push_back(llvm::cast<StringAttr>(a).str());
+    prog.kernels.push_back(info);
+    return int(prog.kernels.size()) - 1;
+  }
+
+  /// A full reduction too large for one program: partial sums over slices
+  /// in parallel, then one program combines them (FusionToTile.h).
+  LogicalResult splitReduction(graph::FusionOp fusion, ArrayRef<Operation *> reductions,
+                               const std::string &name) {
+    constexpr int64_t kSlices = 32;
+    FailureOr<std::pair<func::FuncOp, func::FuncOp>> ks =
+        lowerSplitReduction(fusion, reductions, kSlices, kernels, target, name);
+    if (failed(ks))
+      return failure();
+    SmallVector<int> slots;
+    for (Operation *r : reductions) {
+      BufferInfo slot;
+      slot.name = name + "_slices" + std::to_string(prog.buffers.size());
+      Type t = getElementTypeOrSelf(r->getOperand(0).getType());
+      slot.dtype = t.isF16() || t.isBF16() ? DType::F32 : dtypeOf(t);
+      slot.shape = {kSlices};
+      prog.buffers.push_back(slot);
+      slots.push_back(int(prog.buffers.size()) - 1);
+    }
+    Step partial;
+    partial.kind = Step::Kind::Kernel;
+    partial.kernel = addKernel(ks->first, fusion, "reduction");
+    partial.source = name + " (partial)";
+    for (Value in : fusion.getInputs())
+      partial.buffers.push_back(bufferOf(in));
+    partial.buffers.insert(partial.buffers.end(), slots.begin(), slots.end());
+    Step combine;
+    combine.kind = Step::Kind::Kernel;
+    combine.kernel = addKernel(ks->second, fusion, "reduction");
+    combine.source = name + " (combine)";
+    combine.buffers = partial.buffers;
+    for (unsigned i = 0; i < fusion.getNumResults(); ++i)
+      combine.buffers.push_back(result(*fusion, i));
+    // The combine kernel covers only the slots, not the domain.
+    prog.kernels[combine.kernel].elementsPerProgram = kSlices;
+    prog.steps.push_back(partial);
+    prog.steps.push_back(combine);
+    return success();
+  }
+
   LogicalResult kernel(graph::FusionOp fusion) {
     if (fusion.getKind() == "matmul")
       return gemmWithEpilogue(fusion);
+    if (SmallVector<Operation *> reductions = splittableReductions(fusion); !reductions.empty())
+      return splitReduction(fusion, reductions,
+                            (func.getSymName() + "_" + fusion.getKernelName()).str());
     // Kernel symbols are unique per module: the function names its kernels.
     std::string name = (func.getSymName() + "_" + fusion.getKernelName()).str();
     FailureOr<func::FuncOp> k = lowerFusionToTile(fusion, kernels, target, name);

@@ -288,7 +288,26 @@ private:
   /// Loop `n` times (scalar induction variable), running `body` in a scope.
   template <typename Fn>
   LogicalResult forLoop(int64_t n, ValueRange init, Fn body,
-                        SmallVectorImpl<Value> *results = nullptr);
+                        SmallVectorImpl<Value> *results = nullptr) {
+    return forLoopRange(cst(0), cst(n), init, body, results);
+  }
+  /// Loop over [lo, hi).
+  template <typename Fn>
+  LogicalResult forLoopRange(Value lo, Value hi, ValueRange init, Fn body,
+                             SmallVectorImpl<Value> *results = nullptr);
+
+public:
+  /// Split full reductions (see lowerSplitReduction): the programs of the
+  /// partial kernel each reduce one of `chunks` slices into the buffers
+  /// after the outputs; the combine kernel folds the slices.
+  LogicalResult emitPartial(int64_t chunks, ArrayRef<Operation *> reductions);
+  LogicalResult emitCombine(int64_t chunks, ArrayRef<Operation *> reductions);
+
+private:
+  void bindArguments(unsigned extraBeforeOutputs);
+  Coords unitCoords(Value v) { return Coords(shapeOf(v).size(), constCoord(0)); }
+  Value chunkId;      ///< partial kernel: the slice this program reduces
+  int64_t chunks = 0; ///< partial kernel: number of slices
 
   FusionOp fusion;
   func::FuncOp kernel;
@@ -305,9 +324,9 @@ private:
 };
 
 template <typename Fn>
-LogicalResult KernelEmitter::forLoop(int64_t n, ValueRange init, Fn body,
-                                     SmallVectorImpl<Value> *results) {
-  auto loop = b.create<scf::ForOp>(loc, cst(0), cst(n), cst(1), init);
+LogicalResult KernelEmitter::forLoopRange(Value lo, Value hi, ValueRange init, Fn body,
+                                          SmallVectorImpl<Value> *results) {
+  auto loop = b.create<scf::ForOp>(loc, lo, hi, cst(1), init);
   OpBuilder::InsertionGuard g(b);
   b.setInsertionPointToStart(loop.getBody());
   SmallVector<Value> yielded;
@@ -654,9 +673,19 @@ FailureOr<Value> KernelEmitter::reduction(Operation *op, const Coords &c) {
   Value init = neutral(op, ct);
   if (vectorAcc)
     init = splat(init);
+  // A partial kernel reduces one slice: of the outer loop when it has a
+  // trip per slice, else of the blocks of the lane loop.
+  bool split = chunks > 0 && !lanesInResult && laneDim >= 0;
+  int64_t laneSteps = laneDim >= 0 ? (in[laneDim] + block - 1) / block : 1;
+  bool splitOuter = split && outerCount >= chunks;
+  auto sliceBound = [&](int64_t total, int64_t k) -> Value {
+    return divS(mulS(addS(chunkId, cst(k)), total), chunks);
+  };
+  Value outerLo = splitOuter ? sliceBound(outerCount, 0) : cst(0);
+  Value outerHi = splitOuter ? sliceBound(outerCount, 1) : cst(outerCount);
   SmallVector<Value> acc;
-  LogicalResult ok = forLoop(
-      outerCount, ValueRange{init},
+  LogicalResult ok = forLoopRange(
+      outerLo, outerHi, ValueRange{init},
       [&](Value o, ValueRange iter, SmallVectorImpl<Value> &yield) -> LogicalResult {
         Coords cc = oc;
         scatterIndex(o, outerDims, outerSizes, cc);
@@ -672,10 +701,11 @@ FailureOr<Value> KernelEmitter::reduction(Operation *op, const Coords &c) {
           return success();
         }
         int64_t n = in[laneDim];
-        int64_t steps = (n + block - 1) / block;
+        bool splitInner = split && !splitOuter;
         SmallVector<Value> inner;
-        if (failed(forLoop(
-                steps, ValueRange{iter[0]},
+        if (failed(forLoopRange(
+                splitInner ? sliceBound(laneSteps, 0) : cst(0),
+                splitInner ? sliceBound(laneSteps, 1) : cst(laneSteps), ValueRange{iter[0]},
                 [&](Value j, ValueRange it2, SmallVectorImpl<Value> &y2) -> LogicalResult {
                   Coords c2 = cc;
                   Value start = mulS(j, block);
@@ -953,7 +983,7 @@ LogicalResult KernelEmitter::store(unsigned output, const Coords &c) {
   return success();
 }
 
-LogicalResult KernelEmitter::emit() {
+void KernelEmitter::bindArguments(unsigned extraBeforeOutputs) {
   Block &entry = kernel.getBody().front();
   b.setInsertionPointToStart(&entry);
   memo.emplace_back();
@@ -961,7 +991,52 @@ LogicalResult KernelEmitter::emit() {
   for (auto [i, arg] : llvm::enumerate(body.getArguments()))
     argPointers[arg] = entry.getArgument(i);
   for (unsigned i = 0; i < fusion.getNumResults(); ++i)
-    outputPointers.push_back(entry.getArgument(body.getNumArguments() + i));
+    outputPointers.push_back(
+        entry.getArgument(body.getNumArguments() + extraBeforeOutputs + i));
+}
+
+LogicalResult KernelEmitter::emitPartial(int64_t n, ArrayRef<Operation *> reductions) {
+  bindArguments(0);
+  Block &entry = kernel.getBody().front();
+  unsigned firstSlot = fusion.getBody().front().getNumArguments();
+  kernel->setAttr(tile::kGridAttr, b.getI64IntegerAttr(n));
+  chunkId = b.create<tile::ProgramIdOp>(loc, b.getI64Type());
+  chunks = n;
+  for (auto [k, op] : llvm::enumerate(reductions)) {
+    FailureOr<Value> v = value(op->getResult(0), unitCoords(op->getResult(0)));
+    if (failed(v))
+      return failure();
+    b.create<tile::StoreScalarOp>(loc, *v, entry.getArgument(firstSlot + k), chunkId);
+  }
+  return success();
+}
+
+LogicalResult KernelEmitter::emitCombine(int64_t n, ArrayRef<Operation *> reductions) {
+  bindArguments(reductions.size());
+  Block &entry = kernel.getBody().front();
+  unsigned firstSlot = fusion.getBody().front().getNumArguments();
+  kernel->setAttr(tile::kGridAttr, b.getI64IntegerAttr(1));
+  for (auto [k, op] : llvm::enumerate(reductions)) {
+    Value slots = entry.getArgument(firstSlot + k);
+    Type t = llvm::cast<tile::PtrType>(slots.getType()).getPointee();
+    Value partials = b.create<tile::LoadOp>(loc, vecType(t), slots, cst(0), cst(n),
+                                            b.getI64IntegerAttr(1));
+    tile::ReduceKind kind = isa<ReduceSumOp>(op)   ? tile::ReduceKind::add
+                            : isa<ReduceMaxOp>(op) ? tile::ReduceKind::max
+                                                   : tile::ReduceKind::min;
+    Value total = b.create<tile::ReduceOp>(loc, t, kind, partials);
+    memo.back()[keyOf(op->getResult(0), unitCoords(op->getResult(0)))] = total;
+  }
+  Operation *yield = fusion.getBody().front().getTerminator();
+  for (unsigned i = 0; i < yield->getNumOperands(); ++i)
+    if (failed(store(i, unitCoords(yield->getOperand(i)))))
+      return failure();
+  return success();
+}
+
+LogicalResult KernelEmitter::emit() {
+  bindArguments(0);
+  Block &body = fusion.getBody().front();
 
   auto domain = SmallVector<int64_t>(fusion.getDomain());
   auto reduced = SmallVector<int64_t>(fusion.getReduced());
@@ -1114,6 +1189,92 @@ FailureOr<func::FuncOp> tilefuse::lowerFusionToTile(FusionOp fusion,
   end.setInsertionPointToEnd(&kernel.getBody().front());
   end.create<func::ReturnOp>(fusion.getLoc());
   return kernel;
+}
+
+SmallVector<Operation *> tilefuse::splittableReductions(FusionOp fusion) {
+  SmallVector<Operation *> none, reductions;
+  auto domain = fusion.getDomain();
+  int64_t elements = 1;
+  for (int64_t d : domain)
+    elements *= d;
+  // Worth two kernels only when one program would stream a lot of data.
+  if (fusion.getKind() != "reduction" || int64_t(fusion.getReduced().size()) != int64_t(domain.size()) ||
+      domain.empty() || elements < (int64_t(1) << 18))
+    return none;
+  Block &body = fusion.getBody().front();
+  for (Value v : body.getTerminator()->getOperands())
+    if (numel(shapeOf(v)) != 1)
+      return none;
+  llvm::DenseSet<Operation *> dependsOnReduction;
+  for (Operation &op : body.without_terminator()) {
+    bool after = llvm::any_of(op.getOperands(), [&](Value v) {
+      return v.getDefiningOp() && dependsOnReduction.contains(v.getDefiningOp());
+    });
+    if (llvm::isa<ArgmaxOp>(op))
+      return none;
+    if (llvm::isa<ReduceSumOp, ReduceMaxOp, ReduceMinOp>(op)) {
+      // Every reduction folds the whole domain, from values of no other one.
+      if (after || numel(shapeOf(op.getResult(0))) != 1 ||
+          numel(shapeOf(op.getOperand(0))) != elements)
+        return none;
+      reductions.push_back(&op);
+      after = true;
+    }
+    if (after)
+      dependsOnReduction.insert(&op);
+  }
+  return reductions.empty() ? none : reductions;
+}
+
+FailureOr<std::pair<func::FuncOp, func::FuncOp>>
+tilefuse::lowerSplitReduction(FusionOp fusion, ArrayRef<Operation *> reductions,
+                              int64_t chunks, ModuleOp module, const TargetInfo &target,
+                              StringRef name) {
+  MLIRContext *ctx = fusion.getContext();
+  ctx->loadDialect<tile::TileDialect, arith::ArithDialect, math::MathDialect,
+                   scf::SCFDialect, vector::VectorDialect, func::FuncDialect>();
+  OpBuilder b(ctx);
+  b.setInsertionPointToEnd(module.getBody());
+  SmallVector<Type> inputs, slots, outputs;
+  for (Value in : fusion.getInputs())
+    inputs.push_back(tile::PtrType::get(ctx, storageType(dtypeOf(in))));
+  for (Operation *r : reductions)
+    slots.push_back(tile::PtrType::get(ctx, computeType(dtypeOf(r->getOperand(0)))));
+  for (Value out : fusion.getResults())
+    outputs.push_back(tile::PtrType::get(ctx, storageType(dtypeOf(out))));
+  auto make = [&](StringRef suffix, ArrayRef<Type> args, int64_t block) {
+    auto f = b.create<func::FuncOp>(fusion.getLoc(), (name + suffix).str(),
+                                    b.getFunctionType(args, {}));
+    f.addEntryBlock();
+    f->setAttr(tile::kKernelAttr, b.getUnitAttr());
+    f->setAttr(tile::kBlockAttr, b.getI64IntegerAttr(block));
+    SmallVector<Attribute> names;
+    for (Operation &op : fusion.getBody().front().without_terminator())
+      names.push_back(b.getStringAttr(op.getName().getStringRef()));
+    f->setAttr(tile::kFusedOpsAttr, b.getArrayAttr(names));
+    return f;
+  };
+  SmallVector<Type> partialArgs(inputs), combineArgs(inputs);
+  partialArgs.append(slots);
+  combineArgs.append(slots);
+  combineArgs.append(outputs);
+  auto domain = fusion.getDomain();
+  func::FuncOp partial = make("_partial", partialArgs, target.blockSize(domain.back(), true));
+  func::FuncOp combine = make("_combine", combineArgs, chunks);
+  KernelEmitter first(fusion, partial, target.blockSize(domain.back(), true), target);
+  KernelEmitter second(fusion, combine, chunks, target);
+  if (failed(first.emitPartial(chunks, reductions)) ||
+      failed(second.emitCombine(chunks, reductions))) {
+    partial.erase();
+    combine.erase();
+    return failure();
+  }
+  for (func::FuncOp f : {partial, combine}) {
+    OpBuilder end(ctx);
+    end.setInsertionPointToEnd(&f.getBody().front());
+    end.create<func::ReturnOp>(fusion.getLoc());
+  }
+  return std::make_pair(partial, combine);
 }
 
 void tilefuse::hoistDenseConstants(func::FuncOp func) {

@@ -24,6 +24,22 @@ mlir::FailureOr<mlir::func::FuncOp>
 lowerFusionToTile(graph::FusionOp fusion, mlir::ModuleOp module,
                   const TargetInfo &target, llvm::StringRef name);
 
+/// The reductions of `fusion` when it is a full reduction worth splitting
+/// in two kernels: every result is one value, every reduction (sum, max,
+/// min) folds the whole domain and reads no other reduction's result.
+/// Empty otherwise.
+llvm::SmallVector<mlir::Operation *> splittableReductions(graph::FusionOp fusion);
+
+/// A split full reduction: a partial kernel of `chunks` programs, each
+/// folding one slice of the domain into one slot per reduction (buffers of
+/// the reduction's compute type, passed after the inputs), and a combine
+/// kernel (inputs, slots, results) that folds the slots and computes the
+/// results. One program would otherwise stream the whole domain alone.
+mlir::FailureOr<std::pair<mlir::func::FuncOp, mlir::func::FuncOp>>
+lowerSplitReduction(graph::FusionOp fusion, llvm::ArrayRef<mlir::Operation *> reductions,
+                    int64_t chunks, mlir::ModuleOp module, const TargetInfo &target,
+                    llvm::StringRef name);
+
 /// Makes every non-splat graph.constant inside fusion regions of `func` an
 /// input of its region instead (kernels read tables from memory; only splat
 /// constants become immediates).

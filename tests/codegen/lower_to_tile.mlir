@@ -132,3 +132,26 @@ func.func @dropout(%x: tensor<4x64xf32>, %seed: tensor<i64>) -> tensor<4x64xf32>
   %0 = graph.dropout %x, %seed {p = 1.000000e-01 : f64} : (tensor<4x64xf32>, tensor<i64>) -> tensor<4x64xf32>
   return %0 : tensor<4x64xf32>
 }
+
+// A full reduction of 2^18 elements or more: 32 programs fold a slice each
+// into slots, one program folds the slots and finishes (here: the mean).
+// CHECK-LABEL: func.func @mean_kernel0_partial(
+// CHECK-SAME:    !tile.ptr<f32>, %{{.*}}: !tile.ptr<f32>)
+// CHECK-SAME:    tile.grid = 32 : i64
+// CHECK:         tile.program_id
+// CHECK:         scf.for
+// CHECK:         tile.reduce add
+// CHECK:         tile.store_scalar
+// CHECK-LABEL: func.func @mean_kernel0_combine(
+// CHECK-SAME:    tile.block = 32 : i64
+// CHECK-SAME:    tile.grid = 1 : i64
+// CHECK:         tile.load %arg1[{{.*}}], {{.*}}
+// CHECK:         tile.reduce add {{.*}} : vector<32xf32>
+// CHECK:         arith.divf
+// CHECK:         tile.store_scalar
+func.func @mean(%x: tensor<512x1024xf32>) -> tensor<f32> {
+  %0 = graph.reduce_sum %x {dims = array<i64: 0, 1>} : (tensor<512x1024xf32>) -> tensor<f32>
+  %n = graph.full 5.24288e+05 : tensor<f32>
+  %1 = graph.div %0, %n : tensor<f32>
+  return %1 : tensor<f32>
+}

@@ -324,3 +324,32 @@ def test_bfloat16_inside_a_kernel(rng):
     (a, b), (wa, wb) = fn(x), fn.graph.interpret(x)
     np.testing.assert_allclose(a, wa, rtol=2 ** -7, atol=2 ** -7)
     np.testing.assert_allclose(b, wb, rtol=2 ** -7, atol=2 ** -5 * np.abs(wb).max())
+
+
+@pytest.mark.parametrize("shape", [(300007,), (8, 65537), (1024, 300)],
+                         ids=["1d", "few-rows", "many-rows"])
+def test_large_full_reductions_split_across_programs(shape, rng):
+    """Full reductions of 2^18 elements or more run as a partial kernel over
+    32 slices plus a combine kernel; their epilogue (mean, a mix of several
+    reductions) follows the combine."""
+    x = rng.standard_normal(shape).astype(np.float32)
+    h = (x * 1e-3).astype(np.float16)  # the f16 sum stays far from overflow
+    ids = rng.integers(-5, 5, shape).astype(np.int64)
+
+    def f(x, h, i):
+        return x.sum(), x.max() - x.min(), (x * x).mean(), h.sum(), i.sum(), x.sum(keepdim=True)
+    fn = tilefuse.compile(f, x, h, ids)
+    kernels = [r["name"] for r in fn.report()]
+    assert any(k.endswith("_partial") for k in kernels), kernels
+    assert any(k.endswith("_combine") for k in kernels), kernels
+    got, want = fn(x, h, ids), fn.graph.interpret(x, h, ids)
+    n = x.size
+    for k, (a, b) in enumerate(zip(got, want)):
+        if a.dtype.kind == "i":
+            assert np.array_equal(a, b), f"result {k}"
+            continue
+        a, b = float(np.ravel(a)[0]), float(np.ravel(b)[0])
+        tol = 1e-5 * np.sqrt(n) * (np.abs(x).mean() * 3 + 1)
+        if k == 3:  # float16: one rounding of the f32 sum, within an f16 ulp
+            tol = 2 ** -10 * abs(b) + 1e-3
+        assert abs(a - b) <= tol, f"result {k}: {a} vs {b} (tolerance {tol})"
