@@ -59,6 +59,26 @@ SmallVector<int64_t> squeezed(ArrayRef<int64_t> s) {
 }
 int64_t gcd(int64_t a, int64_t b) { return std::gcd(a, b); }
 
+/// How a program walks reduced dimensions `dims` of `shape`: lanes along
+/// the innermost one (unless the lanes already run elsewhere), a scalar
+/// loop over the others.
+struct ReducedLoops {
+  SmallVector<int64_t> outerDims, outerSizes;
+  int64_t laneDim = -1;
+};
+ReducedLoops reducedLoops(ArrayRef<int64_t> dims, ArrayRef<int64_t> shape,
+                          bool lanesElsewhere) {
+  ReducedLoops l;
+  l.outerDims.assign(dims.begin(), dims.end());
+  if (!lanesElsewhere && !dims.empty()) {
+    l.laneDim = dims.back();
+    l.outerDims.pop_back();
+  }
+  for (int64_t d : l.outerDims)
+    l.outerSizes.push_back(shape[d]);
+  return l;
+}
+
 /// Storage type of a dtype in memory (booleans are bytes).
 Type storageType(Type dtype) {
   if (dtype.isInteger(1))
@@ -656,15 +676,11 @@ FailureOr<Value> KernelEmitter::reduction(Operation *op, const Coords &c) {
     }
   }
   bool lanesInResult = llvm::any_of(c, [](const Coord &x) { return !x.isScalar(); });
-  SmallVector<int64_t> outerDims(dims.begin(), dims.end());
-  int64_t laneDim = -1;
-  if (!lanesInResult && !dims.empty()) {
-    laneDim = dims.back();
-    outerDims.pop_back();
-  }
-  SmallVector<int64_t> outerSizes;
-  for (int64_t d : outerDims)
-    outerSizes.push_back(in[d]);
+  ReducedLoops loops = reducedLoops(dims, in, lanesInResult);
+  // Named copies: lambdas below capture them (C++17 lambdas cannot capture
+  // structured bindings).
+  SmallVector<int64_t> outerDims = loops.outerDims, outerSizes = loops.outerSizes;
+  int64_t laneDim = loops.laneDim;
   int64_t outerCount = numel(outerSizes);
 
   // Accumulate per lane when lanes fold at the end or when each lane has
@@ -1108,15 +1124,9 @@ LogicalResult KernelEmitter::emit() {
       if (failed(value(op.getResult(0), keptCoords(shapeOf(op.getResult(0))))))
         return failure();
 
-  SmallVector<int64_t> outer(reduced);
-  int64_t laneDim = -1;
-  if (!lanesKept && !reduced.empty()) {
-    laneDim = reduced.back();
-    outer.pop_back();
-  }
-  SmallVector<int64_t> outerSizes;
-  for (int64_t d : outer)
-    outerSizes.push_back(domain[d]);
+  ReducedLoops loops = reducedLoops(reduced, domain, lanesKept);
+  SmallVector<int64_t> outer = loops.outerDims, outerSizes = loops.outerSizes;
+  int64_t laneDim = loops.laneDim;
   auto storeAll = [&](const Coords &c) -> LogicalResult {
     for (unsigned i : domainOutputs) {
       auto s = shapeOf(yield->getOperand(i));
