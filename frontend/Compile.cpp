@@ -45,6 +45,39 @@ std::string printOp(Operation *op) {
   return s;
 }
 
+/// The one path from a graph to its runtime Program and tile kernels:
+/// primitives, fusion, buildProgram. `stage` is called after each step with
+/// the (fused) function and the kernels built so far.
+struct ProgramAndKernels {
+  Program program;
+  OwningOpRef<ModuleOp> kernels;
+};
+using StageHook = std::function<void(const char *, func::FuncOp, ModuleOp)>;
+ProgramAndKernels programFor(const Graph::Impl &g, const TargetInfo &target,
+                             const StageHook &stage = {}) {
+  OwningOpRef<ModuleOp> module = g.lowerCopy("lowering @" + g.entry + " to primitive ops failed");
+  func::FuncOp func = module->lookupSymbol<func::FuncOp>(g.entry);
+  ProgramAndKernels out;
+  out.kernels = ModuleOp::create(UnknownLoc::get(&globalContext()));
+  if (stage)
+    stage("primitives", func, *out.kernels);
+  runCapturingDiagnostics("cannot compile @" + g.entry + " for " + target.name(),
+                          [&]() -> LogicalResult {
+    if (failed(fuseFunction(func, target, /*remarks=*/false)))
+      return failure();
+    if (stage)
+      stage("fuse", func, *out.kernels);
+    FailureOr<Program> prog = buildProgram(func, target, *out.kernels);
+    if (failed(prog))
+      return failure();
+    out.program = std::move(*prog);
+    if (stage)
+      stage("tile", func, *out.kernels);
+    return success();
+  });
+  return out;
+}
+
 std::shared_ptr<const CompiledArtifacts>
 compileArtifacts(const Graph::Impl &g, const TargetInfo &target) {
   auto start = std::chrono::steady_clock::now();
@@ -55,34 +88,28 @@ compileArtifacts(const Graph::Impl &g, const TargetInfo &target) {
     art->stageSeconds.emplace_back(name, std::chrono::duration<double>(now - last).count());
     last = now;
   };
-  OwningOpRef<ModuleOp> module = g.lowerCopy("lowering @" + g.entry + " to primitive ops failed");
-  func::FuncOp func = module->lookupSymbol<func::FuncOp>(g.entry);
-  stage("primitives");
-  MLIRContext *ctx = &globalContext();
-  OwningOpRef<ModuleOp> kernels(ModuleOp::create(UnknownLoc::get(ctx)));
+  ProgramAndKernels built = programFor(g, target, [&](const char *name, func::FuncOp func,
+                                                      ModuleOp kernels) {
+    if (std::string(name) == "fuse")
+      art->fusedIR = printOp(func);
+    if (std::string(name) == "tile")
+      art->tileIR = printOp(kernels);
+    stage(name);
+  });
+  art->program = std::move(built.program);
+  std::vector<std::string> names;
+  for (const ProgramKernel &k : art->program.kernels)
+    names.push_back(k.name);
   runCapturingDiagnostics("cannot compile @" + g.entry + " for " + target.name(),
                           [&]() -> LogicalResult {
-    if (failed(fuseFunction(func, target, /*remarks=*/false)))
-      return failure();
-    art->fusedIR = printOp(func);
-    stage("fuse");
-    FailureOr<Program> prog = buildProgram(func, target, *kernels);
-    if (failed(prog))
-      return failure();
-    art->program = std::move(*prog);
-    art->tileIR = printOp(*kernels);
-    stage("tile");
-    std::vector<std::string> names;
-    for (const ProgramKernel &k : art->program.kernels)
-      names.push_back(k.name);
-    FailureOr<CpuCode> code = jitCpuKernels(*kernels, names);
+    FailureOr<CpuCode> code = jitCpuKernels(*built.kernels, names);
     if (failed(code))
       return failure();
-    stage("machine code");
     art->kernels = code->kernels;
     art->code = code->owner;
     return success();
   });
+  stage("machine code");
   art->compileSeconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return art;
@@ -122,22 +149,18 @@ std::vector<std::string> cudaText(const Graph::Impl &g, const std::string &targe
   std::unique_ptr<TargetInfo> info = TargetInfo::get(target);
   if (!info || target.rfind("cuda", 0) != 0)
     throw CompileError("'" + target + "' is not a CUDA target; expected cuda:sm_XX");
-  OwningOpRef<ModuleOp> module = g.lowerCopy("lowering @" + g.entry + " failed");
-  func::FuncOp func = module->lookupSymbol<func::FuncOp>(g.entry);
-  OwningOpRef<ModuleOp> kernels(ModuleOp::create(UnknownLoc::get(&globalContext())));
+  ProgramAndKernels built = programFor(g, *info);
+  ModuleOp kernels = *built.kernels;
   std::vector<std::string> text;
   runCapturingDiagnostics("cannot generate CUDA for @" + g.entry, [&]() -> LogicalResult {
-    if (failed(fuseFunction(func, *info, /*remarks=*/false)) ||
-        failed(buildProgram(func, *info, *kernels)))
-      return failure();
     if (units) {
-      FailureOr<std::vector<std::string>> all = renderCudaKernelUnits(*kernels);
+      FailureOr<std::vector<std::string>> all = renderCudaKernelUnits(kernels);
       if (failed(all))
         return failure();
       text = std::move(*all);
       return success();
     }
-    FailureOr<std::string> src = renderCudaKernels(*kernels);
+    FailureOr<std::string> src = renderCudaKernels(kernels);
     if (failed(src))
       return failure();
     text.push_back(*src);
@@ -182,25 +205,18 @@ std::string Graph::compileArtifact(const std::string &target) const {
   artifact.target = target == "cuda" ? "cuda:sm_90" : target;
   artifact.graph = mlir();
   // The Program and its tile kernels, as for every other use of the graph.
-  OwningOpRef<ModuleOp> module = impl_->lowerCopy("lowering @" + impl_->entry + " failed");
-  func::FuncOp func = module->lookupSymbol<func::FuncOp>(impl_->entry);
-  OwningOpRef<ModuleOp> kernels(ModuleOp::create(UnknownLoc::get(&globalContext())));
-  runCapturingDiagnostics("cannot compile @" + impl_->entry + " for " + target,
-                          [&]() -> LogicalResult {
-    if (failed(fuseFunction(func, *info, false)))
-      return failure();
-    FailureOr<Program> prog = buildProgram(func, *info, *kernels);
-    if (failed(prog))
-      return failure();
-    artifact.program = std::move(*prog);
-    if (cuda)
+  ProgramAndKernels built = programFor(*impl_, *info);
+  artifact.program = std::move(built.program);
+  ModuleOp kernels = *built.kernels;
+  if (!cuda)
+    runCapturingDiagnostics("cannot compile @" + impl_->entry + " for " + target,
+                            [&]() -> LogicalResult {
+      FailureOr<std::string> library = emitCpuSharedLibrary(kernels);
+      if (failed(library))
+        return failure();
+      artifact.blobs.emplace_back("kernels.so", std::move(*library));
       return success();
-    FailureOr<std::string> library = emitCpuSharedLibrary(*kernels);
-    if (failed(library))
-      return failure();
-    artifact.blobs.emplace_back("kernels.so", std::move(*library));
-    return success();
-  });
+    });
   if (!cuda) {
     artifact.cpuFeatures = hostCpuFeatures();
     return writeArtifact(artifact);
@@ -208,7 +224,7 @@ std::string Graph::compileArtifact(const std::string &target) const {
 #ifdef TILEFUSE_HAVE_NVRTC
   std::vector<std::string> units;
   runCapturingDiagnostics("cannot generate CUDA for @" + impl_->entry, [&]() -> LogicalResult {
-    FailureOr<std::vector<std::string>> all = renderCudaKernelUnits(*kernels);
+    FailureOr<std::vector<std::string>> all = renderCudaKernelUnits(kernels);
     if (failed(all))
       return failure();
     units = std::move(*all);

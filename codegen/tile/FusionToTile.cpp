@@ -1159,45 +1159,62 @@ LogicalResult KernelEmitter::emit() {
 
 } // namespace
 
-FailureOr<func::FuncOp> tilefuse::lowerFusionToTile(FusionOp fusion,
-                                                    ModuleOp module,
-                                                    const TargetInfo &target,
-                                                    StringRef name) {
+namespace {
+/// Pointers to the storage (or, for `compute`, the compute) type of `values`.
+SmallVector<Type> pointersTo(ValueRange values, bool compute = false) {
+  SmallVector<Type> out;
+  for (Value v : values)
+    out.push_back(tile::PtrType::get(v.getContext(), compute ? computeType(dtypeOf(v))
+                                                             : storageType(dtypeOf(v))));
+  return out;
+}
+
+/// An empty kernel `name` for `fusion` at the end of `module`: its entry
+/// block, the kernel, block and fused-ops attributes.
+func::FuncOp createKernel(FusionOp fusion, ModuleOp module, StringRef name,
+                          ArrayRef<Type> args, int64_t block) {
   MLIRContext *ctx = fusion.getContext();
   ctx->loadDialect<tile::TileDialect, arith::ArithDialect, math::MathDialect,
                    scf::SCFDialect, vector::VectorDialect, func::FuncDialect>();
   OpBuilder b(ctx);
   b.setInsertionPointToEnd(module.getBody());
-  SmallVector<Type> args;
-  for (Value in : fusion.getInputs())
-    args.push_back(tile::PtrType::get(ctx, storageType(dtypeOf(in))));
-  for (Value out : fusion.getResults())
-    args.push_back(tile::PtrType::get(ctx, storageType(dtypeOf(out))));
-  auto kernel = b.create<func::FuncOp>(fusion.getLoc(), name,
-                                       b.getFunctionType(args, {}));
+  auto kernel = b.create<func::FuncOp>(fusion.getLoc(), name, b.getFunctionType(args, {}));
   kernel.addEntryBlock();
-  auto domain = fusion.getDomain();
-  // Lanes along a kept dimension (pointwise kernels, column reductions)
-  // stream like a pointwise kernel; lanes along a reduced row loop over it.
-  auto reducedDims = fusion.getReduced();
-  bool rowReduction = !domain.empty() &&
-                      llvm::is_contained(reducedDims, int64_t(domain.size()) - 1);
-  int64_t block = target.blockSize(domain.empty() ? 1 : domain.back(), rowReduction);
   kernel->setAttr(tile::kKernelAttr, b.getUnitAttr());
   kernel->setAttr(tile::kBlockAttr, b.getI64IntegerAttr(block));
   SmallVector<Attribute> names;
   for (Operation &op : fusion.getBody().front().without_terminator())
     names.push_back(b.getStringAttr(op.getName().getStringRef()));
   kernel->setAttr(tile::kFusedOpsAttr, b.getArrayAttr(names));
+  return kernel;
+}
 
+void finishKernel(func::FuncOp kernel) {
+  OpBuilder end(kernel.getContext());
+  end.setInsertionPointToEnd(&kernel.getBody().front());
+  end.create<func::ReturnOp>(kernel.getLoc());
+}
+} // namespace
+
+FailureOr<func::FuncOp> tilefuse::lowerFusionToTile(FusionOp fusion,
+                                                    ModuleOp module,
+                                                    const TargetInfo &target,
+                                                    StringRef name) {
+  SmallVector<Type> args = pointersTo(fusion.getInputs());
+  args.append(pointersTo(fusion.getResults()));
+  auto domain = fusion.getDomain();
+  // Lanes along a kept dimension (pointwise kernels, column reductions)
+  // stream like a pointwise kernel; lanes along a reduced row loop over it.
+  bool rowReduction = !domain.empty() &&
+                      llvm::is_contained(fusion.getReduced(), int64_t(domain.size()) - 1);
+  int64_t block = target.blockSize(domain.empty() ? 1 : domain.back(), rowReduction);
+  func::FuncOp kernel = createKernel(fusion, module, name, args, block);
   KernelEmitter emitter(fusion, kernel, block, target);
   if (failed(emitter.emit())) {
     kernel.erase();
     return failure();
   }
-  OpBuilder end(ctx);
-  end.setInsertionPointToEnd(&kernel.getBody().front());
-  end.create<func::ReturnOp>(fusion.getLoc());
+  finishKernel(kernel);
   return kernel;
 }
 
@@ -1240,38 +1257,17 @@ FailureOr<std::pair<func::FuncOp, func::FuncOp>>
 tilefuse::lowerSplitReduction(FusionOp fusion, ArrayRef<Operation *> reductions,
                               int64_t chunks, ModuleOp module, const TargetInfo &target,
                               StringRef name) {
-  MLIRContext *ctx = fusion.getContext();
-  ctx->loadDialect<tile::TileDialect, arith::ArithDialect, math::MathDialect,
-                   scf::SCFDialect, vector::VectorDialect, func::FuncDialect>();
-  OpBuilder b(ctx);
-  b.setInsertionPointToEnd(module.getBody());
-  SmallVector<Type> inputs, slots, outputs;
-  for (Value in : fusion.getInputs())
-    inputs.push_back(tile::PtrType::get(ctx, storageType(dtypeOf(in))));
+  SmallVector<Value> reduced;
   for (Operation *r : reductions)
-    slots.push_back(tile::PtrType::get(ctx, computeType(dtypeOf(r->getOperand(0)))));
-  for (Value out : fusion.getResults())
-    outputs.push_back(tile::PtrType::get(ctx, storageType(dtypeOf(out))));
-  auto make = [&](StringRef suffix, ArrayRef<Type> args, int64_t block) {
-    auto f = b.create<func::FuncOp>(fusion.getLoc(), (name + suffix).str(),
-                                    b.getFunctionType(args, {}));
-    f.addEntryBlock();
-    f->setAttr(tile::kKernelAttr, b.getUnitAttr());
-    f->setAttr(tile::kBlockAttr, b.getI64IntegerAttr(block));
-    SmallVector<Attribute> names;
-    for (Operation &op : fusion.getBody().front().without_terminator())
-      names.push_back(b.getStringAttr(op.getName().getStringRef()));
-    f->setAttr(tile::kFusedOpsAttr, b.getArrayAttr(names));
-    return f;
-  };
-  SmallVector<Type> partialArgs(inputs), combineArgs(inputs);
-  partialArgs.append(slots);
-  combineArgs.append(slots);
-  combineArgs.append(outputs);
-  auto domain = fusion.getDomain();
-  func::FuncOp partial = make("_partial", partialArgs, target.blockSize(domain.back(), true));
-  func::FuncOp combine = make("_combine", combineArgs, chunks);
-  KernelEmitter first(fusion, partial, target.blockSize(domain.back(), true), target);
+    reduced.push_back(r->getOperand(0));
+  SmallVector<Type> partialArgs = pointersTo(fusion.getInputs());
+  partialArgs.append(pointersTo(reduced, /*compute=*/true)); // the slots
+  SmallVector<Type> combineArgs(partialArgs);
+  combineArgs.append(pointersTo(fusion.getResults()));
+  int64_t block = target.blockSize(fusion.getDomain().back(), /*rowReduction=*/true);
+  func::FuncOp partial = createKernel(fusion, module, (name + "_partial").str(), partialArgs, block);
+  func::FuncOp combine = createKernel(fusion, module, (name + "_combine").str(), combineArgs, chunks);
+  KernelEmitter first(fusion, partial, block, target);
   KernelEmitter second(fusion, combine, chunks, target);
   if (failed(first.emitPartial(chunks, reductions)) ||
       failed(second.emitCombine(chunks, reductions))) {
@@ -1279,11 +1275,8 @@ tilefuse::lowerSplitReduction(FusionOp fusion, ArrayRef<Operation *> reductions,
     combine.erase();
     return failure();
   }
-  for (func::FuncOp f : {partial, combine}) {
-    OpBuilder end(ctx);
-    end.setInsertionPointToEnd(&f.getBody().front());
-    end.create<func::ReturnOp>(fusion.getLoc());
-  }
+  finishKernel(partial);
+  finishKernel(combine);
   return std::make_pair(partial, combine);
 }
 
