@@ -1160,6 +1160,12 @@ LogicalResult KernelEmitter::emit() {
 } // namespace
 
 namespace {
+/// Every dialect a tile kernel is built from (before any of its types).
+void loadTileDialects(MLIRContext *ctx) {
+  ctx->loadDialect<tile::TileDialect, arith::ArithDialect, math::MathDialect,
+                   scf::SCFDialect, vector::VectorDialect, func::FuncDialect>();
+}
+
 /// Pointers to the storage (or, for `compute`, the compute) type of `values`.
 SmallVector<Type> pointersTo(ValueRange values, bool compute = false) {
   SmallVector<Type> out;
@@ -1173,10 +1179,7 @@ SmallVector<Type> pointersTo(ValueRange values, bool compute = false) {
 /// block, the kernel, block and fused-ops attributes.
 func::FuncOp createKernel(FusionOp fusion, ModuleOp module, StringRef name,
                           ArrayRef<Type> args, int64_t block) {
-  MLIRContext *ctx = fusion.getContext();
-  ctx->loadDialect<tile::TileDialect, arith::ArithDialect, math::MathDialect,
-                   scf::SCFDialect, vector::VectorDialect, func::FuncDialect>();
-  OpBuilder b(ctx);
+  OpBuilder b(fusion.getContext());
   b.setInsertionPointToEnd(module.getBody());
   auto kernel = b.create<func::FuncOp>(fusion.getLoc(), name, b.getFunctionType(args, {}));
   kernel.addEntryBlock();
@@ -1200,6 +1203,7 @@ FailureOr<func::FuncOp> tilefuse::lowerFusionToTile(FusionOp fusion,
                                                     ModuleOp module,
                                                     const TargetInfo &target,
                                                     StringRef name) {
+  loadTileDialects(fusion.getContext());
   SmallVector<Type> args = pointersTo(fusion.getInputs());
   args.append(pointersTo(fusion.getResults()));
   auto domain = fusion.getDomain();
@@ -1257,6 +1261,7 @@ FailureOr<std::pair<func::FuncOp, func::FuncOp>>
 tilefuse::lowerSplitReduction(FusionOp fusion, ArrayRef<Operation *> reductions,
                               int64_t chunks, ModuleOp module, const TargetInfo &target,
                               StringRef name) {
+  loadTileDialects(fusion.getContext());
   SmallVector<Value> reduced;
   for (Operation *r : reductions)
     reduced.push_back(r->getOperand(0));
