@@ -6,6 +6,7 @@
 #include "ir/graph/GraphDialect.h"
 #include "ir/tile/TileDialect.h"
 #include "passes/TargetInfo.h"
+#include "passes/TrainStep.h"
 
 #include "mlir/IR/BuiltinAttributes.h"
 #include "mlir/Pass/PassManager.h"
@@ -117,11 +118,15 @@ private:
       return success();
     }
     if (auto ret = llvm::dyn_cast<func::ReturnOp>(op)) {
-      for (Value v : ret.getOperands()) {
+      for (auto [index, v] : llvm::enumerate(ret.getOperands())) {
         int b = bufferOf(v);
+        auto alias = func.getResultAttrOfType<IntegerAttr>(index, kAliasAttrName);
         // Results never alias the caller's arguments: an argument returned
-        // as is is copied.
-        if (prog.buffers[b].role == BufferInfo::Role::Argument) {
+        // as is is copied. A result that becomes an argument's next value
+        // gets a buffer of its own, so a runtime can swap the two.
+        bool shared = prog.buffers[b].role != BufferInfo::Role::Intermediate ||
+                      llvm::is_contained(prog.results, b);
+        if (prog.buffers[b].role == BufferInfo::Role::Argument || (alias && shared)) {
           Step s;
           s.kind = Step::Kind::Copy;
           s.source = "return";
@@ -131,6 +136,8 @@ private:
           prog.steps.push_back(s);
           b = copy;
         }
+        if (alias)
+          prog.aliases.emplace_back(int(prog.results.size()), int(alias.getInt()));
         prog.results.push_back(b);
       }
       return success();
@@ -160,13 +167,26 @@ private:
     if (failed(gemmSizes(mm, s)))
       return failure();
     s.source = fusion.getKernelName().str() + " (graph.matmul + epilogue)";
-    for (Operation &op : body.without_terminator())
-      if (&op != mm.getOperation())
-        s.epilogue.push_back(op.getName().getStringRef().str());
     s.buffers = {*a, *b, result(*fusion)};
-    for (BlockArgument arg : body.getArguments())
-      if (arg != mm.getLhs() && arg != mm.getRhs())
-        s.buffers.push_back(bufferOf(fusion.getInputs()[arg.getArgNumber()]));
+    for (Operation &op : body.without_terminator()) {
+      if (&op == mm.getOperation() ||
+          llvm::isa<graph::BroadcastInDimOp, graph::FullOp, graph::ConstantOp>(op))
+        continue;
+      std::string kind = gemmEpilogueKind(&op);
+      if (kind.empty())
+        return op.emitOpError("is in a GEMM epilogue, but the GEMM library cannot apply it");
+      s.epilogue.push_back(kind);
+      if (kind != "bias")
+        continue;
+      // The bias vector: the kernel input the broadcast operand reads.
+      for (Value v : op.getOperands())
+        if (auto bc = v.getDefiningOp<graph::BroadcastInDimOp>()) {
+          auto arg = llvm::dyn_cast<BlockArgument>(bc.getOperand());
+          if (!arg)
+            return op.emitOpError("the bias of a GEMM epilogue must be a kernel input");
+          s.buffers.push_back(bufferOf(fusion.getInputs()[arg.getArgNumber()]));
+        }
+    }
     prog.steps.push_back(s);
     return success();
   }

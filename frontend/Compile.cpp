@@ -16,7 +16,11 @@
 #include "runtime/Artifact.h"
 #include "codegen/cuda/CudaRenderer.h"
 #ifdef TILEFUSE_HAVE_NVRTC
+#include "codegen/cuda/CudaLibrary.h"
 #include "codegen/cuda/Nvrtc.h"
+#endif
+#ifdef TILEFUSE_HAVE_CUDA_EXECUTOR
+#include "runtime/CudaExecutor.h"
 #endif
 #include "passes/FuseOps.h"
 #include "passes/TargetInfo.h"
@@ -30,10 +34,21 @@
 using namespace mlir;
 using namespace tilefuse;
 
+namespace {
+std::unique_ptr<Executor> executorFor(const CompiledArtifacts &art) {
+  if (art.target == "cpu")
+    return std::make_unique<CpuExecutor>(art.program, art.kernels, art.code);
+#ifdef TILEFUSE_HAVE_CUDA_EXECUTOR
+  return std::make_unique<CudaExecutor>(art.program, art.cubins);
+#else
+  throw CompileError("this build of tilefuse has no CUDA executor");
+#endif
+}
+} // namespace
+
 Executable::Executable(std::shared_ptr<const CompiledArtifacts> artifacts,
                        bool cacheHit, double seconds)
-    : art(std::move(artifacts)),
-      executor(art->program, art->kernels, art->code), hit(cacheHit),
+    : art(std::move(artifacts)), executor(executorFor(*art)), hit(cacheHit),
       seconds(seconds) {}
 
 namespace {
@@ -78,6 +93,42 @@ ProgramAndKernels programFor(const Graph::Impl &g, const TargetInfo &target,
   return out;
 }
 
+/// Cubins of `kernels` for `arch` (sm_XX), through the disk cache, plus
+/// the runtime library's when the program gathers or scatters; sets the
+/// threads per block of every program kernel.
+std::vector<std::pair<std::string, std::string>>
+cudaBinaries(const Graph::Impl &g, Program &program, ModuleOp kernels, const std::string &arch) {
+#ifdef TILEFUSE_HAVE_NVRTC
+  std::vector<std::string> units;
+  runCapturingDiagnostics("cannot generate CUDA for @" + g.entry, [&]() -> LogicalResult {
+    FailureOr<std::vector<std::string>> all = renderCudaKernelUnits(kernels);
+    if (failed(all))
+      return failure();
+    units = std::move(*all);
+    return success();
+  });
+  bool library = llvm::any_of(program.steps, [](const Step &s) {
+    return s.kind == Step::Kind::Gather || s.kind == Step::Kind::ScatterAdd;
+  });
+  if (library)
+    units.push_back(cudaLibrarySource());
+  std::vector<CudaBinary> bins = compileCudaUnits(units, arch);
+  std::vector<std::pair<std::string, std::string>> blobs;
+  for (size_t i = 0; i < program.kernels.size(); ++i) {
+    ProgramKernel &k = program.kernels[i];
+    k.threads = k.block / cudaLanesPerThread(k.block);
+    blobs.emplace_back(k.name, std::move(bins.at(i).cubin));
+  }
+  if (library)
+    blobs.emplace_back(kCudaLibraryBlob, std::move(bins.back().cubin));
+  return blobs;
+#else
+  (void)g, (void)program, (void)kernels, (void)arch;
+  throw CompileError("this build of tilefuse has no NVRTC (the CUDA toolkit was not found "
+                     "when it was built): it cannot compile CUDA kernels");
+#endif
+}
+
 std::shared_ptr<const CompiledArtifacts>
 compileArtifacts(const Graph::Impl &g, const TargetInfo &target) {
   auto start = std::chrono::steady_clock::now();
@@ -97,6 +148,15 @@ compileArtifacts(const Graph::Impl &g, const TargetInfo &target) {
     stage(name);
   });
   art->program = std::move(built.program);
+  art->target = target.name();
+  if (art->target != "cpu") {
+    art->cubins = cudaBinaries(g, art->program, *built.kernels,
+                               art->target.substr(art->target.find(':') + 1));
+    stage("machine code");
+    art->compileSeconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    return art;
+  }
   std::vector<std::string> names;
   for (const ProgramKernel &k : art->program.kernels)
     names.push_back(k.name);
@@ -119,16 +179,27 @@ compileArtifacts(const Graph::Impl &g, const TargetInfo &target) {
 
 std::shared_ptr<Executable> Graph::compile(const std::string &device) const {
   auto start = std::chrono::steady_clock::now();
-  if (device != "cpu")
-    throw CompileError("device '" + device + "' is not supported by this build: "
-                       "only the CPU backend exists; use device='cpu'");
-  std::unique_ptr<TargetInfo> target = TargetInfo::get("cpu");
+  std::string targetName = device;
+  if (device == "cuda") {
+#ifdef TILEFUSE_HAVE_CUDA_EXECUTOR
+    std::string why = cudaUnavailableReason();
+    if (!why.empty())
+      throw CompileError("device 'cuda' is not available: " + why + "; use device='cpu'");
+    targetName = "cuda:" + cudaDeviceArch(0);
+#else
+    throw CompileError("device 'cuda' is not available: this build of tilefuse has no CUDA "
+                       "executor (the CUDA toolkit was not found when it was built)");
+#endif
+  } else if (device != "cpu") {
+    throw CompileError("unknown device '" + device + "'; expected 'cpu' or 'cuda'");
+  }
+  std::unique_ptr<TargetInfo> target = TargetInfo::get(targetName);
   static std::mutex mutex;
   // Never destroyed: the JIT's code must outlive LLVM's own static
   // destructors at process exit.
   static auto &cache =
       *new std::map<std::string, std::shared_ptr<const CompiledArtifacts>>();
-  std::string key = device + "\n@" + impl_->entry + "\n" + mlir();
+  std::string key = targetName + "\n@" + impl_->entry + "\n" + mlir();
   std::lock_guard<std::mutex> lock(mutex);
   auto it = cache.find(key);
   // (one compile at a time: the MLIR context is single-threaded)
@@ -184,11 +255,20 @@ std::vector<Graph::CudaKernelReport> Graph::compileCuda(const std::string &targe
   for (size_t i = 0; i < bins.size(); ++i)
     for (const CudaKernelResources &k : bins[i].kernels)
       out.push_back({k.name, k.registers, k.spillStores, k.spillLoads, k.stackBytes,
-                     bool(cached[i])});
+                     k.sharedBytes, bool(cached[i])});
   return out;
 #else
   throw CompileError("this build of tilefuse has no NVRTC (the CUDA toolkit was not found "
                      "when it was built); cudaSource() still prints the kernels");
+#endif
+}
+
+std::string Graph::cudaPtx(const std::string &target) const {
+  std::string source = cudaText(*impl_, target, /*units=*/false).front();
+#ifdef TILEFUSE_HAVE_NVRTC
+  return compileCudaToPtx(source, target == "cuda" ? "sm_90" : target.substr(target.find(':') + 1));
+#else
+  throw CompileError("this build of tilefuse has no NVRTC; cudaSource() still prints the kernels");
 #endif
 }
 
@@ -221,19 +301,7 @@ std::string Graph::compileArtifact(const std::string &target) const {
     artifact.cpuFeatures = hostCpuFeatures();
     return writeArtifact(artifact);
   }
-#ifdef TILEFUSE_HAVE_NVRTC
-  std::vector<std::string> units;
-  runCapturingDiagnostics("cannot generate CUDA for @" + impl_->entry, [&]() -> LogicalResult {
-    FailureOr<std::vector<std::string>> all = renderCudaKernelUnits(kernels);
-    if (failed(all))
-      return failure();
-    units = std::move(*all);
-    return success();
-  });
-  std::vector<CudaBinary> bins =
-      compileCudaUnits(units, artifact.target.substr(artifact.target.find(':') + 1));
-  for (size_t i = 0; i < bins.size(); ++i)
-    artifact.blobs.emplace_back(artifact.program.kernels.at(i).name, bins[i].cubin);
-#endif
+  artifact.blobs = cudaBinaries(*impl_, artifact.program, kernels,
+                                artifact.target.substr(artifact.target.find(':') + 1));
   return writeArtifact(artifact);
 }

@@ -19,8 +19,11 @@ struct CompiledArtifacts {
   Program program;
   std::string fusedIR; ///< graph dialect after fusion
   std::string tileIR;  ///< the tile kernels
+  std::string target; ///< "cpu" or "cuda:sm_XX"
   std::vector<CpuKernelFn> kernels;
   std::shared_ptr<void> code; ///< owns the machine code of `kernels`
+  /// CUDA: (kernel name, cubin) per kernel, plus the runtime library's.
+  std::vector<std::pair<std::string, std::string>> cubins;
   double compileSeconds = 0;
   /// Seconds per compiler stage, in pipeline order.
   std::vector<std::pair<std::string, double>> stageSeconds;
@@ -33,24 +36,11 @@ public:
 
   /// Checks dtypes and shapes of `args`, runs, returns copies of the results.
   std::vector<HostTensor> run(const std::vector<HostTensor> &args) {
-    return executor.run(args);
+    return executor->run(args);
   }
-  /// Runs on caller memory (dtype and shape already checked by the caller).
-  void run(const std::vector<const void *> &args) { executor.run(args); }
-  void runThen(const std::vector<const void *> &args, const std::function<void()> &read) {
-    executor.runThen(args, read);
-  }
-  const void *result(size_t i) const { return executor.result(i); }
-  void makePersistent(size_t argument, const void *initial) {
-    executor.makePersistent(argument, initial);
-  }
-  void carry(size_t result, size_t argument) { executor.carry(result, argument); }
-  const void *persistent(size_t argument) const { return executor.persistent(argument); }
-
-  const Program &program() const { return executor.program(); }
-  void setProfiling(bool on) { executor.setProfiling(on); }
-  const std::vector<double> &stepSeconds() const { return executor.stepSeconds(); }
-  int64_t profiledCalls() const { return executor.profiledCalls(); }
+  /// The executor running the program (CPU or CUDA), see runtime/Executor.h.
+  Executor &exec() { return *executor; }
+  const Program &program() const { return executor->program(); }
   const CompiledArtifacts &artifacts() const { return *art; }
   /// Whether this compile found the graph in the in-process cache, and
   /// how long compile() took.
@@ -59,7 +49,7 @@ public:
 
 private:
   std::shared_ptr<const CompiledArtifacts> art;
-  CpuExecutor executor;
+  std::unique_ptr<Executor> executor;
   bool hit;
   double seconds;
 };

@@ -18,13 +18,6 @@
 namespace tilefuse {
 class Executable;
 
-/// dtype + shape of one function argument or result.
-struct TensorSignature {
-  DType dtype;
-  Shape shape;
-  std::string str() const { return std::string(dtypeName(dtype)) + shapeToString(shape); }
-};
-
 /// One kernel of a fused graph: a graph.fusion region or a library call.
 struct KernelInfo {
   std::string name;               ///< "kernel3", or the library op ("matmul")
@@ -77,7 +70,8 @@ public:
   /// first).
   std::vector<KernelInfo> report() const;
 
-  /// Compiles this graph into kernels for `device` ("cpu"): the fused
+  /// Compiles this graph into kernels for `device` ("cpu", or "cuda": the
+  /// first GPU, when a driver and cuBLAS are there): the fused
   /// program, its tile kernels, machine code. Compiling the same graph
   /// again in this process reuses the kernels.
   std::shared_ptr<Executable> compile(const std::string &device = "cpu") const;
@@ -88,7 +82,7 @@ public:
   /// One kernel's compile report from NVRTC.
   struct CudaKernelReport {
     std::string name;
-    int registers, spillStores, spillLoads, stackBytes;
+    int registers, spillStores, spillLoads, stackBytes, sharedBytes;
     bool cached; ///< the cubin came from the disk cache
   };
   /// Compiles this graph's kernels with NVRTC for `target`'s architecture
@@ -97,6 +91,8 @@ public:
   /// resources. Throws CompileError with NVRTC's log on failure, or when
   /// this build has no NVRTC.
   std::vector<CudaKernelReport> compileCuda(const std::string &target = "cuda:sm_90") const;
+  /// The PTX NVRTC makes of cudaSource(target): what the kernels became.
+  std::string cudaPtx(const std::string &target = "cuda:sm_90") const;
 
   /// An ahead-of-time artifact (runtime/Artifact.h) of this graph for
   /// `target`: "cpu" (a shared library for this machine's CPU) or

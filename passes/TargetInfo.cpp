@@ -3,10 +3,62 @@
 
 #include "ir/graph/GraphDialect.h"
 
+#include "mlir/IR/Matchers.h"
+
 #include <algorithm>
 #include <cstdint>
 
 using namespace tilefuse;
+
+namespace {
+
+bool isZero(mlir::Value v) {
+  if (auto full = v.getDefiningOp<graph::FullOp>())
+    return full.getValue().convertToDouble() == 0.0;
+  mlir::DenseElementsAttr attr;
+  if (mlir::matchPattern(v, mlir::m_Constant(&attr)) && attr.isSplat() &&
+      llvm::isa<mlir::FloatType>(attr.getElementType()))
+    return attr.getSplatValue<llvm::APFloat>().isZero();
+  return false;
+}
+
+/// Whether `v` is a rank-1 tensor of `n` elements broadcast along the last
+/// dimension of its result.
+bool isColumnBias(mlir::Value v, int64_t n) {
+  auto b = v.getDefiningOp<graph::BroadcastInDimOp>();
+  if (!b)
+    return false;
+  auto from = llvm::cast<mlir::RankedTensorType>(b.getOperand().getType());
+  auto to = llvm::cast<mlir::RankedTensorType>(b.getType());
+  return from.getRank() == 1 && from.getDimSize(0) == n && b.getDims().size() == 1 &&
+         b.getDims()[0] == to.getRank() - 1;
+}
+
+} // namespace
+
+std::string tilefuse::gemmEpilogueKind(mlir::Operation *op) {
+  if (!op || op->getNumOperands() != 2)
+    return "";
+  mlir::Value a = op->getOperand(0), b = op->getOperand(1);
+  auto matmulOnly = [](mlir::Value v) {
+    return v.getDefiningOp<graph::MatmulOp>() && v.hasOneUse();
+  };
+  if (llvm::isa<graph::AddOp>(op)) {
+    int64_t n = llvm::cast<mlir::RankedTensorType>(op->getResult(0).getType()).getShape().back();
+    if ((matmulOnly(a) && isColumnBias(b, n)) || (matmulOnly(b) && isColumnBias(a, n)))
+      return "bias";
+    return "";
+  }
+  if (llvm::isa<graph::MaximumOp>(op)) {
+    auto input = [&](mlir::Value v) {
+      return matmulOnly(v) ||
+             (v.hasOneUse() && gemmEpilogueKind(v.getDefiningOp()) == "bias");
+    };
+    if ((input(a) && isZero(b)) || (input(b) && isZero(a)))
+      return "relu";
+  }
+  return "";
+}
 
 namespace {
 
@@ -41,13 +93,13 @@ public:
   bool shufflesLanes() const override { return true; }
 };
 
-/// CUDA: cuBLASLt applies a bias add and a ReLU (max with 0) itself.
+/// CUDA: cuBLASLt applies a column bias add and a ReLU (max with 0) itself.
 class CudaTarget : public TargetInfo {
 public:
   explicit CudaTarget(std::string n) : n(std::move(n)) {}
   std::string name() const override { return n; }
   bool canFuseMatmulEpilogue(mlir::Operation *op) const override {
-    return llvm::isa<graph::AddOp, graph::MaximumOp>(op);
+    return !gemmEpilogueKind(op).empty();
   }
   /// One block per thread block of 256 threads.
   int64_t blockSize(int64_t extent, bool) const override {

@@ -17,6 +17,12 @@ class Operation;
 
 namespace tilefuse {
 
+/// The GEMM epilogue (as cuBLASLt names them) that elementwise op `op`
+/// applies to a matmul result: "bias" for matmul + a vector broadcast along
+/// the last dimension, "relu" for max(x, 0) of a matmul or bias-add result
+/// that nothing else reads; "" for anything else.
+std::string gemmEpilogueKind(mlir::Operation *op);
+
 class TargetInfo {
 public:
   virtual ~TargetInfo() = default;

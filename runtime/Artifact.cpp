@@ -1,5 +1,8 @@
 //===- Artifact.cpp -------------------------------------------------------===//
 #include "runtime/Artifact.h"
+#ifdef TILEFUSE_HAVE_CUDA_EXECUTOR
+#include "runtime/CudaExecutor.h"
+#endif
 
 #include "runtime/ProgramIO.h"
 
@@ -130,10 +133,34 @@ Artifact tilefuse::readArtifactFile(const std::string &path) {
   return readArtifact(s.str());
 }
 
+std::unique_ptr<Executor> tilefuse::loadArtifact(const Artifact &a, bool cudaGraphs) {
+  if (a.target == "cpu")
+    return loadCpuArtifact(a);
+  if (a.target.rfind("cuda:sm_", 0) != 0)
+    throw CompileError("the artifact targets '" + a.target + "', which this runtime does not know");
+#ifdef TILEFUSE_HAVE_CUDA_EXECUTOR
+  std::string why = cudaUnavailableReason();
+  if (!why.empty())
+    throw CompileError("the artifact targets " + a.target + ", but CUDA is not available: " +
+                       why);
+  std::string arch = a.target.substr(5), here = cudaDeviceArch(0);
+  if (arch != here)
+    throw CompileError("the artifact's kernels are for " + arch + ", this GPU is " + here +
+                       "; compile it with --target=cuda:" + here);
+  CudaOptions options;
+  options.graphs = cudaGraphs;
+  return std::make_unique<CudaExecutor>(a.program, a.blobs, options);
+#else
+  (void)cudaGraphs;
+  throw CompileError("the artifact targets " + a.target +
+                     ", but this runtime was built without the CUDA executor (the CUDA "
+                     "toolkit's headers were not found when it was built)");
+#endif
+}
+
 std::unique_ptr<CpuExecutor> tilefuse::loadCpuArtifact(const Artifact &a) {
   if (a.target != "cpu")
-    throw CompileError("the artifact targets " + a.target +
-                       "; this runtime runs CPU artifacts only (no CUDA executor yet)");
+    throw CompileError("the artifact targets " + a.target + "; a CPU executor cannot run it");
   std::string missing;
   for (const std::string &f : a.cpuFeatures)
     if (!hostHas(f))

@@ -40,9 +40,13 @@ Artifact readArtifact(const std::string &bytes);
 Artifact readArtifactFile(const std::string &path);
 
 /// A CPU executor for a CPU-target artifact: checks this CPU has the
-/// features the code needs, loads the kernel library. Refuses other targets
-/// (this runtime has no CUDA executor) with the reason.
+/// features the code needs, loads the kernel library.
 std::unique_ptr<CpuExecutor> loadCpuArtifact(const Artifact &artifact);
+/// An executor for the artifact's target: the CPU, or the first GPU when
+/// the artifact's architecture is that GPU's (CUDA graphs replay each call
+/// unless `cudaGraphs` is false). Says why when it cannot: no driver, no
+/// GPU, another architecture, a runtime built without the CUDA executor.
+std::unique_ptr<Executor> loadArtifact(const Artifact &artifact, bool cudaGraphs = true);
 
 } // namespace tilefuse
 

@@ -71,8 +71,8 @@ void CpuExecutor::carry(size_t result, size_t argument) {
   carries.emplace_back(result, argument);
 }
 
-const void *CpuExecutor::persistent(size_t argument) const {
-  return kept.at(argument);
+const void *CpuExecutor::persistent(size_t argument) {
+  return argument < kept.size() ? kept[argument] : nullptr;
 }
 
 CpuExecutor::~CpuExecutor() {
@@ -80,24 +80,22 @@ CpuExecutor::~CpuExecutor() {
     std::free(p);
 }
 
-void CpuExecutor::run(const std::vector<const void *> &args) {
-  std::lock_guard<std::mutex> lock(runMutex);
-  runLocked(args);
-}
-
-void CpuExecutor::runThen(const std::vector<const void *> &args,
+void CpuExecutor::runThen(const std::vector<ArgRef> &args,
                           const std::function<void()> &read) {
   std::lock_guard<std::mutex> lock(runMutex);
   runLocked(args);
   read();
 }
 
-void CpuExecutor::runLocked(const std::vector<const void *> &args) {
+void CpuExecutor::runLocked(const std::vector<ArgRef> &args) {
   if (args.size() != prog.arguments.size())
     throw CompileError("expected " + std::to_string(prog.arguments.size()) +
                        " arguments, got " + std::to_string(args.size()));
   for (size_t i = 0; i < args.size(); ++i) {
-    void *p = args[i] ? const_cast<void *>(args[i]) : kept[i];
+    if (args[i].onDevice)
+      throw CompileError("argument " + std::to_string(i) +
+                         " is in GPU memory; this function runs on the CPU");
+    void *p = args[i].data ? const_cast<void *>(args[i].data) : kept[i];
     if (!p)
       throw CompileError("argument " + std::to_string(i) + " is missing");
     pointers[prog.arguments[i]] = p;
@@ -156,33 +154,7 @@ void CpuExecutor::runLocked(const std::vector<const void *> &args) {
     std::swap(pointers[prog.results[result]], kept[argument]);
 }
 
-std::vector<HostTensor> CpuExecutor::run(const std::vector<HostTensor> &args) {
-  if (args.size() != prog.arguments.size())
-    throw CompileError("expected " + std::to_string(prog.arguments.size()) +
-                       " arguments, got " + std::to_string(args.size()));
-  std::vector<const void *> ptrs;
-  for (size_t i = 0; i < args.size(); ++i) {
-    const BufferInfo &want = prog.buffers[prog.arguments[i]];
-    if (args[i].dtype != want.dtype || args[i].shape != want.shape)
-      throw CompileError("argument " + std::to_string(i) + " is " +
-                         dtypeName(args[i].dtype) + shapeToString(args[i].shape) +
-                         "; the program was compiled for " + dtypeName(want.dtype) +
-                         shapeToString(want.shape));
-    ptrs.push_back(args[i].bytes.data());
-  }
-  std::vector<HostTensor> out;
-  runThen(ptrs, [&] {
-    for (size_t i = 0; i < prog.results.size(); ++i) {
-      const BufferInfo &info = prog.buffers[prog.results[i]];
-      HostTensor t(info.dtype, info.shape);
-      std::memcpy(t.bytes.data(), result(i), info.byteSize());
-      out.push_back(std::move(t));
-    }
-  });
-  return out;
-}
-
-const void *CpuExecutor::result(size_t i) const {
+const void *CpuExecutor::result(size_t i) {
   // A carried result already lives on as its argument.
   for (auto [result, argument] : carries)
     if (result == i)

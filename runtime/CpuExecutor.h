@@ -8,7 +8,7 @@
 #ifndef TILEFUSE_RUNTIME_CPUEXECUTOR_H
 #define TILEFUSE_RUNTIME_CPUEXECUTOR_H
 
-#include "runtime/Program.h"
+#include "runtime/Executor.h"
 
 #include <functional>
 #include <memory>
@@ -19,7 +19,7 @@ namespace tilefuse {
 /// Entry point of a CPU kernel: runs programs [first, end).
 using CpuKernelFn = void (*)(void **buffers, int64_t first, int64_t end);
 
-class CpuExecutor {
+class CpuExecutor : public Executor {
 public:
   /// `kernels[i]` runs `program.kernels[i]`; `keepAlive` owns the code.
   CpuExecutor(Program program, std::vector<CpuKernelFn> kernels,
@@ -28,43 +28,27 @@ public:
   CpuExecutor(const CpuExecutor &) = delete;
   CpuExecutor &operator=(const CpuExecutor &) = delete;
 
-  /// Runs with argument i at args[i] (row-major, of the argument's dtype and
-  /// shape; the caller checks). Results stay in the executor until the
-  /// next call: see result(). Calls from several threads take turns (the
-  /// buffers are shared).
-  void run(const std::vector<const void *> &args);
-  /// run(args), then `read` (which may call result()), with no other call
-  /// of this executor in between.
-  void runThen(const std::vector<const void *> &args, const std::function<void()> &read);
-  /// Checks dtypes and shapes, runs, returns copies of the results.
-  std::vector<HostTensor> run(const std::vector<HostTensor> &args);
-  /// Pointer to result i of the last run.
-  const void *result(size_t i) const;
+  std::string device() const override { return "cpu"; }
+  const Program &program() const override { return prog; }
+  void runThen(const std::vector<ArgRef> &args, const std::function<void()> &read) override;
+  using Executor::run;
+  const void *result(size_t i) override;
+  void *deviceResult(size_t i) override { return const_cast<void *>(result(i)); }
+  void makePersistent(size_t argument, const void *initial) override;
+  void carry(size_t result, size_t argument) override;
+  const void *persistent(size_t argument) override;
 
-  /// Argument `argument` lives in the executor from now on, starting as a
-  /// copy of `initial`; run() then takes nullptr in its place.
-  void makePersistent(size_t argument, const void *initial);
-  /// After every run, result `result` becomes the value of persistent
-  /// argument `argument` (the buffers swap: no copy). A training step's
-  /// new parameters and optimizer state stay in place this way.
-  void carry(size_t result, size_t argument);
-  /// Current value of a persistent argument.
-  const void *persistent(size_t argument) const;
-
-  const Program &program() const { return prog; }
-
-  /// When on, run() adds each step's wall time to stepSeconds().
-  void setProfiling(bool on) {
+  void setProfiling(bool on) override {
     profiling = on;
     seconds.assign(prog.steps.size(), 0.0);
     calls = 0;
   }
-  const std::vector<double> &stepSeconds() const { return seconds; }
-  int64_t profiledCalls() const { return calls; }
+  const std::vector<double> &stepSeconds() const override { return seconds; }
+  int64_t profiledCalls() const override { return calls; }
 
 private:
   void *allocate(const BufferInfo &info);
-  void runLocked(const std::vector<const void *> &args);
+  void runLocked(const std::vector<ArgRef> &args);
 
   Program prog;
   std::vector<CpuKernelFn> kernels;

@@ -69,6 +69,13 @@ float bf16ToFloat(uint16_t h);
 /// Rounds `v` to the nearest value representable in `t` (floats only).
 double roundToDType(double v, DType t);
 
+/// dtype + shape of one function argument or result.
+struct TensorSignature {
+  DType dtype;
+  Shape shape;
+  std::string str() const { return std::string(dtypeName(dtype)) + shapeToString(shape); }
+};
+
 } // namespace tilefuse
 
 #endif // TILEFUSE_RUNTIME_HOSTTENSOR_H

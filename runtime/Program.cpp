@@ -13,6 +13,12 @@ void Program::validate() const {
     check(a, "an argument");
   for (int r : results)
     check(r, "a result");
+  for (auto [result, argument] : aliases)
+    if (result < 0 || result >= int(results.size()) || argument < 0 ||
+        argument >= int(arguments.size()) ||
+        buffers[results[result]].byteSize() != buffers[arguments[argument]].byteSize())
+      throw CompileError("corrupt program: result " + std::to_string(result) +
+                         " cannot alias argument " + std::to_string(argument));
   for (const BufferInfo &b : buffers)
     if (b.role == BufferInfo::Role::Constant && b.data.size() != b.byteSize())
       throw CompileError("corrupt program: constant " + b.name + " holds " +
@@ -35,8 +41,19 @@ void Program::validate() const {
     case Step::Kind::ScatterAdd: want = 4; break;
     case Step::Kind::Copy: want = 2; break;
     }
-    if (s.kind == Step::Kind::Gemm && !s.epilogue.empty() && s.buffers.size() >= want)
-      want = s.buffers.size();
+    if (s.kind == Step::Kind::Gemm) {
+      bool bias = false;
+      for (size_t e = 0; e < s.epilogue.size(); ++e) {
+        const std::string &op = s.epilogue[e];
+        // bias first, relu last: the orders cuBLASLt applies.
+        if ((op == "bias" && e == 0) || (op == "relu" && e + 1 == s.epilogue.size()))
+          bias |= op == "bias";
+        else
+          throw CompileError("corrupt program: " + what + " has GEMM epilogue '" + op +
+                             "' at position " + std::to_string(e));
+      }
+      want = bias ? 4 : 3;
+    }
     if (s.buffers.size() != want)
       throw CompileError("corrupt program: " + what + " has " +
                          std::to_string(s.buffers.size()) + " buffers, expected " +
@@ -48,6 +65,8 @@ void Program::validate() const {
           numElements(b.shape) != s.batch * s.k * s.n ||
           numElements(c.shape) != s.batch * s.m * s.n)
         throw CompileError("corrupt program: " + what + " GEMM sizes do not match its buffers");
+      if (s.buffers.size() == 4 && numElements(buffers[s.buffers[3]].shape) != s.n)
+        throw CompileError("corrupt program: " + what + " bias is not one value per column");
     }
   }
 }

@@ -35,6 +35,9 @@ struct ProgramKernel {
   int64_t block = 1;
   /// Domain elements each program covers (sizes thread chunks).
   int64_t elementsPerProgram = 1;
+  /// GPU threads per program (each holds block / threads lanes); 0 for a
+  /// CPU kernel.
+  int64_t threads = 0;
   std::vector<std::string> fusedOps;
 };
 
@@ -48,9 +51,9 @@ struct Step {
   // GEMM: c[i] = op(a[i]) * op(b[i]) for i < batch; op transposes when asked.
   int64_t batch = 1, m = 0, n = 0, k = 0;
   bool transposeA = false, transposeB = false;
-  /// GEMM epilogue a target's GEMM library applies in place (cuBLASLt on
-  /// CUDA): elementwise source ops in order, reading the buffers after
-  /// `c`. Empty on the CPU, whose BLAS applies none.
+  /// GEMM epilogue the GEMM library applies (cuBLASLt on CUDA), in order:
+  /// "bias" (adds buffer 3, one value per column of c) and/or "relu".
+  /// Empty on the CPU, whose BLAS applies none.
   std::vector<std::string> epilogue;
   /// Source-level op the step computes, for reports and errors.
   std::string source;
@@ -62,6 +65,10 @@ struct Program {
   std::vector<Step> steps;
   std::vector<int> arguments; ///< buffer of each function argument
   std::vector<int> results;   ///< buffer of each function result
+  /// (result, argument): the result is the argument's next value (a
+  /// training step's parameters and optimizer state), so a runtime may keep
+  /// the argument on its device and carry the result into it.
+  std::vector<std::pair<int, int>> aliases;
 
   /// Checks internal consistency (indices in range, shapes of steps);
   /// throws CompileError naming the first problem.

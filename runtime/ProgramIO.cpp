@@ -102,6 +102,7 @@ std::string tilefuse::serializeProgram(const Program &p) {
     w.put<int64_t>(k.grid);
     w.put<int64_t>(k.block);
     w.put<int64_t>(k.elementsPerProgram);
+    w.put<int64_t>(k.threads);
     w.put<uint32_t>(uint32_t(k.fusedOps.size()));
     for (const std::string &op : k.fusedOps)
       w.str(op);
@@ -126,6 +127,11 @@ std::string tilefuse::serializeProgram(const Program &p) {
     w.put<uint32_t>(uint32_t(list->size()));
     for (int b : *list)
       w.put<int32_t>(b);
+  }
+  w.put<uint32_t>(uint32_t(p.aliases.size()));
+  for (auto [result, argument] : p.aliases) {
+    w.put<int32_t>(result);
+    w.put<int32_t>(argument);
   }
   Writer header;
   header.out.append(kMagic, sizeof(kMagic));
@@ -184,6 +190,7 @@ Program tilefuse::deserializeProgram(const std::string &bytes) {
     k.grid = r.get<int64_t>("a grid");
     k.block = r.get<int64_t>("a block size");
     k.elementsPerProgram = r.get<int64_t>("elements per program");
+    k.threads = r.get<int64_t>("threads per block");
     uint32_t nops = r.count("fused op", 8);
     for (uint32_t o = 0; o < nops; ++o)
       k.fusedOps.push_back(r.str("a fused op"));
@@ -217,6 +224,11 @@ Program tilefuse::deserializeProgram(const std::string &bytes) {
     uint32_t n = r.count("argument or result", 4);
     for (uint32_t i = 0; i < n; ++i)
       list->push_back(r.get<int32_t>("an argument or result"));
+  }
+  uint32_t na = r.count("alias", 8);
+  for (uint32_t i = 0; i < na; ++i) {
+    int result = r.get<int32_t>("an aliased result");
+    p.aliases.emplace_back(result, r.get<int32_t>("an aliased argument"));
   }
   if (!r.atEnd())
     throw CompileError("corrupt program: bytes left after the last field");

@@ -17,6 +17,7 @@
 #include "mlir/Dialect/SCF/IR/SCF.h"
 #include "mlir/Dialect/Vector/IR/VectorOps.h"
 #include "llvm/ADT/DenseMap.h"
+#include "llvm/ADT/DenseSet.h"
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/raw_ostream.h"
 
@@ -54,6 +55,52 @@ template <typename T, typename Op> __device__ T tf_block_reduce(T v, Op op) {
   for (int w = 1; w < warps; ++w) v = op(v, partial[w]);
   return v;
 }
+
+// Folds a thread's own lanes.
+template <typename T, int V, typename Op> __device__ __forceinline__ T tf_fold(const T (&v)[V], Op op) {
+  T a = v[0];
+#pragma unroll
+  for (int j = 1; j < V; ++j) a = op(a, v[j]);
+  return a;
+}
+
+// A thread's V consecutive lanes as one aligned memory access (V = 4 f32:
+// one 128-bit load or store).
+template <typename T, int V> struct alignas(sizeof(T) * V) tf_pack { T v[V]; };
+
+// Lanes l0..l0+V-1 of a block at p[base + lane * S], lanes from `limit` on
+// masked. Contiguous (S = 1), complete and aligned: one vector access;
+// otherwise one access per lane.
+template <typename T, int V, long long S>
+__device__ __forceinline__ void tf_load(T (&out)[V], const T *__restrict__ p, long long base,
+                                        long long limit) {
+  long long l0 = (long long)threadIdx.x * V;
+  const T *a = p + base + l0 * S;
+  if (S == 1 && l0 + V <= limit && (unsigned long long)a % sizeof(tf_pack<T, V>) == 0) {
+    tf_pack<T, V> w = *reinterpret_cast<const tf_pack<T, V> *>(a);
+#pragma unroll
+    for (int j = 0; j < V; ++j) out[j] = w.v[j];
+  } else {
+#pragma unroll
+    for (int j = 0; j < V; ++j) out[j] = l0 + j < limit ? a[j * S] : (T)0;
+  }
+}
+template <typename T, int V, long long S>
+__device__ __forceinline__ void tf_store(const T (&in)[V], T *__restrict__ p, long long base,
+                                         long long limit) {
+  long long l0 = (long long)threadIdx.x * V;
+  T *a = p + base + l0 * S;
+  if (S == 1 && l0 + V <= limit && (unsigned long long)a % sizeof(tf_pack<T, V>) == 0) {
+    tf_pack<T, V> w;
+#pragma unroll
+    for (int j = 0; j < V; ++j) w.v[j] = in[j];
+    *reinterpret_cast<tf_pack<T, V> *>(a) = w;
+  } else {
+#pragma unroll
+    for (int j = 0; j < V; ++j)
+      if (l0 + j < limit) a[j * S] = in[j];
+  }
+}
 )";
 
 class Renderer {
@@ -71,23 +118,64 @@ private:
     names[v] = n;
     return n;
   }
+  /// Whether `v` is held as an array of `lanes` values per thread (a
+  /// block value that is not the same in every lane).
+  bool perLane(Value v) const {
+    return lanes > 1 && llvm::isa<VectorType>(v.getType()) && !uniform.contains(v);
+  }
+  /// `v` at lane j of this thread.
+  std::string at(Value v) { return perLane(v) ? name(v) + "[j]" : name(v); }
+  std::string laneLoop() const {
+    return "for (int j = 0; j < " + std::to_string(lanes) + "; ++j) ";
+  }
+  /// Name of an array holding `v` per lane, copying a uniform value out.
+  FailureOr<std::string> laneArray(Value v, Operation *where, int indent);
+
   FailureOr<std::string> cType(Type t, Operation *where);
   LogicalResult op(Operation &op, int indent);
   LogicalResult block(Block &b, int indent);
   void line(int indent, const std::string &text) {
     os << std::string(indent * 2, ' ') << text << "\n";
   }
-  LogicalResult assign(Operation &op, int indent, const std::string &expr) {
-    FailureOr<std::string> t = cType(op.getResult(0).getType(), &op);
+  /// `result = expr`, per lane when the result is a block value (`expr`
+  /// spells lane j of its operands with at()).
+  LogicalResult assign(Value result, Operation *where, int indent, const std::string &expr) {
+    FailureOr<std::string> t = cType(result.getType(), where);
     if (failed(t))
       return failure();
-    line(indent, *t + " " + name(op.getResult(0)) + " = " + expr + ";");
+    if (!perLane(result)) {
+      line(indent, *t + " " + name(result) + " = " + expr + ";");
+      return success();
+    }
+    line(indent, *t + " " + name(result) + "[" + std::to_string(lanes) + "];");
+    line(indent, "#pragma unroll");
+    line(indent, laneLoop() + name(result) + "[j] = " + expr + ";");
     return success();
+  }
+  LogicalResult assign(Operation &op, int indent, const std::string &expr) {
+    return assign(op.getResult(0), &op, indent, expr);
   }
 
   llvm::raw_string_ostream &os;
   llvm::DenseMap<Value, std::string> names;
+  /// Block values equal in every lane (splats), held as one scalar.
+  llvm::DenseSet<Value> uniform;
+  /// Lanes of a block each thread holds (cudaLanesPerThread).
+  int64_t lanes = 1;
 };
+
+FailureOr<std::string> Renderer::laneArray(Value v, Operation *where, int indent) {
+  if (perLane(v))
+    return name(v);
+  FailureOr<std::string> t = cType(v.getType(), where);
+  if (failed(t))
+    return failure();
+  std::string copy = name(v) + "_lanes";
+  line(indent, *t + " " + copy + "[" + std::to_string(lanes) + "];");
+  line(indent, "#pragma unroll");
+  line(indent, laneLoop() + copy + "[j] = " + name(v) + ";");
+  return copy;
+}
 
 FailureOr<std::string> Renderer::cType(Type t, Operation *where) {
   if (auto v = llvm::dyn_cast<VectorType>(t))
@@ -171,7 +259,7 @@ LogicalResult Renderer::block(Block &b, int indent) {
 }
 
 LogicalResult Renderer::op(Operation &o, int indent) {
-  auto in = [&](unsigned i) { return name(o.getOperand(i)); };
+  auto in = [&](unsigned i) { return at(o.getOperand(i)); };
   auto bin = [&](const char *sym) { return assign(o, indent, in(0) + " " + sym + " " + in(1)); };
   auto call = [&](const std::string &fn) {
     std::string args;
@@ -189,21 +277,39 @@ LogicalResult Renderer::op(Operation &o, int indent) {
     auto dense = llvm::dyn_cast<DenseElementsAttr>(k.getValue());
     if (dense && !dense.isSplat())
       return o.emitOpError("a non-uniform block constant has no per-thread spelling");
+    if (dense)
+      uniform.insert(k.getResult());
     return assign(o, indent, literal(k.getValue()));
   }
   if (llvm::isa<tile::ProgramIdOp>(o))
     return assign(o, indent, "(long long)blockIdx.x");
   if (llvm::isa<tile::LanesOp>(o))
-    return assign(o, indent, "(long long)threadIdx.x");
-  if (llvm::isa<vector::SplatOp, vector::BroadcastOp>(o))
+    return assign(o, indent,
+                  lanes > 1 ? "(long long)threadIdx.x * " + std::to_string(lanes) + " + j"
+                            : std::string("(long long)threadIdx.x"));
+  if (llvm::isa<vector::SplatOp, vector::BroadcastOp>(o)) {
+    // A scalar made a block stays one scalar.
+    if (!llvm::isa<VectorType>(o.getOperand(0).getType())) {
+      uniform.insert(o.getResult(0));
+      names[o.getResult(0)] = name(o.getOperand(0));
+      return success();
+    }
     return assign(o, indent, in(0));
+  }
   if (auto ld = llvm::dyn_cast<tile::LoadOp>(o)) {
     FailureOr<std::string> t = cType(ld.getType(), &o);
     if (failed(t))
       return failure();
-    return assign(o, indent, "threadIdx.x < " + in(2) + " ? " + in(0) + "[" + in(1) +
-                                 " + (long long)threadIdx.x * " + std::to_string(ld.getStride()) +
-                                 "ll] : (" + *t + ")0");
+    if (lanes == 1)
+      return assign(o, indent, "threadIdx.x < " + in(2) + " ? " + in(0) + "[" + in(1) +
+                                   " + (long long)threadIdx.x * " +
+                                   std::to_string(ld.getStride()) + "ll] : (" + *t + ")0");
+    std::string v = name(ld.getResult());
+    line(indent, *t + " " + v + "[" + std::to_string(lanes) + "];");
+    line(indent, "tf_load<" + *t + ", " + std::to_string(lanes) + ", " +
+                     std::to_string(ld.getStride()) + ">(" + v + ", " + in(0) + ", " + in(1) +
+                     ", " + in(2) + ");");
+    return success();
   }
   if (auto g = llvm::dyn_cast<tile::GatherOp>(o)) {
     FailureOr<std::string> t = cType(g.getType(), &o);
@@ -214,13 +320,26 @@ LogicalResult Renderer::op(Operation &o, int indent) {
   if (llvm::isa<tile::LoadScalarOp>(o))
     return assign(o, indent, in(0) + "[" + in(1) + "]");
   if (auto st = llvm::dyn_cast<tile::StoreOp>(o)) {
-    line(indent, "if (threadIdx.x < " + in(3) + ") " + in(1) + "[" + in(2) +
-                     " + (long long)threadIdx.x * " + std::to_string(st.getStride()) +
-                     "ll] = " + in(0) + ";");
+    if (lanes == 1) {
+      line(indent, "if (threadIdx.x < " + in(3) + ") " + in(1) + "[" + in(2) +
+                       " + (long long)threadIdx.x * " + std::to_string(st.getStride()) +
+                       "ll] = " + in(0) + ";");
+      return success();
+    }
+    FailureOr<std::string> t = cType(st.getValue().getType(), &o);
+    FailureOr<std::string> v = laneArray(st.getValue(), &o, indent);
+    if (failed(t) || failed(v))
+      return failure();
+    line(indent, "tf_store<" + *t + ", " + std::to_string(lanes) + ", " +
+                     std::to_string(st.getStride()) + ">(" + *v + ", " + in(1) + ", " + in(2) +
+                     ", " + in(3) + ");");
     return success();
   }
   if (llvm::isa<tile::ScatterOp>(o)) {
-    line(indent, "if (" + in(3) + ") " + in(1) + "[" + in(2) + "] = " + in(0) + ";");
+    if (lanes > 1)
+      line(indent, "#pragma unroll");
+    line(indent, (lanes > 1 ? laneLoop() : std::string()) + "if (" + in(3) + ") " + in(1) +
+                     "[" + in(2) + "] = " + in(0) + ";");
     return success();
   }
   if (llvm::isa<tile::StoreScalarOp>(o)) {
@@ -234,15 +353,20 @@ LogicalResult Renderer::op(Operation &o, int indent) {
     const char *fn = r.getKind() == tile::ReduceKind::add   ? "tf_add_op"
                      : r.getKind() == tile::ReduceKind::max ? "tf_max_op"
                                                             : "tf_min_op";
-    return assign(o, indent, "tf_block_reduce<" + *t + ">(" + in(0) + ", " + fn + "<" + *t + ">())");
+    std::string combine = std::string(fn) + "<" + *t + ">()";
+    if (lanes == 1)
+      return assign(o, indent, "tf_block_reduce<" + *t + ">(" + in(0) + ", " + combine + ")");
+    // A thread folds its own lanes first, then the block meets.
+    FailureOr<std::string> v = laneArray(r.getOperand(), &o, indent);
+    if (failed(v))
+      return failure();
+    return assign(o, indent, "tf_block_reduce<" + *t + ">(tf_fold(" + *v + ", " + combine +
+                                 "), " + combine + ")");
   }
   if (auto f = llvm::dyn_cast<scf::ForOp>(o)) {
-    for (auto [arg, init] : llvm::zip(f.getRegionIterArgs(), f.getInitArgs())) {
-      FailureOr<std::string> t = cType(arg.getType(), &o);
-      if (failed(t))
+    for (auto [arg, init] : llvm::zip(f.getRegionIterArgs(), f.getInitArgs()))
+      if (failed(assign(arg, &o, indent, at(init))))
         return failure();
-      line(indent, *t + " " + name(arg) + " = " + name(init) + ";");
-    }
     std::string iv = name(f.getInductionVar());
     line(indent, "for (long long " + iv + " = " + name(f.getLowerBound()) + "; " + iv + " < " +
                      name(f.getUpperBound()) + "; " + iv + " += " + name(f.getStep()) + ") {");
@@ -252,8 +376,11 @@ LogicalResult Renderer::op(Operation &o, int indent) {
         return failure();
     auto yield = llvm::cast<scf::YieldOp>(body.getTerminator());
     // Yielded values become the iteration values of the next trip.
-    for (auto [arg, v] : llvm::zip(f.getRegionIterArgs(), yield.getOperands()))
-      line(indent + 1, name(arg) + " = " + name(v) + ";");
+    for (auto [arg, v] : llvm::zip(f.getRegionIterArgs(), yield.getOperands())) {
+      if (perLane(arg))
+        line(indent + 1, "#pragma unroll");
+      line(indent + 1, (perLane(arg) ? laneLoop() : std::string()) + at(arg) + " = " + at(v) + ";");
+    }
     line(indent, "}");
     for (auto [res, arg] : llvm::zip(f.getResults(), f.getRegionIterArgs()))
       names[res] = name(arg);
@@ -297,10 +424,11 @@ LogicalResult Renderer::op(Operation &o, int indent) {
   if (llvm::isa<arith::SelectOp>(o))
     return assign(o, indent, in(0) + " ? " + in(1) + " : " + in(2));
   if (auto m = llvm::dyn_cast<arith::MulUIExtendedOp>(o)) {
-    line(indent, "unsigned int " + name(m.getLow()) + " = (unsigned int)" + in(0) +
-                     " * (unsigned int)" + in(1) + ";");
-    line(indent, "unsigned int " + name(m.getHigh()) + " = __umulhi((unsigned int)" + in(0) +
-                     ", (unsigned int)" + in(1) + ");");
+    if (failed(assign(m.getLow(), &o, indent,
+                      "(unsigned int)" + in(0) + " * (unsigned int)" + in(1))) ||
+        failed(assign(m.getHigh(), &o, indent,
+                      "__umulhi((unsigned int)" + in(0) + ", (unsigned int)" + in(1) + ")")))
+      return failure();
     return success();
   }
   if (llvm::isa<arith::ExtFOp, arith::TruncFOp, arith::SIToFPOp, arith::FPToSIOp,
@@ -336,10 +464,13 @@ LogicalResult Renderer::op(Operation &o, int indent) {
 
 LogicalResult Renderer::kernel(func::FuncOp f) {
   names.clear();
-  int64_t threads = f->getAttrOfType<IntegerAttr>(tile::kBlockAttr).getInt();
+  uniform.clear();
+  int64_t blockLanes = f->getAttrOfType<IntegerAttr>(tile::kBlockAttr).getInt();
+  lanes = cudaLanesPerThread(blockLanes);
+  int64_t threads = blockLanes / lanes;
   os << "\n// " << f.getSymName() << ": grid "
-     << f->getAttrOfType<IntegerAttr>(tile::kGridAttr).getInt() << " x block " << threads
-     << "; fuses";
+     << f->getAttrOfType<IntegerAttr>(tile::kGridAttr).getInt() << " x block " << blockLanes << " ("
+     << threads << " threads x " << lanes << " lanes); fuses";
   for (Attribute a : f->getAttrOfType<ArrayAttr>(tile::kFusedOpsAttr))
     os << " " << llvm::cast<StringAttr>(a).getValue();
   os << "\nextern \"C\" __global__ void __launch_bounds__(" << threads << ") " << f.getSymName()
@@ -358,6 +489,12 @@ LogicalResult Renderer::kernel(func::FuncOp f) {
 }
 
 } // namespace
+
+int64_t tilefuse::cudaLanesPerThread(int64_t block) {
+  // Four lanes a thread (a 128-bit access of f32) while a block still
+  // fills whole warps; warp shuffles assume all 32 threads take part.
+  return block % 128 == 0 ? 4 : 1;
+}
 
 namespace {
 /// The prelude, and the half/bfloat16 headers only where the kernels use

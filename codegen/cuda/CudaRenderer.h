@@ -15,9 +15,14 @@
 
 namespace tilefuse {
 
+/// Lanes of a tile block each CUDA thread holds: a kernel of `block` lanes
+/// runs block / cudaLanesPerThread(block) threads per thread block.
+int64_t cudaLanesPerThread(int64_t block);
+
 /// CUDA C of every tile kernel of `module` (built for a cuda target, so
 /// blocks are thread blocks); emits a diagnostic naming the first op the
 /// renderer cannot spell.
+
 mlir::FailureOr<std::string> renderCudaKernels(mlir::ModuleOp module);
 
 /// The same, one translation unit per kernel (each with the shared

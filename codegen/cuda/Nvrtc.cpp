@@ -30,12 +30,13 @@ void check(nvrtcResult r, const char *what, const std::string &log = "") {
 /// ptxas -v prints, per kernel:
 ///   ptxas info    : Compiling entry function 'k' for 'sm_90'
 ///   ptxas         .     0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
-///   ptxas info    : Used 10 registers, used 0 barriers
+///   ptxas info    : Used 10 registers, used 1 barriers, 128 bytes smem
 std::vector<CudaKernelResources> parseResources(const std::string &log) {
   std::vector<CudaKernelResources> out;
   std::regex entry(R"(Compiling entry function '([^']+)')");
   std::regex frame(R"((\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads)");
   std::regex regs(R"(Used (\d+) registers)");
+  std::regex smem(R"((\d+) bytes smem)");
   std::istringstream lines(log);
   std::string line;
   std::smatch m;
@@ -48,6 +49,8 @@ std::vector<CudaKernelResources> parseResources(const std::string &log) {
       out.back().spillLoads = std::stoi(m[3].str());
     } else if (!out.empty() && std::regex_search(line, m, regs)) {
       out.back().registers = std::stoi(m[1].str());
+      out.back().sharedBytes =
+          std::regex_search(line, m, smem) ? std::stoi(m[1].str()) : 0;
     }
   }
   return out;
@@ -91,6 +94,34 @@ CudaBinary tilefuse::compileCuda(const std::string &source, const std::string &a
   nvrtcDestroyProgram(&prog);
   bin.kernels = parseResources(bin.log);
   return bin;
+}
+
+std::string tilefuse::compileCudaToPtx(const std::string &source, const std::string &arch) {
+  if (arch.rfind("sm_", 0) != 0)
+    throw CompileError("CUDA architecture '" + arch + "' is not of the form sm_XX");
+  nvrtcProgram prog;
+  check(nvrtcCreateProgram(&prog, source.c_str(), "tilefuse_kernels.cu", 0, nullptr, nullptr),
+        "program creation");
+  std::string archOpt = "--gpu-architecture=compute_" + arch.substr(3);
+  std::string include = std::string("--include-path=") + TILEFUSE_CUDA_INCLUDE_DIR;
+  const char *opts[] = {archOpt.c_str(), "--std=c++17", include.c_str(), "-default-device"};
+  nvrtcResult r = nvrtcCompileProgram(prog, 4, opts);
+  size_t logSize = 0;
+  nvrtcGetProgramLogSize(prog, &logSize);
+  std::string log(logSize, '\0');
+  nvrtcGetProgramLog(prog, log.data());
+  if (r != NVRTC_SUCCESS) {
+    nvrtcDestroyProgram(&prog);
+    check(r, ("compilation for " + arch).c_str(), log);
+  }
+  size_t size = 0;
+  check(nvrtcGetPTXSize(prog, &size), "PTX size");
+  std::string ptx(size, '\0');
+  check(nvrtcGetPTX(prog, ptx.data()), "PTX");
+  nvrtcDestroyProgram(&prog);
+  if (!ptx.empty() && ptx.back() == '\0')
+    ptx.pop_back();
+  return ptx;
 }
 
 namespace {

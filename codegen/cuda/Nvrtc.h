@@ -18,6 +18,7 @@ struct CudaKernelResources {
   int registers = -1;
   int spillStores = -1, spillLoads = -1;
   int stackBytes = -1;
+  int sharedBytes = -1; ///< static shared memory (block reductions)
 };
 
 struct CudaBinary {
@@ -32,6 +33,9 @@ struct CudaBinary {
 CudaBinary compileCuda(const std::string &source, const std::string &arch);
 /// "13.0"
 std::string nvrtcVersion();
+/// PTX of `source` for virtual architecture compute_XX of `arch` (sm_XX):
+/// what the emitted C became, for tests and for reading.
+std::string compileCudaToPtx(const std::string &source, const std::string &arch);
 
 /// compileCuda for every unit, in parallel (one thread per core), through
 /// a disk cache of cubins keyed by a hash of (source, arch, options, NVRTC

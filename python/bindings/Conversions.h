@@ -2,7 +2,7 @@
 #ifndef TILEFUSE_PYTHON_CONVERSIONS_H
 #define TILEFUSE_PYTHON_CONVERSIONS_H
 
-#include "frontend/Graph.h"
+#include "runtime/HostTensor.h"
 
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>

@@ -8,18 +8,33 @@
     out = g.interpret(*numpy_arrays)        # reference interpreter
     fn = tilefuse.compile(fn, *numpy_arrays, device="auto")   # fused kernels
     out = fn(*numpy_arrays)
+    step = tilefuse.load("model.tfa")       # an ahead-of-time artifact
+
+A runtime-only installation (built with TILEFUSE_RUNTIME_ONLY, no LLVM/MLIR)
+has `tilefuse.load` and nothing that compiles; `HAVE_COMPILER` says which.
 """
-from ._core import CompileError
-from ._dtypes import bfloat16, bool_, float16, float32, float64, int32, int64
-from ._tracing import Graph, Tensor, cat, parse, stack, trace, where
-from . import functional, optim
-from .compiler import CompiledFunction, LoadedFunction, compile, load
-from .train import TrainStep, compile_train_step
+from ._runtime import CompileError
+from .runtime import LoadedFunction, LoadedTrainStep, load
+
+try:
+    from . import _core  # noqa: F401  (the compiler)
+    HAVE_COMPILER = True
+except ImportError:
+    HAVE_COMPILER = False
 
 __version__ = "0.1.0"
 
-__all__ = [
-    "CompileError", "CompiledFunction", "Graph", "LoadedFunction", "compile", "load", "Tensor", "TrainStep", "cat", "compile_train_step", "functional",
-    "optim", "parse", "stack", "trace",
-    "where", "float32", "float16", "bfloat16", "float64", "int32", "int64", "bool_",
-]
+__all__ = ["CompileError", "HAVE_COMPILER", "LoadedFunction", "LoadedTrainStep", "load"]
+
+if HAVE_COMPILER:
+    from ._dtypes import bfloat16, bool_, float16, float32, float64, int32, int64
+    from ._tracing import Graph, Tensor, cat, parse, stack, trace, where
+    from . import functional, optim
+    from .compiler import CompiledFunction, compile
+    from .train import TrainStep, compile_train_step, train_step_graph
+
+    __all__ += [
+        "CompiledFunction", "Graph", "compile", "Tensor", "TrainStep", "cat",
+        "compile_train_step", "train_step_graph", "functional", "optim", "parse", "stack", "trace", "where",
+        "float32", "float16", "bfloat16", "float64", "int32", "int64", "bool_",
+    ]

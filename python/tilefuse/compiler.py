@@ -7,26 +7,28 @@ _NOTICED = []
 
 
 def resolve_device(device):
-    """The backend a device name selects in this build. Kernels run on the
-    CPU backend only (the CUDA executor is not built yet): "auto" is the
-    CPU, saying so once when a GPU is present; "cuda" is refused with the
-    reason."""
+    """The backend a device name selects here: "auto" is CUDA when a driver,
+    a GPU and cuBLAS are there, else the CPU (saying why once); "cuda"
+    without them raises CompileError with the reason."""
     from . import _core
     if device == "cpu":
         return "cpu"
     if device == "auto":
-        gpus, _ = _core.cuda_devices()
-        if gpus and not _NOTICED:
+        gpus, why = _core.cuda_devices()
+        if gpus:
+            return "cuda"
+        if not _NOTICED:
             _NOTICED.append(True)
-            print(f"tilefuse: {gpus} CUDA device(s) found, but this build runs kernels on the "
-                  "CPU only (no CUDA executor yet)")
+            print(f"tilefuse: running on the CPU ({why})")
         return "cpu"
     if device == "cuda":
         gpus, why = _core.cuda_devices()
-        reason = why if not gpus else "this build of tilefuse has no CUDA executor yet"
-        raise CompileError(f"device='cuda' is not available: {reason}; use device='cpu' or "
-                           "'auto' (CUDA C for a GPU can be printed with "
-                           "graph._graph.cuda_source('cuda:sm_90'))")
+        if not gpus:
+            raise CompileError(f"device='cuda' is not available: {why}; use device='cpu' or "
+                               "'auto' (CUDA C for a GPU can be printed with "
+                               "graph._graph.cuda_source('cuda:sm_90'), and an artifact "
+                               "compiled with Graph.export(path, 'cuda:sm_90'))")
+        return "cuda"
     raise CompileError(f"unknown device {device!r}; expected 'auto', 'cpu' or 'cuda'")
 
 
@@ -41,7 +43,7 @@ class CompiledFunction:
         self._in_spec = in_spec
         self._out_spec = out_spec
 
-    def __call__(self, *args):
+    def __call__(self, *args, out="numpy"):
         leaves, spec = _pytree.flatten(list(args))
         if self._in_spec is not None and len(args) != len(self._in_spec[2]):
             raise CompileError(f"the compiled function takes {len(self._in_spec[2])} "
@@ -50,7 +52,7 @@ class CompiledFunction:
             raise CompileError(
                 "the arguments do not have the structure (nesting, keys) of the example "
                 "arguments the function was compiled with")
-        results = self._exe.run(leaves)
+        results = self._exe.run(leaves, out=out)
         if self._out_spec is None:
             return results[0] if len(results) == 1 else tuple(results)
         return _pytree.unflatten(self._out_spec, results)
@@ -97,31 +99,10 @@ class CompiledFunction:
 
 def compile(fn, *example_args, device="auto"):
     """Traces fn(*example_args) and compiles it into fused kernels for
-    `device` ("auto", "cpu"; "cuda" needs a CUDA-enabled build)."""
+    `device` ("auto", "cpu" or "cuda"). The compiled function takes numpy
+    arrays (and, on CUDA, DLPack tensors such as torch CUDA tensors without
+    a copy); with out="dlpack" it returns device arrays."""
     from ._tracing import trace
     dev = resolve_device(device)
     graph = fn if hasattr(fn, "_graph") else trace(fn, *example_args)
     return graph.compile(dev)
-
-
-class LoadedFunction:
-    """A graph loaded from an ahead-of-time artifact (.tfa): call it with
-    the graph's arguments (numpy arrays, flat); returns numpy arrays."""
-
-    def __init__(self, program, target, graph_text):
-        self._program = program
-        self.target = target
-        self.graph_text = graph_text
-
-    def __call__(self, *args):
-        results = self._program.run(list(args))
-        return results[0] if len(results) == 1 else tuple(results)
-
-
-def load(path):
-    """Loads an artifact written by Graph.export or tilefuse-compile. CPU
-    artifacts run here (this build has no CUDA executor); a truncated,
-    corrupt, other-version or other-CPU artifact raises CompileError."""
-    from . import _core
-    program, target, text = _core.load_artifact(str(path))
-    return LoadedFunction(program, target, text)

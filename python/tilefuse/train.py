@@ -87,6 +87,22 @@ def compile_train_step(loss_fn, params, example_batch, optimizer, device="auto",
     arrays; `seed` (when loss_fn takes it) is a 0-d int64 tensor equal to
     `seed + t - 1` at step t, for dropout."""
     device = resolve_device(device)
+    graph, names, param_leaves, batch_spec, uses_seed = _build_train_step(
+        loss_fn, params, example_batch, optimizer, seed)
+    return TrainStep(graph, names, [p.copy() for p in param_leaves],
+                     optimizer.state_names(), batch_spec, optimizer.lr, seed, uses_seed,
+                     device)
+
+
+def train_step_graph(loss_fn, params, example_batch, optimizer, seed=0):
+    """The training-step Graph compile_train_step compiles, without
+    compiling it (for Graph.export): arguments (parameters, optimizer state
+    per parameter and state name, batch leaves, [seed,] step, lr), results
+    (loss, new parameters, new state)."""
+    return _build_train_step(loss_fn, params, example_batch, optimizer, seed)[0]
+
+
+def _build_train_step(loss_fn, params, example_batch, optimizer, seed):
     if not hasattr(optimizer, "_config"):
         raise CompileError(f"optimizer must be a tilefuse.optim optimizer, got {optimizer!r}")
     config = optimizer._config()
@@ -106,6 +122,4 @@ def compile_train_step(loss_fn, params, example_batch, optimizer, device="auto",
     graph = loss_graph._graph.train_step(len(param_leaves), **config)
     from ._tracing import Graph
 
-    return TrainStep(Graph(graph), names, [p.copy() for p in param_leaves],
-                     optimizer.state_names(), batch_spec, optimizer.lr, seed, uses_seed,
-                     device)
+    return Graph(graph), names, param_leaves, batch_spec, uses_seed

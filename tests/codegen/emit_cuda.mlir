@@ -7,7 +7,8 @@
 
 // CHECK: template <typename T, typename Op> __device__ T tf_block_reduce(
 // CHECK:   __shfl_xor_sync
-// CHECK-LABEL: // softmax_kernel0: grid 16 x block 64; fuses graph.reduce_max graph.broadcast_in_dim graph.sub graph.exp graph.reduce_sum graph.broadcast_in_dim graph.div
+// CHECK: struct alignas(sizeof(T) * V) tf_pack { T v[V]; };
+// CHECK-LABEL: // softmax_kernel0: grid 16 x block 64 (64 threads x 1 lanes); fuses graph.reduce_max graph.broadcast_in_dim graph.sub graph.exp graph.reduce_sum graph.broadcast_in_dim graph.div
 // CHECK-NEXT: extern "C" __global__ void __launch_bounds__(64) softmax_kernel0(float* __restrict__ [[X:v[0-9]+]], float* __restrict__ [[Y:v[0-9]+]])
 // CHECK:   (long long)blockIdx.x
 // CHECK:   threadIdx.x < {{v[0-9]+}} ? [[X]][
@@ -21,13 +22,32 @@ func.func @softmax(%x: tensor<16x50xf32>) -> tensor<16x50xf32> {
   return %0 : tensor<16x50xf32>
 }
 
-// f16 storage, f32 arithmetic, booleans as bytes.
-// CHECK-LABEL: // half_kernel0:
+// f16 storage, f32 arithmetic, booleans as bytes; 128 lanes = 32 threads
+// holding 4 lanes each.
+// CHECK-LABEL: // half_kernel0: grid 1 x block 128 (32 threads x 4 lanes)
 // CHECK: __half* __restrict__ {{v[0-9]+}}, signed char* __restrict__
-// CHECK: float {{v[0-9]+}} = (float)(
-// CHECK: __half {{v[0-9]+}} = (__half)(
+// CHECK: tf_load<__half, 4, 1>(
+// CHECK: for (int j = 0; j < 4; ++j) {{v[0-9]+}}[j] = (float)({{v[0-9]+}}[j]);
+// CHECK: for (int j = 0; j < 4; ++j) {{v[0-9]+}}[j] = (__half)({{v[0-9]+}}[j]);
 func.func @half(%x: tensor<128xf16>, %m: tensor<128xi1>) -> tensor<128xf16> {
   %0 = graph.exp %x : tensor<128xf16>
   %1 = graph.select %m, %0, %x : (tensor<128xi1>, tensor<128xf16>, tensor<128xf16>) -> tensor<128xf16>
   return %1 : tensor<128xf16>
+}
+
+// Contiguous blocks move as one 128-bit access per thread (4 f32 lanes,
+// tf_pack aligned to 16 bytes) when whole and aligned, lane by lane
+// otherwise; a row reduction folds a thread's own lanes before the shuffles.
+// CHECK-LABEL: // rows_kernel0: grid 64 x block 1024 (256 threads x 4 lanes); fuses graph.exp graph.reduce_sum graph.broadcast_in_dim graph.div
+// CHECK-NEXT: __launch_bounds__(256) rows_kernel0(float* __restrict__ [[IN:v[0-9]+]], float* __restrict__ [[OUT:v[0-9]+]])
+// CHECK: float [[LOADED:v[0-9]+]][4];
+// CHECK-NEXT: tf_load<float, 4, 1>([[LOADED]], [[IN]],
+// CHECK: tf_block_reduce<float>(tf_fold({{v[0-9]+}}, tf_add_op<float>()), tf_add_op<float>())
+// CHECK: tf_store<float, 4, 1>({{v[0-9]+}}, [[OUT]],
+func.func @rows(%x: tensor<64x1000xf32>) -> tensor<64x1000xf32> {
+  %0 = graph.exp %x : tensor<64x1000xf32>
+  %1 = graph.reduce_sum %0 {dims = array<i64: 1>, keepdim = true} : (tensor<64x1000xf32>) -> tensor<64x1xf32>
+  %2 = graph.broadcast_in_dim %1 {dims = array<i64: 0, 1>} : (tensor<64x1xf32>) -> tensor<64x1000xf32>
+  %3 = graph.div %0, %2 : tensor<64x1000xf32>
+  return %3 : tensor<64x1000xf32>
 }

@@ -1,7 +1,8 @@
 """Ahead-of-time artifacts (.tfa): compile -> file -> load -> run on the CPU
-target equals the interpreter; CUDA artifacts are written (cubins) but this
-runtime refuses to run them; bad files are refused with the reason; the
-tilefuse-compile and tilefuse-run tools."""
+target equals the interpreter; training-step artifacts keep their state on
+the device between calls; CUDA artifacts run against the interpreter where
+a GPU is, and are refused with the reason where none is; bad files are
+refused with the reason; the tilefuse-compile and tilefuse-run tools."""
 import os
 import shutil
 import subprocess
@@ -43,21 +44,52 @@ def test_training_step_artifact_matches_the_interpreted_step(tmp_path):
     step.graph.export(path)
     names = sorted(params)
     p = [params[k] for k in names]
-    args = p + [np.zeros_like(x) for _ in range(2) for x in p] + [
-        batch["x"], batch["y"], np.int64(5), np.int64(1), np.float64(1e-2)]
-    assert_compiled_close(tilefuse.load(path)(*args), step.graph.interpret(*args), "step")
+    kept = p + [np.zeros_like(x) for _ in range(2) for x in p]
+    loaded = tilefuse.load(path)
+    assert isinstance(loaded, tilefuse.LoadedTrainStep)
+    assert loaded.state_arguments == list(range(len(kept)))
+    with pytest.raises(tilefuse.CompileError, match="call set_state"):
+        loaded(batch["x"], batch["y"], np.int64(5), np.int64(1), np.float64(1e-2))
+    loaded.set_state(kept)
+    # Two steps: the second starts from the state the first left behind.
+    for t in (1, 2):
+        rest = [batch["x"], batch["y"], np.int64(5), np.int64(t), np.float64(1e-2)]
+        want = step.graph.interpret(*(kept + rest))
+        got = [loaded(*rest)] + loaded.state()
+        assert_compiled_close(got, want, f"step {t}")
+        kept = list(want[1:])
 
 
-def test_cuda_artifact_is_written_but_not_run_here(rng, tmp_path):
-    g, _ = _graph(rng)
+def test_cuda_artifact_runs_on_a_gpu_or_is_refused_with_the_reason(rng, tmp_path):
+    g, args = _graph(rng)
     path = tmp_path / "m90.tfa"
     try:
         g.export(path, "cuda:sm_90")
     except tilefuse.CompileError as e:
         assert "no NVRTC" in str(e)
-        pytest.skip("this build has no NVRTC")
-    with pytest.raises(tilefuse.CompileError, match="targets cuda:sm_90; this runtime runs CPU"):
-        tilefuse.load(path)
+        pytest.skip("this build has no NVRTC (CUDA toolkit not found): no CUDA artifact")
+    gpus, why = tilefuse._runtime.cuda_devices()
+    if not gpus:
+        # This machine: the refusal names the missing piece.
+        with pytest.raises(tilefuse.CompileError, match="targets cuda:sm_90, but CUDA is not "
+                                                         "available: " + why.split(" (")[0]):
+            tilefuse.load(path)
+        return
+    try:
+        f = tilefuse.load(path)
+    except tilefuse.CompileError as e:
+        assert "this GPU is" in str(e)  # another architecture: refused with both named
+        return
+    assert f.target == "cuda:sm_90" and f.device.startswith("cuda:0")
+    assert_compiled_close(f(*args), g.interpret(*args), "CUDA artifact")
+    assert_compiled_close(f(*args), g.interpret(*args), "CUDA artifact, graph replay")
+    assert f.graph_stats == (1, 1)
+
+
+def test_unknown_targets_are_refused(rng, tmp_path):
+    g, _ = _graph(rng)
+    with pytest.raises(tilefuse.CompileError, match="unknown target 'tpu'"):
+        g.export(tmp_path / "x.tfa", "tpu")
 
 
 def test_bad_artifacts_are_refused(rng, tmp_path):
@@ -98,7 +130,7 @@ func.func @loss(%w: tensor<16x8xf32>, %x: tensor<4x16xf32>) -> tensor<f32> {
     for path, results in [(fwd, 1), (step, 2)]:
         out = subprocess.run(["tilefuse-run", str(path), "--repeat=3"], check=True,
                              capture_output=True, text=True).stdout
-        assert out.startswith("cpu: ") and out.count("result ") == results, out
+        assert out.startswith("cpu on cpu: ") and out.count("result ") == results, out
     bad = subprocess.run(["tilefuse-run", str(src)], capture_output=True, text=True)
     assert bad.returncode == 1 and "not a tilefuse artifact" in bad.stderr
     usage = subprocess.run(["tilefuse-compile", str(src)], capture_output=True, text=True)

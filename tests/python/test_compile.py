@@ -39,9 +39,12 @@ def test_compile_matches_interpreter(rng):
     assert_compiled_close(fn(*args), fn.graph.interpret(*args), "mlp")
 
 
-def test_auto_is_cpu_without_cuda(rng):
+def test_auto_is_cuda_with_a_gpu_else_cpu(rng):
     args = _mlp_args(rng)
-    assert tilefuse.compile(_mlp, *args, device="auto").device == "cpu"
+    gpus, _ = tilefuse._core.cuda_devices()
+    fn = tilefuse.compile(_mlp, *args, device="auto")
+    assert fn.device == ("cuda" if gpus else "cpu")
+    assert_compiled_close(fn(*args), fn.graph.interpret(*args), f"mlp on {fn.device}")
 
 
 def test_structured_outputs_and_integer_results(rng):
@@ -178,18 +181,50 @@ def test_same_results_on_one_thread(rng, tmp_path):
 # Errors
 # ---------------------------------------------------------------------------
 
-def test_cuda_device_is_refused_with_the_reason(rng):
+def test_cuda_device_runs_on_a_gpu_or_is_refused_with_the_reason(rng):
     gpus, why = tilefuse._core.cuda_devices()
-    expected = why if not gpus else "no CUDA executor"
-    assert expected, "no GPU but no reason given"
-    with pytest.raises(tilefuse.CompileError, match="device='cuda' is not available"):
-        tilefuse.compile(_mlp, *_mlp_args(rng), device="cuda")
-    try:
-        tilefuse.compile(_mlp, *_mlp_args(rng), device="cuda")
-    except tilefuse.CompileError as e:
-        assert expected in str(e), str(e)
+    args = _mlp_args(rng)
+    if gpus:
+        fn = tilefuse.compile(_mlp, *args, device="cuda")
+        assert fn.device == "cuda"
+        for _ in range(2):  # the second call replays the captured graph
+            assert_compiled_close(fn(*args), fn.graph.interpret(*args), "mlp on cuda")
+    else:
+        assert why, "no GPU but no reason given"
+        with pytest.raises(tilefuse.CompileError, match="device='cuda' is not available") as e:
+            tilefuse.compile(_mlp, *args, device="cuda")
+        assert why in str(e.value), str(e.value)
     with pytest.raises(tilefuse.CompileError, match="unknown device 'tpu'"):
-        tilefuse.compile(_mlp, *_mlp_args(rng), device="tpu")
+        tilefuse.compile(_mlp, *args, device="tpu")
+
+
+class _FakeCudaTensor:
+    """Says it lives in GPU memory (DLPack device 2), as a torch CUDA tensor does."""
+
+    def __dlpack_device__(self):
+        return (2, 0)
+
+    def __dlpack__(self, stream=None):
+        raise AssertionError("a CPU function must not take GPU memory")
+
+
+def test_gpu_tensors_are_refused_by_a_cpu_function(rng):
+    args = list(_mlp_args(rng))
+    fn = tilefuse.compile(_mlp, *args, device="cpu")
+    args[0] = _FakeCudaTensor()
+    with pytest.raises(tilefuse.CompileError, match="argument 0 is in GPU memory; this "
+                                                     "function runs on the CPU"):
+        fn(*args)
+
+
+def test_dlpack_output_on_the_cpu_is_numpy(rng):
+    args = _mlp_args(rng)
+    fn = tilefuse.compile(_mlp, *args, device="cpu")
+    out = fn(*args, out="dlpack")
+    assert isinstance(out, np.ndarray)
+    np.testing.assert_array_equal(out, fn(*args))
+    with pytest.raises(tilefuse.CompileError, match="out must be 'numpy' or 'dlpack'"):
+        fn(*args, out="torch")
 
 
 def test_wrong_arguments_are_refused(rng):

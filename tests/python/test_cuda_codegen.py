@@ -168,3 +168,36 @@ def test_concurrent_processes_share_the_cache(tmp_path):
         "print(sorted((r['name'], r['registers'])", "print(all(r['cached']")], env=monkey,
         capture_output=True, text=True, check=True).stdout
     assert out.strip().startswith("True")
+
+
+# ---------------------------------------------------------------------------
+# What the emitted C becomes
+# ---------------------------------------------------------------------------
+
+@needs_nvrtc
+def test_contiguous_blocks_become_128_bit_loads_and_stores():
+    x = np.ones((4096, 1024), np.float32)
+    chain = tilefuse.trace(lambda x, y: (x * y + x).abs().sqrt(), x, x)
+    ptx = chain._graph.cuda_ptx("cuda:sm_90")
+    assert "ld.global.nc.v4.f32" in ptx or "ld.global.v4.f32" in ptx, ptx[-3000:]
+    assert "st.global.v4.f32" in ptx, ptx[-3000:]
+    rows = tilefuse.trace(lambda x: F.softmax(x, -1), x)._graph.cuda_ptx("cuda:sm_90")
+    assert "v4.f32" in rows and "shfl.sync.bfly.b32" in rows
+
+
+@needs_nvrtc
+def test_resource_report_has_shared_memory_of_block_reductions():
+    rows = _small_graph()._graph.compile_cuda("cuda:sm_90")
+    assert all(r["shared_bytes"] >= 0 for r in rows), rows
+    assert any(r["shared_bytes"] > 0 for r in rows), rows  # the reductions' partials
+
+
+@needs_nvrtc
+@pytest.mark.parametrize("arch", ARCHS)
+def test_gather_and_scatter_artifacts_carry_the_library_kernels(arch, tmp_path):
+    # deepfm's step gathers embeddings and scatter-adds their gradients:
+    # the artifact needs the runtime library's cubin, compiled for `arch`.
+    path = tmp_path / "deepfm.tfa"
+    corpus()["deepfm AdamW step"].export(path, arch)
+    data = path.read_bytes()
+    assert b"tf_library" in data and b"tf_scatter_add_f32_i64" in data

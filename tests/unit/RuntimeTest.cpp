@@ -194,7 +194,7 @@ TEST(CpuExecutor, PersistentArgumentsCarryResultsAcrossRuns) {
   exe.makePersistent(0, x.bytes.data());
   exe.carry(0, 0);
   for (int i = 0; i < 3; ++i)
-    exe.run(std::vector<const void *>{nullptr});
+    exe.run(std::vector<ArgRef>{ArgRef{}});
   auto *now = static_cast<const float *>(exe.persistent(0));
   EXPECT_EQ(now[0], 8);
   EXPECT_EQ(now[2], 24);

@@ -1,10 +1,12 @@
 //===- tilefuse-run.cpp - run an artifact (runtime only, no MLIR) ---------===//
 //
-//   tilefuse-run model.tfa [--repeat=N]
+//   tilefuse-run model.tfa [--repeat=N] [--no-graphs]
 //
 // Runs the artifact on synthetic inputs (floats uniform in [-1, 1) from a
 // fixed generator, integers 0, booleans false) and prints each result's
-// dtype, shape and sum, and the mean time of a run.
+// dtype, shape and sum, and the mean time of a run. CPU artifacts run on
+// this CPU, CUDA artifacts on the first GPU (replaying a CUDA graph per run
+// unless --no-graphs).
 //
 //===----------------------------------------------------------------------===//
 #include "runtime/Artifact.h"
@@ -19,13 +21,16 @@ using namespace tilefuse;
 int main(int argc, char **argv) {
   std::string path;
   int repeat = 1;
+  bool graphs = true;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--help" || a == "-h") {
-      std::cerr << "usage: tilefuse-run model.tfa [--repeat=N]\n";
+      std::cerr << "usage: tilefuse-run model.tfa [--repeat=N] [--no-graphs]\n";
       return 0;
     }
-    if (a.rfind("--repeat=", 0) == 0)
+    if (a == "--no-graphs")
+      graphs = false;
+    else if (a.rfind("--repeat=", 0) == 0)
       repeat = std::max(1, std::atoi(a.c_str() + 9));
     else if (path.empty() && a[0] != '-')
       path = a;
@@ -40,7 +45,7 @@ int main(int argc, char **argv) {
   }
   try {
     Artifact artifact = readArtifactFile(path);
-    std::unique_ptr<CpuExecutor> exe = loadCpuArtifact(artifact);
+    std::unique_ptr<Executor> exe = loadArtifact(artifact, graphs);
     const Program &p = exe->program();
     std::vector<HostTensor> args;
     uint64_t state = 0x9E3779B97F4A7C15ull;
@@ -59,7 +64,7 @@ int main(int argc, char **argv) {
       out = exe->run(args);
     double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
                     .count() / repeat;
-    std::cout << artifact.target << ": " << p.steps.size() << " steps, " << p.kernels.size()
+    std::cout << artifact.target << " on " << exe->device() << ": " << p.steps.size() << " steps, " << p.kernels.size()
               << " kernels; " << ms << " ms per run\n";
     for (size_t i = 0; i < out.size(); ++i) {
       double sum = 0;

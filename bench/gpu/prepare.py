@@ -1,0 +1,236 @@
+#!/usr/bin/env python3
+"""Builds everything the GPU check needs, on a machine with the compiler
+(no GPU needed): CUDA artifacts of the test corpus with their inputs and
+expected outputs, the five benchmark kernels and the training workloads,
+and manifest.json describing them (format: bench/gpu/bench.py).
+
+    PYTHONPATH=build/python python3 bench/gpu/prepare.py OUT [--arch sm_90] [--no-gpt2-small]
+
+Expected outputs come from the reference interpreter (float32), the oracle
+of every CPU test; the GPU must match them within the stated tolerance.
+"""
+import argparse
+import datetime
+import json
+import os
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+import tilefuse
+import tilefuse.functional as F
+from tilefuse import workloads as W
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import torch_models  # noqa: E402  (numpy parts only: no torch needed here)
+
+# f32 results must satisfy |got - want| <= RTOL*|want| + ATOL*max(1, max|want|)
+# (the bound the CPU backend is held to in tests/python/fusion_checks.py).
+RTOL, ATOL = 1e-4, 1e-4
+
+
+def log(msg):
+    print(f"[prepare] {msg}", file=sys.stderr, flush=True)
+
+
+# --- the test corpus: graphs run once against the interpreter -------------
+
+def corpus():
+    """(name, Graph, args) of graphs covering every kernel family: pointwise,
+    row and column reductions, split full reductions, views, f16, gathers
+    and scatter-adds, GEMMs with and without epilogues, Philox dropout."""
+    rng = np.random.default_rng(0)
+    out = []
+    x = rng.standard_normal((37, 129)).astype(np.float32)
+    w = rng.standard_normal((129,)).astype(np.float32)
+    h = rng.standard_normal((8, 50)).astype(np.float16)
+
+    def op_mix(x, w, h):
+        a = F.layer_norm(F.gelu(x), (129,), w, w)
+        b = (F.log_softmax(x, -1) * x.sigmoid()).sum(0) + x.argmax(1).to("f32").sum()
+        c = (h.exp() + h.tanh()).to("f32").max(-1)
+        return a, b, c, tilefuse.cat([x[:, :3], x[:, -3:]], 1).abs().sqrt()
+    out.append(("op_mix", tilefuse.trace(op_mix, x, w, h), [x, w, h]))
+
+    big = rng.standard_normal((1999 * 1999 + 1,)).astype(np.float32)
+    other = rng.standard_normal(big.shape).astype(np.float32)
+    g = tilefuse.trace(lambda a, b: (a * b).sum(), big, other)
+    out.append(("mul_kernel_fwd_bwd", g.value_and_grad(wrt=(0, 1)), [big, other]))
+
+    xs = rng.standard_normal((257, 1000)).astype(np.float32)
+    out.append(("softmax_rows", tilefuse.trace(lambda x: F.softmax(x, -1), xs), [xs]))
+    out.append(("column_sums", tilefuse.trace(lambda x: x.sum(0) + x.max(0), xs), [xs]))
+
+    a = rng.standard_normal((64, 96)).astype(np.float32)
+    wl = rng.standard_normal((48, 96)).astype(np.float32)
+    bl = rng.standard_normal((48,)).astype(np.float32)
+    out.append(("linear_relu", tilefuse.trace(lambda a, w, b: F.relu(F.linear(a, w, b)), a, wl, bl),
+                [a, wl, bl]))
+
+    cfg = W.gpt2_mini_config(n_layer=1, dropout=0.1)
+    p, b = W.gpt2_mini_init(cfg, seed=0), W.gpt2_mini_batch(cfg, seed=1)
+    fwd = tilefuse.trace(lambda p, b, s: W.gpt2_mini_loss(p, b, s, cfg, True), p, b, np.int64(3))
+    out.append(("gpt2_mini_forward_dropout", fwd, [p, b, np.int64(3)]))
+
+    cfg = W.deepfm_config()
+    p, b = W.deepfm_init(cfg, seed=0), W.deepfm_batch(cfg, seed=1)
+    g = tilefuse.trace(lambda p, b: W.deepfm_loss(p, b, config=cfg), p, b)
+    out.append(("deepfm_grads", g.value_and_grad(wrt=(0,)), [p, b]))
+    return out
+
+
+def flat(args):
+    from tilefuse import _pytree
+    leaves, _ = _pytree.flatten(list(args))
+    return [np.asarray(v) for v in leaves]
+
+
+def export_case(outdir, name, graph, args, target):
+    path = os.path.join(outdir, "corpus", name + ".tfa")
+    graph.export(path, target)
+    leaves = flat(args)
+    want = graph._graph.interpret(leaves)
+    np.savez(os.path.join(outdir, "corpus", name + ".in.npz"), *leaves)
+    np.savez(os.path.join(outdir, "corpus", name + ".out.npz"), *want)
+    return {"name": name, "artifact": f"corpus/{name}.tfa", "inputs": f"corpus/{name}.in.npz",
+            "expected": f"corpus/{name}.out.npz", "rtol": RTOL, "atol": ATOL}
+
+
+# --- the five benchmark kernels (bench/kernel_bench.cpp) -------------------
+
+def t(*shape):
+    return "tensor<" + "x".join(map(str, shape)) + "xf32>"
+
+
+def kernel_graphs():
+    x = t(8192, 16384)
+    chain = f"""func.func @chain(%x: {x}, %y: {x}) -> {x} {{
+  %h = graph.full 0.5 : {x}
+  %o = graph.full 1.0 : {x}
+  %1 = graph.mul %x, %y : {x}
+  %2 = graph.add %1, %x : {x}
+  %3 = graph.mul %2, %h : {x}
+  %4 = graph.sub %3, %y : {x}
+  %5 = graph.abs %4 : {x}
+  %6 = graph.add %5, %o : {x}
+  %7 = graph.sqrt %6 : {x}
+  %8 = graph.mul %7, %y : {x}
+  return %8 : {x}
+}}"""
+    s = t(131072, 1024)
+    softmax = f"""func.func @softmax(%x: {s}) -> {s} {{
+  %0 = graph.softmax %x {{dim = 1 : i64}} : ({s}) -> {s}
+  return %0 : {s}
+}}"""
+    ln, v = t(65536, 1024), t(1024)
+    layer_norm = f"""func.func @ln(%x: {ln}, %g: {v}, %b: {v}, %w: {ln}) -> tensor<f32> {{
+  %0 = graph.layer_norm %x, %g, %b : ({ln}, {v}, {v}) -> {ln}
+  %1 = graph.mul %0, %w : {ln}
+  %2 = graph.reduce_sum %1 {{dims = array<i64: 0, 1>}} : ({ln}) -> tensor<f32>
+  return %2 : tensor<f32>
+}}"""
+    c = t(4096, 32768)
+    ce = f"""func.func @ce(%x: {c}, %y: tensor<4096xi64>) -> tensor<f32> {{
+  %0 = graph.cross_entropy %x, %y : ({c}, tensor<4096xi64>) -> tensor<f32>
+  return %0 : tensor<f32>
+}}"""
+    a = t(33554432)
+    adamw = f"""func.func @adamw(%p: {a}, %g: {a}, %m: {a}, %v: {a}, %bc1: tensor<f32>, %bc2: tensor<f32>, %lr: tensor<f32>) -> ({a}, {a}, {a}) {{
+  %b1 = graph.full 0.9 : {a}
+  %c1 = graph.full 0.1 : {a}
+  %b2 = graph.full 0.999 : {a}
+  %c2 = graph.full 0.001 : {a}
+  %eps = graph.full 1.0e-8 : {a}
+  %wd = graph.full 0.01 : {a}
+  %m1 = graph.mul %m, %b1 : {a}
+  %m2 = graph.mul %g, %c1 : {a}
+  %mn = graph.add %m1, %m2 : {a}
+  %gg = graph.mul %g, %g : {a}
+  %v1 = graph.mul %v, %b2 : {a}
+  %v2 = graph.mul %gg, %c2 : {a}
+  %vn = graph.add %v1, %v2 : {a}
+  %bc1b = graph.broadcast_in_dim %bc1 {{dims = array<i64>}} : (tensor<f32>) -> {a}
+  %bc2b = graph.broadcast_in_dim %bc2 {{dims = array<i64>}} : (tensor<f32>) -> {a}
+  %lrb = graph.broadcast_in_dim %lr {{dims = array<i64>}} : (tensor<f32>) -> {a}
+  %mh = graph.div %mn, %bc1b : {a}
+  %vh = graph.div %vn, %bc2b : {a}
+  %sq = graph.sqrt %vh : {a}
+  %den = graph.add %sq, %eps : {a}
+  %upd = graph.div %mh, %den : {a}
+  %dec = graph.mul %p, %wd : {a}
+  %tot = graph.add %upd, %dec : {a}
+  %stp = graph.mul %tot, %lrb : {a}
+  %pn = graph.sub %p, %stp : {a}
+  return %pn, %mn, %vn : {a}, {a}, {a}
+}}"""
+    return {
+        "pointwise_chain": tilefuse.parse(chain),
+        "softmax": tilefuse.parse(softmax),
+        "layer_norm_fwd_bwd": tilefuse.parse(layer_norm).value_and_grad(wrt=(0, 1, 2)),
+        "cross_entropy_fwd_bwd": tilefuse.parse(ce).value_and_grad(wrt=(0,)),
+        "adamw_update": tilefuse.parse(adamw),
+    }
+
+
+# --- training workloads ----------------------------------------------------
+
+def export_training(outdir, name, cfg, target, lr=1e-4, weight_decay=0.01):
+    params = torch_models.gpt2_init_numpy(cfg, seed=0)
+    batch = torch_models.gpt2_batch_numpy(cfg, seed=1)
+    loss = lambda p, b, s: W.gpt2_mini_loss(p, b, s, cfg, True)  # noqa: E731
+    g = tilefuse.train_step_graph(loss, params, batch,
+                                  tilefuse.optim.AdamW(lr=lr, weight_decay=weight_decay))
+    path = os.path.join(outdir, "train", name + ".tfa")
+    g.export(path, target)
+    return {"name": name, "artifact": f"train/{name}.tfa", "config": cfg, "lr": lr,
+            "weight_decay": weight_decay, "param_names": sorted(params), "init_seed": 0,
+            "batch_seed": 1}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("out")
+    ap.add_argument("--arch", default="sm_90")
+    ap.add_argument("--no-gpt2-small", action="store_true",
+                    help="skip GPT-2 small (its compile takes the longest)")
+    args = ap.parse_args()
+    target = "cuda:" + args.arch
+    for sub in ("corpus", "kernels", "train"):
+        os.makedirs(os.path.join(args.out, sub), exist_ok=True)
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=HERE,
+                            capture_output=True, text=True).stdout.strip() or "unknown"
+    manifest = {"commit": commit, "target": target,
+                "created": datetime.datetime.now(datetime.timezone.utc).strftime(
+                    "%Y-%m-%dT%H:%M:%SZ"),
+                "corpus": [], "kernels": [], "training": []}
+    for name, graph, inputs in corpus():
+        start = time.time()
+        manifest["corpus"].append(export_case(args.out, name, graph, inputs, target))
+        log(f"corpus {name}: {time.time() - start:.1f} s")
+    for name, graph in kernel_graphs().items():
+        start = time.time()
+        graph.export(os.path.join(args.out, "kernels", name + ".tfa"), target)
+        manifest["kernels"].append({"name": name, "artifact": f"kernels/{name}.tfa"})
+        log(f"kernel {name}: {time.time() - start:.1f} s")
+    mini = torch_models.gpt2_config(dropout=0.0)
+    runs = [("gpt2_mini", mini)]
+    if not args.no_gpt2_small:
+        runs.append(("gpt2_small", torch_models.gpt2_small_config()))
+    for name, cfg in runs:
+        start = time.time()
+        manifest["training"].append(export_training(args.out, name, cfg, target))
+        log(f"training {name}: {time.time() - start:.1f} s")
+    with open(os.path.join(args.out, "manifest.json"), "w") as f:
+        json.dump(manifest, f, indent=1)
+    total = sum(os.path.getsize(os.path.join(d, n)) for d, _, names in os.walk(args.out)
+                for n in names)
+    log(f"wrote {args.out}: {total / 2**20:.1f} MiB")
+    if total > 50 * 2**20:
+        sys.exit(f"prepare: {total / 2**20:.1f} MiB is over the 50 MiB a GPU check may carry")
+
+
+if __name__ == "__main__":
+    main()

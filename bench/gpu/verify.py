@@ -1,0 +1,92 @@
+#!/usr/bin/env python3
+"""Runs every corpus artifact of a prepared folder (bench/gpu/prepare.py) on
+this machine's GPU and compares each result with the expected output the
+reference interpreter computed on the build machine.
+
+    python3 bench/gpu/verify.py --prepared DIR [--results-dir DIR]
+
+Needs only the runtime (`tilefuse.load`). Tolerances per result dtype:
+f32 as in the manifest (|got - want| <= rtol*|want| + atol*max(1, max|want|)),
+f16/bf16 with rtol = atol = 1e-2, f64 1e-10, integers and booleans exact.
+Exit status 1 when any case fails.
+"""
+import argparse
+import json
+import os
+import sys
+import time
+
+import numpy as np
+
+import tilefuse
+
+
+def tolerance(dtype, case):
+    if dtype == np.float32:
+        return case["rtol"], case["atol"]
+    if dtype == np.float16 or str(dtype) == "bfloat16":
+        return 1e-2, 1e-2
+    if dtype == np.float64:
+        return 1e-10, 1e-10
+    return 0.0, 0.0
+
+
+def compare(got, want, case):
+    """(ok, worst error as a fraction of the allowed error)."""
+    got, want = np.asarray(got), np.asarray(want)
+    if got.shape != want.shape:
+        return False, float("inf")
+    rtol, atol = tolerance(want.dtype, case)
+    g, w = got.astype(np.float64), want.astype(np.float64)
+    if rtol == 0 and atol == 0:
+        return bool(np.array_equal(g, w)), float(np.count_nonzero(g != w))
+    allowed = rtol * np.abs(w) + atol * max(1.0, float(np.max(np.abs(w))) if w.size else 1.0)
+    err = np.abs(g - w)
+    same_nan = np.isnan(g) & np.isnan(w)
+    bad = (err > allowed) & ~same_nan
+    ratio = float(np.max(np.where(same_nan, 0, err / allowed))) if w.size else 0.0
+    return not bool(bad.any()), ratio
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--prepared", required=True)
+    ap.add_argument("--results-dir")
+    args = ap.parse_args()
+    with open(os.path.join(args.prepared, "manifest.json")) as f:
+        manifest = json.load(f)
+    rows, failed = [], False
+    for case in manifest.get("corpus", []):
+        name = case["name"]
+        try:
+            start = time.time()
+            fn = tilefuse.load(os.path.join(args.prepared, case["artifact"]))
+            inputs = np.load(os.path.join(args.prepared, case["inputs"]))
+            expected = np.load(os.path.join(args.prepared, case["expected"]))
+            leaves = [inputs[f"arr_{i}"] for i in range(len(inputs.files))]
+            got = fn.run(leaves)
+            again = fn.run(leaves)  # the second call replays the captured graph
+            checks = [compare(g, expected[f"arr_{i}"], case) for i, g in enumerate(got)]
+            checks += [compare(a, g, {"rtol": 1e-6, "atol": 1e-6}) for a, g in zip(again, got)]
+            ok = all(c[0] for c in checks)
+            worst = max((c[1] for c in checks), default=0.0)
+            rows.append((name, "pass" if ok else "FAIL", f"{worst:.3g}",
+                         f"{time.time() - start:.2f}"))
+            failed |= not ok
+        except Exception as e:  # one bad case is a row, not the end of the check
+            rows.append((name, "ERROR", type(e).__name__ + ": " + str(e).splitlines()[0][:120], ""))
+            failed = True
+        print(f"[verify] {' | '.join(rows[-1])}", file=sys.stderr, flush=True)
+    table = ["| case | result | worst error / allowed | seconds |", "|---|---|---|---|"]
+    table += [f"| {' | '.join(r)} |" for r in rows]
+    text = "\n".join(table)
+    print(text)
+    if args.results_dir:
+        os.makedirs(args.results_dir, exist_ok=True)
+        with open(os.path.join(args.results_dir, "verify.md"), "w") as f:
+            f.write(text + "\n")
+    sys.exit(1 if failed else 0)
+
+
+if __name__ == "__main__":
+    main()

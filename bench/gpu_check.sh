@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# GPU-machine half of the GPU check (needs the CUDA toolkit, CMake, a C++
+# compiler, Python with pybind11, numpy and torch; no LLVM/MLIR):
+#  1. builds the runtime alone (TILEFUSE_RUNTIME_ONLY) with the CUDA executor
+#     and the runtime-only Python module;
+#  2. runs every corpus artifact against its expected output (verify.py);
+#  3. benchmarks kernels and training steps against torch eager and
+#     torch.compile (bench.py);
+# and prints one table last, also written to $RESULTS_DIR/gpu_check.md when
+# RESULTS_DIR is set.
+#
+#   [RESULTS_DIR=dir] bench/gpu_check.sh [PREPARED]     (default bench/gpu_artifacts)
+set -uo pipefail
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+PREP=${1:-$ROOT/bench/gpu_artifacts}
+BUILD=${TILEFUSE_GPU_BUILD:-$ROOT/build-gpu}
+RESULTS=${RESULTS_DIR:-$(mktemp -d)}
+mkdir -p "$RESULTS"
+[ -f "$PREP/manifest.json" ] || { echo "gpu_check: no $PREP/manifest.json; run bench/gpu_prepare.sh on a build machine first" >&2; exit 2; }
+
+start=$(date +%s)
+GEN=()
+command -v ninja >/dev/null && GEN=(-G Ninja)
+cmake -S "$ROOT" -B "$BUILD" "${GEN[@]}" -DTILEFUSE_RUNTIME_ONLY=ON -DTILEFUSE_BUILD_TESTS=OFF \
+  -DCMAKE_BUILD_TYPE=Release > "$RESULTS/build.log" 2>&1 &&
+  cmake --build "$BUILD" -j "$(nproc)" >> "$RESULTS/build.log" 2>&1
+build_rc=$?
+build_s=$(( $(date +%s) - start ))
+if [ $build_rc -ne 0 ]; then
+  tail -30 "$RESULTS/build.log"
+  echo "gpu_check: the runtime-only build failed (log: $RESULTS/build.log)" >&2
+  exit 1
+fi
+echo "[gpu_check] runtime-only build: ${build_s} s" >&2
+export PYTHONPATH="$BUILD/python"
+
+first=$(ls "$PREP"/kernels/*.tfa 2>/dev/null | head -1)
+if [ -n "$first" ]; then
+  "$BUILD/bin/tilefuse-run" "$first" --repeat=3 > "$RESULTS/tilefuse-run.txt" 2>&1
+  run_rc=$?
+else
+  run_rc=0
+fi
+python3 "$ROOT/bench/gpu/verify.py" --prepared "$PREP" --results-dir "$RESULTS"
+verify_rc=$?
+python3 "$ROOT/bench/gpu/bench.py" --prepared "$PREP" --quick --results-dir "$RESULTS" > "$RESULTS/bench.out"
+bench_rc=$?
+total_s=$(( $(date +%s) - start ))
+
+{
+  echo "## tilefuse GPU check"
+  echo
+  echo "runtime-only build ${build_s} s; whole check ${total_s} s; tilefuse-run rc ${run_rc}; verify rc ${verify_rc}; bench rc ${bench_rc}"
+  echo
+  echo "### Corpus against the reference interpreter"
+  echo
+  cat "$RESULTS/verify.md" 2>/dev/null || echo "(verify.py wrote no table)"
+  echo
+  cat "$RESULTS/gpu_results.md" 2>/dev/null || { echo "(bench.py wrote no table)"; tail -20 "$RESULTS/bench.out"; }
+} > "$RESULTS/gpu_check.md"
+cat "$RESULTS/gpu_check.md"
+[ $run_rc -eq 0 ] && [ $verify_rc -eq 0 ] && [ $bench_rc -eq 0 ]

@@ -1,0 +1,406 @@
+//===- ExecutorBindings.cpp -----------------------------------------------===//
+#include "python/bindings/ExecutorBindings.h"
+
+#include "python/bindings/Conversions.h"
+#include "runtime/Artifact.h"
+#include "runtime/CudaDriver.h"
+#ifdef TILEFUSE_HAVE_CUDA_EXECUTOR
+#include "runtime/CudaExecutor.h"
+#endif
+
+#include <pybind11/stl.h>
+
+#include <cstring>
+
+namespace py = pybind11;
+using namespace tilefuse;
+using namespace tilefuse::python;
+
+namespace {
+
+// --- DLPack (the stable v0 ABI every framework speaks) --------------------
+struct DLDevice {
+  int32_t device_type; ///< 1 CPU, 2 CUDA
+  int32_t device_id;
+};
+struct DLDataType {
+  uint8_t code; ///< 0 int, 1 uint, 2 float, 4 bfloat, 6 bool
+  uint8_t bits;
+  uint16_t lanes;
+};
+struct DLTensor {
+  void *data;
+  DLDevice device;
+  int32_t ndim;
+  DLDataType dtype;
+  int64_t *shape;
+  int64_t *strides;
+  uint64_t byte_offset;
+};
+struct DLManagedTensor {
+  DLTensor dl_tensor;
+  void *manager_ctx;
+  void (*deleter)(DLManagedTensor *self);
+};
+constexpr int32_t kDLCPU = 1, kDLCUDA = 2;
+
+DLDataType dlType(DType t) {
+  switch (t) {
+  case DType::F32: return {2, 32, 1};
+  case DType::F64: return {2, 64, 1};
+  case DType::F16: return {2, 16, 1};
+  case DType::BF16: return {4, 16, 1};
+  case DType::I32: return {0, 32, 1};
+  case DType::I64: return {0, 64, 1};
+  case DType::I1: return {6, 8, 1};
+  }
+  return {0, 0, 0};
+}
+
+/// A result in device memory that DLPack consumers (torch.from_dlpack,
+/// cupy.from_dlpack) take without a copy.
+struct DeviceArray {
+  std::shared_ptr<void> data;
+  DType dtype;
+  Shape shape;
+  int deviceId = 0;
+};
+
+struct ExportedTensor {
+  DLManagedTensor managed;
+  std::shared_ptr<void> owner;
+  Shape shape;
+};
+
+py::capsule exportDLPack(const DeviceArray &a) {
+  auto *t = new ExportedTensor;
+  t->owner = a.data;
+  t->shape = a.shape;
+  DLTensor &d = t->managed.dl_tensor;
+  d.data = a.data.get();
+  d.device = {kDLCUDA, a.deviceId};
+  d.ndim = int32_t(a.shape.size());
+  d.dtype = dlType(a.dtype);
+  d.shape = t->shape.data();
+  d.strides = nullptr; // row-major
+  d.byte_offset = 0;
+  t->managed.manager_ctx = t;
+  t->managed.deleter = [](DLManagedTensor *self) {
+    delete static_cast<ExportedTensor *>(self->manager_ctx);
+  };
+  return py::capsule(&t->managed, "dltensor", [](PyObject *capsule) {
+    // Still named "dltensor": nobody consumed it, so it is ours to free.
+    if (PyCapsule_IsValid(capsule, "dltensor")) {
+      auto *m = static_cast<DLManagedTensor *>(PyCapsule_GetPointer(capsule, "dltensor"));
+      m->deleter(m);
+    }
+  });
+}
+
+/// A DLPack tensor borrowed for one call; returned to its producer after.
+struct ImportedTensor {
+  DLManagedTensor *managed = nullptr;
+  py::object capsule;
+  ~ImportedTensor() {
+    if (managed && managed->deleter)
+      managed->deleter(managed);
+  }
+};
+
+/// Device address of `obj` (a CUDA DLPack tensor) after checking it
+/// against the argument's dtype and shape.
+const void *importCuda(Executor &e, const py::object &obj, const BufferInfo &want,
+                       size_t i, std::vector<std::unique_ptr<ImportedTensor>> &keep) {
+  py::object capsule;
+#ifdef TILEFUSE_HAVE_CUDA_EXECUTOR
+  if (auto *cuda = dynamic_cast<CudaExecutor *>(&e)) {
+    // Our stream: the producer orders its pending work before it.
+    capsule = obj.attr("__dlpack__")(py::arg("stream") =
+                                         reinterpret_cast<uintptr_t>(cuda->stream()));
+  }
+#endif
+  if (!capsule)
+    capsule = obj.attr("__dlpack__")();
+  auto *m = static_cast<DLManagedTensor *>(PyCapsule_GetPointer(capsule.ptr(), "dltensor"));
+  if (!m)
+    throw CompileError("argument " + std::to_string(i) + ": __dlpack__ returned no tensor");
+  PyCapsule_SetName(capsule.ptr(), "used_dltensor");
+  auto held = std::make_unique<ImportedTensor>();
+  held->managed = m;
+  held->capsule = capsule;
+  const DLTensor &d = m->dl_tensor;
+  Shape shape(d.shape, d.shape + d.ndim);
+  DLDataType want_t = dlType(want.dtype);
+  if (d.dtype.code != want_t.code || d.dtype.bits != want_t.bits || d.dtype.lanes != 1 ||
+      shape != want.shape)
+    throw CompileError("argument " + std::to_string(i) + " is a GPU tensor of another dtype or "
+                       "shape; the program was compiled for " + dtypeName(want.dtype) +
+                       shapeToString(want.shape));
+  if (d.strides) {
+    int64_t expect = 1;
+    for (int k = d.ndim - 1; k >= 0; --k) {
+      if (d.shape[k] != 1 && d.strides[k] != expect)
+        throw CompileError("argument " + std::to_string(i) +
+                           " is a strided GPU tensor; pass a contiguous one (.contiguous())");
+      expect *= d.shape[k];
+    }
+  }
+  const void *p = static_cast<const char *>(d.data) + d.byte_offset;
+  keep.push_back(std::move(held));
+  return p;
+}
+
+} // namespace
+
+py::list tilefuse::python::runExecutor(Executor &e, const py::sequence &args,
+                                       const py::object &which, const std::string &out) {
+  const Program &p = e.program();
+  if (out != "numpy" && out != "dlpack")
+    throw CompileError("out must be 'numpy' or 'dlpack', not '" + out + "'");
+  if (py::len(args) != p.arguments.size())
+    throw CompileError("the compiled function takes " + std::to_string(p.arguments.size()) +
+                       " arguments, got " + std::to_string(py::len(args)));
+  bool onGpu = e.device() != "cpu";
+  std::vector<py::array> keep;
+  std::vector<std::unique_ptr<ImportedTensor>> imported;
+  std::vector<HostTensor> converted;
+  converted.reserve(p.arguments.size());
+  std::vector<ArgRef> ptrs;
+  for (size_t i = 0; i < p.arguments.size(); ++i) {
+    const BufferInfo &want = p.buffers[p.arguments[i]];
+    py::object arg = args[i];
+    if (arg.is_none()) { // a persistent argument (make_persistent)
+      ptrs.push_back({nullptr, false});
+      continue;
+    }
+    if (!py::isinstance<py::array>(arg) && py::hasattr(arg, "__dlpack_device__")) {
+      auto dev = arg.attr("__dlpack_device__")().cast<std::pair<int, int>>();
+      if (dev.first == kDLCUDA) {
+        if (!onGpu)
+          throw CompileError("argument " + std::to_string(i) +
+                             " is in GPU memory; this function runs on the CPU (compile it "
+                             "with device='cuda', or pass host arrays)");
+        ptrs.push_back({importCuda(e, arg, want, i, imported), true});
+        continue;
+      }
+    }
+    py::array a = py::array::ensure(arg);
+    if (!a)
+      throw CompileError("argument " + std::to_string(i) +
+                         " is not convertible to a numpy array");
+    Shape shape(a.shape(), a.shape() + a.ndim());
+    bool inPlace = want.dtype != DType::BF16 && shape == want.shape &&
+                   (a.flags() & py::array::c_style) && dtypeOfArray(a) == want.dtype;
+    if (inPlace) {
+      keep.push_back(a);
+      ptrs.push_back({a.data(), false});
+    } else {
+      converted.push_back(toHostTensor(a, {want.dtype, want.shape},
+                                       "argument " + std::to_string(i)));
+      ptrs.push_back({converted.back().bytes.data(), false});
+    }
+  }
+  std::vector<size_t> wanted;
+  if (which.is_none()) {
+    for (size_t i = 0; i < p.results.size(); ++i)
+      wanted.push_back(i);
+  } else {
+    for (auto item : which.cast<py::sequence>()) {
+      size_t i = item.cast<size_t>();
+      if (i >= p.results.size())
+        throw CompileError("no result " + std::to_string(i));
+      wanted.push_back(i);
+    }
+  }
+  py::list results;
+  if (out == "dlpack" && onGpu) {
+#ifdef TILEFUSE_HAVE_CUDA_EXECUTOR
+    auto &cuda = dynamic_cast<CudaExecutor &>(e);
+    std::vector<std::shared_ptr<void>> copies;
+    {
+      py::gil_scoped_release release;
+      e.runThen(ptrs, [&] {
+        for (size_t k : wanted)
+          copies.push_back(cuda.copyResult(k));
+      });
+    }
+    for (size_t k = 0; k < wanted.size(); ++k) {
+      const BufferInfo &info = p.buffers[p.results[wanted[k]]];
+      results.append(DeviceArray{copies[k], info.dtype, info.shape, 0});
+    }
+    return results;
+#endif
+  }
+  // Result arrays exist before the run; the copy into them happens under
+  // the executor's lock (another thread's run cannot slip in between).
+  std::vector<py::array> arrays;
+  std::vector<HostTensor> halves(wanted.size());
+  for (size_t k = 0; k < wanted.size(); ++k) {
+    const BufferInfo &info = p.buffers[p.results[wanted[k]]];
+    if (info.dtype == DType::BF16)
+      halves[k] = HostTensor(info.dtype, info.shape);
+    arrays.emplace_back(numpyDType(info.dtype),
+                        std::vector<py::ssize_t>(info.shape.begin(), info.shape.end()));
+  }
+  std::vector<void *> targets;
+  for (size_t k = 0; k < wanted.size(); ++k)
+    targets.push_back(p.buffers[p.results[wanted[k]]].dtype == DType::BF16
+                          ? static_cast<void *>(halves[k].bytes.data())
+                          : arrays[k].mutable_data());
+  {
+    py::gil_scoped_release release;
+    e.runThen(ptrs, [&] {
+      for (size_t k = 0; k < wanted.size(); ++k)
+        std::memcpy(targets[k], e.result(wanted[k]),
+                    p.buffers[p.results[wanted[k]]].byteSize());
+    });
+  }
+  for (size_t k = 0; k < wanted.size(); ++k)
+    results.append(p.buffers[p.results[wanted[k]]].dtype == DType::BF16 ? toNumpy(halves[k])
+                                                                        : arrays[k]);
+  return results;
+}
+
+void tilefuse::python::makePersistent(Executor &e, size_t i, const py::array &a) {
+  const Program &p = e.program();
+  if (i >= p.arguments.size())
+    throw CompileError("no argument " + std::to_string(i));
+  const BufferInfo &want = p.buffers[p.arguments[i]];
+  HostTensor t = toHostTensor(a, {want.dtype, want.shape}, "argument " + std::to_string(i));
+  e.makePersistent(i, t.bytes.data());
+}
+
+py::array tilefuse::python::persistentValue(Executor &e, size_t i) {
+  const Program &p = e.program();
+  const void *data = i < p.arguments.size() ? e.persistent(i) : nullptr;
+  if (!data)
+    throw CompileError("argument " + std::to_string(i) + " is not persistent");
+  const BufferInfo &info = p.buffers[p.arguments[i]];
+  HostTensor t(info.dtype, info.shape);
+  std::memcpy(t.bytes.data(), data, info.byteSize());
+  return toNumpy(t);
+}
+
+py::list tilefuse::python::programKernels(const Program &p) {
+  py::list rows;
+
+  for (const Step &s : p.steps) {
+    py::dict row;
+    switch (s.kind) {
+    case Step::Kind::Kernel: {
+      const ProgramKernel &k = p.kernels[s.kernel];
+      row["name"] = k.name;
+      row["kind"] = k.kind;
+      row["grid"] = k.grid;
+      row["block"] = k.block;
+      if (k.threads)
+        row["threads"] = k.threads;
+      row["ops"] = k.fusedOps;
+      break;
+    }
+    case Step::Kind::Gemm:
+      row["name"] = "gemm";
+      row["kind"] = "library";
+      row["shape"] = py::make_tuple(s.batch, s.m, s.n, s.k);
+      row["ops"] = std::vector<std::string>{s.source};
+      break;
+    case Step::Kind::Gather:
+    case Step::Kind::ScatterAdd:
+    case Step::Kind::Copy:
+      row["name"] = s.source;
+      row["kind"] = s.kind == Step::Kind::Copy ? "copy" : "library";
+      row["ops"] = std::vector<std::string>{s.source};
+      break;
+    }
+    int64_t bytes = 0;
+    for (int b : s.buffers)
+      bytes += int64_t(p.buffers[b].byteSize());
+    row["bytes"] = bytes;
+    rows.append(row);
+  }
+  return rows;
+}
+
+
+namespace {
+py::tuple signatures(const Program &p, const std::vector<int> &buffers) {
+  py::list out;
+  for (int b : buffers) {
+    const BufferInfo &info = p.buffers[b];
+    out.append(py::make_tuple(info.name, dtypeName(info.dtype), py::tuple(py::cast(info.shape))));
+  }
+  return py::tuple(out);
+}
+} // namespace
+
+void tilefuse::python::registerExecutorBindings(py::module_ &m) {
+  py::class_<DeviceArray>(m, "DeviceArray", py::module_local(),
+                          "A result in GPU memory; torch.from_dlpack / cupy.from_dlpack take "
+                          "it without a copy")
+      .def("__dlpack__", [](const DeviceArray &a, py::object stream, py::kwargs) {
+        // Our stream finished before this array was returned: any consumer
+        // stream may read it.
+        (void)stream;
+        return exportDLPack(a);
+      }, py::arg("stream") = py::none())
+      .def("__dlpack_device__", [](const DeviceArray &a) {
+        return py::make_tuple(kDLCUDA, a.deviceId);
+      })
+      .def_property_readonly("shape", [](const DeviceArray &a) { return py::tuple(py::cast(a.shape)); })
+      .def_property_readonly("dtype", [](const DeviceArray &a) { return std::string(dtypeName(a.dtype)); });
+
+  py::class_<Executor, std::shared_ptr<Executor>>(m, "Program", py::module_local(),
+                                                  "A compiled program and its buffers on a device")
+      .def("run", &runExecutor, py::arg("args"), py::arg("results") = py::none(),
+           py::arg("out") = "numpy")
+      .def("kernels", [](const Executor &e) { return programKernels(e.program()); })
+      .def("make_persistent", &makePersistent)
+      .def("carry", &Executor::carry, py::arg("result"), py::arg("argument"))
+      .def("persistent", &persistentValue)
+      .def("set_profiling", &Executor::setProfiling)
+      .def("step_seconds", [](const Executor &e) {
+        return std::make_pair(e.stepSeconds(), e.profiledCalls());
+      })
+      .def_property_readonly("device", &Executor::device)
+      .def_property_readonly("num_arguments", [](const Executor &e) {
+        return e.program().arguments.size();
+      })
+      .def_property_readonly("arguments", [](const Executor &e) {
+        return signatures(e.program(), e.program().arguments);
+      })
+      .def_property_readonly("results", [](const Executor &e) {
+        return signatures(e.program(), e.program().results);
+      })
+      .def_property_readonly("aliases", [](const Executor &e) { return e.program().aliases; })
+      .def_property_readonly("graph_stats", [](Executor &e) -> py::tuple {
+#ifdef TILEFUSE_HAVE_CUDA_EXECUTOR
+        if (auto *c = dynamic_cast<CudaExecutor *>(&e))
+          return py::make_tuple(c->graphsCaptured(), c->graphReplays());
+#endif
+        (void)e;
+        return py::make_tuple(0, 0);
+      }, "(CUDA graphs captured, calls that replayed one)");
+
+  m.def("load_artifact", [](const std::string &path, bool cudaGraphs) {
+    Artifact a = readArtifactFile(path);
+    std::shared_ptr<Executor> exe = loadArtifact(a, cudaGraphs);
+    return py::make_tuple(exe, a.target, a.graph);
+  }, py::arg("path"), py::arg("cuda_graphs") = true,
+     "(program, target, graph text) of a .tfa file, ready to run on its device");
+  m.def("cuda_devices", []() {
+    std::string why;
+    int n = cudaDeviceCount(&why);
+#ifdef TILEFUSE_HAVE_CUDA_EXECUTOR
+    if (n > 0 && !cudaUnavailableReason().empty()) {
+      why = cudaUnavailableReason();
+      n = 0;
+    }
+#else
+    if (n > 0) {
+      why = "this build of tilefuse has no CUDA executor";
+      n = 0;
+    }
+#endif
+    return py::make_tuple(n, why);
+  }, "(number of usable CUDA devices, why none): the driver and cuBLAS are loaded at run time");
+}

@@ -1,0 +1,38 @@
+//===- ExecutorBindings.h - running programs from Python ----------*- C++ -*-===//
+//
+// Shared by the compiler module (_core) and the runtime-only module
+// (_runtime): arguments from numpy or DLPack, results to numpy or DLPack,
+// persistent arguments, reports. Runtime headers only: _runtime builds
+// without MLIR.
+//
+//===----------------------------------------------------------------------===//
+#ifndef TILEFUSE_PYTHON_EXECUTORBINDINGS_H
+#define TILEFUSE_PYTHON_EXECUTORBINDINGS_H
+
+#include "runtime/Executor.h"
+
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+
+#include <memory>
+
+namespace tilefuse::python {
+
+/// Runs `e` on `args` (numpy arrays, DLPack tensors of the executor's
+/// device, None for persistent arguments). Returns the results listed in
+/// `which` (None: all) as numpy arrays (out="numpy") or as DLPack-capable
+/// device arrays (out="dlpack"; numpy arrays on the CPU).
+pybind11::list runExecutor(Executor &e, const pybind11::sequence &args,
+                           const pybind11::object &which, const std::string &out);
+/// One dict per step: name, kind, ops, bytes, launch shape.
+pybind11::list programKernels(const Program &p);
+void makePersistent(Executor &e, size_t i, const pybind11::array &a);
+pybind11::array persistentValue(Executor &e, size_t i);
+
+/// Registers DeviceArray, Program (an executor), load_artifact and
+/// cuda_devices in `m`; module-local, so both modules may do it.
+void registerExecutorBindings(pybind11::module_ &m);
+
+} // namespace tilefuse::python
+
+#endif // TILEFUSE_PYTHON_EXECUTORBINDINGS_H
