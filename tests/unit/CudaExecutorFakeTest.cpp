@@ -1,0 +1,364 @@
+//===- CudaExecutorFakeTest.cpp - the CUDA executor against a CPU double ---===//
+//
+// runtime/CudaExecutor.cpp drives a GPU; this machine may have none. These
+// tests run it against tests/unit/fakecuda (a driver, cuBLAS and cuBLASLt
+// that keep "device" memory in host memory and run registered CPU
+// functions as kernels), which checks everything but the GPU itself: the
+// arena, argument and result copies, persistent arguments and carries,
+// graph capture and replay, the GEMM mappings onto cuBLAS and cuBLASLt
+// (row-major onto column-major, transposes, batches, bias and ReLU
+// epilogues), the library kernels' arguments, the error word. Results are
+// compared with the CPU executor running the same Program.
+//
+//===----------------------------------------------------------------------===//
+#include "runtime/Artifact.h"
+#include "runtime/CpuExecutor.h"
+#include "runtime/CudaExecutor.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <dlfcn.h>
+
+using namespace tilefuse;
+
+namespace {
+
+using FakeKernelFn = void (*)(const uint64_t *params, unsigned grid, unsigned threads);
+
+template <typename T> T *ptr(uint64_t p) { return reinterpret_cast<T *>(p); }
+
+/// out[i] = 2 * in[i] for the grid * threads elements (one per thread).
+void scaleKernelGpu(const uint64_t *p, unsigned grid, unsigned threads) {
+  for (unsigned i = 0; i < grid * threads; ++i)
+    ptr<float>(p[1])[i] = 2 * ptr<float>(p[0])[i];
+}
+/// The same kernel with the CPU ABI (32 elements per program).
+void scaleKernelCpu(void **b, int64_t first, int64_t end) {
+  for (int64_t i = first * 32; i < end * 32; ++i)
+    static_cast<float *>(b[1])[i] = 2 * static_cast<const float *>(b[0])[i];
+}
+
+/// tf_gather_i64(table, idx, out, n, rows, rowBytes, err): one block per row.
+void gatherI64(const uint64_t *p, unsigned grid, unsigned) {
+  auto *idx = ptr<int64_t>(p[1]);
+  for (unsigned q = 0; q < grid; ++q) {
+    int64_t r = idx[q];
+    if (r < 0 || r >= int64_t(p[4])) {
+      auto *err = ptr<uint64_t>(p[6]);
+      if (!err[0])
+        err[0] = 1, err[1] = uint64_t(r);
+      continue;
+    }
+    std::memcpy(ptr<char>(p[2]) + q * p[5], ptr<char>(p[0]) + r * p[5], p[5]);
+  }
+}
+/// tf_scatter_add_f32_i64(acc, idx, upd, n, rows, rowSize, err).
+void scatterAddF32I64(const uint64_t *p, unsigned grid, unsigned) {
+  auto *idx = ptr<int64_t>(p[1]);
+  for (unsigned q = 0; q < grid; ++q)
+    for (uint64_t c = 0; c < p[5]; ++c)
+      ptr<float>(p[0])[idx[q] * p[5] + c] += ptr<float>(p[2])[q * p[5] + c];
+}
+void unused(const uint64_t *, unsigned, unsigned) { std::abort(); }
+
+/// Loads the fake driver (found through LD_LIBRARY_PATH, like the real
+/// one) and registers the kernels these tests use.
+class FakeCuda : public ::testing::Test {
+protected:
+  static void SetUpTestSuite() {
+    void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    ASSERT_NE(lib, nullptr) << "the fake driver is not on LD_LIBRARY_PATH";
+    auto reg = reinterpret_cast<void (*)(const char *, int, FakeKernelFn)>(
+        dlsym(lib, "tf_fake_register_kernel"));
+    ASSERT_NE(reg, nullptr) << "libcuda.so.1 here is not the test's fake driver";
+    counters = reinterpret_cast<void (*)(int64_t *, int64_t *, int64_t *)>(
+        dlsym(lib, "tf_fake_counters"));
+    reg("scale", 2, &scaleKernelGpu);
+    for (const char *name : kCudaLibraryKernels)
+      reg(name, 7, &unused);
+    reg("tf_gather_i64", 7, &gatherI64);
+    reg("tf_scatter_add_f32_i64", 7, &scatterAddF32I64);
+  }
+  struct Counts {
+    int64_t launches, instantiated, graphLaunches;
+  };
+  static Counts count() {
+    Counts c{};
+    counters(&c.launches, &c.instantiated, &c.graphLaunches);
+    return c;
+  }
+  static inline void (*counters)(int64_t *, int64_t *, int64_t *) = nullptr;
+};
+
+HostTensor random(DType t, const Shape &s, uint64_t seed) {
+  HostTensor h(t, s);
+  for (int64_t i = 0; i < h.size(); ++i) {
+    seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+    h.setDouble(i, double(seed >> 11) / double(1ull << 53) * 2 - 1);
+  }
+  return h;
+}
+
+int buffer(Program &p, const std::string &name, Shape shape,
+           BufferInfo::Role role = BufferInfo::Role::Intermediate, DType t = DType::F32) {
+  BufferInfo b;
+  b.name = name, b.dtype = t, b.shape = std::move(shape), b.role = role;
+  p.buffers.push_back(b);
+  return int(p.buffers.size() - 1);
+}
+
+Step gemmStep(std::vector<int> bufs, int64_t batch, int64_t m, int64_t n, int64_t k, bool ta,
+              bool tb) {
+  Step s;
+  s.kind = Step::Kind::Gemm;
+  s.buffers = std::move(bufs);
+  s.batch = batch, s.m = m, s.n = n, s.k = k, s.transposeA = ta, s.transposeB = tb;
+  s.source = "graph.matmul";
+  return s;
+}
+
+std::vector<std::pair<std::string, std::string>> fakeCubins(const Program &p) {
+  std::vector<std::pair<std::string, std::string>> blobs;
+  for (const ProgramKernel &k : p.kernels)
+    blobs.emplace_back(k.name, "fake cubin");
+  blobs.emplace_back(kCudaLibraryBlob, "fake cubin");
+  return blobs;
+}
+
+void expectNear(const HostTensor &got, const HostTensor &want, double tol, const char *what) {
+  ASSERT_EQ(got.shape, want.shape) << what;
+  for (int64_t i = 0; i < got.size(); ++i)
+    ASSERT_NEAR(got.getDouble(i), want.getDouble(i), tol) << what << " element " << i;
+}
+
+} // namespace
+
+TEST_F(FakeCuda, KernelsGemmsGatherScatterAndCopiesMatchTheCpuExecutor) {
+  // a[2,3,5] x b[2,5,4] batched, every transpose combination, a kernel,
+  // a gather, a scatter-add and a copy, against the CPU executor.
+  Program p;
+  int a = buffer(p, "a", {2, 3, 5}, BufferInfo::Role::Argument);
+  int b = buffer(p, "b", {2, 5, 4}, BufferInfo::Role::Argument);
+  int at = buffer(p, "at", {2, 5, 3}, BufferInfo::Role::Argument);
+  int bt = buffer(p, "bt", {2, 4, 5}, BufferInfo::Role::Argument);
+  int ids = buffer(p, "ids", {4}, BufferInfo::Role::Argument, DType::I64);
+  int table = buffer(p, "table", {6, 32}, BufferInfo::Role::Argument);
+  std::vector<int> cs;
+  for (int i = 0; i < 4; ++i)
+    cs.push_back(buffer(p, "c" + std::to_string(i), {2, 3, 4}));
+  p.steps.push_back(gemmStep({a, b, cs[0]}, 2, 3, 4, 5, false, false));
+  p.steps.push_back(gemmStep({at, b, cs[1]}, 2, 3, 4, 5, true, false));
+  p.steps.push_back(gemmStep({a, bt, cs[2]}, 2, 3, 4, 5, false, true));
+  p.steps.push_back(gemmStep({at, bt, cs[3]}, 2, 3, 4, 5, true, true));
+  int rows = buffer(p, "rows", {4, 32});
+  Step g;
+  g.kind = Step::Kind::Gather, g.buffers = {table, ids, rows}, g.source = "graph.gather";
+  p.steps.push_back(g);
+  int scaled = buffer(p, "scaled", {4, 32});
+  ProgramKernel k;
+  k.name = "scale", k.kind = "pointwise", k.grid = 4, k.block = 32, k.threads = 32;
+  k.elementsPerProgram = 32;
+  p.kernels.push_back(k);
+  Step ks;
+  ks.kind = Step::Kind::Kernel, ks.kernel = 0, ks.buffers = {rows, scaled}, ks.source = "scale";
+  p.steps.push_back(ks);
+  int summed = buffer(p, "summed", {6, 32});
+  Step sa;
+  sa.kind = Step::Kind::ScatterAdd, sa.buffers = {table, ids, scaled, summed};
+  sa.source = "graph.scatter_add";
+  p.steps.push_back(sa);
+  int copy = buffer(p, "copy", {6, 32});
+  Step cp;
+  cp.kind = Step::Kind::Copy, cp.buffers = {summed, copy}, cp.source = "return";
+  p.steps.push_back(cp);
+  p.arguments = {a, b, at, bt, ids, table};
+  p.results = {cs[0], cs[1], cs[2], cs[3], rows, scaled, copy};
+
+  std::vector<HostTensor> args = {random(DType::F32, {2, 3, 5}, 1), random(DType::F32, {2, 5, 4}, 2),
+                                  HostTensor(DType::F32, {2, 5, 3}), HostTensor(DType::F32, {2, 4, 5}),
+                                  HostTensor(DType::I64, {4}), random(DType::F32, {6, 32}, 3)};
+  // at, bt: the transposes of a and b, so every GEMM computes a x b.
+  for (int q = 0; q < 2; ++q)
+    for (int i = 0; i < 3; ++i)
+      for (int l = 0; l < 5; ++l)
+        args[2].setDouble((q * 5 + l) * 3 + i, args[0].getDouble((q * 3 + i) * 5 + l));
+  for (int q = 0; q < 2; ++q)
+    for (int l = 0; l < 5; ++l)
+      for (int j = 0; j < 4; ++j)
+        args[3].setDouble((q * 4 + j) * 5 + l, args[1].getDouble((q * 5 + l) * 4 + j));
+  int64_t chosen[] = {5, 0, 5, 2}; // a repeated row: the scatter-add must add both
+  for (int i = 0; i < 4; ++i)
+    args[4].setInt(i, chosen[i]);
+
+  CpuExecutor cpu(p, {&scaleKernelCpu}, nullptr);
+  std::vector<HostTensor> want = cpu.run(args);
+  CudaExecutor gpu(p, fakeCubins(p));
+  EXPECT_EQ(gpu.device(), "cuda:0 (Fake GPU)");
+  for (int call = 0; call < 2; ++call) {
+    std::vector<HostTensor> got = gpu.run(args);
+    for (size_t r = 0; r < got.size(); ++r)
+      expectNear(got[r], want[r], 1e-5, p.buffers[p.results[r]].name.c_str());
+    for (int i = 1; i < 4; ++i) // every transpose combination computes a x b
+      expectNear(got[i], got[0], 1e-5, "transposed GEMM");
+  }
+  EXPECT_EQ(gpu.graphsCaptured(), 1);
+  EXPECT_EQ(gpu.graphReplays(), 1);
+}
+
+TEST_F(FakeCuda, GemmEpiloguesGoToCublasLt) {
+  // relu(x[3,5] @ w[5,4] + bias[4]) as one step.
+  Program p;
+  int x = buffer(p, "x", {3, 5}, BufferInfo::Role::Argument);
+  int w = buffer(p, "w", {5, 4}, BufferInfo::Role::Argument);
+  int bias = buffer(p, "bias", {4}, BufferInfo::Role::Argument);
+  int y = buffer(p, "y", {3, 4});
+  Step s = gemmStep({x, w, y, bias}, 1, 3, 4, 5, false, false);
+  s.epilogue = {"bias", "relu"};
+  p.steps.push_back(s);
+  p.arguments = {x, w, bias};
+  p.results = {y};
+  HostTensor hx = random(DType::F32, {3, 5}, 4), hw = random(DType::F32, {5, 4}, 5),
+             hb = random(DType::F32, {4}, 6);
+  CudaExecutor gpu(p, fakeCubins(p));
+  HostTensor got = gpu.run({hx, hw, hb})[0];
+  for (int i = 0; i < 3; ++i)
+    for (int j = 0; j < 4; ++j) {
+      double acc = hb.getDouble(j);
+      for (int l = 0; l < 5; ++l)
+        acc += hx.getDouble(i * 5 + l) * hw.getDouble(l * 4 + j);
+      EXPECT_NEAR(got.getDouble(i * 4 + j), std::max(acc, 0.0), 1e-5) << i << "," << j;
+    }
+  // An epilogue in another order is not a Program anyone may run.
+  p.steps[0].epilogue = {"relu", "bias"};
+  EXPECT_THROW(CudaExecutor(p, fakeCubins(p)), CompileError);
+}
+
+TEST_F(FakeCuda, PersistentArgumentsCarryAndTwoGraphsAlternate) {
+  // x <- 2 x each call: the result swaps with the kept argument, so calls
+  // alternate between two sets of addresses, each captured once.
+  Program p;
+  int x = buffer(p, "x", {64}, BufferInfo::Role::Argument);
+  int y = buffer(p, "y", {64});
+  ProgramKernel k;
+  k.name = "scale", k.kind = "pointwise", k.grid = 2, k.block = 32, k.threads = 32;
+  p.kernels.push_back(k);
+  Step ks;
+  ks.kind = Step::Kind::Kernel, ks.kernel = 0, ks.buffers = {x, y}, ks.source = "scale";
+  p.steps.push_back(ks);
+  p.arguments = {x};
+  p.results = {y};
+  p.aliases = {{0, 0}};
+  CudaExecutor gpu(p, fakeCubins(p));
+  HostTensor start = random(DType::F32, {64}, 7);
+  gpu.makePersistent(0, start.bytes.data());
+  gpu.carry(0, 0);
+  Counts before = count();
+  for (int call = 1; call <= 5; ++call) {
+    gpu.run(std::vector<ArgRef>{ArgRef{}});
+    auto *now = static_cast<const float *>(gpu.persistent(0));
+    auto *result = static_cast<const float *>(gpu.result(0));
+    for (int i = 0; i < 64; ++i) {
+      float want = float(start.getDouble(i) * std::pow(2.0, call));
+      ASSERT_EQ(now[i], want) << "call " << call << " element " << i;
+      ASSERT_EQ(result[i], want) << "call " << call << " element " << i;
+    }
+  }
+  Counts after = count();
+  EXPECT_EQ(gpu.graphsCaptured(), 2);
+  EXPECT_EQ(gpu.graphReplays(), 3);
+  EXPECT_EQ(after.instantiated - before.instantiated, 2);
+  EXPECT_EQ(after.graphLaunches - before.graphLaunches, 5);
+  EXPECT_EQ(after.launches - before.launches, 5); // captured, not run twice
+  // Profiling runs step by step, without graphs, and times each step.
+  gpu.setProfiling(true);
+  gpu.run(std::vector<ArgRef>{ArgRef{}});
+  EXPECT_EQ(gpu.profiledCalls(), 1);
+  EXPECT_EQ(gpu.graphsCaptured(), 2);
+  EXPECT_GE(gpu.stepSeconds()[0], 0.0);
+}
+
+TEST_F(FakeCuda, DeviceArgumentsAreReadInPlace) {
+  Program p;
+  int x = buffer(p, "x", {32}, BufferInfo::Role::Argument);
+  int y = buffer(p, "y", {32});
+  ProgramKernel k;
+  k.name = "scale", k.kind = "pointwise", k.grid = 1, k.block = 32, k.threads = 32;
+  p.kernels.push_back(k);
+  Step ks;
+  ks.kind = Step::Kind::Kernel, ks.kernel = 0, ks.buffers = {x, y}, ks.source = "scale";
+  p.steps.push_back(ks);
+  p.arguments = {x};
+  p.results = {y};
+  CudaExecutor gpu(p, fakeCubins(p));
+  // "Device" memory of the fake is host memory: any pointer will do.
+  std::vector<float> onDevice(32, 1.5f);
+  gpu.run({ArgRef{onDevice.data(), true}});
+  EXPECT_EQ(static_cast<const float *>(gpu.result(0))[31], 3.0f);
+  std::shared_ptr<void> copy = gpu.copyResult(0);
+  EXPECT_NE(copy.get(), gpu.deviceResult(0));
+  EXPECT_EQ(static_cast<const float *>(copy.get())[0], 3.0f);
+}
+
+TEST_F(FakeCuda, OutOfRangeGatherIndicesAreReported) {
+  Program p;
+  int table = buffer(p, "table", {6, 4}, BufferInfo::Role::Argument);
+  int ids = buffer(p, "ids", {2}, BufferInfo::Role::Argument, DType::I64);
+  int out = buffer(p, "out", {2, 4});
+  Step g;
+  g.kind = Step::Kind::Gather, g.buffers = {table, ids, out}, g.source = "graph.gather";
+  p.steps.push_back(g);
+  p.arguments = {table, ids};
+  p.results = {out};
+  CudaExecutor gpu(p, fakeCubins(p));
+  HostTensor t = random(DType::F32, {6, 4}, 8), good(DType::I64, {2}), bad(DType::I64, {2});
+  good.setInt(0, 5), good.setInt(1, 0), bad.setInt(0, 1), bad.setInt(1, 9);
+  try {
+    gpu.run({t, bad});
+    FAIL() << "an index of 9 into 6 rows was not reported";
+  } catch (const CompileError &e) {
+    EXPECT_NE(std::string(e.what()).find("graph.gather: index 9 is out of range"),
+              std::string::npos)
+        << e.what();
+  }
+  // The error word is cleared by the next call.
+  HostTensor r = gpu.run({t, good})[0];
+  EXPECT_EQ(r.getDouble(0), t.getDouble(5 * 4));
+}
+
+TEST_F(FakeCuda, ArtifactsForAnotherArchitectureOrWithoutCubinsAreRefused) {
+  Program p;
+  int x = buffer(p, "x", {32}, BufferInfo::Role::Argument);
+  int y = buffer(p, "y", {32});
+  ProgramKernel k;
+  k.name = "scale", k.kind = "pointwise", k.grid = 1, k.block = 32, k.threads = 32;
+  p.kernels.push_back(k);
+  Step ks;
+  ks.kind = Step::Kind::Kernel, ks.kernel = 0, ks.buffers = {x, y}, ks.source = "scale";
+  p.steps.push_back(ks);
+  p.arguments = {x};
+  p.results = {y};
+  Artifact a;
+  a.target = "cuda:sm_80";
+  a.program = p;
+  a.blobs = fakeCubins(p);
+  auto refused = [&](const std::string &reason) {
+    try {
+      loadArtifact(readArtifact(writeArtifact(a)));
+      ADD_FAILURE() << "loaded; expected: " << reason;
+    } catch (const CompileError &e) {
+      EXPECT_NE(std::string(e.what()).find(reason), std::string::npos) << e.what();
+    }
+  };
+  refused("the artifact's kernels are for sm_80, this GPU is sm_90");
+  a.target = "cuda:sm_90";
+  EXPECT_EQ(loadArtifact(readArtifact(writeArtifact(a)))->device(), "cuda:0 (Fake GPU)");
+  a.blobs = {{"scale", "not a cubin"}};
+  refused("loading the cubin of scale");
+  a.blobs = {};
+  refused("no cubin for kernel scale");
+  a.blobs = fakeCubins(p);
+  a.program.kernels[0].threads = 0;
+  refused("0 threads per block");
+}
