@@ -12,6 +12,7 @@
 #include "mlir/Pass/PassManager.h"
 #include "mlir/Transforms/Passes.h"
 
+#include <map>
 #include <numeric>
 
 using namespace mlir;
@@ -72,6 +73,26 @@ private:
                      name + std::to_string(prog.buffers.size()));
   }
   int bufferOf(Value v) { return buffers.lookup(v); }
+  /// The constant buffer of `op`'s result: equal constants (the same mask
+  /// hoisted by several kernels, zeros of one shape) share one buffer.
+  LogicalResult constant(Operation &op, std::vector<uint8_t> bytes, bool splat) {
+    auto type = llvm::cast<RankedTensorType>(op.getResult(0).getType());
+    std::string key;
+    llvm::raw_string_ostream os(key);
+    os << type << (splat ? " splat " : " dense ");
+    os.write(reinterpret_cast<const char *>(bytes.data()), bytes.size());
+    auto it = constants.find(key);
+    if (it != constants.end()) {
+      buffers[op.getResult(0)] = it->second;
+      return success();
+    }
+    int b = result(op);
+    prog.buffers[b].role = BufferInfo::Role::Constant;
+    prog.buffers[b].data = std::move(bytes);
+    prog.buffers[b].splat = splat;
+    constants.emplace(std::move(key), b);
+    return success();
+  }
   int64_t numel(const Shape &s) {
     return std::accumulate(s.begin(), s.end(), int64_t(1), std::multiplies<>());
   }
@@ -82,23 +103,21 @@ private:
     if (auto mm = llvm::dyn_cast<graph::MatmulOp>(op))
       return gemm(mm);
     if (auto k = llvm::dyn_cast<graph::ConstantOp>(op)) {
-      int b = result(op);
-      prog.buffers[b].role = BufferInfo::Role::Constant;
-      prog.buffers[b].data = constantData(k.getValue()).bytes;
-      return success();
+      auto dense = llvm::dyn_cast<DenseElementsAttr>(k.getValue());
+      std::vector<uint8_t> bytes = constantData(k.getValue()).bytes;
+      bool splat = dense && dense.isSplat() && !bytes.empty();
+      if (splat)
+        bytes.resize(dtypeSize(dtypeOf(k.getType())));
+      return constant(op, std::move(bytes), splat);
     }
     if (auto f = llvm::dyn_cast<graph::FullOp>(op)) {
-      int b = result(op);
-      HostTensor t(prog.buffers[b].dtype, prog.buffers[b].shape);
-      for (int64_t i = 0; i < t.size(); ++i) {
-        if (isFloatDType(t.dtype))
-          t.setDouble(i, f.getValue().convertToDouble());
-        else
-          t.setInt(i, int64_t(f.getValue().convertToDouble()));
-      }
-      prog.buffers[b].role = BufferInfo::Role::Constant;
-      prog.buffers[b].data = std::move(t.bytes);
-      return success();
+      // One element: the runtime fills the buffer.
+      HostTensor t(dtypeOf(f.getType()), {});
+      if (isFloatDType(t.dtype))
+        t.setDouble(0, f.getValue().convertToDouble());
+      else
+        t.setInt(0, int64_t(f.getValue().convertToDouble()));
+      return constant(op, std::move(t.bytes), /*splat=*/true);
     }
     if (auto g = llvm::dyn_cast<graph::GatherOp>(op)) {
       Step s;
@@ -316,6 +335,7 @@ private:
   ModuleOp kernels;
   Program prog;
   DenseMap<Value, int> buffers;
+  std::map<std::string, int> constants; ///< constant key -> buffer
 };
 
 } // namespace

@@ -28,7 +28,7 @@ CpuExecutor::CpuExecutor(Program program, std::vector<CpuKernelFn> fns,
       continue;
     void *p = allocate(info);
     if (info.role == BufferInfo::Role::Constant)
-      std::memcpy(p, info.data.data(), info.data.size());
+      std::memcpy(p, info.expandedData().data(), info.byteSize());
     pointers[b] = p;
   }
 }

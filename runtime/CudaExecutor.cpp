@@ -307,9 +307,19 @@ CudaExecutor::CudaExecutor(Program program,
   for (size_t b = 0; b < prog.buffers.size(); ++b) {
     pointers[b] = s.arena + offsets[b];
     const BufferInfo &info = prog.buffers[b];
-    if (info.role == BufferInfo::Role::Constant && !info.data.empty())
-      check(a.cuMemcpyHtoDAsync(pointers[b], info.data.data(), info.data.size(), s.stream),
-            "uploading constant " + info.name);
+    if (info.role != BufferInfo::Role::Constant || info.data.empty())
+      continue;
+    bool oneByte = info.splat && std::all_of(info.data.begin(), info.data.end(),
+                                             [&](uint8_t v) { return v == info.data[0]; });
+    if (oneByte) { // zeros and other fills of one repeated byte
+      check(a.cuMemsetD8Async(pointers[b], info.data[0], info.byteSize(), s.stream),
+            "filling constant " + info.name);
+      continue;
+    }
+    std::vector<uint8_t> bytes = info.expandedData();
+    check(a.cuMemcpyHtoDAsync(pointers[b], bytes.data(), bytes.size(), s.stream),
+          "uploading constant " + info.name);
+    check(a.cuStreamSynchronize(s.stream), "uploading constant " + info.name);
   }
   kept.assign(prog.arguments.size(), 0);
   for (int b : prog.arguments)

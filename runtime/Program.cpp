@@ -3,6 +3,15 @@
 
 using namespace tilefuse;
 
+std::vector<uint8_t> BufferInfo::expandedData() const {
+  if (!splat)
+    return data;
+  std::vector<uint8_t> out(byteSize());
+  for (size_t i = 0; i + data.size() <= out.size(); i += data.size())
+    std::copy(data.begin(), data.end(), out.begin() + i);
+  return out;
+}
+
 void Program::validate() const {
   auto check = [&](int b, const std::string &what) {
     if (b < 0 || b >= int(buffers.size()))
@@ -20,7 +29,8 @@ void Program::validate() const {
       throw CompileError("corrupt program: result " + std::to_string(result) +
                          " cannot alias argument " + std::to_string(argument));
   for (const BufferInfo &b : buffers)
-    if (b.role == BufferInfo::Role::Constant && b.data.size() != b.byteSize())
+    if (b.role == BufferInfo::Role::Constant &&
+        b.data.size() != (b.splat ? dtypeSize(b.dtype) : b.byteSize()))
       throw CompileError("corrupt program: constant " + b.name + " holds " +
                          std::to_string(b.data.size()) + " bytes, expected " +
                          std::to_string(b.byteSize()));

@@ -22,8 +22,13 @@ struct BufferInfo {
   DType dtype = DType::F32;
   Shape shape;
   Role role = Role::Intermediate;
-  /// Bytes of a Constant buffer.
+  /// Bytes of a Constant buffer: every element, or one when `splat` (all
+  /// elements equal: fills and zeros, which can be large, stay small in
+  /// artifacts).
   std::vector<uint8_t> data;
+  bool splat = false;
+  /// The constant's bytes, every element.
+  std::vector<uint8_t> expandedData() const;
   size_t byteSize() const { return size_t(numElements(shape)) * dtypeSize(dtype); }
 };
 

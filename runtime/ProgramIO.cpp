@@ -94,6 +94,7 @@ std::string tilefuse::serializeProgram(const Program &p) {
     for (int64_t d : b.shape)
       w.put<int64_t>(d);
     w.bytes(b.data);
+    w.put<uint8_t>(b.splat);
   }
   w.put<uint32_t>(uint32_t(p.kernels.size()));
   for (const ProgramKernel &k : p.kernels) {
@@ -180,6 +181,7 @@ Program tilefuse::deserializeProgram(const std::string &bytes) {
       b.shape.push_back(n);
     }
     b.data = r.bytes("constant data");
+    b.splat = r.get<uint8_t>("a splat flag") != 0;
     p.buffers.push_back(std::move(b));
   }
   uint32_t nk = r.count("kernel", 8);

@@ -6,8 +6,10 @@ reference interpreter computed on the build machine.
     python3 bench/gpu/verify.py --prepared DIR [--results-dir DIR]
 
 Needs only the runtime (`tilefuse.load`). Tolerances per result dtype:
-f32 as in the manifest (|got - want| <= rtol*|want| + atol*max(1, max|want|)),
-f16/bf16 with rtol = atol = 1e-2, f64 1e-10, integers and booleans exact.
+floats as the manifest says for the case (|got - want| <= rtol*|want| +
+atol*max(1, max|want|); 1e-4 for f32 graphs, 1e-2 for graphs computing in
+f16), f16/bf16 results at least 1e-2, f64 results 1e-10, integers and
+booleans exact.
 Exit status 1 when any case fails.
 """
 import argparse
@@ -25,7 +27,7 @@ def tolerance(dtype, case):
     if dtype == np.float32:
         return case["rtol"], case["atol"]
     if dtype == np.float16 or str(dtype) == "bfloat16":
-        return 1e-2, 1e-2
+        return max(1e-2, case["rtol"]), max(1e-2, case["atol"])
     if dtype == np.float64:
         return 1e-10, 1e-10
     return 0.0, 0.0
@@ -67,7 +69,9 @@ def main():
             got = fn.run(leaves)
             again = fn.run(leaves)  # the second call replays the captured graph
             checks = [compare(g, expected[f"arr_{i}"], case) for i, g in enumerate(got)]
-            checks += [compare(a, g, {"rtol": 1e-6, "atol": 1e-6}) for a, g in zip(again, got)]
+            # (scatter-adds use atomics: the replay may round differently,
+            # within the same tolerance)
+            checks += [compare(a, expected[f"arr_{i}"], case) for i, a in enumerate(again)]
             ok = all(c[0] for c in checks)
             worst = max((c[1] for c in checks), default=0.0)
             rows.append((name, "pass" if ok else "FAIL", f"{worst:.3g}",

@@ -362,3 +362,28 @@ TEST_F(FakeCuda, ArtifactsForAnotherArchitectureOrWithoutCubinsAreRefused) {
   a.program.kernels[0].threads = 0;
   refused("0 threads per block");
 }
+
+TEST_F(FakeCuda, SplatConstantsAreFilledOnTheDevice) {
+  // zeros (one repeated byte: a memset) and 2.5 (expanded on the host).
+  Program p;
+  int zeros = buffer(p, "zeros", {300}, BufferInfo::Role::Constant);
+  int fill = buffer(p, "fill", {300}, BufferInfo::Role::Constant);
+  float zero = 0.0f, v = 2.5f;
+  p.buffers[zeros].data.assign(reinterpret_cast<uint8_t *>(&zero),
+                               reinterpret_cast<uint8_t *>(&zero) + 4);
+  p.buffers[fill].data.assign(reinterpret_cast<uint8_t *>(&v), reinterpret_cast<uint8_t *>(&v) + 4);
+  p.buffers[zeros].splat = p.buffers[fill].splat = true;
+  int a = buffer(p, "a", {300}), b = buffer(p, "b", {300});
+  for (auto [from, to] : {std::pair{zeros, a}, std::pair{fill, b}}) {
+    Step c;
+    c.kind = Step::Kind::Copy, c.buffers = {from, to}, c.source = "return";
+    p.steps.push_back(c);
+  }
+  p.results = {a, b};
+  CudaExecutor gpu(p, fakeCubins(p));
+  std::vector<HostTensor> out = gpu.run(std::vector<HostTensor>{});
+  for (int64_t i = 0; i < 300; ++i) {
+    ASSERT_EQ(out[0].getDouble(i), 0.0) << i; // fresh fake memory is 0xCD garbage
+    ASSERT_EQ(out[1].getDouble(i), 2.5) << i;
+  }
+}

@@ -7,6 +7,7 @@
 #include "runtime/Artifact.h"
 #include "runtime/CpuExecutor.h"
 #include "runtime/CpuLibrary.h"
+#include "runtime/ProgramIO.h"
 #include "runtime/ThreadPool.h"
 
 #include <gtest/gtest.h>
@@ -223,4 +224,27 @@ TEST(Artifact, RefusesCodeForAnotherCpu) {
   EXPECT_THROW(loadCpuArtifact(back), CompileError); // "not a library"
   back.target = "cuda:sm_90";
   EXPECT_THROW(loadCpuArtifact(back), CompileError);
+}
+
+TEST(Program, SplatConstantsHoldOneElementAndFillTheirBuffer) {
+  // k = full(2.5) of 1000 elements, returned through a copy.
+  Program p;
+  p.buffers = {buffer("k", DType::F32, {1000}, BufferInfo::Role::Constant),
+               buffer("out", DType::F32, {1000})};
+  float v = 2.5f;
+  p.buffers[0].data.assign(reinterpret_cast<uint8_t *>(&v), reinterpret_cast<uint8_t *>(&v) + 4);
+  p.buffers[0].splat = true;
+  Step c;
+  c.kind = Step::Kind::Copy, c.buffers = {0, 1}, c.source = "return";
+  p.steps.push_back(c);
+  p.results = {1};
+  Program back = deserializeProgram(serializeProgram(p));
+  EXPECT_TRUE(back.buffers[0].splat);
+  EXPECT_EQ(back.buffers[0].data.size(), 4u);
+  CpuExecutor exe(back, {}, nullptr);
+  HostTensor out = exe.run(std::vector<HostTensor>{})[0];
+  for (int64_t i = 0; i < 1000; ++i)
+    ASSERT_EQ(out.getDouble(i), 2.5) << i;
+  back.buffers[0].data.resize(8); // neither one element nor all of them
+  EXPECT_THROW(back.validate(), CompileError);
 }
