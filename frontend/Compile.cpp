@@ -97,7 +97,8 @@ ProgramAndKernels programFor(const Graph::Impl &g, const TargetInfo &target,
 /// the runtime library's when the program gathers or scatters; sets the
 /// threads per block of every program kernel.
 std::vector<std::pair<std::string, std::string>>
-cudaBinaries(const Graph::Impl &g, Program &program, ModuleOp kernels, const std::string &arch) {
+cudaBinaries(const Graph::Impl &g, Program &program, ModuleOp kernels, const std::string &arch,
+             std::vector<CudaKernelReport> *reports = nullptr) {
 #ifdef TILEFUSE_HAVE_NVRTC
   std::vector<std::string> units;
   runCapturingDiagnostics("cannot generate CUDA for @" + g.entry, [&]() -> LogicalResult {
@@ -113,6 +114,11 @@ cudaBinaries(const Graph::Impl &g, Program &program, ModuleOp kernels, const std
   if (library)
     units.push_back(cudaLibrarySource());
   std::vector<CudaBinary> bins = compileCudaUnits(units, arch);
+  if (reports)
+    for (const CudaBinary &b : bins)
+      for (const CudaKernelResources &k : b.kernels)
+        reports->push_back({k.name, k.registers, k.spillStores, k.spillLoads, k.stackBytes,
+                            k.sharedBytes, false, b.log});
   std::vector<std::pair<std::string, std::string>> blobs;
   for (size_t i = 0; i < program.kernels.size(); ++i) {
     ProgramKernel &k = program.kernels[i];
@@ -123,7 +129,7 @@ cudaBinaries(const Graph::Impl &g, Program &program, ModuleOp kernels, const std
     blobs.emplace_back(kCudaLibraryBlob, std::move(bins.back().cubin));
   return blobs;
 #else
-  (void)g, (void)program, (void)kernels, (void)arch;
+  (void)g, (void)program, (void)kernels, (void)arch, (void)reports;
   throw CompileError("this build of tilefuse has no NVRTC (the CUDA toolkit was not found "
                      "when it was built): it cannot compile CUDA kernels");
 #endif
@@ -151,7 +157,7 @@ compileArtifacts(const Graph::Impl &g, const TargetInfo &target) {
   art->target = target.name();
   if (art->target != "cpu") {
     art->cubins = cudaBinaries(g, art->program, *built.kernels,
-                               art->target.substr(art->target.find(':') + 1));
+                               art->target.substr(art->target.find(':') + 1), &art->cudaReports);
     stage("machine code");
     art->compileSeconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -245,7 +251,7 @@ std::string Graph::cudaSource(const std::string &target) const {
   return cudaText(*impl_, target, /*units=*/false).front();
 }
 
-std::vector<Graph::CudaKernelReport> Graph::compileCuda(const std::string &target) const {
+std::vector<CudaKernelReport> Graph::compileCuda(const std::string &target) const {
   std::vector<std::string> units = cudaText(*impl_, target, /*units=*/true);
 #ifdef TILEFUSE_HAVE_NVRTC
   std::string arch = target == "cuda" ? "sm_90" : target.substr(target.find(':') + 1);
@@ -255,7 +261,7 @@ std::vector<Graph::CudaKernelReport> Graph::compileCuda(const std::string &targe
   for (size_t i = 0; i < bins.size(); ++i)
     for (const CudaKernelResources &k : bins[i].kernels)
       out.push_back({k.name, k.registers, k.spillStores, k.spillLoads, k.stackBytes,
-                     k.sharedBytes, bool(cached[i])});
+                     k.sharedBytes, bool(cached[i]), bins[i].log});
   return out;
 #else
   throw CompileError("this build of tilefuse has no NVRTC (the CUDA toolkit was not found "

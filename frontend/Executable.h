@@ -7,6 +7,7 @@
 #ifndef TILEFUSE_FRONTEND_EXECUTABLE_H
 #define TILEFUSE_FRONTEND_EXECUTABLE_H
 
+#include "frontend/Graph.h"
 #include "runtime/CpuExecutor.h"
 
 #include <memory>
@@ -24,6 +25,7 @@ struct CompiledArtifacts {
   std::shared_ptr<void> code; ///< owns the machine code of `kernels`
   /// CUDA: (kernel name, cubin) per kernel, plus the runtime library's.
   std::vector<std::pair<std::string, std::string>> cubins;
+  std::vector<CudaKernelReport> cudaReports;
   double compileSeconds = 0;
   /// Seconds per compiler stage, in pipeline order.
   std::vector<std::pair<std::string, double>> stageSeconds;

@@ -18,6 +18,14 @@
 namespace tilefuse {
 class Executable;
 
+/// One CUDA kernel's compile report from NVRTC and ptxas.
+struct CudaKernelReport {
+  std::string name;
+  int registers, spillStores, spillLoads, stackBytes, sharedBytes;
+  bool cached;     ///< the cubin came from the disk cache
+  std::string log; ///< NVRTC's and ptxas's messages for its unit
+};
+
 /// One kernel of a fused graph: a graph.fusion region or a library call.
 struct KernelInfo {
   std::string name;               ///< "kernel3", or the library op ("matmul")
@@ -79,12 +87,6 @@ public:
   /// The CUDA C of this graph's kernels for `target` ("cuda:sm_XX"): each
   /// kernel begins with a comment naming the source ops it fuses.
   std::string cudaSource(const std::string &target = "cuda:sm_90") const;
-  /// One kernel's compile report from NVRTC.
-  struct CudaKernelReport {
-    std::string name;
-    int registers, spillStores, spillLoads, stackBytes, sharedBytes;
-    bool cached; ///< the cubin came from the disk cache
-  };
   /// Compiles this graph's kernels with NVRTC for `target`'s architecture
   /// (no GPU needed), one translation unit per kernel, in parallel, through
   /// the cubin disk cache (codegen/cuda/Nvrtc.h); returns the per-kernel

@@ -133,7 +133,7 @@ Artifact tilefuse::readArtifactFile(const std::string &path) {
   return readArtifact(s.str());
 }
 
-std::unique_ptr<Executor> tilefuse::loadArtifact(const Artifact &a, bool cudaGraphs) {
+std::unique_ptr<Executor> tilefuse::loadArtifact(const Artifact &a, LoadOptions load) {
   if (a.target == "cpu")
     return loadCpuArtifact(a);
   if (a.target.rfind("cuda:sm_", 0) != 0)
@@ -148,10 +148,11 @@ std::unique_ptr<Executor> tilefuse::loadArtifact(const Artifact &a, bool cudaGra
     throw CompileError("the artifact's kernels are for " + arch + ", this GPU is " + here +
                        "; compile it with --target=cuda:" + here);
   CudaOptions options;
-  options.graphs = cudaGraphs;
+  options.graphs = load.cudaGraphs;
+  options.tf32 = load.tf32;
   return std::make_unique<CudaExecutor>(a.program, a.blobs, options);
 #else
-  (void)cudaGraphs;
+  (void)load;
   throw CompileError("the artifact targets " + a.target +
                      ", but this runtime was built without the CUDA executor (the CUDA "
                      "toolkit's headers were not found when it was built)");

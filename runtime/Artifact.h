@@ -42,11 +42,16 @@ Artifact readArtifactFile(const std::string &path);
 /// A CPU executor for a CPU-target artifact: checks this CPU has the
 /// features the code needs, loads the kernel library.
 std::unique_ptr<CpuExecutor> loadCpuArtifact(const Artifact &artifact);
+/// How a CUDA artifact runs (see CudaOptions in CudaExecutor.h).
+struct LoadOptions {
+  bool cudaGraphs = true; ///< capture calls into CUDA graphs and replay them
+  bool tf32 = false;      ///< let f32 GEMMs use tf32 (~1e-3 relative error)
+};
 /// An executor for the artifact's target: the CPU, or the first GPU when
-/// the artifact's architecture is that GPU's (CUDA graphs replay each call
-/// unless `cudaGraphs` is false). Says why when it cannot: no driver, no
-/// GPU, another architecture, a runtime built without the CUDA executor.
-std::unique_ptr<Executor> loadArtifact(const Artifact &artifact, bool cudaGraphs = true);
+/// the artifact's architecture is that GPU's. Says why when it cannot: no
+/// driver, no GPU, another architecture, a runtime built without the CUDA
+/// executor.
+std::unique_ptr<Executor> loadArtifact(const Artifact &artifact, LoadOptions options = {});
 
 } // namespace tilefuse
 

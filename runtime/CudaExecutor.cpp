@@ -14,6 +14,7 @@
 #include <chrono>
 #include <cstring>
 #include <map>
+#include <set>
 
 #include <dlfcn.h>
 
@@ -204,6 +205,7 @@ struct CudaExecutor::State {
   /// Captured graphs by the buffer addresses they were captured with.
   std::map<std::vector<uint64_t>, CUgraphExec> graphs;
   std::vector<std::vector<uint64_t>> graphOrder; ///< oldest first
+  std::set<std::vector<uint64_t>> eagerOnce; ///< addresses run once, not captured yet
   std::string name;
 };
 
@@ -474,6 +476,7 @@ const void *CudaExecutor::result(size_t i) {
     const BufferInfo &info = prog.buffers[prog.results[i]];
     hostResults[i].resize(info.byteSize());
     Api &a = api();
+    check(a.cuCtxSetCurrent(state->context), "making the context current");
     check(a.cuMemcpyDtoHAsync(hostResults[i].data(), resultPointer(i), info.byteSize(),
                               state->stream),
           "copying result " + std::to_string(i) + " from the GPU");
@@ -492,6 +495,7 @@ void *CudaExecutor::deviceResult(size_t i) {
 std::shared_ptr<void> CudaExecutor::copyResult(size_t i) {
   const BufferInfo &info = prog.buffers[prog.results.at(i)];
   Api &a = api();
+  check(a.cuCtxSetCurrent(state->context), "making the context current");
   CUdeviceptr p = 0;
   check(a.cuMemAlloc(&p, std::max<size_t>(1, info.byteSize())), "allocating a result");
   check(a.cuMemcpyDtoDAsync(p, resultPointer(i), info.byteSize(), state->stream),
@@ -508,6 +512,7 @@ const void *CudaExecutor::persistent(size_t argument) {
     const BufferInfo &info = prog.buffers[prog.arguments[argument]];
     hostPersistent[argument].resize(info.byteSize());
     Api &a = api();
+    check(a.cuCtxSetCurrent(state->context), "making the context current");
     check(a.cuMemcpyDtoHAsync(hostPersistent[argument].data(), kept[argument], info.byteSize(),
                               state->stream),
           "copying a persistent argument from the GPU");
@@ -679,6 +684,15 @@ void CudaExecutor::launchAll() {
     return;
   }
   auto it = s.graphs.find(pointers);
+  if (it == s.graphs.end() && !s.eagerOnce.count(pointers)) {
+    // The first call with these addresses runs eagerly: libraries load
+    // their kernels and choose algorithms outside any capture.
+    if (s.eagerOnce.size() >= 16)
+      s.eagerOnce.clear();
+    s.eagerOnce.insert(pointers);
+    enqueueSteps(false);
+    return;
+  }
   if (it == s.graphs.end()) {
     // Capture once per set of addresses (a training step alternates
     // between two as parameters and their updates swap).

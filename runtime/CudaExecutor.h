@@ -3,9 +3,10 @@
 // The driver (libcuda), cuBLAS and cuBLASLt are loaded at run time, never
 // linked: a build with the CUDA toolkit runs on a machine without a driver
 // and says why it cannot use the GPU. One stream, one device allocation
-// (the arena) for every buffer of the Program, cubins loaded once. A call
-// captures its whole sequence of launches into a CUDA graph the first time
-// it sees a set of buffer addresses and replays the graph afterwards.
+// (the arena) for every buffer of the Program, cubins loaded once. The
+// first call with a set of buffer addresses runs eagerly, the second
+// captures its whole sequence of launches into a CUDA graph, later ones
+// replay the graph.
 //
 // No CUDA headers here: users of this header need none.
 //

@@ -381,11 +381,11 @@ void tilefuse::python::registerExecutorBindings(py::module_ &m) {
         return py::make_tuple(0, 0);
       }, "(CUDA graphs captured, calls that replayed one)");
 
-  m.def("load_artifact", [](const std::string &path, bool cudaGraphs) {
+  m.def("load_artifact", [](const std::string &path, bool cudaGraphs, bool tf32) {
     Artifact a = readArtifactFile(path);
-    std::shared_ptr<Executor> exe = loadArtifact(a, cudaGraphs);
+    std::shared_ptr<Executor> exe = loadArtifact(a, LoadOptions{cudaGraphs, tf32});
     return py::make_tuple(exe, a.target, a.graph);
-  }, py::arg("path"), py::arg("cuda_graphs") = true,
+  }, py::arg("path"), py::arg("cuda_graphs") = true, py::arg("allow_tf32") = false,
      "(program, target, graph text) of a .tfa file, ready to run on its device");
   m.def("cuda_devices", []() {
     std::string why;

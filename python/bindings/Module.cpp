@@ -86,7 +86,7 @@ PYBIND11_MODULE(_core, m) {
       .def("cuda_ptx", &Graph::cudaPtx, py::arg("target") = "cuda:sm_90")
       .def("compile_cuda", [](const Graph &g, const std::string &target) {
         py::list rows;
-        for (const Graph::CudaKernelReport &k : g.compileCuda(target)) {
+        for (const CudaKernelReport &k : g.compileCuda(target)) {
           py::dict row;
           row["name"] = k.name;
           row["registers"] = k.registers;
@@ -146,6 +146,20 @@ PYBIND11_MODULE(_core, m) {
         return std::make_pair(e.exec().stepSeconds(), e.exec().profiledCalls());
       })
       .def_property_readonly("device", [](Executable &e) { return e.exec().device(); })
+      .def_property_readonly("cuda_resources", [](const Executable &e) {
+        py::dict out;
+        for (const CudaKernelReport &k : e.artifacts().cudaReports) {
+          py::dict row;
+          row["registers"] = k.registers;
+          row["spill_stores"] = k.spillStores;
+          row["spill_loads"] = k.spillLoads;
+          row["stack_bytes"] = k.stackBytes;
+          row["shared_bytes"] = k.sharedBytes;
+          row["compile_log"] = k.log;
+          out[py::str(k.name)] = row;
+        }
+        return out;
+      }, "NVRTC's resource report and log per CUDA kernel (empty on the CPU)")
       .def_property_readonly("fused_ir", [](const Executable &e) { return e.artifacts().fusedIR; })
       .def_property_readonly("tile_ir", [](const Executable &e) { return e.artifacts().tileIR; })
       .def_property_readonly("cache_hit", &Executable::cacheHit)

@@ -60,10 +60,15 @@ class CompiledFunction:
     def report(self, profile=False):
         """One dict per step in execution order: name, kind (pointwise,
         reduction, library, copy), the source ops it computes, bytes it
-        reads and writes, and for kernels the grid and block size. With
-        profile=True, also `seconds` (mean wall time per call) and
-        `gb_per_s`, from the calls made since profile(True)."""
+        reads and writes, and for kernels the grid and block size; on CUDA
+        also threads per block, registers, spill stores/loads, shared and
+        stack bytes, and NVRTC's `compile_log`. With profile=True, also
+        `seconds` (mean wall time per call) and `gb_per_s`, from the calls
+        made since profile(True)."""
         rows = self._exe.kernels()
+        resources = self._exe.cuda_resources
+        for row in rows:
+            row.update(resources.get(row["name"], {}))
         if profile:
             seconds, calls = self._exe.step_seconds()
             for row, t in zip(rows, seconds):

@@ -105,12 +105,13 @@ class LoadedTrainStep(LoadedFunction):
                                "state first")
 
 
-def load(path, cuda_graphs=True):
+def load(path, cuda_graphs=True, allow_tf32=False):
     """Loads an artifact written by Graph.export or tilefuse-compile: a
     LoadedTrainStep for a training step, else a LoadedFunction. CPU
     artifacts run here; CUDA ones on the first GPU (replaying a CUDA graph
-    per call unless cuda_graphs=False). A truncated, corrupt, other-version,
-    other-CPU or other-GPU-architecture artifact raises CompileError."""
-    program, target, text = load_artifact(str(path), cuda_graphs)
+    per call unless cuda_graphs=False; f32 GEMMs in full f32 unless
+    allow_tf32=True). A truncated, corrupt, other-version, other-CPU or
+    other-GPU-architecture artifact raises CompileError."""
+    program, target, text = load_artifact(str(path), cuda_graphs, allow_tf32)
     cls = LoadedTrainStep if program.aliases else LoadedFunction
     return cls(program, target, text)

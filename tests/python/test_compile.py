@@ -187,8 +187,10 @@ def test_cuda_device_runs_on_a_gpu_or_is_refused_with_the_reason(rng):
     if gpus:
         fn = tilefuse.compile(_mlp, *args, device="cuda")
         assert fn.device == "cuda"
-        for _ in range(2):  # the second call replays the captured graph
+        for _ in range(3):  # eager, captured, replayed
             assert_compiled_close(fn(*args), fn.graph.interpret(*args), "mlp on cuda")
+        kernels = [r for r in fn.report() if r["kind"] in ("pointwise", "reduction")]
+        assert kernels and all(r["registers"] > 0 and r["spill_stores"] == 0 for r in kernels)
     else:
         assert why, "no GPU but no reason given"
         with pytest.raises(tilefuse.CompileError, match="device='cuda' is not available") as e:

@@ -1,6 +1,6 @@
 //===- tilefuse-run.cpp - run an artifact (runtime only, no MLIR) ---------===//
 //
-//   tilefuse-run model.tfa [--repeat=N] [--no-graphs]
+//   tilefuse-run model.tfa [--repeat=N] [--no-graphs] [--tf32]
 //
 // Runs the artifact on synthetic inputs (floats uniform in [-1, 1) from a
 // fixed generator, integers 0, booleans false) and prints each result's
@@ -21,15 +21,17 @@ using namespace tilefuse;
 int main(int argc, char **argv) {
   std::string path;
   int repeat = 1;
-  bool graphs = true;
+  bool graphs = true, tf32 = false;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--help" || a == "-h") {
-      std::cerr << "usage: tilefuse-run model.tfa [--repeat=N] [--no-graphs]\n";
+      std::cerr << "usage: tilefuse-run model.tfa [--repeat=N] [--no-graphs] [--tf32]\n";
       return 0;
     }
     if (a == "--no-graphs")
       graphs = false;
+    else if (a == "--tf32")
+      tf32 = true;
     else if (a.rfind("--repeat=", 0) == 0)
       repeat = std::max(1, std::atoi(a.c_str() + 9));
     else if (path.empty() && a[0] != '-')
@@ -45,7 +47,7 @@ int main(int argc, char **argv) {
   }
   try {
     Artifact artifact = readArtifactFile(path);
-    std::unique_ptr<Executor> exe = loadArtifact(artifact, graphs);
+    std::unique_ptr<Executor> exe = loadArtifact(artifact, LoadOptions{graphs, tf32});
     const Program &p = exe->program();
     std::vector<HostTensor> args;
     uint64_t state = 0x9E3779B97F4A7C15ull;
