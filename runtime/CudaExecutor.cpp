@@ -501,8 +501,13 @@ std::shared_ptr<void> CudaExecutor::copyResult(size_t i) {
   check(a.cuMemcpyDtoDAsync(p, resultPointer(i), info.byteSize(), state->stream),
         "copying a result");
   check(a.cuStreamSynchronize(state->stream), "copying a result");
-  return std::shared_ptr<void>(reinterpret_cast<void *>(p),
-                               [](void *q) { Api::get().cuMemFree(CUdeviceptr(q)); });
+  CUcontext context = state->context;
+  // Freed on whatever thread drops the last reference: make our context
+  // current there first.
+  return std::shared_ptr<void>(reinterpret_cast<void *>(p), [context](void *q) {
+    Api::get().cuCtxSetCurrent(context);
+    Api::get().cuMemFree(CUdeviceptr(q));
+  });
 }
 
 const void *CudaExecutor::persistent(size_t argument) {

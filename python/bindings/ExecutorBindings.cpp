@@ -153,10 +153,11 @@ const void *importCuda(Executor &e, const py::object &obj, const BufferInfo &wan
 } // namespace
 
 py::list tilefuse::python::runExecutor(Executor &e, const py::sequence &args,
-                                       const py::object &which, const std::string &out) {
+                                       const py::object &which, const std::string &out,
+                                       std::shared_ptr<void> self) {
   const Program &p = e.program();
-  if (out != "numpy" && out != "dlpack")
-    throw CompileError("out must be 'numpy' or 'dlpack', not '" + out + "'");
+  if (out != "numpy" && out != "dlpack" && out != "view")
+    throw CompileError("out must be 'numpy', 'dlpack' or 'view', not '" + out + "'");
   if (py::len(args) != p.arguments.size())
     throw CompileError("the compiled function takes " + std::to_string(p.arguments.size()) +
                        " arguments, got " + std::to_string(py::len(args)));
@@ -213,15 +214,19 @@ py::list tilefuse::python::runExecutor(Executor &e, const py::sequence &args,
     }
   }
   py::list results;
-  if (out == "dlpack" && onGpu) {
+  if (out != "numpy" && onGpu) {
 #ifdef TILEFUSE_HAVE_CUDA_EXECUTOR
     auto &cuda = dynamic_cast<CudaExecutor &>(e);
     std::vector<std::shared_ptr<void>> copies;
+    // A view borrows the executor's buffer (kept alive by `owner`) until the
+    // next call overwrites it; a dlpack result owns a copy.
+    std::shared_ptr<void> owner = self ? self : std::shared_ptr<void>();
     {
       py::gil_scoped_release release;
       e.runThen(ptrs, [&] {
         for (size_t k : wanted)
-          copies.push_back(cuda.copyResult(k));
+          copies.push_back(out == "view" ? std::shared_ptr<void>(owner, cuda.deviceResult(k))
+                                         : cuda.copyResult(k));
       });
     }
     for (size_t k = 0; k < wanted.size(); ++k) {
@@ -351,8 +356,9 @@ void tilefuse::python::registerExecutorBindings(py::module_ &m) {
 
   py::class_<Executor, std::shared_ptr<Executor>>(m, "Program", py::module_local(),
                                                   "A compiled program and its buffers on a device")
-      .def("run", &runExecutor, py::arg("args"), py::arg("results") = py::none(),
-           py::arg("out") = "numpy")
+      .def("run", [](std::shared_ptr<Executor> e, const py::sequence &args, const py::object &which,
+                     const std::string &out) { return runExecutor(*e, args, which, out, e); },
+           py::arg("args"), py::arg("results") = py::none(), py::arg("out") = "numpy")
       .def("kernels", [](const Executor &e) { return programKernels(e.program()); })
       .def("make_persistent", &makePersistent)
       .def("carry", &Executor::carry, py::arg("result"), py::arg("argument"))

@@ -20,10 +20,13 @@ namespace tilefuse::python {
 
 /// Runs `e` on `args` (numpy arrays, DLPack tensors of the executor's
 /// device, None for persistent arguments). Returns the results listed in
-/// `which` (None: all) as numpy arrays (out="numpy") or as DLPack-capable
-/// device arrays (out="dlpack"; numpy arrays on the CPU).
+/// `which` (None: all) as numpy arrays (out="numpy"), as DLPack-capable
+/// device arrays owning a copy (out="dlpack"), or as device arrays viewing
+/// the executor's buffers until its next call (out="view": no copy; `self`
+/// keeps the executor alive). On the CPU, numpy arrays in every case.
 pybind11::list runExecutor(Executor &e, const pybind11::sequence &args,
-                           const pybind11::object &which, const std::string &out);
+                           const pybind11::object &which, const std::string &out,
+                           std::shared_ptr<void> self = nullptr);
 /// One dict per step: name, kind, ops, bytes, launch shape.
 pybind11::list programKernels(const Program &p);
 void makePersistent(Executor &e, size_t i, const pybind11::array &a);

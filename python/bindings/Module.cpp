@@ -131,8 +131,10 @@ PYBIND11_MODULE(_core, m) {
 
   registerExecutorBindings(m);
   py::class_<Executable, std::shared_ptr<Executable>>(m, "Executable")
-      .def("run", [](Executable &e, const py::sequence &args, const py::object &which,
-                     const std::string &out) { return runExecutor(e.exec(), args, which, out); },
+      .def("run", [](std::shared_ptr<Executable> e, const py::sequence &args,
+                     const py::object &which, const std::string &out) {
+             return runExecutor(e->exec(), args, which, out, e);
+           },
            py::arg("args"), py::arg("results") = py::none(), py::arg("out") = "numpy")
       .def("kernels", [](const Executable &e) { return programKernels(e.program()); })
       .def("make_persistent", [](Executable &e, size_t i, const py::array &a) {

@@ -33,9 +33,11 @@ class LoadedFunction:
         return results[0] if len(results) == 1 else tuple(results)
 
     def run(self, args, out="numpy"):
-        """All results as a list: numpy arrays, or with out="dlpack" device
-        arrays that torch.from_dlpack / cupy.from_dlpack take without a copy
-        (each owns its memory; on the CPU, numpy arrays)."""
+        """All results as a list: numpy arrays; with out="dlpack" device
+        arrays that torch.from_dlpack / cupy.from_dlpack take without a host
+        copy (each owns a device copy); with out="view" device arrays that
+        are the executor's own buffers, valid until the next call (no copy
+        at all). On the CPU, numpy arrays in every case."""
         return list(self._program.run(list(args), out=out))
 
     def synchronize(self):

@@ -225,7 +225,8 @@ def test_dlpack_output_on_the_cpu_is_numpy(rng):
     out = fn(*args, out="dlpack")
     assert isinstance(out, np.ndarray)
     np.testing.assert_array_equal(out, fn(*args))
-    with pytest.raises(tilefuse.CompileError, match="out must be 'numpy' or 'dlpack'"):
+    np.testing.assert_array_equal(fn(*args, out="view"), out)
+    with pytest.raises(tilefuse.CompileError, match="out must be 'numpy', 'dlpack' or 'view'"):
         fn(*args, out="torch")
 
 
