@@ -1,27 +1,27 @@
 """PyTorch twins of the graphs tilefuse is benchmarked on, for the GPU harness.
 
-This module imports torch and numpy only, never ``tilefuse``: on the GPU
-machine the package is a runtime-only build (``tilefuse.load`` and nothing
-else), so ``tilefuse.workloads`` -- which needs the compiler -- cannot be
-imported there. What the harness needs from it is copied here:
+On the GPU machine the tilefuse package is a runtime-only build
+(``tilefuse.load`` and nothing that compiles), so ``tilefuse.workloads`` --
+which needs the compiler -- cannot be imported there; its numpy half,
+``tilefuse.workload_data``, can:
 
 * ``gpt2_config``, ``gpt2_small_config``, ``gpt2_init_numpy``,
-  ``gpt2_batch_numpy``: the numpy side of ``gpt2_mini_*`` in
-  python/tilefuse/workloads.py, call for call (same generator draws in the
-  same order, same names, float32), so both sides start from bit-identical
-  parameters and batches;
+  ``gpt2_batch_numpy``: ``gpt2_mini_config/init/batch`` of
+  tilefuse.workload_data (GPT-2 small: the GPU sizes without dropout), so
+  both sides start from bit-identical parameters and batches;
 * ``gpt2_loss_torch``, ``make_torch_train_step``: the same model and the
   same AdamW as the tilefuse training step, in PyTorch;
 * ``KERNELS``: the five graphs of bench/kernel_bench.cpp, same argument
   order, same results, same sizes, same byte accounting.
 
-The numpy functions work without torch (they are checked against
-tilefuse.workloads on machines that have the compiler but not torch); every
-function that needs torch says so with an ImportError naming it.
+The numpy functions work without torch; every function that needs torch
+says so with an ImportError naming it.
 """
 import math
 
 import numpy as np
+
+from tilefuse.workload_data import gpt2_mini_batch, gpt2_mini_config, gpt2_mini_init
 
 try:
     import torch
@@ -43,22 +43,10 @@ def _require_torch(what):
 # GPT-2: configuration, initialisation and batches (numpy, exact copies)
 # ---------------------------------------------------------------------------
 
-_GPT2_DEFAULTS = dict(n_layer=2, d_model=128, n_head=4, seq=128, vocab=1024, batch=4,
-                      dropout=0.1, layer_norm_eps=1e-5)
-
-
-def gpt2_config(**overrides):
-    """Same keys, defaults and checks as workloads.gpt2_mini_config (the CPU
-    sizes; note the default dropout 0.1, which gpt2_loss_torch refuses)."""
-    unknown = set(overrides) - set(_GPT2_DEFAULTS)
-    if unknown:
-        raise ValueError(f"unknown config keys {sorted(unknown)}; "
-                         f"known: {sorted(_GPT2_DEFAULTS)}")
-    cfg = dict(_GPT2_DEFAULTS)
-    cfg.update(overrides)
-    if cfg["d_model"] % cfg["n_head"]:
-        raise ValueError("gpt2_mini: d_model must be a multiple of n_head")
-    return cfg
+# The one definition of GPT-2's sizes, parameters and batches.
+gpt2_config = gpt2_mini_config
+gpt2_init_numpy = gpt2_mini_init
+gpt2_batch_numpy = gpt2_mini_batch
 
 
 def gpt2_small_config(**overrides):
@@ -68,41 +56,6 @@ def gpt2_small_config(**overrides):
                  dropout=0.0, layer_norm_eps=1e-5)
     sizes.update(overrides)
     return gpt2_config(**sizes)
-
-
-def gpt2_init_numpy(config, seed=0, dtype=np.float32):
-    """workloads.gpt2_mini_init, draw for draw: N(0, 0.02) weights, residual
-    projections N(0, 0.02 / sqrt(2 n_layer)), zero biases, unit LayerNorm.
-    The order of the rng calls is the definition; do not reorder."""
-    rng = np.random.default_rng(seed)
-    d, L = config["d_model"], config["n_layer"]
-    std, proj_std = 0.02, 0.02 / math.sqrt(2 * L)
-    p = {
-        "wte": rng.normal(0.0, std, (config["vocab"], d)),
-        "wpe": rng.normal(0.0, std, (config["seq"], d)),
-    }
-    for i in range(L):
-        h = f"h{i}."
-        p[h + "ln1.w"], p[h + "ln1.b"] = np.ones(d), np.zeros(d)
-        p[h + "attn.qkv.w"] = rng.normal(0.0, std, (3 * d, d))
-        p[h + "attn.qkv.b"] = np.zeros(3 * d)
-        p[h + "attn.proj.w"] = rng.normal(0.0, proj_std, (d, d))
-        p[h + "attn.proj.b"] = np.zeros(d)
-        p[h + "ln2.w"], p[h + "ln2.b"] = np.ones(d), np.zeros(d)
-        p[h + "mlp.fc.w"] = rng.normal(0.0, std, (4 * d, d))
-        p[h + "mlp.fc.b"] = np.zeros(4 * d)
-        p[h + "mlp.proj.w"] = rng.normal(0.0, proj_std, (d, 4 * d))
-        p[h + "mlp.proj.b"] = np.zeros(d)
-    p["lnf.w"], p["lnf.b"] = np.ones(d), np.zeros(d)
-    return {k: np.asarray(v, dtype=dtype) for k, v in p.items()}
-
-
-def gpt2_batch_numpy(config, seed):
-    """workloads.gpt2_mini_batch: ``{'tokens': int64 [batch, seq + 1]}``,
-    uniform over the vocabulary."""
-    rng = np.random.default_rng(seed)
-    shape = (config["batch"], config["seq"] + 1)
-    return {"tokens": rng.integers(0, config["vocab"], size=shape, dtype=np.int64)}
 
 
 # ---------------------------------------------------------------------------

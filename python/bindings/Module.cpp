@@ -28,6 +28,17 @@ DType dtypeArg(const std::string &name) {
   }
 }
 
+/// NVRTC's resource report of one kernel.
+py::dict resourceRow(const CudaKernelReport &k) {
+  py::dict row;
+  row["registers"] = k.registers;
+  row["spill_stores"] = k.spillStores;
+  row["spill_loads"] = k.spillLoads;
+  row["stack_bytes"] = k.stackBytes;
+  row["shared_bytes"] = k.sharedBytes;
+  return row;
+}
+
 py::tuple signatureTuple(const std::vector<TensorSignature> &sigs) {
   py::list out;
   for (auto &s : sigs)
@@ -87,13 +98,8 @@ PYBIND11_MODULE(_core, m) {
       .def("compile_cuda", [](const Graph &g, const std::string &target) {
         py::list rows;
         for (const CudaKernelReport &k : g.compileCuda(target)) {
-          py::dict row;
+          py::dict row = resourceRow(k);
           row["name"] = k.name;
-          row["registers"] = k.registers;
-          row["spill_stores"] = k.spillStores;
-          row["spill_loads"] = k.spillLoads;
-          row["stack_bytes"] = k.stackBytes;
-          row["shared_bytes"] = k.sharedBytes;
           row["cached"] = k.cached;
           rows.append(row);
         }
@@ -151,12 +157,7 @@ PYBIND11_MODULE(_core, m) {
       .def_property_readonly("cuda_resources", [](const Executable &e) {
         py::dict out;
         for (const CudaKernelReport &k : e.artifacts().cudaReports) {
-          py::dict row;
-          row["registers"] = k.registers;
-          row["spill_stores"] = k.spillStores;
-          row["spill_loads"] = k.spillLoads;
-          row["stack_bytes"] = k.stackBytes;
-          row["shared_bytes"] = k.sharedBytes;
+          py::dict row = resourceRow(k);
           row["compile_log"] = k.log;
           out[py::str(k.name)] = row;
         }

@@ -63,6 +63,8 @@ def test_runtime_only_python_and_tools_run_artifacts(runtime_build, rng, tmp_pat
     code = (
         "import numpy as np, tilefuse, sys\n"
         "assert not tilefuse.HAVE_COMPILER and not hasattr(tilefuse, 'trace')\n"
+        "from tilefuse.workload_data import gpt2_mini_config, gpt2_mini_init\n"
+        "assert len(gpt2_mini_init(gpt2_mini_config(n_layer=1))) == 16\n"
         f"d = np.load({str(tmp_path / 'in.npz')!r})\n"
         f"f = tilefuse.load({str(path)!r})\n"
         "a, b = f(d['x'], d['ids'])\n"

@@ -119,6 +119,23 @@ Step gemmStep(std::vector<int> bufs, int64_t batch, int64_t m, int64_t n, int64_
   return s;
 }
 
+/// y = scale(x): one argument of `n` elements, one kernel of `grid`
+/// programs of 32 threads.
+Program scaleProgram(int64_t n, int64_t grid) {
+  Program p;
+  int x = buffer(p, "x", {n}, BufferInfo::Role::Argument);
+  int y = buffer(p, "y", {n});
+  ProgramKernel k;
+  k.name = "scale", k.kind = "pointwise", k.grid = grid, k.block = 32, k.threads = 32;
+  p.kernels.push_back(k);
+  Step ks;
+  ks.kind = Step::Kind::Kernel, ks.kernel = 0, ks.buffers = {x, y}, ks.source = "scale";
+  p.steps.push_back(ks);
+  p.arguments = {x};
+  p.results = {y};
+  return p;
+}
+
 std::vector<std::pair<std::string, std::string>> fakeCubins(const Program &p) {
   std::vector<std::pair<std::string, std::string>> blobs;
   for (const ProgramKernel &k : p.kernels)
@@ -240,17 +257,7 @@ TEST_F(FakeCuda, PersistentArgumentsCarryAndTwoGraphsAlternate) {
   // x <- 2 x each call: the result swaps with the kept argument, so calls
   // alternate between two sets of addresses: each runs eagerly once, is
   // captured once, then replays.
-  Program p;
-  int x = buffer(p, "x", {64}, BufferInfo::Role::Argument);
-  int y = buffer(p, "y", {64});
-  ProgramKernel k;
-  k.name = "scale", k.kind = "pointwise", k.grid = 2, k.block = 32, k.threads = 32;
-  p.kernels.push_back(k);
-  Step ks;
-  ks.kind = Step::Kind::Kernel, ks.kernel = 0, ks.buffers = {x, y}, ks.source = "scale";
-  p.steps.push_back(ks);
-  p.arguments = {x};
-  p.results = {y};
+  Program p = scaleProgram(64, 2);
   p.aliases = {{0, 0}};
   CudaExecutor gpu(p, fakeCubins(p));
   HostTensor start = random(DType::F32, {64}, 7);
@@ -282,17 +289,7 @@ TEST_F(FakeCuda, PersistentArgumentsCarryAndTwoGraphsAlternate) {
 }
 
 TEST_F(FakeCuda, DeviceArgumentsAreReadInPlace) {
-  Program p;
-  int x = buffer(p, "x", {32}, BufferInfo::Role::Argument);
-  int y = buffer(p, "y", {32});
-  ProgramKernel k;
-  k.name = "scale", k.kind = "pointwise", k.grid = 1, k.block = 32, k.threads = 32;
-  p.kernels.push_back(k);
-  Step ks;
-  ks.kind = Step::Kind::Kernel, ks.kernel = 0, ks.buffers = {x, y}, ks.source = "scale";
-  p.steps.push_back(ks);
-  p.arguments = {x};
-  p.results = {y};
+  Program p = scaleProgram(32, 1);
   CudaExecutor gpu(p, fakeCubins(p));
   // "Device" memory of the fake is host memory: any pointer will do.
   std::vector<float> onDevice(32, 1.5f);
@@ -330,17 +327,7 @@ TEST_F(FakeCuda, OutOfRangeGatherIndicesAreReported) {
 }
 
 TEST_F(FakeCuda, ArtifactsForAnotherArchitectureOrWithoutCubinsAreRefused) {
-  Program p;
-  int x = buffer(p, "x", {32}, BufferInfo::Role::Argument);
-  int y = buffer(p, "y", {32});
-  ProgramKernel k;
-  k.name = "scale", k.kind = "pointwise", k.grid = 1, k.block = 32, k.threads = 32;
-  p.kernels.push_back(k);
-  Step ks;
-  ks.kind = Step::Kind::Kernel, ks.kernel = 0, ks.buffers = {x, y}, ks.source = "scale";
-  p.steps.push_back(ks);
-  p.arguments = {x};
-  p.results = {y};
+  Program p = scaleProgram(32, 1);
   Artifact a;
   a.target = "cuda:sm_80";
   a.program = p;
