@@ -227,22 +227,25 @@ private:
     return int(prog.kernels.size()) - 1;
   }
 
-  /// A full reduction too large for one program: partial sums over slices
-  /// in parallel, then one program combines them (FusionToTile.h).
+  /// A reduction with too little parallelism for its size: partial folds
+  /// over slices in parallel, then a combine kernel folds the slices and
+  /// computes the results (FusionToTile.h). A full reduction has one slot
+  /// per slice and reduction; a column reduction one row of kept elements.
   LogicalResult splitReduction(graph::FusionOp fusion, ArrayRef<Operation *> reductions,
-                               const std::string &name) {
-    constexpr int64_t kSlices = 32;
+                               const std::string &name, int64_t slices, bool column) {
     FailureOr<std::pair<func::FuncOp, func::FuncOp>> ks =
-        lowerSplitReduction(fusion, reductions, kSlices, kernels, target, name);
+        column ? lowerSplitColumnReduction(fusion, reductions, slices, kernels, target, name)
+               : lowerSplitReduction(fusion, reductions, slices, kernels, target, name);
     if (failed(ks))
       return failure();
+    int64_t keptElements = numel(shapeOf(reductions.front()->getResult(0)));
     SmallVector<int> slots;
     for (Operation *r : reductions) {
       BufferInfo slot;
       slot.name = name + "_slices" + std::to_string(prog.buffers.size());
       Type t = getElementTypeOrSelf(r->getOperand(0).getType());
       slot.dtype = t.isF16() || t.isBF16() ? DType::F32 : dtypeOf(t);
-      slot.shape = {kSlices};
+      slot.shape = column ? Shape{slices, keptElements} : Shape{slices};
       prog.buffers.push_back(slot);
       slots.push_back(int(prog.buffers.size()) - 1);
     }
@@ -261,18 +264,39 @@ private:
     for (unsigned i = 0; i < fusion.getNumResults(); ++i)
       combine.buffers.push_back(result(*fusion, i));
     // The combine kernel covers only the slots, not the domain.
-    prog.kernels[combine.kernel].elementsPerProgram = kSlices;
+    ProgramKernel &c = prog.kernels[combine.kernel];
+    c.elementsPerProgram = std::max<int64_t>(1, slices * keptElements / std::max<int64_t>(1, c.grid));
     prog.steps.push_back(partial);
     prog.steps.push_back(combine);
     return success();
   }
 
+  /// Slices worth splitting the column reduction `fusion` into (0: not
+  /// worth it). A column reduction's programs are its blocks of kept
+  /// elements; with few of them, each walks a long reduced extent alone
+  /// (layer_norm's dgamma over 65536 rows of 1024: 16 CPU programs, one
+  /// GPU block). Slices bring the programs to about 256 while each slice
+  /// keeps at least 32 rows.
+  int64_t columnSlices(graph::FusionOp fusion) {
+    int64_t programs = keptPrograms(fusion, target);
+    auto domain = fusion.getDomain();
+    int64_t rows = 1;
+    for (int64_t d : fusion.getReduced())
+      rows *= domain[d];
+    int64_t slices = std::min<int64_t>(256 / std::max<int64_t>(1, programs), rows / 32);
+    return programs < 128 && slices >= 2 ? slices : 0;
+  }
+
   LogicalResult kernel(graph::FusionOp fusion) {
     if (fusion.getKind() == "matmul")
       return gemmWithEpilogue(fusion);
+    std::string splitName = (func.getSymName() + "_" + fusion.getKernelName()).str();
     if (SmallVector<Operation *> reductions = splittableReductions(fusion); !reductions.empty())
-      return splitReduction(fusion, reductions,
-                            (func.getSymName() + "_" + fusion.getKernelName()).str());
+      return splitReduction(fusion, reductions, splitName, /*slices=*/32, /*column=*/false);
+    if (SmallVector<Operation *> reductions = columnSplittableReductions(fusion);
+        !reductions.empty())
+      if (int64_t slices = columnSlices(fusion))
+        return splitReduction(fusion, reductions, splitName, slices, /*column=*/true);
     // Kernel symbols are unique per module: the function names its kernels.
     std::string name = (func.getSymName() + "_" + fusion.getKernelName()).str();
     FailureOr<func::FuncOp> k = lowerFusionToTile(fusion, kernels, target, name);

@@ -322,8 +322,33 @@ public:
   /// after the outputs; the combine kernel folds the slices.
   LogicalResult emitPartial(int64_t chunks, ArrayRef<Operation *> reductions);
   LogicalResult emitCombine(int64_t chunks, ArrayRef<Operation *> reductions);
+  /// Split column reductions (see lowerSplitColumnReduction): the programs
+  /// of the partial kernel each fold one of `chunks` slices of the reduced
+  /// rows for one block of kept elements into slot[slice, kept]; the
+  /// combine kernel folds the slices and computes the results.
+  LogicalResult emitColumnPartial(int64_t chunks, ArrayRef<Operation *> reductions);
+  LogicalResult emitColumnCombine(int64_t chunks, ArrayRef<Operation *> reductions);
 
 private:
+  /// How the kept dimensions of the domain are divided among programs:
+  /// lanes along the innermost one when it is kept, one program per
+  /// element of the others.
+  struct KeptSpace {
+    SmallVector<int64_t> domain, kept, keptShape, progDims, progSizes;
+    bool lanesKept = false;
+    int64_t blocksPerRow = 1, programs = 1, elements = 1;
+  };
+  KeptSpace keptSpace();
+  /// Domain coordinates of kept program `pid` (reduced ones unset); sets
+  /// the active limit when lanes run along a kept dimension.
+  Coords keptDomainCoords(const KeptSpace &k, Value pid);
+  /// The kept part of domain coordinates `dc`, for a value of `shape`.
+  Coords keptCoords(const KeptSpace &k, const Coords &dc, ArrayRef<int64_t> shape) {
+    Coords kc;
+    for (int64_t d : k.kept)
+      kc.push_back(dc[d]);
+    return matchUnitDims(kc, k.keptShape, shape);
+  }
   void bindArguments(unsigned extraBeforeOutputs);
   Coords unitCoords(Value v) { return Coords(shapeOf(v).size(), constCoord(0)); }
   Value chunkId;      ///< partial kernel: the slice this program reduces
@@ -694,11 +719,14 @@ FailureOr<Value> KernelEmitter::reduction(Operation *op, const Coords &c) {
   bool split = chunks > 0 && !lanesInResult && laneDim >= 0;
   int64_t laneSteps = laneDim >= 0 ? (in[laneDim] + block - 1) / block : 1;
   bool splitOuter = split && outerCount >= chunks;
+  // A column partial kernel: each lane has its own result; the program
+  // walks one slice of the reduced rows.
+  bool splitRows = chunks > 0 && lanesInResult && laneDim < 0;
   auto sliceBound = [&](int64_t total, int64_t k) -> Value {
     return divS(mulS(addS(chunkId, cst(k)), total), chunks);
   };
-  Value outerLo = splitOuter ? sliceBound(outerCount, 0) : cst(0);
-  Value outerHi = splitOuter ? sliceBound(outerCount, 1) : cst(outerCount);
+  Value outerLo = splitOuter || splitRows ? sliceBound(outerCount, 0) : cst(0);
+  Value outerHi = splitOuter || splitRows ? sliceBound(outerCount, 1) : cst(outerCount);
   SmallVector<Value> acc;
   LogicalResult ok = forLoopRange(
       outerLo, outerHi, ValueRange{init},
@@ -1050,50 +1078,124 @@ LogicalResult KernelEmitter::emitCombine(int64_t n, ArrayRef<Operation *> reduct
   return success();
 }
 
+KernelEmitter::KeptSpace KernelEmitter::keptSpace() {
+  KeptSpace k;
+  k.domain.assign(fusion.getDomain().begin(), fusion.getDomain().end());
+  auto reduced = fusion.getReduced();
+  int64_t rank = k.domain.size();
+  for (int64_t d = 0; d < rank; ++d)
+    if (!llvm::is_contained(reduced, d)) {
+      k.kept.push_back(d);
+      k.keptShape.push_back(k.domain[d]);
+      k.elements *= k.domain[d];
+    }
+  // Lanes run along the innermost dimension; when it is kept, programs
+  // split it into blocks, otherwise each program owns whole rows.
+  k.lanesKept = rank > 0 && !k.kept.empty() && k.kept.back() == rank - 1;
+  k.progDims = k.kept;
+  if (k.lanesKept)
+    k.progDims.pop_back();
+  k.blocksPerRow = k.lanesKept ? (k.domain.back() + block - 1) / block : 1;
+  k.programs = k.blocksPerRow;
+  for (int64_t d : k.progDims) {
+    k.progSizes.push_back(k.domain[d]);
+    k.programs *= k.domain[d];
+  }
+  return k;
+}
+
+Coords KernelEmitter::keptDomainCoords(const KeptSpace &k, Value pid) {
+  int64_t rank = k.domain.size();
+  Coords dc(rank);
+  scatterIndex(divS(pid, k.blocksPerRow), k.progDims, k.progSizes, dc);
+  if (k.lanesKept) {
+    Value start = mulS(remS(pid, k.blocksPerRow), block);
+    dc[rank - 1] = {start, 1, {}, block};
+    activeLimit = b.create<arith::SubIOp>(loc, cst(k.domain.back()), start);
+  }
+  return dc;
+}
+
+LogicalResult KernelEmitter::emitColumnPartial(int64_t n, ArrayRef<Operation *> reductions) {
+  bindArguments(0);
+  Block &entry = kernel.getBody().front();
+  unsigned firstSlot = fusion.getBody().front().getNumArguments();
+  KeptSpace ks = keptSpace();
+  kernel->setAttr(tile::kGridAttr, b.getI64IntegerAttr(ks.programs * n));
+  Value pid = b.create<tile::ProgramIdOp>(loc, b.getI64Type());
+  chunkId = divS(pid, ks.programs);
+  chunks = n;
+  Coords dc = keptDomainCoords(ks, remS(pid, ks.programs));
+  Coords slotCoords = keptCoords(ks, dc, ks.keptShape);
+  for (auto [k, op] : llvm::enumerate(reductions)) {
+    FailureOr<Value> v = value(op->getResult(0), keptCoords(ks, dc, shapeOf(op->getResult(0))));
+    if (failed(v))
+      return failure();
+    // slot[slice][kept element]: the lanes are contiguous kept elements.
+    int64_t stride = 0;
+    Value vecOffsets;
+    Value offset = offsetOf(slotCoords, ks.keptShape, stride, vecOffsets);
+    if (vecOffsets || stride != 1)
+      return fusion.emitOpError("internal error: a column partial whose lanes are not contiguous");
+    offset = addS(offset, mulS(chunkId, ks.elements));
+    b.create<tile::StoreOp>(loc, toBlock(*v), entry.getArgument(firstSlot + k), offset,
+                            activeLimit, b.getI64IntegerAttr(1), b.getI64IntegerAttr(1),
+                            UnitAttr());
+  }
+  return success();
+}
+
+LogicalResult KernelEmitter::emitColumnCombine(int64_t n, ArrayRef<Operation *> reductions) {
+  bindArguments(reductions.size());
+  Block &entry = kernel.getBody().front();
+  unsigned firstSlot = fusion.getBody().front().getNumArguments();
+  KeptSpace ks = keptSpace();
+  kernel->setAttr(tile::kGridAttr, b.getI64IntegerAttr(ks.programs));
+  Value pid = b.create<tile::ProgramIdOp>(loc, b.getI64Type());
+  Coords dc = keptDomainCoords(ks, pid);
+  int64_t stride = 0;
+  Value vecOffsets;
+  Value offset = offsetOf(keptCoords(ks, dc, ks.keptShape), ks.keptShape, stride, vecOffsets);
+  if (vecOffsets || stride != 1)
+    return fusion.emitOpError("internal error: a column combine whose lanes are not contiguous");
+  for (auto [k, op] : llvm::enumerate(reductions)) {
+    Value slots = entry.getArgument(firstSlot + k);
+    Type t = llvm::cast<tile::PtrType>(slots.getType()).getPointee();
+    SmallVector<Value> total;
+    if (failed(forLoop(
+            n, ValueRange{splat(neutral(op, t))},
+            [&](Value c, ValueRange acc, SmallVectorImpl<Value> &yield) -> LogicalResult {
+              Value at = addS(offset, mulS(c, ks.elements));
+              Value part = b.create<tile::LoadOp>(loc, vecType(t), slots, at, activeLimit,
+                                                  b.getI64IntegerAttr(1));
+              yield.push_back(combine(op, acc[0], part));
+              return success();
+            },
+            &total)))
+      return failure();
+    memo.back()[keyOf(op->getResult(0), keptCoords(ks, dc, shapeOf(op->getResult(0))))] =
+        total[0];
+  }
+  Operation *yield = fusion.getBody().front().getTerminator();
+  for (unsigned i = 0; i < yield->getNumOperands(); ++i)
+    if (failed(store(i, keptCoords(ks, dc, shapeOf(yield->getOperand(i))))))
+      return failure();
+  return success();
+}
+
 LogicalResult KernelEmitter::emit() {
   bindArguments(0);
   Block &body = fusion.getBody().front();
 
-  auto domain = SmallVector<int64_t>(fusion.getDomain());
+  KeptSpace ks = keptSpace();
+  auto domain = ks.domain;
   auto reduced = SmallVector<int64_t>(fusion.getReduced());
-  int64_t rank = domain.size();
-  SmallVector<int64_t> kept;
-  for (int64_t d = 0; d < rank; ++d)
-    if (!llvm::is_contained(reduced, d))
-      kept.push_back(d);
-  // Lanes run along the innermost dimension; when it is kept, programs
-  // split it into blocks, otherwise each program owns whole rows.
-  bool lanesKept = rank > 0 && !kept.empty() && kept.back() == rank - 1;
-  SmallVector<int64_t> progDims(kept);
-  if (lanesKept)
-    progDims.pop_back();
-  int64_t blocksPerRow = lanesKept ? (domain.back() + block - 1) / block : 1;
-  int64_t grid = blocksPerRow;
-  for (int64_t d : progDims)
-    grid *= domain[d];
-  kernel->setAttr(tile::kGridAttr, b.getI64IntegerAttr(grid));
-
+  bool lanesKept = ks.lanesKept;
+  SmallVector<int64_t> keptShape = ks.keptShape;
+  kernel->setAttr(tile::kGridAttr, b.getI64IntegerAttr(ks.programs));
   Value pid = b.create<tile::ProgramIdOp>(loc, b.getI64Type());
-  Coords dc(rank);
-  SmallVector<int64_t> progSizes;
-  for (int64_t d : progDims)
-    progSizes.push_back(domain[d]);
-  scatterIndex(divS(pid, blocksPerRow), progDims, progSizes, dc);
-  if (lanesKept) {
-    Value start = mulS(remS(pid, blocksPerRow), block);
-    dc[rank - 1] = {start, 1, {}, block};
-    activeLimit = b.create<arith::SubIOp>(loc, cst(domain.back()), start);
-  }
-
-  SmallVector<int64_t> keptShape;
-  for (int64_t d : kept)
-    keptShape.push_back(domain[d]);
-  auto keptCoords = [&](ArrayRef<int64_t> shape) {
-    Coords kc;
-    for (int64_t d : kept)
-      kc.push_back(dc[d]);
-    return matchUnitDims(kc, keptShape, shape);
-  };
+  Coords dc = keptDomainCoords(ks, pid);
+  auto keptCoords = [&](ArrayRef<int64_t> shape) { return this->keptCoords(ks, dc, shape); };
   Operation *yield = body.getTerminator();
   SmallVector<unsigned> domainOutputs;
   for (unsigned i = 0; i < yield->getNumOperands(); ++i) {
@@ -1283,6 +1385,92 @@ tilefuse::lowerSplitReduction(FusionOp fusion, ArrayRef<Operation *> reductions,
   finishKernel(partial);
   finishKernel(combine);
   return std::make_pair(partial, combine);
+}
+
+SmallVector<Operation *> tilefuse::columnSplittableReductions(FusionOp fusion) {
+  SmallVector<Operation *> none, reductions;
+  auto domain = fusion.getDomain();
+  auto reduced = fusion.getReduced();
+  int64_t rank = domain.size();
+  // Lanes along the kept innermost dimension (of more than one element:
+  // slots are written block by block); every result kept-shaped.
+  if (fusion.getKind() != "reduction" || rank < 2 || reduced.empty() ||
+      llvm::is_contained(reduced, rank - 1) || domain.back() < 2)
+    return none;
+  SmallVector<int64_t> keptShape;
+  int64_t elements = 1;
+  for (int64_t d = 0; d < rank; ++d) {
+    elements *= domain[d];
+    if (!llvm::is_contained(reduced, d))
+      keptShape.push_back(domain[d]);
+  }
+  Block &body = fusion.getBody().front();
+  for (Value v : body.getTerminator()->getOperands())
+    if (squeezed(shapeOf(v)) != squeezed(keptShape))
+      return none;
+  llvm::DenseSet<Operation *> dependsOnReduction;
+  for (Operation &op : body.without_terminator()) {
+    bool after = llvm::any_of(op.getOperands(), [&](Value v) {
+      return v.getDefiningOp() && dependsOnReduction.contains(v.getDefiningOp());
+    });
+    if (llvm::isa<ArgmaxOp>(op))
+      return none;
+    if (llvm::isa<ReduceSumOp, ReduceMaxOp, ReduceMinOp>(op)) {
+      // Each folds exactly the kernel's reduced dimensions of a full-domain
+      // value, and reads no other reduction's result.
+      auto dims = op.getAttrOfType<DenseI64ArrayAttr>("dims").asArrayRef();
+      if (after || numel(shapeOf(op.getOperand(0))) != elements ||
+          SmallVector<int64_t>(dims) != SmallVector<int64_t>(reduced) ||
+          squeezed(shapeOf(op.getResult(0))) != squeezed(keptShape))
+        return none;
+      reductions.push_back(&op);
+      after = true;
+    }
+    if (after)
+      dependsOnReduction.insert(&op);
+  }
+  return reductions;
+}
+
+FailureOr<std::pair<func::FuncOp, func::FuncOp>>
+tilefuse::lowerSplitColumnReduction(FusionOp fusion, ArrayRef<Operation *> reductions,
+                                    int64_t chunks, ModuleOp module, const TargetInfo &target,
+                                    StringRef name) {
+  loadTileDialects(fusion.getContext());
+  SmallVector<Value> reduced;
+  for (Operation *r : reductions)
+    reduced.push_back(r->getOperand(0));
+  SmallVector<Type> partialArgs = pointersTo(fusion.getInputs());
+  partialArgs.append(pointersTo(reduced, /*compute=*/true)); // the slots
+  SmallVector<Type> combineArgs(partialArgs);
+  combineArgs.append(pointersTo(fusion.getResults()));
+  int64_t block = target.blockSize(fusion.getDomain().back(), /*rowReduction=*/false);
+  func::FuncOp partial = createKernel(fusion, module, (name + "_partial").str(), partialArgs, block);
+  func::FuncOp combine = createKernel(fusion, module, (name + "_combine").str(), combineArgs, block);
+  KernelEmitter first(fusion, partial, block, target);
+  KernelEmitter second(fusion, combine, block, target);
+  if (failed(first.emitColumnPartial(chunks, reductions)) ||
+      failed(second.emitColumnCombine(chunks, reductions))) {
+    partial.erase();
+    combine.erase();
+    return failure();
+  }
+  finishKernel(partial);
+  finishKernel(combine);
+  return std::make_pair(partial, combine);
+}
+
+int64_t tilefuse::keptPrograms(FusionOp fusion, const TargetInfo &target) {
+  auto domain = fusion.getDomain();
+  auto reduced = fusion.getReduced();
+  int64_t rank = domain.size(), programs = 1;
+  if (rank == 0 || llvm::is_contained(reduced, rank - 1))
+    return 1;
+  int64_t block = target.blockSize(domain.back(), /*rowReduction=*/false);
+  for (int64_t d = 0; d + 1 < rank; ++d)
+    if (!llvm::is_contained(reduced, d))
+      programs *= domain[d];
+  return programs * ((domain.back() + block - 1) / block);
 }
 
 void tilefuse::hoistDenseConstants(func::FuncOp func) {

@@ -40,6 +40,27 @@ lowerSplitReduction(graph::FusionOp fusion, llvm::ArrayRef<mlir::Operation *> re
                     int64_t chunks, mlir::ModuleOp module, const TargetInfo &target,
                     llvm::StringRef name);
 
+/// The reductions of `fusion` when it is a column reduction that can be
+/// split in two kernels: the innermost dimension is kept, every result has
+/// the kept shape, and every reduction (sum, max, min) folds exactly the
+/// kernel's reduced dimensions and reads no other reduction's result.
+/// Empty otherwise.
+llvm::SmallVector<mlir::Operation *> columnSplittableReductions(graph::FusionOp fusion);
+
+/// Programs a column reduction's kernel runs on `target` (blocks of kept
+/// elements): few means little parallelism for a long reduced extent.
+int64_t keptPrograms(graph::FusionOp fusion, const TargetInfo &target);
+
+/// A split column reduction: a partial kernel whose programs each fold one
+/// of `chunks` slices of the reduced rows for one block of kept elements
+/// into slot[slice, kept] (one slot buffer per reduction, compute type,
+/// passed after the inputs), and a combine kernel (inputs, slots, results)
+/// that folds the slices and computes the results.
+mlir::FailureOr<std::pair<mlir::func::FuncOp, mlir::func::FuncOp>>
+lowerSplitColumnReduction(graph::FusionOp fusion, llvm::ArrayRef<mlir::Operation *> reductions,
+                          int64_t chunks, mlir::ModuleOp module, const TargetInfo &target,
+                          llvm::StringRef name);
+
 /// Makes every non-splat graph.constant inside fusion regions of `func` an
 /// input of its region instead (kernels read tables from memory; only splat
 /// constants become immediates).

@@ -155,3 +155,38 @@ func.func @mean(%x: tensor<512x1024xf32>) -> tensor<f32> {
   %1 = graph.div %0, %n : tensor<f32>
   return %1 : tensor<f32>
 }
+
+// A column reduction with few blocks of kept elements (96 columns: 2 CPU
+// programs) over many rows: the partial kernel's programs each fold a
+// slice of the rows for one block of columns into slot[slice, column]
+// (2 x 128 programs: about 256, at least 32 rows a slice), the combine
+// kernel folds the 128 slices per column and finishes (here: times w). On
+// CUDA (one block of 128 columns), 256 slices of 32 rows.
+// CHECK-LABEL: func.func @colsum_kernel0_partial(
+// CHECK-SAME:    tile.grid = 256 : i64
+// CHECK:         %[[PID:.*]] = tile.program_id
+// CHECK:         %[[SLICE:.*]] = arith.divui %[[PID]], %c2_i64
+// CHECK:         scf.for %{{.*}} = %[[LO:.*]] to %[[HI:.*]] step
+// CHECK:           tile.load %arg0
+// CHECK:           math.exp
+// CHECK:           arith.addf
+// CHECK:         arith.muli %[[SLICE]], %c96_i64
+// CHECK:         tile.store %{{.*}}, %arg2[
+// CHECK-NOT:     tile.reduce
+// CHECK-LABEL: func.func @colsum_kernel0_combine(
+// CHECK-SAME:    tile.grid = 2 : i64
+// CHECK:         scf.for %{{.*}} = %c0_i64 to %c128_i64
+// CHECK:           tile.load %arg2[
+// CHECK:         arith.mulf
+// CHECK:         tile.store
+// CUDA-LABEL: func.func @colsum_kernel0_partial(
+// CUDA-SAME:    tile.block = 128 : i64
+// CUDA-SAME:    tile.grid = 256 : i64
+// CUDA-LABEL: func.func @colsum_kernel0_combine(
+// CUDA-SAME:    tile.grid = 1 : i64
+func.func @colsum(%x: tensor<8192x96xf32>, %w: tensor<96xf32>) -> tensor<96xf32> {
+  %0 = graph.exp %x : tensor<8192x96xf32>
+  %1 = graph.reduce_sum %0 {dims = array<i64: 0>} : (tensor<8192x96xf32>) -> tensor<96xf32>
+  %2 = graph.mul %1, %w : tensor<96xf32>
+  return %2 : tensor<96xf32>
+}

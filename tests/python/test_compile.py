@@ -391,3 +391,30 @@ def test_large_full_reductions_split_across_programs(shape, rng):
         if k == 3:  # float16: one rounding of the f32 sum, within an f16 ulp
             tol = 2 ** -10 * abs(b) + 1e-3
         assert abs(a - b) <= tol, f"result {k}: {a} vs {b} (tolerance {tol})"
+
+
+@pytest.mark.parametrize("case", ["sum_max_min", "3d", "f16", "i32", "layer_norm_grads"])
+def test_split_column_reductions_match_the_interpreter(rng, case):
+    # Column reductions over many rows with few blocks of columns become a
+    # partial kernel over row slices and a combine kernel.
+    x = rng.standard_normal((4096, 96)).astype(np.float32)
+    w = rng.standard_normal((96,)).astype(np.float32)
+    cases = {
+        "sum_max_min": (lambda x, w: (x.exp().sum(0) * w, x.max(0), x.min(0)), (x, w)),
+        "3d": (lambda y: y.sum((0, 1)) + y.max(0).max(0),
+               (rng.standard_normal((64, 129, 40)).astype(np.float32),)),
+        "f16": (lambda h: h.sum(0), (rng.standard_normal((5000, 33)).astype(np.float16),)),
+        "i32": (lambda a: a.sum(0), (rng.integers(-5, 5, (3000, 17)).astype(np.int32),)),
+    }
+    if case == "layer_norm_grads":
+        xl = rng.standard_normal((4099, 33)).astype(np.float32)
+        g = rng.standard_normal((33,)).astype(np.float32)
+        graph = tilefuse.trace(lambda x, a, b: (F.layer_norm(x, (33,), a, b) * x).sum(),
+                               xl, g, g).value_and_grad(wrt=(0, 1, 2))
+        args = (xl, g, g)
+    else:
+        fn, args = cases[case]
+        graph = tilefuse.trace(fn, *args)
+    fn = graph.compile("cpu")
+    assert any(r["name"].endswith("_partial") for r in fn.report()), fn.report()
+    assert_compiled_close(fn(*args), graph.interpret(*args), f"split column reduction {case}")
