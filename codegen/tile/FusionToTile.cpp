@@ -1324,6 +1324,32 @@ FailureOr<func::FuncOp> tilefuse::lowerFusionToTile(FusionOp fusion,
   return kernel;
 }
 
+namespace {
+/// Appends to `out` the reductions of `body` (sum, max, min) when each
+/// passes `accept` and none reads another's result; false when one does
+/// not, or the body has an argmax.
+template <typename Accept>
+bool independentReductions(Block &body, Accept accept, SmallVectorImpl<Operation *> &out) {
+  llvm::DenseSet<Operation *> dependsOnReduction;
+  for (Operation &op : body.without_terminator()) {
+    bool after = llvm::any_of(op.getOperands(), [&](Value v) {
+      return v.getDefiningOp() && dependsOnReduction.contains(v.getDefiningOp());
+    });
+    if (llvm::isa<ArgmaxOp>(op))
+      return false;
+    if (llvm::isa<ReduceSumOp, ReduceMaxOp, ReduceMinOp>(op)) {
+      if (after || !accept(op))
+        return false;
+      out.push_back(&op);
+      after = true;
+    }
+    if (after)
+      dependsOnReduction.insert(&op);
+  }
+  return true;
+}
+} // namespace
+
 SmallVector<Operation *> tilefuse::splittableReductions(FusionOp fusion) {
   SmallVector<Operation *> none, reductions;
   auto domain = fusion.getDomain();
@@ -1338,31 +1364,23 @@ SmallVector<Operation *> tilefuse::splittableReductions(FusionOp fusion) {
   for (Value v : body.getTerminator()->getOperands())
     if (numel(shapeOf(v)) != 1)
       return none;
-  llvm::DenseSet<Operation *> dependsOnReduction;
-  for (Operation &op : body.without_terminator()) {
-    bool after = llvm::any_of(op.getOperands(), [&](Value v) {
-      return v.getDefiningOp() && dependsOnReduction.contains(v.getDefiningOp());
-    });
-    if (llvm::isa<ArgmaxOp>(op))
-      return none;
-    if (llvm::isa<ReduceSumOp, ReduceMaxOp, ReduceMinOp>(op)) {
-      // Every reduction folds the whole domain, from values of no other one.
-      if (after || numel(shapeOf(op.getResult(0))) != 1 ||
-          numel(shapeOf(op.getOperand(0))) != elements)
-        return none;
-      reductions.push_back(&op);
-      after = true;
-    }
-    if (after)
-      dependsOnReduction.insert(&op);
-  }
+  // Every reduction folds the whole domain.
+  auto accept = [&](Operation &op) {
+    return numel(shapeOf(op.getResult(0))) == 1 &&
+           numel(shapeOf(op.getOperand(0))) == elements;
+  };
+  if (!independentReductions(body, accept, reductions))
+    return none;
   return reductions.empty() ? none : reductions;
 }
 
+namespace {
+/// The partial and combine kernels of a split reduction: `column` splits
+/// a column reduction (both kernels take blocks of kept elements), else a
+/// full reduction (the combine kernel is one program over the slots).
 FailureOr<std::pair<func::FuncOp, func::FuncOp>>
-tilefuse::lowerSplitReduction(FusionOp fusion, ArrayRef<Operation *> reductions,
-                              int64_t chunks, ModuleOp module, const TargetInfo &target,
-                              StringRef name) {
+lowerSplit(FusionOp fusion, ArrayRef<Operation *> reductions, int64_t chunks, ModuleOp module,
+           const TargetInfo &target, StringRef name, bool column) {
   loadTileDialects(fusion.getContext());
   SmallVector<Value> reduced;
   for (Operation *r : reductions)
@@ -1371,13 +1389,18 @@ tilefuse::lowerSplitReduction(FusionOp fusion, ArrayRef<Operation *> reductions,
   partialArgs.append(pointersTo(reduced, /*compute=*/true)); // the slots
   SmallVector<Type> combineArgs(partialArgs);
   combineArgs.append(pointersTo(fusion.getResults()));
-  int64_t block = target.blockSize(fusion.getDomain().back(), /*rowReduction=*/true);
+  int64_t block = target.blockSize(fusion.getDomain().back(), /*rowReduction=*/!column);
+  int64_t combineBlock = column ? block : chunks;
   func::FuncOp partial = createKernel(fusion, module, (name + "_partial").str(), partialArgs, block);
-  func::FuncOp combine = createKernel(fusion, module, (name + "_combine").str(), combineArgs, chunks);
+  func::FuncOp combine =
+      createKernel(fusion, module, (name + "_combine").str(), combineArgs, combineBlock);
   KernelEmitter first(fusion, partial, block, target);
-  KernelEmitter second(fusion, combine, chunks, target);
-  if (failed(first.emitPartial(chunks, reductions)) ||
-      failed(second.emitCombine(chunks, reductions))) {
+  KernelEmitter second(fusion, combine, combineBlock, target);
+  LogicalResult ok = column ? success(succeeded(first.emitColumnPartial(chunks, reductions)) &&
+                                      succeeded(second.emitColumnCombine(chunks, reductions)))
+                            : success(succeeded(first.emitPartial(chunks, reductions)) &&
+                                      succeeded(second.emitCombine(chunks, reductions)));
+  if (failed(ok)) {
     partial.erase();
     combine.erase();
     return failure();
@@ -1385,6 +1408,15 @@ tilefuse::lowerSplitReduction(FusionOp fusion, ArrayRef<Operation *> reductions,
   finishKernel(partial);
   finishKernel(combine);
   return std::make_pair(partial, combine);
+}
+
+} // namespace
+
+FailureOr<std::pair<func::FuncOp, func::FuncOp>>
+tilefuse::lowerSplitReduction(FusionOp fusion, ArrayRef<Operation *> reductions,
+                              int64_t chunks, ModuleOp module, const TargetInfo &target,
+                              StringRef name) {
+  return lowerSplit(fusion, reductions, chunks, module, target, name, /*column=*/false);
 }
 
 SmallVector<Operation *> tilefuse::columnSplittableReductions(FusionOp fusion) {
@@ -1408,27 +1440,15 @@ SmallVector<Operation *> tilefuse::columnSplittableReductions(FusionOp fusion) {
   for (Value v : body.getTerminator()->getOperands())
     if (squeezed(shapeOf(v)) != squeezed(keptShape))
       return none;
-  llvm::DenseSet<Operation *> dependsOnReduction;
-  for (Operation &op : body.without_terminator()) {
-    bool after = llvm::any_of(op.getOperands(), [&](Value v) {
-      return v.getDefiningOp() && dependsOnReduction.contains(v.getDefiningOp());
-    });
-    if (llvm::isa<ArgmaxOp>(op))
-      return none;
-    if (llvm::isa<ReduceSumOp, ReduceMaxOp, ReduceMinOp>(op)) {
-      // Each folds exactly the kernel's reduced dimensions of a full-domain
-      // value, and reads no other reduction's result.
-      auto dims = op.getAttrOfType<DenseI64ArrayAttr>("dims").asArrayRef();
-      if (after || numel(shapeOf(op.getOperand(0))) != elements ||
-          SmallVector<int64_t>(dims) != SmallVector<int64_t>(reduced) ||
-          squeezed(shapeOf(op.getResult(0))) != squeezed(keptShape))
-        return none;
-      reductions.push_back(&op);
-      after = true;
-    }
-    if (after)
-      dependsOnReduction.insert(&op);
-  }
+  // Each folds exactly the kernel's reduced dimensions of a full-domain value.
+  auto accept = [&](Operation &op) {
+    auto dims = op.getAttrOfType<DenseI64ArrayAttr>("dims").asArrayRef();
+    return numel(shapeOf(op.getOperand(0))) == elements &&
+           SmallVector<int64_t>(dims) == SmallVector<int64_t>(reduced) &&
+           squeezed(shapeOf(op.getResult(0))) == squeezed(keptShape);
+  };
+  if (!independentReductions(body, accept, reductions))
+    return none;
   return reductions;
 }
 
@@ -1436,28 +1456,7 @@ FailureOr<std::pair<func::FuncOp, func::FuncOp>>
 tilefuse::lowerSplitColumnReduction(FusionOp fusion, ArrayRef<Operation *> reductions,
                                     int64_t chunks, ModuleOp module, const TargetInfo &target,
                                     StringRef name) {
-  loadTileDialects(fusion.getContext());
-  SmallVector<Value> reduced;
-  for (Operation *r : reductions)
-    reduced.push_back(r->getOperand(0));
-  SmallVector<Type> partialArgs = pointersTo(fusion.getInputs());
-  partialArgs.append(pointersTo(reduced, /*compute=*/true)); // the slots
-  SmallVector<Type> combineArgs(partialArgs);
-  combineArgs.append(pointersTo(fusion.getResults()));
-  int64_t block = target.blockSize(fusion.getDomain().back(), /*rowReduction=*/false);
-  func::FuncOp partial = createKernel(fusion, module, (name + "_partial").str(), partialArgs, block);
-  func::FuncOp combine = createKernel(fusion, module, (name + "_combine").str(), combineArgs, block);
-  KernelEmitter first(fusion, partial, block, target);
-  KernelEmitter second(fusion, combine, block, target);
-  if (failed(first.emitColumnPartial(chunks, reductions)) ||
-      failed(second.emitColumnCombine(chunks, reductions))) {
-    partial.erase();
-    combine.erase();
-    return failure();
-  }
-  finishKernel(partial);
-  finishKernel(combine);
-  return std::make_pair(partial, combine);
+  return lowerSplit(fusion, reductions, chunks, module, target, name, /*column=*/true);
 }
 
 int64_t tilefuse::keptPrograms(FusionOp fusion, const TargetInfo &target) {
