@@ -135,3 +135,33 @@ func.func @loss(%w: tensor<16x8xf32>, %x: tensor<4x16xf32>) -> tensor<f32> {
     assert bad.returncode == 1 and "not a tilefuse artifact" in bad.stderr
     usage = subprocess.run(["tilefuse-compile", str(src)], capture_output=True, text=True)
     assert usage.returncode == 2 and "-o OUTPUT are required" in usage.stderr
+
+
+@pytest.mark.skipif(shutil.which("tilefuse-run") is None, reason="tools not on PATH")
+def test_run_tool_takes_npy_inputs_and_saves_npy_results(rng, tmp_path):
+    g, args = _graph(rng)
+    path = tmp_path / "m.tfa"
+    g.export(path)
+    files = []
+    for i, a in enumerate(args):
+        files.append(str(tmp_path / f"in{i}.npy"))
+        np.save(files[-1], a)
+    out = subprocess.run(["tilefuse-run", str(path), "--inputs=" + ",".join(files),
+                          f"--save={tmp_path}"], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    got = [np.load(tmp_path / f"result{i}.npy") for i in range(2)]
+    assert_compiled_close(got, g.interpret(*args), "tilefuse-run --inputs")
+    # Wrong inputs are refused with the reason.
+    np.save(tmp_path / "wrong.npy", args[0].astype(np.float64))
+    np.save(tmp_path / "fortran.npy", np.asfortranarray(args[1]))
+    (tmp_path / "junk.npy").write_bytes(b"not numpy")
+    cases = {
+        ",".join(files[:2]): "takes 3 arguments, --inputs gives 2",
+        ",".join([str(tmp_path / "wrong.npy")] + files[1:]): "argument 0 is f64",
+        ",".join([files[0], str(tmp_path / "fortran.npy"), files[2]]): "Fortran order",
+        ",".join([str(tmp_path / "junk.npy")] + files[1:]): "not a .npy file",
+    }
+    for inputs, reason in cases.items():
+        bad = subprocess.run(["tilefuse-run", str(path), "--inputs=" + inputs],
+                             capture_output=True, text=True)
+        assert bad.returncode == 1 and reason in bad.stderr, (reason, bad.stderr)

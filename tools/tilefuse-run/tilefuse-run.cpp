@@ -1,15 +1,18 @@
 //===- tilefuse-run.cpp - run an artifact (runtime only, no MLIR) ---------===//
 //
-//   tilefuse-run model.tfa [--repeat=N] [--no-graphs] [--tf32]
+//   tilefuse-run model.tfa [--inputs=a.npy,b.npy,...] [--save=DIR] [--repeat=N]
+//                [--no-graphs] [--tf32]
 //
-// Runs the artifact on synthetic inputs (floats uniform in [-1, 1) from a
-// fixed generator, integers 0, booleans false) and prints each result's
-// dtype, shape and sum, and the mean time of a run. CPU artifacts run on
-// this CPU, CUDA artifacts on the first GPU (replaying a CUDA graph per run
-// unless --no-graphs).
+// Runs the artifact on the given .npy inputs (one per argument, in order),
+// or on synthetic ones (floats uniform in [-1, 1) from a fixed generator,
+// integers 0, booleans false), prints each result's dtype, shape and sum
+// and the mean time of a run, and with --save writes result<i>.npy files.
+// CPU artifacts run on this CPU, CUDA artifacts on the first GPU (replaying
+// a CUDA graph per run unless --no-graphs).
 //
 //===----------------------------------------------------------------------===//
 #include "runtime/Artifact.h"
+#include "runtime/Npy.h"
 
 #include <algorithm>
 #include <chrono>
@@ -18,17 +21,43 @@
 
 using namespace tilefuse;
 
+namespace {
+constexpr const char *kUsage =
+    "usage: tilefuse-run model.tfa [--inputs=a.npy,b.npy,...] [--save=DIR] [--repeat=N] "
+    "[--no-graphs] [--tf32]\n";
+
+/// Arguments of `p` drawn from a fixed generator.
+std::vector<HostTensor> syntheticArguments(const Program &p) {
+  std::vector<HostTensor> args;
+  uint64_t state = 0x9E3779B97F4A7C15ull;
+  for (int b : p.arguments) {
+    HostTensor t(p.buffers[b].dtype, p.buffers[b].shape);
+    for (int64_t i = 0; i < t.size(); ++i) {
+      state = state * 6364136223846793005ull + 1442695040888963407ull;
+      if (isFloatDType(t.dtype))
+        t.setDouble(i, double(state >> 11) / double(1ull << 53) * 2 - 1);
+    }
+    args.push_back(std::move(t));
+  }
+  return args;
+}
+} // namespace
+
 int main(int argc, char **argv) {
-  std::string path;
+  std::string path, inputs, saveDir;
   int repeat = 1;
   bool graphs = true, tf32 = false;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--help" || a == "-h") {
-      std::cerr << "usage: tilefuse-run model.tfa [--repeat=N] [--no-graphs] [--tf32]\n";
+      std::cerr << kUsage;
       return 0;
     }
-    if (a == "--no-graphs")
+    if (a.rfind("--inputs=", 0) == 0)
+      inputs = a.substr(9);
+    else if (a.rfind("--save=", 0) == 0)
+      saveDir = a.substr(7);
+    else if (a == "--no-graphs")
       graphs = false;
     else if (a == "--tf32")
       tf32 = true;
@@ -42,7 +71,7 @@ int main(int argc, char **argv) {
     }
   }
   if (path.empty()) {
-    std::cerr << "tilefuse-run: no artifact given; usage: tilefuse-run model.tfa [--repeat=N]\n";
+    std::cerr << "tilefuse-run: no artifact given; " << kUsage;
     return 2;
   }
   try {
@@ -50,15 +79,20 @@ int main(int argc, char **argv) {
     std::unique_ptr<Executor> exe = loadArtifact(artifact, LoadOptions{graphs, tf32});
     const Program &p = exe->program();
     std::vector<HostTensor> args;
-    uint64_t state = 0x9E3779B97F4A7C15ull;
-    for (int b : p.arguments) {
-      HostTensor t(p.buffers[b].dtype, p.buffers[b].shape);
-      for (int64_t i = 0; i < t.size(); ++i) {
-        state = state * 6364136223846793005ull + 1442695040888963407ull;
-        if (isFloatDType(t.dtype))
-          t.setDouble(i, double(state >> 11) / double(1ull << 53) * 2 - 1);
+    if (inputs.empty()) {
+      args = syntheticArguments(p);
+    } else {
+      size_t from = 0;
+      while (from <= inputs.size()) {
+        size_t comma = inputs.find(',', from);
+        args.push_back(readNpy(inputs.substr(from, comma - from)));
+        if (comma == std::string::npos)
+          break;
+        from = comma + 1;
       }
-      args.push_back(std::move(t));
+      if (args.size() != p.arguments.size())
+        throw CompileError("the artifact takes " + std::to_string(p.arguments.size()) +
+                           " arguments, --inputs gives " + std::to_string(args.size()));
     }
     std::vector<HostTensor> out;
     auto start = std::chrono::steady_clock::now();
@@ -74,6 +108,8 @@ int main(int argc, char **argv) {
         sum += isFloatDType(out[i].dtype) ? out[i].getDouble(k) : double(out[i].getInt(k));
       std::cout << "result " << i << ": " << dtypeName(out[i].dtype)
                 << shapeToString(out[i].shape) << " sum " << sum << "\n";
+      if (!saveDir.empty())
+        writeNpy(saveDir + "/result" + std::to_string(i) + ".npy", out[i]);
     }
   } catch (const CompileError &e) {
     std::cerr << "tilefuse-run: " << e.what() << "\n";
