@@ -719,14 +719,11 @@ FailureOr<Value> KernelEmitter::reduction(Operation *op, const Coords &c) {
   bool split = chunks > 0 && !lanesInResult && laneDim >= 0;
   int64_t laneSteps = laneDim >= 0 ? (in[laneDim] + block - 1) / block : 1;
   bool splitOuter = split && outerCount >= chunks;
-  // A column partial kernel: each lane has its own result; the program
-  // walks one slice of the reduced rows.
-  bool splitRows = chunks > 0 && lanesInResult && laneDim < 0;
   auto sliceBound = [&](int64_t total, int64_t k) -> Value {
     return divS(mulS(addS(chunkId, cst(k)), total), chunks);
   };
-  Value outerLo = splitOuter || splitRows ? sliceBound(outerCount, 0) : cst(0);
-  Value outerHi = splitOuter || splitRows ? sliceBound(outerCount, 1) : cst(outerCount);
+  Value outerLo = splitOuter ? sliceBound(outerCount, 0) : cst(0);
+  Value outerHi = splitOuter ? sliceBound(outerCount, 1) : cst(outerCount);
   SmallVector<Value> acc;
   LogicalResult ok = forLoopRange(
       outerLo, outerHi, ValueRange{init},
@@ -1124,13 +1121,33 @@ LogicalResult KernelEmitter::emitColumnPartial(int64_t n, ArrayRef<Operation *> 
   kernel->setAttr(tile::kGridAttr, b.getI64IntegerAttr(ks.programs * n));
   Value pid = b.create<tile::ProgramIdOp>(loc, b.getI64Type());
   chunkId = divS(pid, ks.programs);
-  chunks = n;
   Coords dc = keptDomainCoords(ks, remS(pid, ks.programs));
+  // One walk over this slice's rows folds every reduction (layer_norm's
+  // dgamma and dbeta read dy once).
+  ReducedLoops rows = reducedLoops(fusion.getReduced(), ks.domain, /*lanesElsewhere=*/true);
+  int64_t rowCount = numel(rows.outerSizes);
+  SmallVector<Value> init;
+  for (Operation *op : reductions)
+    init.push_back(splat(neutral(op, computeType(dtypeOf(op->getOperand(0))))));
+  SmallVector<Value> folded;
+  if (failed(forLoopRange(
+          divS(mulS(chunkId, rowCount), n), divS(mulS(addS(chunkId, cst(1)), rowCount), n),
+          init,
+          [&](Value r, ValueRange acc, SmallVectorImpl<Value> &yield) -> LogicalResult {
+            Coords cc = dc;
+            scatterIndex(r, rows.outerDims, rows.outerSizes, cc);
+            for (auto [k, op] : llvm::enumerate(reductions)) {
+              FailureOr<Value> v = value(op->getOperand(0), cc);
+              if (failed(v))
+                return failure();
+              yield.push_back(combine(op, acc[k], toBlock(*v)));
+            }
+            return success();
+          },
+          &folded)))
+    return failure();
   Coords slotCoords = keptCoords(ks, dc, ks.keptShape);
   for (auto [k, op] : llvm::enumerate(reductions)) {
-    FailureOr<Value> v = value(op->getResult(0), keptCoords(ks, dc, shapeOf(op->getResult(0))));
-    if (failed(v))
-      return failure();
     // slot[slice][kept element]: the lanes are contiguous kept elements.
     int64_t stride = 0;
     Value vecOffsets;
@@ -1138,7 +1155,7 @@ LogicalResult KernelEmitter::emitColumnPartial(int64_t n, ArrayRef<Operation *> 
     if (vecOffsets || stride != 1)
       return fusion.emitOpError("internal error: a column partial whose lanes are not contiguous");
     offset = addS(offset, mulS(chunkId, ks.elements));
-    b.create<tile::StoreOp>(loc, toBlock(*v), entry.getArgument(firstSlot + k), offset,
+    b.create<tile::StoreOp>(loc, folded[k], entry.getArgument(firstSlot + k), offset,
                             activeLimit, b.getI64IntegerAttr(1), b.getI64IntegerAttr(1),
                             UnitAttr());
   }
@@ -1440,10 +1457,11 @@ SmallVector<Operation *> tilefuse::columnSplittableReductions(FusionOp fusion) {
   for (Value v : body.getTerminator()->getOperands())
     if (squeezed(shapeOf(v)) != squeezed(keptShape))
       return none;
-  // Each folds exactly the kernel's reduced dimensions of a full-domain value.
+  // Each folds exactly the kernel's reduced dimensions of a domain-shaped
+  // value (the partial kernel walks the domain's rows once for all).
   auto accept = [&](Operation &op) {
     auto dims = op.getAttrOfType<DenseI64ArrayAttr>("dims").asArrayRef();
-    return numel(shapeOf(op.getOperand(0))) == elements &&
+    return shapeOf(op.getOperand(0)) == SmallVector<int64_t>(domain) &&
            SmallVector<int64_t>(dims) == SmallVector<int64_t>(reduced) &&
            squeezed(shapeOf(op.getResult(0))) == squeezed(keptShape);
   };
