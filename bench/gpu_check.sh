@@ -33,6 +33,9 @@ if [ $build_rc -ne 0 ]; then
 fi
 echo "[gpu_check] runtime-only build: ${build_s} s" >&2
 export PYTHONPATH="$BUILD/python"
+# cuBLAS is loaded at run time; the toolkit's lib64 may not be on the
+# loader's path (the runtime also looks there itself).
+export LD_LIBRARY_PATH="${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}${CUDA_HOME:-/usr/local/cuda}/lib64"
 
 first=$(ls "$PREP"/kernels/*.tfa 2>/dev/null | head -1)
 if [ -n "$first" ]; then

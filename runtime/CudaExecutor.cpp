@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <set>
@@ -95,10 +96,25 @@ struct Api {
 private:
   Api() { unavailable = load(); }
 
-  static void *open(std::initializer_list<const char *> names) {
+  /// The first of `names` the loader finds, else (for `toolkit`
+  /// libraries: cuBLAS, never the driver) the first in the CUDA toolkit's
+  /// lib64 ($CUDA_HOME, $CUDA_PATH, /usr/local/cuda), which is not always
+  /// on the loader's path.
+  static void *open(std::initializer_list<const char *> names, bool toolkit = false) {
     for (const char *n : names)
       if (void *lib = dlopen(n, RTLD_NOW | RTLD_LOCAL))
         return lib;
+    if (!toolkit)
+      return nullptr;
+    std::vector<std::string> roots;
+    for (const char *var : {"CUDA_HOME", "CUDA_PATH"})
+      if (const char *v = std::getenv(var))
+        roots.push_back(v);
+    roots.push_back("/usr/local/cuda");
+    for (const std::string &root : roots)
+      for (const char *n : names)
+        if (void *lib = dlopen((root + "/lib64/" + n).c_str(), RTLD_NOW | RTLD_LOCAL))
+          return lib;
     return nullptr;
   }
 
@@ -121,8 +137,8 @@ private:
     int n = 0;
     if (cuDeviceGetCount(&n) != CUDA_SUCCESS || n == 0)
       return "the NVIDIA driver sees no GPU";
-    void *cublas = open({"libcublas.so.13", "libcublas.so.12", "libcublas.so"});
-    void *cublasLt = open({"libcublasLt.so.13", "libcublasLt.so.12", "libcublasLt.so"});
+    void *cublas = open({"libcublas.so.13", "libcublas.so.12", "libcublas.so"}, true);
+    void *cublasLt = open({"libcublasLt.so.13", "libcublasLt.so.12", "libcublasLt.so"}, true);
     if (!cublas || !cublasLt)
       return "cuBLAS is not installed (libcublas.so / libcublasLt.so cannot be loaded; they "
              "come with the CUDA toolkit: add its lib64 folder to LD_LIBRARY_PATH)";
