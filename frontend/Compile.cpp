@@ -93,13 +93,8 @@ ProgramAndKernels programFor(const Graph::Impl &g, const TargetInfo &target,
   return out;
 }
 
-/// Cubins of `kernels` for `arch` (sm_XX), through the disk cache, plus
-/// the runtime library's when the program gathers or scatters; sets the
-/// threads per block of every program kernel.
-std::vector<std::pair<std::string, std::string>>
-cudaBinaries(const Graph::Impl &g, Program &program, ModuleOp kernels, const std::string &arch,
-             std::vector<CudaKernelReport> *reports = nullptr) {
-#ifdef TILEFUSE_HAVE_NVRTC
+/// The CUDA C of `kernels`, one translation unit per kernel.
+std::vector<std::string> cudaUnits(const Graph::Impl &g, ModuleOp kernels) {
   std::vector<std::string> units;
   runCapturingDiagnostics("cannot generate CUDA for @" + g.entry, [&]() -> LogicalResult {
     FailureOr<std::vector<std::string>> all = renderCudaKernelUnits(kernels);
@@ -108,6 +103,26 @@ cudaBinaries(const Graph::Impl &g, Program &program, ModuleOp kernels, const std
     units = std::move(*all);
     return success();
   });
+  return units;
+}
+
+#ifdef TILEFUSE_HAVE_NVRTC
+/// The reports of the kernels of one compiled unit.
+void appendReports(const CudaBinary &bin, bool cached, std::vector<CudaKernelReport> &out) {
+  for (const CudaKernelResources &k : bin.kernels)
+    out.push_back({k.name, k.registers, k.spillStores, k.spillLoads, k.stackBytes,
+                   k.sharedBytes, cached, bin.log});
+}
+#endif
+
+/// Cubins of `kernels` for `arch` (sm_XX), through the disk cache, plus
+/// the runtime library's when the program gathers or scatters; sets the
+/// threads per block of every program kernel.
+std::vector<std::pair<std::string, std::string>>
+cudaBinaries(const Graph::Impl &g, Program &program, ModuleOp kernels, const std::string &arch,
+             std::vector<CudaKernelReport> *reports = nullptr) {
+#ifdef TILEFUSE_HAVE_NVRTC
+  std::vector<std::string> units = cudaUnits(g, kernels);
   bool library = llvm::any_of(program.steps, [](const Step &s) {
     return s.kind == Step::Kind::Gather || s.kind == Step::Kind::ScatterAdd;
   });
@@ -116,9 +131,7 @@ cudaBinaries(const Graph::Impl &g, Program &program, ModuleOp kernels, const std
   std::vector<CudaBinary> bins = compileCudaUnits(units, arch);
   if (reports)
     for (const CudaBinary &b : bins)
-      for (const CudaKernelResources &k : b.kernels)
-        reports->push_back({k.name, k.registers, k.spillStores, k.spillLoads, k.stackBytes,
-                            k.sharedBytes, false, b.log});
+      appendReports(b, /*cached=*/false, *reports);
   std::vector<std::pair<std::string, std::string>> blobs;
   for (size_t i = 0; i < program.kernels.size(); ++i) {
     ProgramKernel &k = program.kernels[i];
@@ -228,15 +241,10 @@ std::vector<std::string> cudaText(const Graph::Impl &g, const std::string &targe
     throw CompileError("'" + target + "' is not a CUDA target; expected cuda:sm_XX");
   ProgramAndKernels built = programFor(g, *info);
   ModuleOp kernels = *built.kernels;
+  if (units)
+    return cudaUnits(g, kernels);
   std::vector<std::string> text;
   runCapturingDiagnostics("cannot generate CUDA for @" + g.entry, [&]() -> LogicalResult {
-    if (units) {
-      FailureOr<std::vector<std::string>> all = renderCudaKernelUnits(kernels);
-      if (failed(all))
-        return failure();
-      text = std::move(*all);
-      return success();
-    }
     FailureOr<std::string> src = renderCudaKernels(kernels);
     if (failed(src))
       return failure();
@@ -259,9 +267,7 @@ std::vector<CudaKernelReport> Graph::compileCuda(const std::string &target) cons
   std::vector<CudaBinary> bins = compileCudaUnits(units, arch, &cached);
   std::vector<CudaKernelReport> out;
   for (size_t i = 0; i < bins.size(); ++i)
-    for (const CudaKernelResources &k : bins[i].kernels)
-      out.push_back({k.name, k.registers, k.spillStores, k.spillLoads, k.stackBytes,
-                     k.sharedBytes, bool(cached[i]), bins[i].log});
+    appendReports(bins[i], cached[i], out);
   return out;
 #else
   throw CompileError("this build of tilefuse has no NVRTC (the CUDA toolkit was not found "

@@ -162,6 +162,7 @@ private:
   llvm::DenseSet<Value> uniform;
   /// Lanes of a block each thread holds (cudaLanesPerThread).
   int64_t lanes = 1;
+  int64_t laneCopies = 0; ///< arrays laneArray made in this kernel
 };
 
 FailureOr<std::string> Renderer::laneArray(Value v, Operation *where, int indent) {
@@ -170,7 +171,8 @@ FailureOr<std::string> Renderer::laneArray(Value v, Operation *where, int indent
   FailureOr<std::string> t = cType(v.getType(), where);
   if (failed(t))
     return failure();
-  std::string copy = name(v) + "_lanes";
+  // A fresh name each time: the same value may be spread in several scopes.
+  std::string copy = name(v) + "_lanes" + std::to_string(laneCopies++);
   line(indent, *t + " " + copy + "[" + std::to_string(lanes) + "];");
   line(indent, "#pragma unroll");
   line(indent, laneLoop() + copy + "[j] = " + name(v) + ";");
@@ -465,6 +467,7 @@ LogicalResult Renderer::op(Operation &o, int indent) {
 LogicalResult Renderer::kernel(func::FuncOp f) {
   names.clear();
   uniform.clear();
+  laneCopies = 0;
   int64_t blockLanes = f->getAttrOfType<IntegerAttr>(tile::kBlockAttr).getInt();
   lanes = cudaLanesPerThread(blockLanes);
   int64_t threads = blockLanes / lanes;

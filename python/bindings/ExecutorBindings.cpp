@@ -218,14 +218,13 @@ py::list tilefuse::python::runExecutor(Executor &e, const py::sequence &args,
 #ifdef TILEFUSE_HAVE_CUDA_EXECUTOR
     auto &cuda = dynamic_cast<CudaExecutor &>(e);
     std::vector<std::shared_ptr<void>> copies;
-    // A view borrows the executor's buffer (kept alive by `owner`) until the
+    // A view borrows the executor's buffer (kept alive by `self`) until the
     // next call overwrites it; a dlpack result owns a copy.
-    std::shared_ptr<void> owner = self ? self : std::shared_ptr<void>();
     {
       py::gil_scoped_release release;
       e.runThen(ptrs, [&] {
         for (size_t k : wanted)
-          copies.push_back(out == "view" ? std::shared_ptr<void>(owner, cuda.deviceResult(k))
+          copies.push_back(out == "view" ? std::shared_ptr<void>(self, cuda.deviceResult(k))
                                          : cuda.copyResult(k));
       });
     }
