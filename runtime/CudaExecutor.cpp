@@ -190,6 +190,14 @@ cudaDataType_t cudaType(DType t, const std::string &what) {
   }
 }
 
+/// f64 GEMMs accumulate in f64, the others in f32 (inputs rounded to tf32
+/// only when asked).
+cublasComputeType_t computeType(DType t, bool tf32) {
+  if (t == DType::F64)
+    return CUBLAS_COMPUTE_64F;
+  return tf32 && t == DType::F32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+}
+
 constexpr uint64_t kAlign = 256;
 constexpr size_t kGemmWorkspace = size_t(32) << 20;
 
@@ -361,9 +369,7 @@ CudaExecutor::CudaExecutor(Program program,
     // our B. The bias runs along our columns, cuBLASLt's rows.
     DType t = prog.buffers[st.buffers[2]].dtype;
     cudaDataType_t dt = cudaType(t, st.source);
-    cublasComputeType_t compute = t == DType::F64 ? CUBLAS_COMPUTE_64F
-                                  : options.tf32 && t == DType::F32 ? CUBLAS_COMPUTE_32F_FAST_TF32
-                                                                    : CUBLAS_COMPUTE_32F;
+    cublasComputeType_t compute = computeType(t, options.tf32);
     cudaDataType_t scale = t == DType::F64 ? CUDA_R_64F : CUDA_R_32F;
     LtGemm g;
     check(a.cublasLtMatmulDescCreate(&g.desc, compute, scale), "creating a matmul descriptor");
@@ -614,10 +620,7 @@ void CudaExecutor::enqueueSteps(bool timed) {
         break;
       }
       cudaDataType_t dt = cudaType(t, st.source);
-      cublasComputeType_t compute = t == DType::F64 ? CUBLAS_COMPUTE_64F
-                                    : options.tf32 && t == DType::F32
-                                        ? CUBLAS_COMPUTE_32F_FAST_TF32
-                                        : CUBLAS_COMPUTE_32F;
+      cublasComputeType_t compute = computeType(t, options.tf32);
       // Row-major C = A B as column-major C^T = B^T A^T.
       int ldb = int(st.transposeB ? st.k : st.n), lda = int(st.transposeA ? st.m : st.k);
       check(a.cublasGemmStridedBatchedEx(
