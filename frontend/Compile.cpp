@@ -28,6 +28,7 @@
 #include "llvm/Support/raw_ostream.h"
 
 #include <chrono>
+#include <cstdlib>
 #include <map>
 #include <mutex>
 
@@ -218,7 +219,10 @@ std::shared_ptr<Executable> Graph::compile(const std::string &device) const {
   // destructors at process exit.
   static auto &cache =
       *new std::map<std::string, std::shared_ptr<const CompiledArtifacts>>();
-  std::string key = targetName + "\n@" + impl_->entry + "\n" + mlir();
+  // The CPU kernels are compiled for TILEFUSE_CPU's CPU when it is set.
+  const char *cpu = targetName == "cpu" ? std::getenv("TILEFUSE_CPU") : nullptr;
+  std::string key = targetName + (cpu ? std::string("/") + cpu : "") + "\n@" + impl_->entry +
+                    "\n" + mlir();
   std::lock_guard<std::mutex> lock(mutex);
   auto it = cache.find(key);
   // (one compile at a time: the MLIR context is single-threaded)
@@ -303,16 +307,15 @@ std::string Graph::compileArtifact(const std::string &target) const {
   if (!cuda)
     runCapturingDiagnostics("cannot compile @" + impl_->entry + " for " + target,
                             [&]() -> LogicalResult {
-      FailureOr<std::string> library = emitCpuSharedLibrary(kernels);
+      FailureOr<CpuSharedLibrary> library = emitCpuSharedLibrary(kernels);
       if (failed(library))
         return failure();
-      artifact.blobs.emplace_back("kernels.so", std::move(*library));
+      artifact.blobs.emplace_back("kernels.so", std::move(library->bytes));
+      artifact.cpuFeatures = std::move(library->requiredFeatures);
       return success();
     });
-  if (!cuda) {
-    artifact.cpuFeatures = hostCpuFeatures();
+  if (!cuda)
     return writeArtifact(artifact);
-  }
   artifact.blobs = cudaBinaries(*impl_, artifact.program, kernels,
                                 artifact.target.substr(artifact.target.find(':') + 1));
   return writeArtifact(artifact);

@@ -56,18 +56,27 @@ struct LoadedLibrary {
   }
 };
 
-bool hostHas(const std::string &feature) {
+} // namespace
+
+const std::vector<std::string> &tilefuse::checkedCpuFeatures() {
+  static const std::vector<std::string> features = {
+      "avx", "avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl", "avx512dq",
+      "avx512bf16", "avx512fp16", "avx512vnni", "amx-bf16", "amx-tile"};
+  return features;
+}
+
+bool tilefuse::hostHasCpuFeature(const std::string &feature) {
 #if defined(__x86_64__)
-  if (feature == "avx512f") return __builtin_cpu_supports("avx512f");
-  if (feature == "avx2") return __builtin_cpu_supports("avx2");
-  if (feature == "fma") return __builtin_cpu_supports("fma");
-  if (feature == "avx") return __builtin_cpu_supports("avx");
-  if (feature == "f16c") return __builtin_cpu_supports("f16c");
+#define TF_CHECK(name)                                                                             \
+  if (feature == name)                                                                             \
+    return __builtin_cpu_supports(name);
+  TF_CHECK("avx") TF_CHECK("avx2") TF_CHECK("fma") TF_CHECK("f16c") TF_CHECK("avx512f")
+  TF_CHECK("avx512bw") TF_CHECK("avx512vl") TF_CHECK("avx512dq") TF_CHECK("avx512bf16")
+  TF_CHECK("avx512fp16") TF_CHECK("avx512vnni") TF_CHECK("amx-bf16") TF_CHECK("amx-tile")
+#undef TF_CHECK
 #endif
   return false;
 }
-
-} // namespace
 
 std::string tilefuse::writeArtifact(const Artifact &a) {
   std::string payload;
@@ -164,7 +173,7 @@ std::unique_ptr<CpuExecutor> tilefuse::loadCpuArtifact(const Artifact &a) {
     throw CompileError("the artifact targets " + a.target + "; a CPU executor cannot run it");
   std::string missing;
   for (const std::string &f : a.cpuFeatures)
-    if (!hostHas(f))
+    if (!hostHasCpuFeature(f))
       missing += (missing.empty() ? "" : ", ") + f;
   if (!missing.empty())
     throw CompileError("the artifact's kernels use CPU features this machine lacks (" +

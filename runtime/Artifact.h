@@ -33,6 +33,12 @@ struct Artifact {
   std::string graph; ///< the source graph's text, for reference
 };
 
+/// The x86 ISA features an artifact can require, by their LLVM names: the
+/// ones this runtime can check on the machine that loads it.
+const std::vector<std::string> &checkedCpuFeatures();
+/// Whether this machine's CPU has `feature` (one of checkedCpuFeatures()).
+bool hostHasCpuFeature(const std::string &feature);
+
 std::string writeArtifact(const Artifact &artifact);
 /// Throws CompileError for a file that is not an artifact, of another
 /// format version, truncated or corrupt, saying which.

@@ -1,15 +1,26 @@
-//===- CpuJit.cpp - tile kernels -> host machine code through ORC ---------===//
+//===- CpuJit.cpp - tile kernels -> machine code in this process ----------===//
+//
+// Kernels are optimised and compiled to object files on worker threads, then
+// linked by ORC in one JIT that resolves external calls from
+// cpuKernelSymbols() only (CpuBuiltins.h).
+//
+//===----------------------------------------------------------------------===//
 #include "codegen/cpu/CpuJit.h"
 
+#include "codegen/cpu/CpuBuiltins.h"
+#include "codegen/cpu/CpuTarget.h"
 #include "codegen/cpu/TileToLLVM.h"
 
-#include "mlir/ExecutionEngine/ExecutionEngine.h"
 #include "mlir/ExecutionEngine/OptUtils.h"
 #include "mlir/Target/LLVMIR/Dialect/Builtin/BuiltinToLLVMIRTranslation.h"
 #include "mlir/Target/LLVMIR/Dialect/LLVMIR/LLVMToLLVMIRTranslation.h"
 #include "mlir/Target/LLVMIR/Export.h"
 #include "mlir/Dialect/LLVMIR/LLVMDialect.h"
+#include "llvm/ADT/StringSet.h"
 #include "llvm/Bitcode/BitcodeReader.h"
+#include "llvm/ExecutionEngine/Orc/LLJIT.h"
+#include "llvm/IR/LegacyPassManager.h"
+#include "llvm/Object/ObjectFile.h"
 #include "llvm/Bitcode/BitcodeWriter.h"
 #include "llvm/IR/LLVMContext.h"
 #include "llvm/Support/MemoryBuffer.h"
@@ -17,9 +28,9 @@
 #include "llvm/Support/TargetSelect.h"
 #include "llvm/Support/raw_ostream.h"
 
-#include <chrono>
-#include <cstdlib>
+#include <map>
 #include <mutex>
+#include <set>
 #include <thread>
 
 using namespace mlir;
@@ -38,14 +49,19 @@ void initializeOnce(MLIRContext *ctx) {
 } // namespace
 
 namespace {
-/// A slice of the kernels, compiled by one thread into one engine.
+/// A slice of the kernels, compiled by one thread into one object file.
 struct Shard {
   std::vector<std::string> names;
   std::string bitcode;
-  std::unique_ptr<ExecutionEngine> engine;
-  std::vector<void *> entries; ///< of `names`
+  llvm::SmallVector<char, 0> object; ///< compiled machine code (ELF)
   std::string error;
 };
+
+std::vector<std::string> splitFeatures(llvm::StringRef features) {
+  llvm::SmallVector<llvm::StringRef> parts;
+  features.split(parts, ',', -1, false);
+  return std::vector<std::string>(parts.begin(), parts.end());
+}
 
 /// Splits the lowered kernels into `n` modules of similar size and
 /// translates each to LLVM bitcode (MLIR work stays on this thread: the
@@ -90,48 +106,133 @@ LogicalResult splitIntoShards(ModuleOp module, std::vector<Shard> &shards) {
   return success();
 }
 
-void compileShard(Shard &shard, ModuleOp anchor) {
-  ExecutionEngineOptions options;
-  // -O2 on vector code: the kernels are already vectorised; the
-  // optimiser's job is CSE and LICM of index math, and scheduling.
-  auto transformer = makeOptimizingTransformer(2, 0, nullptr);
-  options.transformer = transformer;
-  options.jitCodeGenOptLevel = llvm::CodeGenOptLevel::Default;
-  options.enableGDBNotificationListener = false;
-  options.enablePerfNotificationListener = false;
-  std::string parseError;
-  auto builder = [&](Operation *, llvm::LLVMContext &ctx) -> std::unique_ptr<llvm::Module> {
-    auto buffer = llvm::MemoryBuffer::getMemBuffer(shard.bitcode, "kernels", false);
-    auto m = llvm::parseBitcodeFile(buffer->getMemBufferRef(), ctx);
-    if (!m) {
-      parseError = llvm::toString(m.takeError());
-      return nullptr;
-    }
-    return std::move(*m);
-  };
-  options.llvmModuleBuilder = builder;
-  auto engine = ExecutionEngine::create(anchor, options);
-  if (!engine) {
-    shard.error = llvm::toString(engine.takeError()) + parseError;
+/// Optimises a shard's module and compiles it to an object file, on this
+/// thread with its own LLVM context and target machine.
+void compileShard(Shard &shard, const CpuTarget &target) {
+  llvm::LLVMContext ctx;
+  auto buffer = llvm::MemoryBuffer::getMemBuffer(shard.bitcode, "kernels", false);
+  auto module = llvm::parseBitcodeFile(buffer->getMemBufferRef(), ctx);
+  if (!module) {
+    shard.error = llvm::toString(module.takeError());
     return;
   }
-  shard.engine = std::move(*engine);
-  // ORC compiles on first lookup: look everything up here, on this thread.
-  for (const std::string &name : shard.names) {
-    auto fn = shard.engine->lookup(name);
-    if (!fn) {
-      shard.error = "compiled kernel '" + name + "' not found: " + llvm::toString(fn.takeError());
-      shard.engine.reset();
-      return;
-    }
-    shard.entries.push_back(*fn);
+  auto machine = createCpuTargetMachine(target);
+  if (!machine) {
+    shard.error = llvm::toString(machine.takeError());
+    return;
   }
+  (*module)->setDataLayout((*machine)->createDataLayout());
+  (*module)->setTargetTriple(target.triple);
+  // -O2 on vector code: the kernels are already vectorised; the
+  // optimiser's job is CSE and LICM of index math, and scheduling.
+  if (llvm::Error e = makeOptimizingTransformer(2, 0, machine->get())(module->get())) {
+    shard.error = "optimising the kernels failed: " + llvm::toString(std::move(e));
+    return;
+  }
+  llvm::raw_svector_ostream out(shard.object);
+  llvm::legacy::PassManager pm;
+  if ((*machine)->addPassesToEmitFile(pm, out, nullptr, llvm::CodeGenFileType::ObjectFile)) {
+    shard.error = "LLVM cannot emit object code for " + target.triple;
+    return;
+  }
+  pm.run(**module);
+}
+
+/// The external symbols `object` calls that `provided` lacks, each with the
+/// kernels (one text section each) that call it.
+std::map<std::string, std::set<std::string>>
+unresolvedCalls(const llvm::object::ObjectFile &object, const llvm::StringSet<> &provided) {
+  std::map<std::string, std::set<std::string>> missing;
+  for (const llvm::object::SectionRef &section : object.sections()) {
+    auto relocated = section.getRelocatedSection();
+    if (!relocated || *relocated == object.section_end())
+      continue;
+    auto sectionName = (*relocated)->getName();
+    std::string kernel = sectionName ? sectionName->str() : "?";
+    if (llvm::StringRef(kernel).starts_with(".text."))
+      kernel = kernel.substr(6);
+    for (const llvm::object::RelocationRef &reloc : section.relocations()) {
+      llvm::object::symbol_iterator symbol = reloc.getSymbol();
+      if (symbol == object.symbol_end())
+        continue;
+      auto flags = symbol->getFlags();
+      auto name = symbol->getName();
+      if (!flags || !name || !(*flags & llvm::object::SymbolRef::SF_Undefined) || name->empty())
+        continue;
+      if (!provided.contains(*name))
+        missing[name->str()].insert(kernel);
+    }
+  }
+  return missing;
+}
+
+/// Links the shards' objects in one JIT whose only external symbols are
+/// cpuKernelSymbols(): never the process's, so linking does not depend on
+/// what else the process has loaded.
+llvm::Expected<std::unique_ptr<llvm::orc::LLJIT>>
+linkShards(std::vector<Shard> &shards, const CpuTarget &target) {
+  llvm::StringSet<> provided;
+  for (const auto &[name, address] : cpuKernelSymbols())
+    provided.insert(name);
+  std::string unresolved;
+  for (Shard &shard : shards) {
+    auto object = llvm::object::ObjectFile::createObjectFile(
+        llvm::MemoryBufferRef(llvm::StringRef(shard.object.data(), shard.object.size()), "kernels"));
+    if (!object)
+      return object.takeError();
+    for (const auto &[symbol, kernels] : unresolvedCalls(**object, provided)) {
+      unresolved += "\n  '" + symbol + "', called by ";
+      size_t shown = 0;
+      for (const std::string &k : kernels)
+        if (shown++ < 3)
+          unresolved += (shown > 1 ? ", " : "") + k;
+      if (kernels.size() > 3)
+        unresolved += " and " + std::to_string(kernels.size() - 3) + " more kernels";
+    }
+  }
+  if (!unresolved.empty())
+    return llvm::make_error<llvm::StringError>(
+        "the kernels compiled for CPU '" + target.cpu +
+            "' call functions the CPU JIT does not provide:" + unresolved +
+            "\n(LLVM's code generation emitted these calls; this is a tilefuse bug: please "
+            "report it with the graph. TILEFUSE_CPU=<cpu> compiles for another CPU.)",
+        llvm::inconvertibleErrorCode());
+
+  llvm::orc::JITTargetMachineBuilder machine{llvm::Triple(target.triple)};
+  machine.setCPU(target.cpu);
+  machine.addFeatures(splitFeatures(target.features));
+  auto jit = llvm::orc::LLJITBuilder()
+                 .setJITTargetMachineBuilder(std::move(machine))
+                 .setLinkProcessSymbolsByDefault(false)
+                 .setPlatformSetUp(llvm::orc::setUpInactivePlatform)
+                 .create();
+  if (!jit)
+    return jit.takeError();
+  llvm::orc::SymbolMap symbols;
+  for (const auto &[name, address] : cpuKernelSymbols())
+    symbols[(*jit)->mangleAndIntern(name)] = llvm::orc::ExecutorSymbolDef(
+        llvm::orc::ExecutorAddr::fromPtr(address),
+        llvm::JITSymbolFlags::Exported | llvm::JITSymbolFlags::Callable);
+  if (llvm::Error e = (*jit)->getMainJITDylib().define(llvm::orc::absoluteSymbols(symbols)))
+    return std::move(e);
+  for (Shard &shard : shards) {
+    auto bytes = llvm::MemoryBuffer::getMemBufferCopy(
+        llvm::StringRef(shard.object.data(), shard.object.size()), "kernels");
+    if (llvm::Error e = (*jit)->addObjectFile(std::move(bytes)))
+      return std::move(e);
+  }
+  return std::move(*jit);
 }
 } // namespace
 
 FailureOr<CpuCode> tilefuse::jitCpuKernels(ModuleOp module,
                                            const std::vector<std::string> &names) {
   initializeOnce(module.getContext());
+  // Errors here are about the machine code, not the IR: they carry the
+  // module's location without printing the module.
+  auto target = selectCpuTarget(/*runsHere=*/true);
+  if (!target)
+    return mlir::emitError(module.getLoc(), "the CPU JIT cannot start: ") << llvm::toString(target.takeError());
   if (failed(lowerTileToLLVM(module)))
     return failure();
   // LLVM's code generation dominates compile time: one shard per core
@@ -143,27 +244,25 @@ FailureOr<CpuCode> tilefuse::jitCpuKernels(ModuleOp module,
     return failure();
   std::vector<std::thread> threads;
   for (size_t i = 1; i < n; ++i)
-    threads.emplace_back([&, i] { compileShard(shards[i], module); });
-  compileShard(shards[0], module);
+    threads.emplace_back([&, i] { compileShard(shards[i], *target); });
+  compileShard(shards[0], *target);
   for (std::thread &t : threads)
     t.join();
-  auto owner = std::make_shared<std::vector<std::unique_ptr<ExecutionEngine>>>();
-  llvm::StringMap<void *> entries;
-  for (Shard &shard : shards) {
-    if (!shard.engine)
-      return module.emitError("the CPU JIT failed: ") << shard.error;
-    for (size_t i = 0; i < shard.names.size(); ++i)
-      entries[shard.names[i]] = shard.entries[i];
-    owner->push_back(std::move(shard.engine));
-  }
+  for (Shard &shard : shards)
+    if (!shard.error.empty())
+      return mlir::emitError(module.getLoc(), "the CPU JIT failed: ") << shard.error;
+  auto jit = linkShards(shards, *target);
+  if (!jit)
+    return mlir::emitError(module.getLoc(), "the CPU JIT failed: ") << llvm::toString(jit.takeError());
   CpuCode code;
   for (const std::string &name : names) {
-    auto it = entries.find(name);
-    if (it == entries.end())
-      return module.emitError("no compiled kernel named '") << name << "'";
-    code.kernels.push_back(reinterpret_cast<CpuKernelFn>(it->second));
+    auto address = (*jit)->lookup(name);
+    if (!address)
+      return mlir::emitError(module.getLoc(), "no compiled kernel named '")
+             << name << "': " << llvm::toString(address.takeError());
+    code.kernels.push_back(address->toPtr<CpuKernelFn>());
   }
-  code.owner = owner;
+  code.owner = std::shared_ptr<llvm::orc::LLJIT>(std::move(*jit));
   return code;
 }
 

@@ -8,6 +8,7 @@
 //===----------------------------------------------------------------------===//
 #include "codegen/cpu/CpuObject.h"
 
+#include "codegen/cpu/CpuTarget.h"
 #include "codegen/cpu/TileToLLVM.h"
 
 #include "mlir/ExecutionEngine/OptUtils.h"
@@ -35,18 +36,7 @@
 using namespace mlir;
 using namespace tilefuse;
 
-std::vector<std::string> tilefuse::hostCpuFeatures() {
-  std::vector<std::string> out;
-  for (auto &f : llvm::sys::getHostCPUFeatures())
-    if (f.second && (f.first() == "avx512f" || f.first() == "avx2" || f.first() == "fma" ||
-                     f.first() == "avx" || f.first() == "f16c"))
-      out.push_back(f.first().str());
-  return out;
-}
-
-FailureOr<std::string> tilefuse::emitCpuSharedLibrary(ModuleOp module) {
-  llvm::InitializeNativeTarget();
-  llvm::InitializeNativeTargetAsmPrinter();
+FailureOr<CpuSharedLibrary> tilefuse::emitCpuSharedLibrary(ModuleOp module) {
   registerBuiltinDialectTranslation(*module.getContext());
   registerLLVMDialectTranslation(*module.getContext());
   if (failed(lowerTileToLLVM(module)))
@@ -56,16 +46,15 @@ FailureOr<std::string> tilefuse::emitCpuSharedLibrary(ModuleOp module) {
   if (!ir)
     return module.emitError("translation of the CPU kernels to LLVM IR failed");
 
-  std::string triple = llvm::sys::getProcessTriple(), error;
-  const llvm::Target *target = llvm::TargetRegistry::lookupTarget(triple, error);
+  auto target = selectCpuTarget(/*runsHere=*/false);
   if (!target)
-    return module.emitError("no LLVM target for ") << triple << ": " << error;
-  std::string features;
-  for (auto &f : llvm::sys::getHostCPUFeatures())
-    features += (features.empty() ? "" : ",") + std::string(f.second ? "+" : "-") + f.first().str();
-  llvm::TargetOptions options;
-  std::unique_ptr<llvm::TargetMachine> machine(target->createTargetMachine(
-      triple, llvm::sys::getHostCPUName(), features, options, llvm::Reloc::PIC_));
+    return module.emitError("cannot compile the CPU kernels: ") << llvm::toString(target.takeError());
+  auto created = createCpuTargetMachine(*target);
+  if (!created)
+    return module.emitError("cannot compile the CPU kernels: ")
+           << llvm::toString(created.takeError());
+  std::unique_ptr<llvm::TargetMachine> machine = std::move(*created);
+  const std::string &triple = target->triple;
   ir->setDataLayout(machine->createDataLayout());
   ir->setTargetTriple(triple);
   if (llvm::Error e = makeOptimizingTransformer(2, 0, machine.get())(ir.get()))
@@ -87,8 +76,8 @@ FailureOr<std::string> tilefuse::emitCpuSharedLibrary(ModuleOp module) {
     pm.run(*ir);
   }
   const char *cc = std::getenv("CC");
-  std::string command = std::string(cc && *cc ? cc : "cc") + " -shared -o '" + library + "' '" +
-                        object + "' -lm 2>&1";
+  std::string command = std::string(cc && *cc ? cc : "cc") + " -shared -Wl,--no-undefined -o '" +
+                        library + "' '" + object + "' -lm 2>&1";
   FILE *pipe = popen(command.c_str(), "r");
   std::string linkLog;
   if (pipe) {
@@ -106,5 +95,5 @@ FailureOr<std::string> tilefuse::emitCpuSharedLibrary(ModuleOp module) {
   if (status != 0 || bytes.str().empty())
     return module.emitError("linking the CPU kernels into a shared library failed (")
            << command << "): " << linkLog;
-  return bytes.str();
+  return CpuSharedLibrary{bytes.str(), target->requiredFeatures};
 }

@@ -9,15 +9,18 @@
 
 namespace tilefuse {
 
-/// Lowers the tile kernels of `module` (in place, as the JIT does) and
-/// returns the bytes of a shared library exporting each kernel with the CPU
-/// ABI of TileToLLVM.h, compiled for this host's CPU and linked with the
-/// system C compiler ($CC, else cc).
-mlir::FailureOr<std::string> emitCpuSharedLibrary(mlir::ModuleOp module);
+struct CpuSharedLibrary {
+  std::string bytes;
+  /// ISA features the code may use, which the loading machine must have.
+  std::vector<std::string> requiredFeatures;
+};
 
-/// Vector ISA features of this host the generated code may use (and an
-/// artifact therefore requires): "avx512f", "avx2", ...
-std::vector<std::string> hostCpuFeatures();
+/// Lowers the tile kernels of `module` (in place, as the JIT does) and
+/// returns a shared library exporting each kernel with the CPU ABI of
+/// TileToLLVM.h, compiled for the CPU of CpuTarget.h (the host's unless
+/// TILEFUSE_CPU names another) and linked with the system C compiler ($CC,
+/// else cc), with every symbol resolved at link time.
+mlir::FailureOr<CpuSharedLibrary> emitCpuSharedLibrary(mlir::ModuleOp module);
 
 } // namespace tilefuse
 
