@@ -267,6 +267,7 @@ ValueId Tracer::binary(const std::string &op, ValueId aId, ValueId bId) {
   else if (op == "mul") r = impl_->create<MulOp>(type, {a, b});
   else if (op == "div") r = impl_->create<DivOp>(type, {a, b});
   else if (op == "pow") r = impl_->create<PowOp>(type, {a, b});
+  else if (op == "rem") r = impl_->create<RemOp>(type, {a, b});
   else if (op == "maximum") r = impl_->create<MaximumOp>(type, {a, b});
   else if (op == "minimum") r = impl_->create<MinimumOp>(type, {a, b});
   else if (op == "eq") r = impl_->create<EqOp>(type, {a, b});
@@ -281,7 +282,7 @@ ValueId Tracer::binary(const std::string &op, ValueId aId, ValueId bId) {
 
 ValueId Tracer::unary(const std::string &op, ValueId aId) {
   Value a = impl_->get(aId);
-  bool arithmetic = op == "neg" || op == "abs";
+  bool arithmetic = op == "neg" || op == "abs" || op == "stop_gradient";
   if (!arithmetic && !isFloatDType(impl_->dtypeOf(a)))
     a = impl_->cast(a, DType::F32);
   Type type = a.getType();
@@ -295,6 +296,10 @@ ValueId Tracer::unary(const std::string &op, ValueId aId) {
   else if (op == "rsqrt") r = impl_->create<RsqrtOp>(type, {a});
   else if (op == "sigmoid") r = impl_->create<SigmoidOp>(type, {a});
   else if (op == "erf") r = impl_->create<ErfOp>(type, {a});
+  else if (op == "log1p") r = impl_->create<Log1pOp>(type, {a});
+  else if (op == "expm1") r = impl_->create<Expm1Op>(type, {a});
+  else if (op == "floor") r = impl_->create<FloorOp>(type, {a});
+  else if (op == "stop_gradient") r = impl_->create<StopGradientOp>(type, {a});
   else if (op == "relu") r = impl_->create<ReluOp>(type, {a});
   else if (op == "silu") r = impl_->create<SiluOp>(type, {a});
   else impl_->fail("unknown unary op '" + op + "'");

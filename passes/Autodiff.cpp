@@ -7,9 +7,13 @@
 // pass, so it is never drawn again. Composites are differentiated through
 // their decompositions (the fusion pass later merges the resulting chains).
 //
-// Tie rules: maximum/minimum and reduce_max/reduce_min split the cotangent
-// evenly between tied elements (relu'(0) = 1/2, as a central difference
-// gives); abs'(0) = 0.
+// Derivative conventions are PyTorch's: maximum/minimum split the cotangent
+// evenly between tied operands and give it to both where either is NaN;
+// reduce_max/reduce_min split it evenly between the elements equal to the
+// result (NaN elements when the result is NaN); abs'(0) = 0; floor' = 0.
+// relu, clamp and the softmax family get theirs from how they decompose
+// (DecomposeComposites.cpp: relu'(0) = 0, clamp passes the cotangent at its
+// bounds, the max shift is a stop_gradient).
 //
 //===----------------------------------------------------------------------===//
 #include "passes/Autodiff.h"
@@ -77,12 +81,14 @@ private:
 };
 
 void ReverseBuilder::minMax(Value a, Value b, Value g, bool isMax) {
+  // PyTorch: where(a == b, g/2, g), zeroed where the operand strictly loses
+  // (so a NaN on either side passes g to both).
   Value zero = zerosLike(g), half = e.mulScalar(g, 0.5);
-  Value aWins = isMax ? e.gt(a, b) : e.lt(a, b);
-  Value bWins = isMax ? e.lt(a, b) : e.gt(a, b);
   Value tie = e.eq(a, b);
-  accumulate(a, e.select(aWins, g, e.select(tie, half, zero)));
-  accumulate(b, e.select(bWins, g, e.select(tie, half, zero)));
+  Value aLoses = isMax ? e.lt(a, b) : e.gt(a, b);
+  Value bLoses = isMax ? e.gt(a, b) : e.lt(a, b);
+  accumulate(a, e.select(tie, half, e.select(aLoses, zero, g)));
+  accumulate(b, e.select(tie, half, e.select(bLoses, zero, g)));
 }
 
 Value ReverseBuilder::unslice(Value g, ArrayRef<int64_t> start,
@@ -195,6 +201,23 @@ LogicalResult ReverseBuilder::visit(Operation *op, Value g) {
         accumulate(o.getOperand(),
                    e.mul(g, e.mul(y, e.sub(e.fullLike(y, 1.0), y))));
       })
+      .Case([&](Log1pOp o) {
+        Value x = o.getOperand();
+        accumulate(x, e.div(g, e.addScalar(x, 1.0)));
+      })
+      .Case([&](Expm1Op o) {
+        accumulate(o.getOperand(), e.mul(g, e.addScalar(o.getResult(), 1.0)));
+      })
+      .Case([&](RemOp o) {
+        // fmod(a, b) = a - trunc(a / b) b (PyTorch's fmod derivative).
+        Value a = o.getLhs(), b = o.getRhs();
+        accumulate(a, g);
+        if (isFloatTensor(b)) {
+          Value q = e.div(a, b);
+          Value truncated = e.select(e.lt(q, zerosLike(q)), e.neg(e.floor(e.neg(q))), e.floor(q));
+          accumulate(b, e.neg(e.mul(g, truncated)));
+        }
+      })
       .Case([&](ErfOp o) {
         Value a = o.getOperand();
         Value density = e.exp(e.neg(e.mul(a, a)));
@@ -260,7 +283,8 @@ LogicalResult ReverseBuilder::visit(Operation *op, Value g) {
         SmallVector<int64_t> kshape = keepdimShape(x, o.getDims());
         SmallVector<int64_t> shape = shapeOf(x);
         Value extreme = e.broadcastKeepdim(e.reshape(o.getResult(), kshape), shape);
-        Value hit = e.eq(x, extreme);
+        // The elements equal to the result, or the NaNs where it is NaN.
+        Value hit = e.select(e.ne(extreme, extreme), e.ne(x, x), e.eq(x, extreme));
         auto elem = GraphEmitter::typeOf(x).getElementType();
         Value count = e.reduceSum(e.cast(hit, elem), o.getDims(), true);
         Value share = e.div(e.reshape(g, kshape), count);
@@ -286,7 +310,7 @@ LogicalResult ReverseBuilder::visit(Operation *op, Value g) {
       // No cotangent flows through these: their results are integer, boolean
       // or independent of every input.
       .Case<EqOp, NeOp, LtOp, LeOp, GtOp, GeOp, ArgmaxOp, ConstantOp, FullOp,
-            IotaOp, RandomUniformOp>([](Operation *) {})
+            IotaOp, RandomUniformOp, FloorOp, StopGradientOp>([](Operation *) {})
       .Default([&](Operation *) { handled = false; });
   if (!handled)
     return op->emitOpError("has no differentiation rule")

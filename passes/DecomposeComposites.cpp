@@ -37,12 +37,14 @@ struct DecomposePattern : OpRewritePattern<OpTy> {
   virtual Value expand(OpTy op, GraphEmitter &e) const = 0;
 };
 
-/// relu(x) = max(x, 0)
+/// relu(x) = x <= 0 ? 0 : x. As a select, its derivative is PyTorch's:
+/// 0 at x = 0, and NaN inputs pass both NaN and their cotangent.
 struct DecomposeRelu : DecomposePattern<ReluOp> {
   using DecomposePattern::DecomposePattern;
   Value expand(ReluOp op, GraphEmitter &e) const override {
     Value x = op.getOperand();
-    return e.maximum(x, e.fullLike(x, 0.0));
+    Value zero = e.fullLike(x, 0.0);
+    return e.select(e.le(x, zero), zero, x);
   }
 };
 
@@ -72,10 +74,12 @@ struct DecomposeGelu : DecomposePattern<GeluOp> {
   }
 };
 
-/// x - max(x) along `dim`, and the max broadcast back (kept for reuse).
+/// x - max(x) along `dim`. The shift is a constant of the derivative
+/// (stop_gradient): differentiated, it would send the rounding residue of
+/// sum(softmax) - 1 to each row's argmax, an error growing with the row.
 Value subtractRowMax(GraphEmitter &e, Value x, int64_t dim) {
   auto shape = GraphEmitter::typeOf(x).getShape();
-  Value max = e.reduceMax(x, {dim}, /*keepdim=*/true);
+  Value max = e.stopGradient(e.reduceMax(x, {dim}, /*keepdim=*/true));
   return e.sub(x, e.broadcastKeepdim(max, shape));
 }
 
@@ -228,14 +232,23 @@ Value clampedLog(GraphEmitter &e, Value x) {
   return e.maximum(e.select(positive, e.log(safe), floor), floor);
 }
 
-/// -(t log p + (1 - t) log(1 - p)), each log clamped at -100.
+/// max(log1p(-p), -100): log(1 - p) without rounding 1 - p (exact to the
+/// last bit for p near 0, where 1 - p is 1), finite gradient as clampedLog.
+Value clampedLog1m(GraphEmitter &e, Value p) {
+  Value below = e.lt(p, e.fullLike(p, 1.0));
+  Value safe = e.select(below, p, e.fullLike(p, 0.0));
+  Value floor = e.fullLike(p, -100.0);
+  return e.maximum(e.select(below, e.log1p(e.neg(safe)), floor), floor);
+}
+
+/// -(t log p + (1 - t) log1p(-p)), each log clamped at -100 (PyTorch's form).
 struct DecomposeBce : DecomposePattern<BceOp> {
   using DecomposePattern::DecomposePattern;
   Value expand(BceOp op, GraphEmitter &e) const override {
     Value p = op.getInput(), t = op.getTarget();
     Value one = e.fullLike(p, 1.0);
     Value logP = clampedLog(e, p);
-    Value log1mP = clampedLog(e, e.sub(one, p));
+    Value log1mP = clampedLog1m(e, p);
     Value perElement =
         e.neg(e.add(e.mul(t, logP), e.mul(e.sub(one, t), log1mP)));
     return meanAll(e, perElement);

@@ -663,6 +663,12 @@ struct FuseOpsPass : tilefuse::impl::FuseOpsPassBase<FuseOpsPass> {
 
 LogicalResult tilefuse::fuseFunction(func::FuncOp func, const TargetInfo &target,
                                      bool remarks) {
+  // stop_gradient only matters to differentiation, which is done by now.
+  SmallVector<StopGradientOp> identities(func.getBody().front().getOps<StopGradientOp>());
+  for (StopGradientOp op : identities) {
+    op.getResult().replaceAllUsesWith(op.getOperand());
+    op.erase();
+  }
   for (Operation &op : func.getBody().front().without_terminator()) {
     if (llvm::isa<FusionOp>(op))
       return op.emitOpError("is already fused; run the fusion pass once");

@@ -391,11 +391,11 @@ LogicalResult tilefuse::lowerTileToLLVM(ModuleOp module) {
       return module.emitError("tile-to-llvm: math expansion did not converge");
   }
   {
-    // f64 tanh and erf have neither a polynomial here nor an LLVM
-    // intrinsic: they call libm, lane by lane.
+    // f64 tanh, erf, log1p and expm1 have neither a polynomial here nor an
+    // LLVM intrinsic: they call libm, lane by lane.
     SmallVector<Operation *> libmOps;
     module.walk([&](Operation *op) {
-      if (llvm::isa<math::TanhOp, math::ErfOp>(op))
+      if (llvm::isa<math::TanhOp, math::ErfOp, math::Log1pOp, math::ExpM1Op>(op))
         libmOps.push_back(op);
     });
     if (!libmOps.empty()) {

@@ -458,6 +458,10 @@ LogicalResult Renderer::op(Operation &o, int indent) {
   if (llvm::isa<math::TanhOp>(o)) return math("tanh");
   if (llvm::isa<math::SqrtOp>(o)) return math("sqrt");
   if (llvm::isa<math::ErfOp>(o)) return math("erf");
+  if (llvm::isa<math::Log1pOp>(o)) return math("log1p");
+  if (llvm::isa<math::ExpM1Op>(o)) return math("expm1");
+  if (llvm::isa<math::FloorOp>(o)) return math("floor");
+  if (llvm::isa<arith::RemFOp>(o)) return math("fmod");
   if (llvm::isa<math::PowFOp>(o)) return math("pow");
   if (llvm::isa<math::AbsFOp>(o)) return math("fabs");
   if (llvm::isa<math::AbsIOp>(o)) return assign(o, indent, in(0) + " < 0 ? -" + in(0) + " : " + in(0));

@@ -83,6 +83,7 @@ public:
         .Case([&](MulOp o) { return bin(o, BK::Mul); })
         .Case([&](DivOp o) { return bin(o, BK::Div); })
         .Case([&](PowOp o) { return bin(o, BK::Pow); })
+        .Case([&](RemOp o) { return bin(o, BK::Rem); })
         .Case([&](MaximumOp o) { return bin(o, BK::Max); })
         .Case([&](MinimumOp o) { return bin(o, BK::Min); })
         .Case([&](EqOp o) { return bin(o, BK::Eq); })
@@ -100,6 +101,10 @@ public:
         .Case([&](RsqrtOp o) { return un(o, UK::Rsqrt); })
         .Case([&](SigmoidOp o) { return un(o, UK::Sigmoid); })
         .Case([&](ErfOp o) { return un(o, UK::Erf); })
+        .Case([&](Log1pOp o) { return un(o, UK::Log1p); })
+        .Case([&](Expm1Op o) { return un(o, UK::Expm1); })
+        .Case([&](FloorOp o) { return un(o, UK::Floor); })
+        .Case([&](StopGradientOp o) { return get(o.getOperand()); })
         .Case([&](SelectOp o) {
           return ref::select(get(o.getCond()), get(o.getOnTrue()),
                              get(o.getOnFalse()));

@@ -64,6 +64,7 @@ double applyBinary(BinaryKind kind, double a, double b) {
   case BinaryKind::Mul: return a * b;
   case BinaryKind::Div: return a / b;
   case BinaryKind::Pow: return std::pow(a, b);
+  case BinaryKind::Rem: return std::fmod(a, b);
   case BinaryKind::Max: return (std::isnan(a) || std::isnan(b)) ? NAN : std::max(a, b);
   case BinaryKind::Min: return (std::isnan(a) || std::isnan(b)) ? NAN : std::min(a, b);
   case BinaryKind::Eq: return a == b;
@@ -91,6 +92,12 @@ int64_t applyBinaryInt(BinaryKind kind, int64_t a, int64_t b) {
     return a / b;
   case BinaryKind::Pow:
     throw CompileError("graph.pow: integer operands are not supported");
+  case BinaryKind::Rem:
+    if (b == 0)
+      throw CompileError("graph.rem: integer remainder by zero at run time");
+    if (b == -1)
+      return 0;
+    return a % b;
   case BinaryKind::Max: return std::max(a, b);
   case BinaryKind::Min: return std::min(a, b);
   case BinaryKind::Eq: return a == b;
@@ -181,6 +188,9 @@ RefTensor unary(UnaryKind kind, const RefTensor &a) {
       y = x >= 0 ? 1.0 / (1.0 + std::exp(-x)) : std::exp(x) / (1.0 + std::exp(x));
       break;
     case UnaryKind::Erf: y = std::erf(x); break;
+    case UnaryKind::Log1p: y = std::log1p(x); break;
+    case UnaryKind::Expm1: y = std::expm1(x); break;
+    case UnaryKind::Floor: y = std::floor(x); break;
     }
     out.f[k] = roundToDType(y, a.dtype);
   }

@@ -30,8 +30,8 @@ struct RefTensor {
 RefTensor fromHost(const HostTensor &t);
 HostTensor toHost(const RefTensor &t);
 
-enum class BinaryKind { Add, Sub, Mul, Div, Pow, Max, Min, Eq, Ne, Lt, Le, Gt, Ge };
-enum class UnaryKind { Neg, Abs, Exp, Log, Tanh, Sqrt, Rsqrt, Sigmoid, Erf };
+enum class BinaryKind { Add, Sub, Mul, Div, Pow, Rem, Max, Min, Eq, Ne, Lt, Le, Gt, Ge };
+enum class UnaryKind { Neg, Abs, Exp, Log, Tanh, Sqrt, Rsqrt, Sigmoid, Erf, Log1p, Expm1, Floor };
 enum class ReduceKind { Sum, Max, Min };
 
 RefTensor binary(BinaryKind kind, const RefTensor &a, const RefTensor &b);

@@ -619,6 +619,16 @@ FailureOr<Value> KernelEmitter::elementwise(Operation *op, const Coords &c) {
     return b.create<arith::SelectOp>(loc, isZero, zero, q).getResult();
   }
   if (isa<PowOp>(op)) return b.create<math::PowFOp>(loc, xs[0], xs[1]).getResult();
+  if (isa<RemOp>(op)) {
+    if (isFloat)
+      return b.create<arith::RemFOp>(loc, xs[0], xs[1]).getResult();
+    // As division: never traps; x % 0 is 0 and x % -1 is 0.
+    Value zero = likeInt(xs[1], 0), one = likeInt(xs[1], 1), minus1 = likeInt(xs[1], -1);
+    Value isZero = b.create<arith::CmpIOp>(loc, I::eq, xs[1], zero);
+    Value isM1 = b.create<arith::CmpIOp>(loc, I::eq, xs[1], minus1);
+    Value safe = b.create<arith::SelectOp>(loc, b.create<arith::OrIOp>(loc, isZero, isM1), one, xs[1]);
+    return b.create<arith::RemSIOp>(loc, xs[0], safe).getResult();
+  }
   if (isa<MaximumOp>(op)) return isFloat ? Value(b.create<arith::MaximumFOp>(loc, xs[0], xs[1])) : b.create<arith::MaxSIOp>(loc, xs[0], xs[1]);
   if (isa<MinimumOp>(op)) return isFloat ? Value(b.create<arith::MinimumFOp>(loc, xs[0], xs[1])) : b.create<arith::MinSIOp>(loc, xs[0], xs[1]);
   if (isa<EqOp>(op)) return cmp(P::OEQ, I::eq);
@@ -641,6 +651,9 @@ FailureOr<Value> KernelEmitter::elementwise(Operation *op, const Coords &c) {
     return b.create<arith::DivFOp>(loc, like(s, 1.0), s).getResult();
   }
   if (isa<ErfOp>(op)) return b.create<math::ErfOp>(loc, xs[0]).getResult();
+  if (isa<Log1pOp>(op)) return b.create<math::Log1pOp>(loc, xs[0]).getResult();
+  if (isa<Expm1Op>(op)) return b.create<math::ExpM1Op>(loc, xs[0]).getResult();
+  if (isa<FloorOp>(op)) return b.create<math::FloorOp>(loc, xs[0]).getResult();
   if (isa<SigmoidOp>(op)) {
     // r = e/(1+e) with e = exp(-|x|) never overflows and is sigmoid(-|x|);
     // sigmoid(x) = 1 - r for x >= 0 (rounds correctly next to 1, where

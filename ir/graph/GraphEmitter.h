@@ -41,6 +41,9 @@ public:
   mlir::Value log(mlir::Value a) { return b.create<LogOp>(loc, a); }
   mlir::Value tanh(mlir::Value a) { return b.create<TanhOp>(loc, a); }
   mlir::Value erf(mlir::Value a) { return b.create<ErfOp>(loc, a); }
+  mlir::Value log1p(mlir::Value a) { return b.create<Log1pOp>(loc, a); }
+  mlir::Value floor(mlir::Value a) { return b.create<FloorOp>(loc, a); }
+  mlir::Value stopGradient(mlir::Value a) { return b.create<StopGradientOp>(loc, a); }
   mlir::Value rsqrt(mlir::Value a) { return b.create<RsqrtOp>(loc, a); }
   mlir::Value sigmoid(mlir::Value a) { return b.create<SigmoidOp>(loc, a); }
   mlir::Value select(mlir::Value c, mlir::Value t, mlir::Value f) {
@@ -53,6 +56,8 @@ public:
   mlir::Value gt(mlir::Value a, mlir::Value b_) { return b.create<GtOp>(loc, a, b_); }
   mlir::Value lt(mlir::Value a, mlir::Value b_) { return b.create<LtOp>(loc, a, b_); }
   mlir::Value eq(mlir::Value a, mlir::Value b_) { return b.create<EqOp>(loc, a, b_); }
+  mlir::Value ne(mlir::Value a, mlir::Value b_) { return b.create<NeOp>(loc, a, b_); }
+  mlir::Value le(mlir::Value a, mlir::Value b_) { return b.create<LeOp>(loc, a, b_); }
   mlir::Value transpose(mlir::Value a, llvm::ArrayRef<int64_t> perm);
   mlir::Value slice(mlir::Value a, llvm::ArrayRef<int64_t> start,
                     llvm::ArrayRef<int64_t> limit, llvm::ArrayRef<int64_t> stride);

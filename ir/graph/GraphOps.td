@@ -79,6 +79,8 @@ def Graph_DivOp : Graph_BinaryOp<"div", "Arithmetic", "elementwise division",
 }
 def Graph_PowOp : Graph_BinaryOp<"pow", "FloatOnly", "elementwise power",
     "`lhs ** rhs` for floating-point tensors.">;
+def Graph_RemOp : Graph_BinaryOp<"rem", "Arithmetic", "elementwise truncated remainder",
+    "`fmod(lhs, rhs)`: the sign of `lhs` (C's `%` and `fmod`; PyTorch's `fmod`).">;
 def Graph_MaximumOp : Graph_BinaryOp<"maximum", "Arithmetic", "elementwise maximum",
     "`max(lhs, rhs)`; NaN propagates.", [Commutative]>;
 def Graph_MinimumOp : Graph_BinaryOp<"minimum", "Arithmetic", "elementwise minimum",
@@ -129,6 +131,18 @@ def Graph_RsqrtOp : Graph_UnaryOp<"rsqrt", "FloatOnly", "elementwise reciprocal 
 def Graph_SigmoidOp : Graph_UnaryOp<"sigmoid", "FloatOnly", "elementwise logistic sigmoid",
     "`1 / (1 + e^-x)`.">;
 def Graph_ErfOp : Graph_UnaryOp<"erf", "FloatOnly", "elementwise Gauss error function", "`erf(x)`.">;
+def Graph_Log1pOp : Graph_UnaryOp<"log1p", "FloatOnly", "elementwise log(1 + x)",
+    "`ln(1 + x)`, accurate where `x` is small.">;
+def Graph_Expm1Op : Graph_UnaryOp<"expm1", "FloatOnly", "elementwise e^x - 1",
+    "`e^x - 1`, accurate where `x` is small.">;
+def Graph_FloorOp : Graph_UnaryOp<"floor", "FloatOnly", "elementwise floor",
+    "The largest integer not above `x`; its derivative is 0.">;
+def Graph_StopGradientOp : Graph_UnaryOp<"stop_gradient", "Arithmetic",
+    "identity that blocks gradients", [{
+    `x` in the forward pass; no cotangent flows back through it (PyTorch's
+    `detach()`). Differentiation rules use it where a value is a constant of
+    the derivative (the max shift of softmax); fusion removes it.
+  }]>;
 
 //===----------------------------------------------------------------------===//
 // Composite elementwise ops (removed by --decompose).

@@ -20,13 +20,13 @@ func.func @mul_sum(%a: tensor<3xf32>, %b: tensor<3xf32>) -> tensor<f32> {
   return %1 : tensor<f32>
 }
 
-// relu (max with 0) splits the cotangent evenly on ties: the tie mask gets
-// half of it.
+// maximum splits the cotangent evenly on ties (PyTorch's rule): where the
+// operands are equal each gets half, where one strictly loses it gets none.
 // TIE-LABEL: func.func @relu_max_value_and_grad(
-// TIE:         %[[GT:.+]] = graph.gt %arg0, %[[Z:.+]] : tensor<4xf32>
-// TIE:         %[[EQ:.+]] = graph.eq %arg0, %[[Z]] : tensor<4xf32>
-// TIE:         graph.select %[[EQ]]
-// TIE:         graph.select %[[GT]]
+// TIE:         %[[EQ:.+]] = graph.eq %arg0, %[[Z:.+]] : tensor<4xf32>
+// TIE:         %[[LT:.+]] = graph.lt %arg0, %[[Z]] : tensor<4xf32>
+// TIE:         %[[KEPT:.+]] = graph.select %[[LT]]
+// TIE:         graph.select %[[EQ]], %{{.+}}, %[[KEPT]]
 func.func @relu_max(%x: tensor<4xf32>) -> tensor<f32> {
   %z = graph.full 0.0 : tensor<4xf32>
   %0 = graph.maximum %x, %z : tensor<4xf32>

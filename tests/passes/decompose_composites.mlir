@@ -11,10 +11,12 @@
 // No composite op survives anywhere in the output.
 // NOCOMP-NOT: graph.{{(softmax|log_softmax|layer_norm|gelu|silu|relu|linear|dropout|cross_entropy|nll|mse|bce)}}
 
-// Softmax subtracts the row maximum before exp.
+// Softmax subtracts the row maximum before exp; the shift carries no
+// gradient (stop_gradient), as in PyTorch and JAX.
 // CHECK-LABEL: func.func @softmax(
 // CHECK-SAME:      %[[X:.+]]: tensor<4x8xf32>)
-// CHECK-NEXT:    %[[MAX:.+]] = graph.reduce_max %[[X]] {dims = array<i64: 1>, keepdim = true} : (tensor<4x8xf32>) -> tensor<4x1xf32>
+// CHECK-NEXT:    %[[MAXR:.+]] = graph.reduce_max %[[X]] {dims = array<i64: 1>, keepdim = true} : (tensor<4x8xf32>) -> tensor<4x1xf32>
+// CHECK-NEXT:    %[[MAX:.+]] = graph.stop_gradient %[[MAXR]] : tensor<4x1xf32>
 // CHECK-NEXT:    %[[MAXB:.+]] = graph.broadcast_in_dim %[[MAX]] {dims = array<i64: 0, 1>} : (tensor<4x1xf32>) -> tensor<4x8xf32>
 // CHECK-NEXT:    %[[SHIFT:.+]] = graph.sub %[[X]], %[[MAXB]] : tensor<4x8xf32>
 // CHECK-NEXT:    %[[EXP:.+]] = graph.exp %[[SHIFT]] : tensor<4x8xf32>
@@ -30,7 +32,8 @@ func.func @softmax(%x: tensor<4x8xf32>) -> tensor<4x8xf32> {
 // log_softmax(x) = (x - max) - log(sum(exp(x - max))), here along dim 0 in f16.
 // CHECK-LABEL: func.func @log_softmax(
 // CHECK-SAME:      %[[X:.+]]: tensor<4x8xf16>)
-// CHECK-NEXT:    %[[MAX:.+]] = graph.reduce_max %[[X]] {dims = array<i64: 0>, keepdim = true} : (tensor<4x8xf16>) -> tensor<1x8xf16>
+// CHECK-NEXT:    %[[MAXR:.+]] = graph.reduce_max %[[X]] {dims = array<i64: 0>, keepdim = true} : (tensor<4x8xf16>) -> tensor<1x8xf16>
+// CHECK-NEXT:    %[[MAX:.+]] = graph.stop_gradient %[[MAXR]] : tensor<1x8xf16>
 // CHECK-NEXT:    %[[MAXB:.+]] = graph.broadcast_in_dim %[[MAX]] {dims = array<i64: 0, 1>} : (tensor<1x8xf16>) -> tensor<4x8xf16>
 // CHECK-NEXT:    %[[SHIFT:.+]] = graph.sub %[[X]], %[[MAXB]] : tensor<4x8xf16>
 // CHECK-NEXT:    %[[EXP:.+]] = graph.exp %[[SHIFT]] : tensor<4x8xf16>
@@ -153,11 +156,12 @@ func.func @silu(%x: tensor<4xbf16>) -> tensor<4xbf16> {
   return %0 : tensor<4xbf16>
 }
 
-// relu(x) = max(x, 0)
+// relu(x) = x <= 0 ? 0 : x (a select, so relu'(0) = 0 and NaN passes).
 // CHECK-LABEL: func.func @relu(
 // CHECK-SAME:      %[[X:.+]]: tensor<2x3xf64>)
 // CHECK-NEXT:    %[[Z:.+]] = graph.full 0.000000e+00 : tensor<2x3xf64>
-// CHECK-NEXT:    %[[R:.+]] = graph.maximum %[[X]], %[[Z]] : tensor<2x3xf64>
+// CHECK-NEXT:    %[[LE:.+]] = graph.le %[[X]], %[[Z]] : tensor<2x3xf64>
+// CHECK-NEXT:    %[[R:.+]] = graph.select %[[LE]], %[[Z]], %[[X]] :
 // CHECK-NEXT:    return %[[R]] : tensor<2x3xf64>
 func.func @relu(%x: tensor<2x3xf64>) -> tensor<2x3xf64> {
   %0 = graph.relu %x : tensor<2x3xf64>
@@ -229,7 +233,8 @@ func.func @dropout_p0(%x: tensor<4x8xf32>, %seed: tensor<i64>) -> tensor<4x8xf32
 // the target is picked with a one-hot mask (iota == target), not a gather.
 // CHECK-LABEL: func.func @cross_entropy(
 // CHECK-SAME:      %[[X:[^:]+]]: tensor<4x10xf32>, %[[T:[^:]+]]: tensor<4xi64>)
-// CHECK-NEXT:    %[[MAX:.+]] = graph.reduce_max %[[X]] {dims = array<i64: 1>, keepdim = true} : (tensor<4x10xf32>) -> tensor<4x1xf32>
+// CHECK-NEXT:    %[[MAXR:.+]] = graph.reduce_max %[[X]] {dims = array<i64: 1>, keepdim = true} : (tensor<4x10xf32>) -> tensor<4x1xf32>
+// CHECK-NEXT:    %[[MAX:.+]] = graph.stop_gradient %[[MAXR]] : tensor<4x1xf32>
 // CHECK-NEXT:    %[[MAXB:.+]] = graph.broadcast_in_dim %[[MAX]] {dims = array<i64: 0, 1>} : (tensor<4x1xf32>) -> tensor<4x10xf32>
 // CHECK-NEXT:    %[[SHIFT:.+]] = graph.sub %[[X]], %[[MAXB]] : tensor<4x10xf32>
 // CHECK-NEXT:    %[[EXP:.+]] = graph.exp %[[SHIFT]] : tensor<4x10xf32>
@@ -298,9 +303,10 @@ func.func @mse(%a: tensor<4x2xf32>, %b: tensor<4x2xf32>) -> tensor<f32> {
   return %0 : tensor<f32>
 }
 
-// bce = mean(-(t L(p) + (1 - t) L(1 - p))) with L(x) = max(log x, -100),
+// bce = mean(-(t L(p) + (1 - t) L1m(p))) with L(x) = max(log x, -100),
 // written as max(select(x > 0, log(select(x > 0, x, 1)), -100), -100) so
-// that its gradient stays finite at x = 0.
+// that its gradient stays finite at x = 0, and L1m(p) = max(log1p(-p), -100)
+// the same way (log1p: no rounding of 1 - p for small p).
 // CHECK-LABEL: func.func @bce(
 // CHECK-SAME:      %[[P:[^:]+]]: tensor<4xf32>, %[[T:[^:]+]]: tensor<4xf32>)
 // CHECK:         %[[POS:.+]] = graph.gt %[[P]], %{{.+}} : tensor<4xf32>
@@ -308,10 +314,10 @@ func.func @mse(%a: tensor<4x2xf32>, %b: tensor<4x2xf32>) -> tensor<f32> {
 // CHECK:         %[[LOGP:.+]] = graph.log %[[SAFE]] : tensor<4xf32>
 // CHECK:         %[[SELP:.+]] = graph.select %[[POS]], %[[LOGP]], %{{.+}} :
 // CHECK:         graph.maximum %[[SELP]], %{{.+}} : tensor<4xf32>
-// CHECK:         %[[OMP:.+]] = graph.sub %{{.+}}, %[[P]] : tensor<4xf32>
-// CHECK:         %[[POS1:.+]] = graph.gt %[[OMP]], %{{.+}} : tensor<4xf32>
-// CHECK:         graph.select %[[POS1]], %[[OMP]], %{{.+}} :
-// CHECK:         graph.log
+// CHECK:         %[[BELOW:.+]] = graph.lt %[[P]], %{{.+}} : tensor<4xf32>
+// CHECK:         %[[SAFE1:.+]] = graph.select %[[BELOW]], %[[P]], %{{.+}} :
+// CHECK:         %[[NEGP:.+]] = graph.neg %[[SAFE1]] : tensor<4xf32>
+// CHECK:         graph.log1p %[[NEGP]] : tensor<4xf32>
 // CHECK:         graph.maximum
 // CHECK:         graph.sub %{{.+}}, %[[T]] : tensor<4xf32>
 // CHECK:         graph.neg

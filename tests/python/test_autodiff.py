@@ -20,8 +20,9 @@ stencil, which reaches 2h = 2e-3 away, never crosses one -- except in the
 edge-case tests, which put inputs exactly on a kink on purpose: the
 functions there are piecewise linear, and the symmetric stencil gives
 exactly the average of the one-sided slopes, which is the documented tie
-rule for 2-way ties (even split, relu'(0) = 0.5, abs'(0) = 0); those tests
-also check the exact expected values.
+rule for 2-way ties of maximum/minimum and reductions (even split, as
+PyTorch); relu'(0) = 0 and abs'(0) = 0 follow PyTorch instead of the
+average, so those tests check the exact expected values only.
 
 Tolerance, elementwise: |grad - fd| <= ATOL + RTOL * |fd| with
 RTOL = 1e-8, ATOL = 1e-9: >= 50x above the measured FD error; any real
@@ -540,11 +541,22 @@ def test_dropout_two_streams(rng):
 # Kinks and ties: the documented rules, at exactly the tie
 # ---------------------------------------------------------------------------
 
-def test_relu_at_zero_is_half(rng):
+def test_relu_at_zero_is_zero_as_in_pytorch(rng):
+    """relu'(0) = 0 (PyTorch's and JAX's convention; an average of the
+    one-sided slopes would make zero-padded rows and zero biases train
+    differently), and a NaN input passes its cotangent as in PyTorch."""
     x = np.array([[-1.0, 0.0, 2.0], [0.0, -0.0, 0.5]])
-    (g,), W = check_gradients("relu at 0", F.relu, [x], rng)
-    want = np.where(x > 0, 1.0, np.where(x == 0, 0.5, 0.0)) * W
-    np.testing.assert_allclose(g, want, rtol=1e-15, atol=0)
+    W = rng.standard_normal(x.shape)
+    g = tilefuse.trace(lambda t, w: (F.relu(t) * w).sum(), x, W).value_and_grad(wrt=(0,))
+    for name, run in [("interpreter", g.interpret), ("compiled", g.compile("cpu"))]:
+        _, got = run(x, W)
+        np.testing.assert_array_equal(got, np.where(x > 0, 1.0, 0.0) * W, err_msg=name)
+    xn = np.array([np.nan, 1.0, -1.0])
+    gn = tilefuse.trace(lambda t: F.relu(t).sum(), xn).value_and_grad(wrt=(0,))
+    for name, run in [("interpreter", gn.interpret), ("compiled", gn.compile("cpu"))]:
+        value, got = run(xn)
+        assert np.isnan(value), name
+        np.testing.assert_array_equal(got, [1.0, 1.0, 0.0], err_msg=name)
 
 
 def test_maximum_minimum_with_equal_values(rng):
