@@ -337,7 +337,8 @@ private:
     s.m = c[c.size() - 2];
     s.n = c.back();
     s.k = s.transposeA ? a[a.size() - 2] : a.back();
-    s.batch = numel(c) / std::max<int64_t>(1, s.m * s.n);
+    // The product of the batch dims (not numel / (m n): m or n may be 0).
+    s.batch = numel(Shape(c.begin(), c.end() - 2));
     if (numel(a) != s.batch * s.m * s.k || numel(b) != s.batch * s.k * s.n)
       return mm.emitOpError() << "broadcasts batch dimensions; the GEMM step "
                                  "needs equal batch dimensions";

@@ -72,6 +72,22 @@ std::shared_ptr<Graph> Graph::parse(const std::string &text,
                                                "<graph text>");
     return success(static_cast<bool>(impl->module));
   });
+  // Sizes computed from an impossible shape would wrap: refuse it here.
+  std::string tooBig;
+  impl->module->walk([&](Operation *op) {
+    auto check = [&](Value v) {
+      if (tooBig.empty() && !graph::tensorSizeError(v.getType()).empty())
+        tooBig = formatLocation(v.getLoc()) + ": " + graph::tensorSizeError(v.getType());
+    };
+    for (Value v : op->getResults())
+      check(v);
+    for (Region &r : op->getRegions())
+      for (Block &b : r)
+        for (BlockArgument a : b.getArguments())
+          check(a);
+  });
+  if (!tooBig.empty())
+    throw CompileError(tooBig);
   std::vector<func::FuncOp> funcs;
   impl->module->walk([&](func::FuncOp f) { funcs.push_back(f); });
   if (!entry.empty()) {

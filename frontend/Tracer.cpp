@@ -122,6 +122,13 @@ struct Tracer::Impl {
         }
         op->getResult(0).setType(types[0]);
       }
+      // Before the verifier, whose size arithmetic would wrap.
+      std::string tooBig = tensorSizeError(op->getResult(0).getType());
+      if (!tooBig.empty()) {
+        op->emitOpError() << "result " << tooBig;
+        op->erase();
+        return failure();
+      }
       if (failed(mlir::verify(op))) {
         op->erase();
         return failure();
@@ -208,6 +215,9 @@ ValueId Tracer::argument(DType dtype, const Shape &shape) {
     if (d < 0)
       impl_->fail("argument shapes must be static and non-negative, got " +
                   shapeToString(shape));
+  std::string tooBig = tensorSizeError(impl_->tensorType(dtype, shape));
+  if (!tooBig.empty())
+    impl_->fail("argument " + tooBig);
   Block &body = impl_->func.getBody().front();
   return impl_->put(
       body.addArgument(impl_->tensorType(dtype, shape), impl_->loc));
@@ -257,6 +267,8 @@ ValueId Tracer::binary(const std::string &op, ValueId aId, ValueId bId) {
     t = DType::F32;
   if (op == "div" && !isFloatDType(t))
     t = DType::F32; // true division, as numpy and PyTorch
+  if (op == "trunc_div" && isFloatDType(t))
+    impl_->fail("trunc_div: integer operands only (floats divide with div)");
   Shape shape = impl_->broadcast(impl_->shapeOf(a), impl_->shapeOf(b), op);
   a = impl_->broadcastTo(impl_->cast(a, t), shape, op);
   b = impl_->broadcastTo(impl_->cast(b, t), shape, op);
@@ -265,7 +277,7 @@ ValueId Tracer::binary(const std::string &op, ValueId aId, ValueId bId) {
   if (op == "add") r = impl_->create<AddOp>(type, {a, b});
   else if (op == "sub") r = impl_->create<SubOp>(type, {a, b});
   else if (op == "mul") r = impl_->create<MulOp>(type, {a, b});
-  else if (op == "div") r = impl_->create<DivOp>(type, {a, b});
+  else if (op == "div" || op == "trunc_div") r = impl_->create<DivOp>(type, {a, b});
   else if (op == "pow") r = impl_->create<PowOp>(type, {a, b});
   else if (op == "rem") r = impl_->create<RemOp>(type, {a, b});
   else if (op == "maximum") r = impl_->create<MaximumOp>(type, {a, b});
@@ -419,6 +431,12 @@ ValueId Tracer::reduce(const std::string &op, ValueId aId,
   SmallVector<NamedAttribute> attrs = {
       impl_->attr("dims", impl_->builder.getDenseI64ArrayAttr(dims)),
       impl_->attr("keepdim", impl_->builder.getBoolAttr(keepdim))};
+  if (op != "sum")
+    for (int64_t d : dims)
+      if (impl_->shapeOf(a)[d] == 0)
+        impl_->fail(op + ": dimension " + std::to_string(d) + " of " +
+                    shapeToString(impl_->shapeOf(a)) +
+                    " is empty, and a " + op + " of no elements has no value (as in PyTorch)");
   Value r;
   if (op == "sum") r = impl_->create<ReduceSumOp>(a.getType(), {a}, attrs);
   else if (op == "max") r = impl_->create<ReduceMaxOp>(a.getType(), {a}, attrs);
@@ -430,6 +448,9 @@ ValueId Tracer::reduce(const std::string &op, ValueId aId,
 ValueId Tracer::argmax(ValueId aId, int64_t dim, bool keepdim) {
   Value a = impl_->get(aId);
   dim = impl_->normalizeDim(dim, impl_->shapeOf(a).size(), "argmax");
+  if (!impl_->shapeOf(a).empty() && impl_->shapeOf(a)[dim] == 0)
+    impl_->fail("argmax: dimension " + std::to_string(dim) + " of " +
+                shapeToString(impl_->shapeOf(a)) + " is empty; an empty argmax has no index");
   return impl_->put(impl_->create<ArgmaxOp>(
       a.getType(), {a},
       {impl_->attr("dim", impl_->builder.getI64IntegerAttr(dim)),

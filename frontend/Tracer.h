@@ -43,11 +43,12 @@ public:
   /// A tensor filled with `value`.
   ValueId full(double value, DType dtype, const Shape &shape);
 
-  /// add sub mul div pow maximum minimum eq ne lt le gt ge, with numpy
-  /// broadcasting and dtype promotion.
+  /// add sub mul div pow rem maximum minimum eq ne lt le gt ge, with numpy
+  /// broadcasting and dtype promotion (div of integers is true division in
+  /// f32; trunc_div divides integers rounding toward zero).
   ValueId binary(const std::string &op, ValueId a, ValueId b);
-  /// neg abs exp log tanh sqrt rsqrt sigmoid erf relu silu; integer inputs
-  /// of float-only ops are promoted to f32.
+  /// neg abs exp log tanh sqrt rsqrt sigmoid erf log1p expm1 floor relu
+  /// silu stop_gradient; integer inputs of float-only ops are promoted to f32.
   ValueId unary(const std::string &op, ValueId a);
   ValueId gelu(ValueId a, const std::string &approximate);
   ValueId where(ValueId cond, ValueId a, ValueId b);

@@ -57,7 +57,7 @@ def corpus():
 
     # f16 storage, f32 arithmetic: the reference rounds every op to f16, the
     # kernels only what they store, so the f16 tolerance applies.
-    half = tilefuse.trace(lambda h: ((h.exp() + h.tanh()).to("f32").max(-1), h * h + 1), h)
+    half = tilefuse.trace(lambda h: ((h.exp() + h.tanh()).to("f32").amax(-1), h * h + 1), h)
     out.append(("f16_ops", half, [h], 1e-2, 1e-2))
 
     big = rng.standard_normal((1999 * 523,)).astype(np.float32)
@@ -67,7 +67,7 @@ def corpus():
 
     xs = rng.standard_normal((257, 1000)).astype(np.float32)
     out.append(("softmax_rows", tilefuse.trace(lambda x: F.softmax(x, -1), xs), [xs], RTOL, ATOL))
-    out.append(("column_sums", tilefuse.trace(lambda x: x.sum(0) + x.max(0), xs), [xs], RTOL,
+    out.append(("column_sums", tilefuse.trace(lambda x: x.sum(0) + x.amax(0), xs), [xs], RTOL,
                 ATOL))
 
     a = rng.standard_normal((64, 96)).astype(np.float32)

@@ -293,6 +293,14 @@ private:
   Value castTo(Value v, Type fromDtype, Type toDtype);
   Value neutral(Operation *op, Type t);
   Value combine(Operation *op, Value acc, Value v);
+  /// Accumulator state of reduction `op` over values of type `t`: one
+  /// value, or for a float sum two (the sum and its compensation term).
+  bool compensated(Operation *op, Type t) const;
+  SmallVector<Value> accumulatorInit(Operation *op, Value neutralValue, bool compensate = true);
+  /// Appends the state after adding `x` to `acc`.
+  void accumulate(Operation *op, ValueRange acc, Value x, SmallVectorImpl<Value> &out);
+  /// The reduced value a state holds.
+  Value accumulated(Operation *op, ValueRange acc);
 
   // --- stores -----------------------------------------------------------------
   LogicalResult store(unsigned output, const Coords &c);
@@ -690,6 +698,47 @@ Value KernelEmitter::combine(Operation *op, Value acc, Value v) {
   return isFloat ? Value(b.create<arith::MinimumFOp>(loc, acc, v)) : b.create<arith::MinSIOp>(loc, acc, v);
 }
 
+// Float sums carry a compensation term (Neumaier's summation): a lane that
+// adds many small terms to one large one (a softmax row with a dominant
+// logit) would otherwise drop them all, an error growing with the row.
+bool KernelEmitter::compensated(Operation *op, Type t) const {
+  return isa<ReduceSumOp>(op) && llvm::isa<FloatType>(getElementTypeOrSelf(t));
+}
+
+SmallVector<Value> KernelEmitter::accumulatorInit(Operation *op, Value neutralValue,
+                                                  bool compensate) {
+  SmallVector<Value> init = {neutralValue};
+  if (compensate && compensated(op, neutralValue.getType()))
+    init.push_back(neutralValue);
+  return init;
+}
+
+void KernelEmitter::accumulate(Operation *op, ValueRange acc, Value x,
+                               SmallVectorImpl<Value> &out) {
+  if (acc.size() == 1) {
+    out.push_back(combine(op, acc[0], x));
+    return;
+  }
+  Value s = acc[0], c = acc[1];
+  Value t = b.create<arith::AddFOp>(loc, s, x);
+  Value sBigger = b.create<arith::CmpFOp>(loc, arith::CmpFPredicate::OGE,
+                                          b.create<math::AbsFOp>(loc, s),
+                                          b.create<math::AbsFOp>(loc, x));
+  // The part of the smaller addend that t lost, exactly.
+  Value lostFromX = b.create<arith::AddFOp>(loc, b.create<arith::SubFOp>(loc, s, t), x);
+  Value lostFromS = b.create<arith::AddFOp>(loc, b.create<arith::SubFOp>(loc, x, t), s);
+  Value lost = b.create<arith::SelectOp>(loc, sBigger, lostFromX, lostFromS);
+  // Infinite sums have no low part (inf - inf would poison c with NaN).
+  Value finite = b.create<arith::CmpFOp>(loc, arith::CmpFPredicate::ORD, lost, lost);
+  Value zero = b.create<arith::ConstantOp>(loc, b.getZeroAttr(lost.getType()));
+  out.push_back(t);
+  out.push_back(b.create<arith::AddFOp>(loc, c, b.create<arith::SelectOp>(loc, finite, lost, zero)));
+}
+
+Value KernelEmitter::accumulated(Operation *op, ValueRange acc) {
+  return acc.size() == 2 ? b.create<arith::AddFOp>(loc, acc[0], acc[1]).getResult() : acc[0];
+}
+
 /// A reduction at result coordinates `c`. When `c` has no lanes (one
 /// result per program), lanes run along the operand's innermost reduced
 /// dimension and fold at the end; otherwise each lane accumulates its own
@@ -727,6 +776,15 @@ FailureOr<Value> KernelEmitter::reduction(Operation *op, const Coords &c) {
   Value init = neutral(op, ct);
   if (vectorAcc)
     init = splat(init);
+  // Compensated where lanes run along the reduced dimension (long rows: a
+  // softmax over a vocabulary). A lane that walks the reduced dims alone
+  // (column layouts) adds plainly: long column sums go to the split kernels,
+  // which compensate. (Rows no longer than a block, one element per lane,
+  // fold exactly as plain sums do.)
+  SmallVector<Value> inits = accumulatorInit(op, init, /*compensate=*/!lanesInResult);
+  auto accumulate = [&](ValueRange it, Value x, SmallVectorImpl<Value> &yield) {
+    this->accumulate(op, it, x, yield);
+  };
   // A partial kernel reduces one slice: of the outer loop when it has a
   // trip per slice, else of the blocks of the lane loop.
   bool split = chunks > 0 && !lanesInResult && laneDim >= 0;
@@ -739,7 +797,7 @@ FailureOr<Value> KernelEmitter::reduction(Operation *op, const Coords &c) {
   Value outerHi = splitOuter ? sliceBound(outerCount, 1) : cst(outerCount);
   SmallVector<Value> acc;
   LogicalResult ok = forLoopRange(
-      outerLo, outerHi, ValueRange{init},
+      outerLo, outerHi, ValueRange(inits),
       [&](Value o, ValueRange iter, SmallVectorImpl<Value> &yield) -> LogicalResult {
         Coords cc = oc;
         scatterIndex(o, outerDims, outerSizes, cc);
@@ -751,7 +809,7 @@ FailureOr<Value> KernelEmitter::reduction(Operation *op, const Coords &c) {
             return fusion.emitOpError()
                    << "internal error: a per-program reduction of '" << op->getName()
                    << "' produced a block";
-          yield.push_back(combine(op, iter[0], vectorAcc ? toBlock(*v) : *v));
+          accumulate(iter, vectorAcc ? toBlock(*v) : *v, yield);
           return success();
         }
         int64_t n = in[laneDim];
@@ -759,7 +817,7 @@ FailureOr<Value> KernelEmitter::reduction(Operation *op, const Coords &c) {
         SmallVector<Value> inner;
         if (failed(forLoopRange(
                 splitInner ? sliceBound(laneSteps, 0) : cst(0),
-                splitInner ? sliceBound(laneSteps, 1) : cst(laneSteps), ValueRange{iter[0]},
+                splitInner ? sliceBound(laneSteps, 1) : cst(laneSteps), iter,
                 [&](Value j, ValueRange it2, SmallVectorImpl<Value> &y2) -> LogicalResult {
                   Coords c2 = cc;
                   Value start = mulS(j, block);
@@ -771,17 +829,18 @@ FailureOr<Value> KernelEmitter::reduction(Operation *op, const Coords &c) {
                   Value x = toBlock(*v);
                   if (n % block != 0)
                     x = b.create<arith::SelectOp>(loc, activeMask(), x, splat(neutral(op, ct)));
-                  y2.push_back(combine(op, it2[0], x));
+                  accumulate(it2, x, y2);
                   return success();
                 },
                 &inner)))
           return failure();
-        yield.push_back(inner[0]);
+        yield.append(inner.begin(), inner.end());
         return success();
       },
       &acc);
   if (failed(ok))
     return failure();
+  acc[0] = accumulated(op, acc);
   if (laneDim < 0)
     return acc[0];
   tile::ReduceKind kind = isa<ReduceSumOp>(op)   ? tile::ReduceKind::add
@@ -1140,8 +1199,12 @@ LogicalResult KernelEmitter::emitColumnPartial(int64_t n, ArrayRef<Operation *> 
   ReducedLoops rows = reducedLoops(fusion.getReduced(), ks.domain, /*lanesElsewhere=*/true);
   int64_t rowCount = numel(rows.outerSizes);
   SmallVector<Value> init;
-  for (Operation *op : reductions)
-    init.push_back(splat(neutral(op, computeType(dtypeOf(op->getOperand(0))))));
+  SmallVector<unsigned> first; // of each reduction's state in `init`
+  for (Operation *op : reductions) {
+    first.push_back(init.size());
+    init.append(accumulatorInit(op, splat(neutral(op, computeType(dtypeOf(op->getOperand(0)))))));
+  }
+  first.push_back(init.size());
   SmallVector<Value> folded;
   if (failed(forLoopRange(
           divS(mulS(chunkId, rowCount), n), divS(mulS(addS(chunkId, cst(1)), rowCount), n),
@@ -1153,7 +1216,7 @@ LogicalResult KernelEmitter::emitColumnPartial(int64_t n, ArrayRef<Operation *> 
               FailureOr<Value> v = value(op->getOperand(0), cc);
               if (failed(v))
                 return failure();
-              yield.push_back(combine(op, acc[k], toBlock(*v)));
+              accumulate(op, acc.slice(first[k], first[k + 1] - first[k]), toBlock(*v), yield);
             }
             return success();
           },
@@ -1168,7 +1231,8 @@ LogicalResult KernelEmitter::emitColumnPartial(int64_t n, ArrayRef<Operation *> 
     if (vecOffsets || stride != 1)
       return fusion.emitOpError("internal error: a column partial whose lanes are not contiguous");
     offset = addS(offset, mulS(chunkId, ks.elements));
-    b.create<tile::StoreOp>(loc, folded[k], entry.getArgument(firstSlot + k), offset,
+    Value partial = accumulated(op, ArrayRef<Value>(folded).slice(first[k], first[k + 1] - first[k]));
+    b.create<tile::StoreOp>(loc, partial, entry.getArgument(firstSlot + k), offset,
                             activeLimit, b.getI64IntegerAttr(1), b.getI64IntegerAttr(1),
                             UnitAttr());
   }
@@ -1193,18 +1257,18 @@ LogicalResult KernelEmitter::emitColumnCombine(int64_t n, ArrayRef<Operation *> 
     Type t = llvm::cast<tile::PtrType>(slots.getType()).getPointee();
     SmallVector<Value> total;
     if (failed(forLoop(
-            n, ValueRange{splat(neutral(op, t))},
+            n, ValueRange(accumulatorInit(op, splat(neutral(op, t)))),
             [&](Value c, ValueRange acc, SmallVectorImpl<Value> &yield) -> LogicalResult {
               Value at = addS(offset, mulS(c, ks.elements));
               Value part = b.create<tile::LoadOp>(loc, vecType(t), slots, at, activeLimit,
                                                   b.getI64IntegerAttr(1));
-              yield.push_back(combine(op, acc[0], part));
+              accumulate(op, acc, part, yield);
               return success();
             },
             &total)))
       return failure();
     memo.back()[keyOf(op->getResult(0), keptCoords(ks, dc, shapeOf(op->getResult(0))))] =
-        total[0];
+        accumulated(op, total);
   }
   Operation *yield = fusion.getBody().front().getTerminator();
   for (unsigned i = 0; i < yield->getNumOperands(); ++i)

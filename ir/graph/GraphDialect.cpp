@@ -3,6 +3,7 @@
 
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/DialectImplementation.h"
+#include "llvm/Support/MathExtras.h"
 
 using namespace mlir;
 using namespace tilefuse::graph;
@@ -78,4 +79,25 @@ void tilefuse::graph::printElementwiseOp(OpAsmPrinter &printer,
   printer.printOptionalAttrDict(op->getAttrs(), elided);
   // Operands share one type in a verified op, so one type is printed.
   printer << " : " << op->getOperand(0).getType();
+}
+
+std::string tilefuse::graph::tensorSizeError(Type type) {
+  auto tensor = llvm::dyn_cast<RankedTensorType>(type);
+  if (!tensor || !tensor.hasStaticShape())
+    return "";
+  // Element bytes rounded up (i1 is stored as a byte).
+  unsigned bits = tensor.getElementType().getIntOrFloatBitWidth();
+  int64_t count = 1;
+  bool overflow = false;
+  for (int64_t d : tensor.getShape())
+    overflow |= llvm::MulOverflow(count, d, count);
+  int64_t bytes = 0;
+  overflow = overflow || llvm::MulOverflow(count, int64_t((bits + 7) / 8), bytes);
+  if (!overflow)
+    return "";
+  std::string s;
+  llvm::raw_string_ostream os(s);
+  os << type << " has more elements or bytes than a 64-bit size can count; "
+     << "no tensor of this shape can exist (check the shape computation)";
+  return s;
 }

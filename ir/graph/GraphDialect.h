@@ -30,6 +30,10 @@ llvm::LogicalResult inferElementwiseType(std::optional<mlir::Location> loc,
                                          mlir::ValueRange operands,
                                          llvm::SmallVectorImpl<mlir::Type> &out);
 
+/// Why a tensor of `type` cannot exist (its element or byte count does not
+/// fit in 63 bits, so every size computed from it would wrap), or "".
+std::string tensorSizeError(mlir::Type type);
+
 /// `graph.op %a[, %b] [attr-dict] : tensor<...>` for elementwise ops.
 mlir::ParseResult parseElementwiseOp(mlir::OpAsmParser &parser,
                                      mlir::OperationState &result);

@@ -29,6 +29,10 @@ __all__ = ["CompileError", "HAVE_COMPILER", "LoadedFunction", "LoadedTrainStep",
 if HAVE_COMPILER:
     from ._dtypes import bfloat16, bool_, float16, float32, float64, int32, int64
     from ._tracing import Graph, Tensor, cat, parse, stack, trace, where
+    from ._composites import (chunk, clamp, cumsum, detach, expm1, flip, floor_divide, fmod,
+                              log1p, logsumexp, remainder, split, std, var)
+    from .runtime import load_state_dict, save
+    clip = clamp
     from . import functional, optim
     from .compiler import CompiledFunction, compile
     from .train import TrainStep, compile_train_step, train_step_graph
@@ -37,4 +41,6 @@ if HAVE_COMPILER:
         "CompiledFunction", "Graph", "compile", "Tensor", "TrainStep", "cat",
         "compile_train_step", "train_step_graph", "functional", "optim", "parse", "stack", "trace", "where",
         "float32", "float16", "bfloat16", "float64", "int32", "int64", "bool_",
+        "chunk", "clamp", "clip", "cumsum", "detach", "expm1", "flip", "floor_divide", "fmod",
+        "log1p", "logsumexp", "remainder", "split", "std", "var", "save", "load_state_dict",
     ]

@@ -34,3 +34,22 @@ def unflatten(spec, leaves):
         return tuple(items) if kind == "tuple" else list(items)
 
     return build(spec)
+
+
+def leaf_names(spec):
+    """The dotted path of every leaf of `spec`, in flatten order: dict keys
+    and list/tuple positions joined by "." ({"l1": {"w": ..}} -> "l1.w"; a
+    bare leaf is "")."""
+    names = []
+
+    def walk(s, prefix):
+        kind, keys, specs = s
+        if kind == "leaf":
+            names.append(prefix)
+            return
+        labels = keys if kind == "dict" else range(len(specs))
+        for label, sub in zip(labels, specs):
+            walk(sub, f"{prefix}.{label}" if prefix else str(label))
+
+    walk(spec, "")
+    return names

@@ -1,6 +1,7 @@
 """tilefuse.compile: a traced function compiled into fused kernels."""
 from . import _pytree
 from ._core import CompileError
+from .runtime import _make_report
 
 
 _NOTICED = []
@@ -42,6 +43,7 @@ class CompiledFunction:
         self._exe = executable
         self._in_spec = in_spec
         self._out_spec = out_spec
+        self._profiling = None  # profile() not called yet
 
     def __call__(self, *args, out="numpy"):
         leaves, spec = _pytree.flatten(list(args))
@@ -64,22 +66,25 @@ class CompiledFunction:
         also threads per block, registers, spill stores/loads, shared and
         stack bytes, and NVRTC's `compile_log`. With profile=True, also
         `seconds` (mean wall time per call) and `gb_per_s`, from the calls
-        made since profile(True)."""
+        made since profile(); CompileError if profile() was not called
+        before them.
+
+        Returns a `tilefuse.runtime.Report`: a list of those dicts that
+        prints as a table (`print(fn.report())`), with a totals line and,
+        profiled on the CPU, each step's GB/s as a percentage of a numpy
+        copy measured when the report is made. The steps carry no source
+        lines of the traced Python."""
         rows = self._exe.kernels()
         resources = self._exe.cuda_resources
         for row in rows:
             row.update(resources.get(row["name"], {}))
-        if profile:
-            seconds, calls = self._exe.step_seconds()
-            for row, t in zip(rows, seconds):
-                row["seconds"] = t / calls if calls else float("nan")
-                row["gb_per_s"] = (row["bytes"] / row["seconds"] / 1e9
-                                   if calls and row["seconds"] > 0 else float("nan"))
-        return rows
+        return _make_report(rows, self._exe, self.device, profile, self._profiling)
 
     def profile(self, on=True):
-        """Starts (or stops) timing every step of every call."""
+        """Starts (or stops, clearing the timings) timing every step of
+        every call, for report(profile=True)."""
         self._exe.set_profiling(bool(on))
+        self._profiling = bool(on)
 
     @property
     def fused_ir(self):

@@ -2,10 +2,20 @@
 
 Composite functions (softmax, layer_norm, losses, ...) become one composite
 graph op each, so later passes can choose a hand-written rule for them.
-Losses take class scores in the LAST dimension: logits [..., C], target [...].
+
+Losses follow PyTorch: `cross_entropy` and `nll_loss` take the classes in
+dimension 1 -- input [N, C] with target [N], [N, C, d1, ...] with target
+[N, d1, ...], or [C] with a 0-d target -- with `weight=`, `ignore_index=`,
+`reduction='mean'|'sum'|'none'` and (cross_entropy) `label_smoothing=` and
+class-probability targets of the input's shape. Sequence logits [B, T, V]
+therefore need `F.cross_entropy(logits.reshape(-1, V), target.reshape(-1))`
+(or `logits.permute(0, 2, 1)`), exactly as in PyTorch.
 """
+import numpy as np
+
 from ._core import CompileError
-from ._tracing import Tensor, _lift, _user_location
+from ._dtypes import is_float
+from ._tracing import Tensor, _lift, _user_location, _where, where
 
 
 def _tensor(x, what):
@@ -50,9 +60,9 @@ def log_softmax(x, dim=-1):
     return _apply("log_softmax", x, _tensor(x, "log_softmax")._id, dim, what="log_softmax")
 
 
-def layer_norm(x, normalized_shape, weight, bias, eps=1e-5):
+def layer_norm(x, normalized_shape, weight=None, bias=None, eps=1e-5):
     """Normalises over the trailing `normalized_shape` dims; weight and bias
-    are required and have that shape."""
+    have that shape (ones and zeros when not given, as PyTorch)."""
     x = _tensor(x, "layer_norm")
     if isinstance(normalized_shape, int):
         normalized_shape = (normalized_shape,)
@@ -61,7 +71,14 @@ def layer_norm(x, normalized_shape, weight, bias, eps=1e-5):
             f"layer_norm: normalized_shape {tuple(normalized_shape)} does not match the "
             f"trailing dimensions of the input {x.shape}"
         )
-    w, b = _lift(x._tracer, weight, x), _lift(x._tracer, bias, x)
+    shape = tuple(normalized_shape)
+    dtype = np.float32 if x.dtype == "f32" else np.float64
+    w = _lift(x._tracer, np.ones(shape, dtype) if weight is None else weight, x)
+    b = _lift(x._tracer, np.zeros(shape, dtype) if bias is None else bias, x)
+    if w.dtype != x.dtype:
+        w = w.to(x.dtype)
+    if b.dtype != x.dtype:
+        b = b.to(x.dtype)
     return _apply("layer_norm", x, x._id, w._id, b._id, float(eps), what="layer_norm")
 
 
@@ -97,28 +114,221 @@ def dropout(x, p=0.5, training=True, seed=None):
     return _apply("dropout", x, x._id, seed._id, float(p), what="dropout")
 
 
-def cross_entropy(logits, target, ignore_index=-100):
-    """Mean softmax cross-entropy; logits [..., C], integer target [...]."""
-    x = _tensor(logits, "cross_entropy")
+# ---------------------------------------------------------------------------
+# Losses (PyTorch semantics)
+# ---------------------------------------------------------------------------
+def _type_text(t):
+    """`tensor<3x4xf32>`, as the tracer's own messages write types."""
+    return "tensor<" + "".join(f"{s}x" for s in t.shape) + f"{t.dtype}>"
+
+
+def _reduction(what, reduction, size_average, reduce):
+    """PyTorch's reduction, including its deprecated size_average/reduce pair."""
+    if size_average is not None or reduce is not None:
+        size_average = True if size_average is None else size_average
+        reduce = True if reduce is None else reduce
+        return "mean" if size_average and reduce else "sum" if reduce else "none"
+    if reduction not in ("mean", "sum", "none"):
+        raise CompileError(f"{what}: reduction must be 'mean', 'sum' or 'none', got "
+                           f"{reduction!r}{_where()}")
+    return reduction
+
+
+def _as_dtype_of(t, x):
+    """`t` cast to the floating dtype of `x` (a float64 numpy weight must not
+    turn an f32 loss into f64)."""
+    return t if t.dtype == x.dtype else t.to(x.dtype)
+
+
+def _class_weight(what, x, weight, classes):
+    if weight is None:
+        return None
+    w = _lift(x._tracer, weight, x)
+    if w.shape != (classes,):
+        raise CompileError(f"{what}: weight must hold one value per class, shape [{classes}] "
+                           f"for input {_type_text(x)}, got {_type_text(w)}{_where()}")
+    if not is_float(w.dtype):
+        w = w.to(x.dtype)
+    return _as_dtype_of(w, x)
+
+
+def _class_target(what, x, target, allow_probs):
+    """Lifts and checks `target` against input `x` (classes in dim 1, or dim 0
+    of a 1-d input); returns (target, is_probabilities)."""
     t = _lift(x._tracer, target)
-    return _apply("cross_entropy", x, x._id, t._id, int(ignore_index), what="cross_entropy")
+    if x.ndim == 0:
+        raise CompileError(f"{what}: the input needs a class dimension: [C], [N, C] or "
+                           f"[N, C, d1, ...]; got a 0-d {_type_text(x)}{_where()}")
+    if allow_probs and t.shape == x.shape:
+        if not is_float(t.dtype):
+            raise CompileError(
+                f"{what}: a target of the input's shape holds class probabilities and must "
+                f"be floating-point, got {_type_text(t)} for input {_type_text(x)}; class "
+                f"indices have the input's shape without its class dim 1{_where()}")
+        return _as_dtype_of(t, x), True
+    expected = () if x.ndim == 1 else (x.shape[0],) + x.shape[2:]
+    if t.shape != expected or t.dtype not in ("i32", "i64"):
+        probs = (" (or float class probabilities of the input's shape)" if allow_probs
+                 else "")
+        raise CompileError(
+            f"{what}: target {_type_text(t)} does not fit input {_type_text(x)}: the classes "
+            f"are dim {0 if x.ndim == 1 else 1} of the input (as in PyTorch), so the target "
+            f"must hold integer class indices of shape {list(expected)}{probs}. For "
+            f"sequence logits [B, T, C] with targets [B, T], pass logits.reshape(-1, C) and "
+            f"target.reshape(-1){_where()}")
+    return t, False
 
 
-def nll_loss(logp, target, ignore_index=-100):
-    """Mean negative log-likelihood; log-probabilities [..., C], target [...]."""
-    x = _tensor(logp, "nll_loss")
-    t = _lift(x._tracer, target)
-    return _apply("nll", x, x._id, t._id, int(ignore_index), what="nll_loss")
+def _classes_last(x):
+    """[N, C, d1, ...] -> [N, d1, ..., C]; [C] and [N, C] unchanged."""
+    if x.ndim <= 2:
+        return x
+    return x.permute([0] + list(range(2, x.ndim)) + [1])
 
 
-def mse_loss(input, target):
-    x = _tensor(input, "mse_loss")
+def _class_index_loss(x, t, log_probs, weight, ignore_index, reduction, smoothing):
+    """PyTorch's nll_loss / cross_entropy on class indices, composed from
+    elementwise ops and sums: rows [M, C] with the classes last."""
+    classes = x.shape[0] if x.ndim == 1 else x.shape[1]
+    logp = _classes_last(log_probs).reshape(-1, classes)
+    rows = t.reshape(-1)
+    _user_location(x._tracer)
+    iota = x._wrap(x._tracer.constant(np.arange(classes, dtype=np.int64)))
+    hit = rows.unsqueeze(1) == iota                        # one-hot [M, C]
+    valid = rows != int(ignore_index)
+    picked = where(hit, logp, 0.0).sum(1)                  # logp[m, t[m]]
+    if weight is None:
+        nll = where(valid, -picked, 0.0)
+        denom = valid.to(x.dtype).sum()
+    else:
+        row_weight = where(valid, where(hit, weight, 0.0).sum(1), 0.0)
+        nll = where(valid, -picked * row_weight, 0.0)
+        denom = row_weight.sum()
+    loss = nll
+    if smoothing:
+        smooth = -(logp if weight is None else logp * weight).sum(1)
+        loss = (1.0 - smoothing) * nll + (smoothing / classes) * where(valid, smooth, 0.0)
+    if reduction == "none":
+        return loss.reshape(t.shape)
+    total = loss.sum()
+    return total if reduction == "sum" else total / denom
+
+
+def cross_entropy(input, target, weight=None, size_average=None, ignore_index=-100,
+                  reduce=None, reduction="mean", label_smoothing=0.0):
+    """torch.nn.functional.cross_entropy: softmax cross-entropy with the classes
+    in dim 1 -- input [N, C] / target [N], [N, C, d1, ...] / [N, d1, ...], or
+    [C] / 0-d -- with integer class indices (targets equal to `ignore_index`
+    contribute nothing; 'mean' divides by the summed `weight` of the others,
+    or their count), or float class probabilities of the input's shape.
+    `label_smoothing` mixes in the uniform distribution, as PyTorch does."""
+    what = "cross_entropy"
+    x = _tensor(input, what)
+    reduction = _reduction(what, reduction, size_average, reduce)
+    t, probs = _class_target(what, x, target, allow_probs=True)
+    smoothing = float(label_smoothing)
+    if not 0.0 <= smoothing <= 1.0:
+        raise CompileError(f"{what}: label_smoothing must be in [0, 1], got "
+                           f"{label_smoothing}{_where()}")
+    classes = x.shape[0] if x.ndim == 1 else x.shape[1]
+    w = _class_weight(what, x, weight, classes)
+    class_dim = 0 if x.ndim == 1 else 1
+    if probs:
+        if int(ignore_index) >= 0:
+            raise CompileError(f"{what}: ignore_index is not supported with class-probability "
+                               f"(floating-point) targets{_where()}")
+        logp = log_softmax(x, class_dim)
+        if smoothing:
+            t = t * (1.0 - smoothing) + smoothing / classes
+        if w is not None:
+            t = t * w.reshape([classes] + [1] * (x.ndim - 1 - class_dim))
+        per = -(logp * t).sum(class_dim)
+        if reduction == "none":
+            return per
+        total = per.sum()
+        return total if reduction == "sum" else total / float(x.numel() // classes)
+    if reduction == "mean" and w is None and not smoothing:
+        # The fused composite takes the classes last.
+        xl = _classes_last(x)
+        return _apply("cross_entropy", xl, xl._id, t._id, int(ignore_index), what=what)
+    return _class_index_loss(x, t, log_softmax(x, class_dim), w, ignore_index, reduction,
+                             smoothing)
+
+
+def nll_loss(input, target, weight=None, size_average=None, ignore_index=-100, reduce=None,
+             reduction="mean"):
+    """torch.nn.functional.nll_loss on log-probabilities with the classes in
+    dim 1 (input [N, C] / target [N], [N, C, d1, ...] / [N, d1, ...], or
+    [C] / 0-d); `weight`, `ignore_index` and `reduction` as PyTorch."""
+    what = "nll_loss"
+    x = _tensor(input, what)
+    reduction = _reduction(what, reduction, size_average, reduce)
+    t, _ = _class_target(what, x, target, allow_probs=False)
+    classes = x.shape[0] if x.ndim == 1 else x.shape[1]
+    w = _class_weight(what, x, weight, classes)
+    if reduction == "mean" and w is None:
+        xl = _classes_last(x)
+        return _apply("nll", xl, xl._id, t._id, int(ignore_index), what=what)
+    return _class_index_loss(x, t, x, w, ignore_index, reduction, 0.0)
+
+
+def _pair(what, input, target):
+    x = _tensor(input, what)
     t = _lift(x._tracer, target, x)
-    return _apply("mse", x, x._id, t._id, what="mse_loss")
+    if t.shape != x.shape:
+        raise CompileError(f"{what}: input {_type_text(x)} and target {_type_text(t)} must "
+                           f"have the same shape{_where()}")
+    return x, t
 
 
-def binary_cross_entropy(input, target):
-    """Mean BCE on probabilities, each log clamped at -100 (as PyTorch)."""
-    x = _tensor(input, "binary_cross_entropy")
-    t = _lift(x._tracer, target, x)
-    return _apply("bce", x, x._id, t._id, what="binary_cross_entropy")
+def mse_loss(input, target, size_average=None, reduce=None, reduction="mean"):
+    """torch.nn.functional.mse_loss: (input - target)^2, averaged, summed or
+    per element; input and target have the same shape."""
+    what = "mse_loss"
+    reduction = _reduction(what, reduction, size_average, reduce)
+    x, t = _pair(what, input, target)
+    if reduction == "mean":
+        return _apply("mse", x, x._id, t._id, what=what)
+    d = x - t
+    return d * d if reduction == "none" else (d * d).sum()
+
+
+def _clamped_log(x):
+    """max(log x, -100) with a finite gradient everywhere (the log never sees
+    x <= 0), as the bce composite."""
+    positive = x > 0
+    return where(positive, where(positive, x, 1.0).log(), -100.0).maximum(-100.0)
+
+
+def binary_cross_entropy(input, target, weight=None, size_average=None, reduce=None,
+                         reduction="mean"):
+    """torch.nn.functional.binary_cross_entropy on probabilities:
+    -weight * (t log p + (1 - t) log(1 - p)), each log clamped at -100 (as
+    PyTorch); `weight` broadcasts to the input's shape."""
+    what = "binary_cross_entropy"
+    reduction = _reduction(what, reduction, size_average, reduce)
+    x, t = _pair(what, input, target)
+    w = None
+    if weight is not None:
+        w = _lift(x._tracer, weight, x)
+        lead = x.ndim - w.ndim
+        if lead < 0 or any(b not in (1, a) for a, b in zip(x.shape[lead:], w.shape)):
+            raise CompileError(f"{what}: weight {_type_text(w)} does not broadcast to the "
+                               f"input's shape {_type_text(x)}{_where()}")
+        w = _as_dtype_of(w if is_float(w.dtype) else w.to(x.dtype), x)
+    if reduction == "mean" and w is None:
+        return _apply("bce", x, x._id, t._id, what=what)
+    # log(1 - p) as log1p(-p), as the composite and PyTorch: exact for small p.
+    below = x < 1.0
+    log1m = where(below, (-where(below, x, 0.0)).log1p(), -100.0).maximum(-100.0)
+    loss = -(t * _clamped_log(x) + (1.0 - t) * log1m)
+    if w is not None:
+        loss = loss * w
+    if reduction == "none":
+        return loss
+    return loss.sum() if reduction == "sum" else loss.mean()
+
+
+# -- written from primitives (tilefuse/_composites.py) -----------------------------
+from ._composites import (  # noqa: E402
+    binary_cross_entropy_with_logits, one_hot, scaled_dot_product_attention, softplus)

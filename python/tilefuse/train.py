@@ -7,6 +7,7 @@ from . import _pytree
 from ._core import CompileError
 from ._tracing import trace
 from .compiler import resolve_device
+from .runtime import _check_array, _check_keys, _check_scalar
 
 
 
@@ -15,10 +16,18 @@ class TrainStep:
     """A compiled training step. Parameters and optimizer state live in the
     runtime between calls (the step's new values replace them in place);
     `step(batch)` runs forward, backward and the update and returns the loss
-    computed before the update."""
+    computed before the update.
+
+    `state_dict()` is everything the next step depends on besides the batch
+    and what was compiled in (the loss function, the optimizer's
+    hyperparameters): parameters, optimizer state, step count, lr and seed.
+    `load_state_dict()` restores it into a step compiled the same way, which
+    then continues bitwise as the saved one would have;
+    `tilefuse.runtime.save(step.state_dict(), path)` and
+    `tilefuse.runtime.load_state_dict(path)` keep it in an .npz file."""
 
     def __init__(self, graph, names, params, state_names, batch_spec, lr, seed, uses_seed,
-                 device):
+                 device, optimizer_kind=""):
         self._graph = graph
         self.device = device
         self._compiled = graph.compile(device)
@@ -27,6 +36,8 @@ class TrainStep:
         self._n_kept = len(params) * (1 + len(state_names))
         exe = self._compiled._exe
         initial = list(params) + [np.zeros_like(p) for _ in state_names for p in params]
+        self._kept_sigs = [(v.shape, v.dtype) for v in initial]
+        self._optimizer_kind = optimizer_kind
         # Arguments 0..n_kept-1 (params, then state) persist; results
         # 1..n_kept are their new values.
         for i, value in enumerate(initial):
@@ -48,6 +59,14 @@ class TrainStep:
     def compiled(self):
         """The compiled step (its kernels: `step.compiled.report()`)."""
         return self._compiled
+
+    def report(self, profile=False):
+        """The compiled step's kernels as a table (CompiledFunction.report)."""
+        return self._compiled.report(profile)
+
+    def profile(self, on=True):
+        """Times every kernel of the following steps, for report(profile=True)."""
+        self._compiled.profile(on)
 
     def __call__(self, batch):
         leaves, spec = _pytree.flatten(batch)
@@ -80,6 +99,64 @@ class TrainStep:
             for i, name in enumerate(self._state_names)
         }
 
+    def _state_keys(self):
+        """Keys of the kept arguments in argument order: "params/<name>",
+        then "<slot>/<name>" per optimizer state slot (names: dotted pytree
+        paths, "l1.w" for params["l1"]["w"])."""
+        leaf = _pytree.leaf_names(self._names)
+        if len(set(leaf)) != len(leaf):
+            seen, repeated = set(), []
+            for n in leaf:
+                if n in seen:
+                    repeated.append(n)
+                seen.add(n)
+            raise CompileError(f"parameter names {sorted(set(repeated))} stand for more than "
+                               "one parameter (keys containing '.' clash with nesting); "
+                               "rename them to use state_dict()")
+        keys = []
+        for section in ["params"] + list(self._state_names):
+            keys += [f"{section}/{n}" if n else section for n in leaf]
+        return keys
+
+    def state_dict(self):
+        """Parameters, optimizer state, step count, lr, dropout seed base and
+        optimizer kind, as {name: numpy array or scalar} (copies):
+        "params/<name>", "<slot>/<name>" (momentum; exp_avg, exp_avg_sq),
+        "step", "lr", "seed", "optimizer"."""
+        exe = self._compiled._exe
+        out = {key: exe.persistent(i) for i, key in enumerate(self._state_keys())}
+        out["step"] = np.int64(self.step_count)
+        out["lr"] = np.float64(self.lr)
+        out["seed"] = np.int64(self._seed)
+        out["optimizer"] = np.str_(self._optimizer_kind)
+        return out
+
+    def load_state_dict(self, state):
+        """Restores a state_dict() (of this or another step compiled from the
+        same loss function, example shapes and optimizer): every key must be
+        there with its shape and dtype, else CompileError naming it; nothing
+        changes unless all of them check out."""
+        who = "TrainStep.load_state_dict"
+        keys = self._state_keys()
+        _check_keys(state, keys + ["step", "lr", "seed", "optimizer"], who)
+        values = [_check_array(state, key, shape, dtype, who)
+                  for key, (shape, dtype) in zip(keys, self._kept_sigs)]
+        step = _check_scalar(state, "step", "iu", who)
+        lr = _check_scalar(state, "lr", "fiu", who)
+        seed = _check_scalar(state, "seed", "iu", who)
+        kind = _check_scalar(state, "optimizer", "U", who)
+        if kind != self._optimizer_kind:
+            raise CompileError(f"{who}: the state dict is of a {kind!r} optimizer, this step "
+                               f"was compiled with {self._optimizer_kind!r}")
+        if step < 0:
+            raise CompileError(f"{who}: 'step' must be >= 0, got {step}")
+        exe = self._compiled._exe
+        for i, value in enumerate(values):
+            exe.make_persistent(i, value)
+        self.step_count = int(step)
+        self.lr = float(lr)
+        self._seed = int(seed)
+
 
 def compile_train_step(loss_fn, params, example_batch, optimizer, device="auto", seed=0):
     """Compiles loss_fn(params, batch) or loss_fn(params, batch, seed) into one
@@ -91,7 +168,7 @@ def compile_train_step(loss_fn, params, example_batch, optimizer, device="auto",
         loss_fn, params, example_batch, optimizer, seed)
     return TrainStep(graph, names, [p.copy() for p in param_leaves],
                      optimizer.state_names(), batch_spec, optimizer.lr, seed, uses_seed,
-                     device)
+                     device, optimizer._config()["kind"])
 
 
 def train_step_graph(loss_fn, params, example_batch, optimizer, seed=0):

@@ -113,7 +113,9 @@ def gpt2_mini_loss_and_logits(params, batch, seed, config, training=True):
     tokens = batch["tokens"]
     inputs, targets = tokens[:, :-1], tokens[:, 1:]
     logits = gpt2_mini_logits(params, inputs, seed, config, training)
-    return F.cross_entropy(logits, targets), logits
+    # Classes are dim 1 of cross_entropy's input (as PyTorch): one row per position.
+    loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
+    return loss, logits
 
 
 def gpt2_mini_loss(params, batch, seed, config, training=True):

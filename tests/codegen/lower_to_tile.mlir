@@ -62,6 +62,19 @@ func.func @views(%x: tensor<8x64xf32>, %b: tensor<64xf32>, %r: tensor<8x1xf32>, 
   return %6 : tensor<8x64xf32>
 }
 
+// A long row sum: each lane carries its sum and a compensation term
+// (Neumaier's summation), folded once at the end.
+// CHECK-LABEL: func.func @long_row_sum_kernel0(
+// CHECK:         scf.for {{.*}} iter_args({{.*}}) -> (vector<{{[0-9]+}}xf32>, vector<{{[0-9]+}}xf32>)
+// CHECK:           math.absf
+// CHECK:           arith.cmpf oge
+// CHECK:           arith.cmpf ord
+// CHECK:         tile.reduce
+func.func @long_row_sum(%x: tensor<2x100000xf32>) -> tensor<2xf32> {
+  %0 = graph.reduce_sum %x {dims = array<i64: 1>} : (tensor<2x100000xf32>) -> tensor<2xf32>
+  return %0 : tensor<2xf32>
+}
+
 // A reshape whose rows do not line up with the block gathers per lane.
 // CHECK-LABEL: func.func @reshape_gather_kernel0(
 // CHECK:         arith.remui {{.*}} : vector<{{[0-9]+}}xi64>

@@ -22,7 +22,7 @@ def _graph(rng):
     w = rng.standard_normal((32, 16)).astype(np.float32)
     ids = np.array([1, 0, 3], np.int64)
     g = tilefuse.trace(lambda x, w, i: (F.softmax(F.gelu(x @ w), -1).sum(0),
-                                        F.embedding(i, x).max(1)), x, w, ids)
+                                        F.embedding(i, x).amax(1)), x, w, ids)
     return g, (x, w, ids)
 
 
@@ -38,13 +38,17 @@ def test_cpu_artifact_round_trip(rng, tmp_path):
 def test_training_step_artifact_matches_the_interpreted_step(tmp_path):
     cfg = W.mlp_mnist_config()
     params, batch = W.mlp_mnist_init(cfg, seed=0), W.mlp_mnist_batch(cfg, seed=1)
+    # SGD with momentum rather than Adam: Adam divides each gradient by its
+    # own magnitude, so on its first steps a gradient element near zero
+    # (float32 cancellation, ~1e-8) moves its weight by ~lr either way, and
+    # an elementwise comparison of weights would measure that noise.
     step = tilefuse.compile_train_step(lambda p, b, s: W.mlp_mnist_loss(p, b, s, cfg, True),
-                                       params, batch, tilefuse.optim.Adam(lr=1e-2))
+                                       params, batch, tilefuse.optim.SGD(lr=1e-2, momentum=0.9))
     path = tmp_path / "step.tfa"
     step.graph.export(path)
     names = sorted(params)
     p = [params[k] for k in names]
-    kept = p + [np.zeros_like(x) for _ in range(2) for x in p]
+    kept = p + [np.zeros_like(x) for x in p]
     loaded = tilefuse.load(path)
     assert isinstance(loaded, tilefuse.LoadedTrainStep)
     assert loaded.state_arguments == list(range(len(kept)))

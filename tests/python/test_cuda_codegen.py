@@ -61,8 +61,8 @@ def _op_mix_graph():
     def fn(x, w, h, d):
         a = F.layer_norm(F.gelu(x), (129,), w, w)
         b = (F.log_softmax(x, -1) * x.sigmoid()).sum(0) + x.argmax(1).to("f32").sum()
-        c = (h.exp() + h.tanh()).to("f32").max(-1)
-        e = (d.erf() ** 2).transpose(0, 1).reshape([10, 3]).min(0)
+        c = (h.exp() + h.tanh()).to("f32").amax(-1)
+        e = (d.erf() ** 2).transpose(0, 1).reshape([10, 3]).amin(0)
         return a, b, c, e, tilefuse.cat([x[:, :3], x[:, -3:]], 1).abs().sqrt()
     return tilefuse.trace(fn, x, w, h, d)
 

@@ -220,7 +220,8 @@ def test_cross_entropy_float_target():
         "cross_entropy", "tensor<3xf32>")
 
 
-@pytest.mark.parametrize("fn,name", [(F.mse_loss, "mse"), (F.binary_cross_entropy, "bce")])
+@pytest.mark.parametrize("fn,name", [(F.mse_loss, "mse_loss"),
+                                     (F.binary_cross_entropy, "binary_cross_entropy")])
 def test_pair_loss_shape_mismatch(fn, name):
     raises_compile_error(lambda: tilefuse.trace(lambda a, b: fn(a, b), X34, V4),
                          name, "3x4", "tensor<4xf32>")

@@ -60,12 +60,14 @@ import time
 import traceback
 
 import numpy as np
+import pytest
 
 if __name__ == "__main__":  # the worker / reproducer: same path set-up as conftest.py
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     import conftest  # noqa: F401,E402
 
 import tilefuse
+import tilefuse.functional as F
 
 from fusion_checks import (assert_bit_identical, assert_compiled_close, check_coverage,
                            check_structure, flat, lowered_ops)
@@ -108,6 +110,11 @@ def _bshape(a, b):
     except ValueError:
         return None
 
+
+
+# max/min over dims as values only: PyTorch's (and tilefuse's) amax/amin
+# (x.max(dim) returns a (values, indices) pair).
+_VALUES_REDUCTION = {"max": "amax", "min": "amin"}
 
 class Value:
     def __init__(self, name, shape, deps):
@@ -268,7 +275,7 @@ class Case:
             forms.append((f"{v.name}.transpose({i}, {j})", s))
         d = int(self.rng.integers(r))
         op = self._choose(["sum", "max", "mean"])
-        forms.append((f"{v.name}.{op}({d}, keepdim=True)",
+        forms.append((f"{v.name}.{_VALUES_REDUCTION.get(op, op)}({d}, keepdim=True)",
                       tuple(1 if k == d else n for k, n in enumerate(s))))
         forms.append((f"({v.name} @ {self._const((s[-1], s[-1]))})", s))
         if big:
@@ -299,13 +306,14 @@ class Case:
         dims = self._dims(a.shape)
         keep = bool(self.rng.random() < 0.5)
         op = self._choose(["sum", "max", "min", "mean"])
+        method = _VALUES_REDUCTION.get(op, op)
         arg = "" if self.rng.random() < 0.1 else (
             f"{dims[0]}" if len(dims) == 1 and self.rng.random() < 0.5 else f"{dims}")
         if arg == "":
             dims = list(range(len(a.shape)))
-            expr = f"{a.name}.{op}()" if not keep else f"{a.name}.{op}({dims}, keepdim=True)"
+            expr = f"{a.name}.{op}()" if not keep else f"{a.name}.{method}({dims}, keepdim=True)"
         else:
-            expr = f"{a.name}.{op}({arg}, keepdim={keep})"
+            expr = f"{a.name}.{method}({arg}, keepdim={keep})"
         norm = [d % len(a.shape) for d in dims]
         shape = tuple(1 if i in norm else s for i, s in enumerate(a.shape) if keep or i not in norm)
         return self._emit(expr, shape, [a], f"{op} dims={dims} keepdim={keep}")
@@ -316,9 +324,9 @@ class Case:
         if a is None:
             return None
         dims = self._dims(a.shape)
-        f = self._choose(["{a} - {a}.max({d}, keepdim=True)",
+        f = self._choose(["{a} - {a}.amax({d}, keepdim=True)",
                           "{a} / ({a}.abs().sum({d}, keepdim=True) + 1)",
-                          "({a} - {a}.mean({d}, keepdim=True)) * {a}.min({d}, keepdim=True)",
+                          "({a} - {a}.mean({d}, keepdim=True)) * {a}.amin({d}, keepdim=True)",
                           "{a}.exp() / {a}.exp().sum({d}, keepdim=True)"])
         return self._emit(f.format(a=a.name, d=dims), a.shape, [a], f"norm over {dims}")
 
@@ -502,6 +510,8 @@ class Case:
         if kind in ("cross_entropy", "nll"):
             ids = f"_ids({a.shape[:-1]!r}, {a.shape[-1]}, {self._key()})"
             x = a.name if kind == "cross_entropy" else f"F.log_softmax({a.name}, -1)"
+            if len(a.shape) > 2:  # classes are dim 1 (PyTorch): one row per position
+                x, ids = f"{x}.reshape(-1, {a.shape[-1]})", f"{ids}.reshape(-1)"
             fn = "cross_entropy" if kind == "cross_entropy" else "nll_loss"
             expr = f"F.{fn}({x}, {ids})"
         elif kind == "mse":
@@ -932,6 +942,77 @@ def test_fused_equals_unfused_on_random_graphs():
             f"{len(failures)} of {len(indices)} random graphs fail (seed {seed}); "
             f"by stage: {by_stage}\n\n{shown}"
             + (f"\n\n... and {len(failures) - 3} more" if len(failures) > 3 else ""))
+
+
+# Wide rows: gradients of softmax / log_softmax / cross_entropy up to a
+# vocabulary of 262,144 classes, compiled in float32, against closed forms
+# in float64. Per element, |got - want| <= 1e-5 * scale, where scale is the
+# size of the terms the exact gradient adds up (a sum of n terms is only
+# known relative to the sum of their magnitudes): for softmax (loss
+# sum(p W)) p_i (|W_i| + sum |p W|), for log_softmax (loss sum(logp W))
+# |W_i| + p_i sum |W|, for cross_entropy |p_i - [i = t_i]| / N (exactly
+# the relative error: nothing cancels), plus float32's smallest normal
+# number (results below it are subnormal). The max shift of these composites
+# carries no gradient; differentiating it put the rounding residue of
+# sum(p) - 1 on each row's argmax (1e-1 relative at 262,144 classes).
+WIDE_ROW_CLASSES = (1000, 50257, 262144)
+
+
+def _wide_row_case(rng, classes):
+    rows = int(rng.integers(1, 4))
+    x = (rng.standard_normal((rows, classes)) * rng.choice([1.0, 4.0, 12.0])).astype(np.float32)
+    x[:, int(rng.integers(classes))] += 20.0  # a dominant logit, as trained LMs have
+    return x
+
+
+def _wide_row_expected(kind, x, w, t):
+    x64 = x.astype(np.float64)
+    z = x64 - x64.max(1, keepdims=True)
+    p = np.exp(z) / np.exp(z).sum(1, keepdims=True)
+    if kind == "softmax":
+        s = (p * w).sum(1, keepdims=True)
+        return p * (w - s), p * (np.abs(w) + np.abs(p * w).sum(1, keepdims=True))
+    if kind == "log_softmax":
+        s = w.sum(1, keepdims=True)
+        return w - p * s, np.abs(w) + p * np.abs(w).sum(1, keepdims=True)
+    onehot = np.zeros_like(p)
+    onehot[np.arange(len(t)), t] = 1.0
+    g = (p - onehot) / len(t)
+    return g, np.abs(g)
+
+
+@pytest.mark.parametrize("classes", WIDE_ROW_CLASSES)
+def test_wide_row_gradients_against_float64(classes):
+    seed = int(os.environ.get("TILEFUSE_FUZZ_SEED", "0")) * 7919 + classes
+    rng = np.random.default_rng(seed)
+    for kind in ("softmax", "log_softmax", "cross_entropy"):
+        x = _wide_row_case(rng, classes)
+        w = rng.standard_normal(x.shape).astype(np.float32)
+        t = rng.integers(0, classes, x.shape[0]).astype(np.int64)
+        if kind == "softmax":
+            g = tilefuse.trace(lambda a, b: (F.softmax(a, -1) * b).sum(), x, w)
+            args = (x, w)
+        elif kind == "log_softmax":
+            g = tilefuse.trace(lambda a, b: (F.log_softmax(a, 1) * b).sum(), x, w)
+            args = (x, w)
+        else:
+            g = tilefuse.trace(lambda a, b: F.cross_entropy(a, b), x, t)
+            args = (x, t)
+        _, got = g.value_and_grad(wrt=(0,)).compile("cpu")(*args)
+        want, scale = _wide_row_expected(kind, x, w.astype(np.float64), t)
+        err = np.abs(got.astype(np.float64) - want)
+        # Below float32's normal range relative precision cannot exist: values
+        # there are compared absolutely, to the smallest normal float32.
+        bound = 1e-5 * scale + np.finfo(np.float32).tiny
+        bad = err > bound
+        if bad.any():
+            i = np.unravel_index(int(np.argmax(np.where(bad, err / np.maximum(bound, 1e-300), 0))),
+                                 err.shape)
+            raise AssertionError(
+                f"{kind} gradient, logits f32{list(x.shape)}, seed {seed}: {int(bad.sum())} "
+                f"elements beyond 1e-5 x scale; worst at {i} (row argmax "
+                f"{int(x[i[0]].argmax())}): got {got[i]!r}, float64 {want[i]!r}, scale "
+                f"{scale[i]!r}")
 
 
 def test_generator_is_deterministic_and_covers_the_op_families():

@@ -46,7 +46,7 @@ def _mlp(x, w1, b1, w2, ids, seed):
 def _norms(x, w, b):
     y = F.layer_norm(x, x.shape[-1], w, b)
     m = y.mean(-1, keepdim=True)
-    return F.log_softmax(y - m, -1), y.max(0), y.min(1, keepdim=True), F.silu(y)
+    return F.log_softmax(y - m, -1), y.amax(0), y.amin(1, keepdim=True), F.silu(y)
 
 
 def _layout(x, table, ids):

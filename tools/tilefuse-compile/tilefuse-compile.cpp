@@ -15,7 +15,10 @@
 #include <cstring>
 #include <fstream>
 #include <iostream>
+#include <optional>
 #include <sstream>
+
+#include "../NumberFlags.h"
 
 using namespace tilefuse;
 
@@ -36,6 +39,15 @@ int main(int argc, char **argv) {
   double weightDecay = 0, momentum = 0, clipNorm = 0;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
+    auto number = [&](const char *flag, const char *text, double &out) {
+      std::optional<double> v = parseNumberFlag(text, 0.0);
+      if (!v) {
+        usage(std::string(flag) + " needs a finite number >= 0, got '" + text + "'");
+        return false;
+      }
+      out = *v;
+      return true;
+    };
     auto value = [&](const char *flag) -> const char * {
       size_t n = std::strlen(flag);
       return a.compare(0, n, flag) == 0 ? a.c_str() + n : nullptr;
@@ -46,11 +58,19 @@ int main(int argc, char **argv) {
     else if (const char *v = value("--target=")) target = v;
     else if (const char *v = value("--entry=")) entry = v;
     else if (a == "--train") train = true;
-    else if (const char *v = value("--num-params=")) numParams = std::atol(v);
-    else if (const char *v = value("--optimizer=")) optimizer = v;
-    else if (const char *v = value("--weight-decay=")) weightDecay = std::atof(v);
-    else if (const char *v = value("--momentum=")) momentum = std::atof(v);
-    else if (const char *v = value("--clip-norm=")) clipNorm = std::atof(v);
+    else if (const char *v = value("--num-params=")) {
+      std::optional<long> n = parseIntegerFlag(v, 0, 1L << 30);
+      if (!n)
+        return usage(std::string("--num-params needs a whole number >= 0, got '") + v + "'");
+      numParams = *n;
+    } else if (const char *v = value("--optimizer=")) optimizer = v;
+    else if (const char *v = value("--weight-decay=")) {
+      if (!number("--weight-decay", v, weightDecay)) return 2;
+    } else if (const char *v = value("--momentum=")) {
+      if (!number("--momentum", v, momentum)) return 2;
+    } else if (const char *v = value("--clip-norm=")) {
+      if (!number("--clip-norm", v, clipNorm)) return 2;
+    }
     else if (!a.empty() && a[0] != '-' && input.empty()) input = a;
     else return usage("unknown argument '" + a + "'");
   }

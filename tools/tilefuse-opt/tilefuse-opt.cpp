@@ -26,6 +26,7 @@
 #include <algorithm>
 #include "mlir/Transforms/Passes.h"
 
+#include "llvm/Support/Format.h"
 #include "llvm/Support/raw_ostream.h"
 
 #include <string>
@@ -114,10 +115,46 @@ int emitCuda(const std::vector<std::string> &args, mlir::DialectRegistry &regist
 }
 } // namespace
 
+/// tilefuse's own options first: MlirOptMain's --help lists every LLVM
+/// option (hundreds), which buries them.
+void printHelp() {
+  llvm::outs()
+      << "OVERVIEW: tilefuse optimizer driver (mlir-opt for the tilefuse dialects)\n\n"
+      << "USAGE: tilefuse-opt [options] <input.mlir | ->\n\n"
+      << "tilefuse options:\n"
+      << "  --emit=STAGE        print the module at a stage of the pipeline:\n"
+      << "                        graph (as parsed), primitive (composites decomposed),\n"
+      << "                        fused (graph.fusion kernels), tile (tile kernels),\n"
+      << "                        llvm (CPU kernels in the LLVM dialect), cuda (CUDA C)\n"
+      << "  --target=T          cpu (default) or cuda:sm_XX, for fused/tile/llvm/cuda\n"
+      << "  --verify-diagnostics, --split-input-file   as mlir-opt\n"
+      << "  --help-mlir         every option of the MLIR driver and LLVM\n\n"
+      << "tilefuse passes and pipelines:\n";
+  // tilefuse's passes (passes/Passes.td, codegen/Passes.td) and pipelines.
+  for (const char *name : {"decompose-composites", "autodiff", "build-train-step", "fuse",
+                           "tilefuse-lower-to-tile", "tilefuse-tile-to-llvm", "tilefuse-primitive",
+                           "tilefuse-fused", "canonicalize", "cse"}) {
+    const mlir::PassRegistryEntry *entry = mlir::PassInfo::lookup(name);
+    if (!entry)
+      entry = mlir::PassPipelineInfo::lookup(name);
+    if (entry)
+      llvm::outs() << "  --" << llvm::left_justify(name, 24) << entry->getPassDescription()
+                   << "\n";
+  }
+}
+
 int main(int argc, char **argv) {
   std::vector<std::string> args;
   if (!expandEmit(argc, argv, args))
     return 1;
+  bool help = false, helpMlir = false;
+  for (std::string &a : args) {
+    help |= a == "--help" || a == "-help" || a == "-h";
+    if (a == "--help-mlir") {
+      helpMlir = true;
+      a = "--help";
+    }
+  }
   std::vector<char *> rewritten;
   for (std::string &a : args)
     rewritten.push_back(a.data());
@@ -143,6 +180,10 @@ int main(int argc, char **argv) {
   tilefuse::registerTilefusePipelines();
   mlir::registerCanonicalizerPass();
   mlir::registerCSEPass();
+  if (help && !helpMlir) {
+    printHelp();
+    return 0;
+  }
   return mlir::asMainReturnCode(mlir::MlirOptMain(
       argc, argv, "tilefuse optimizer driver\n", registry));
 }

@@ -17,7 +17,11 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
+#include <filesystem>
 #include <iostream>
+#include <optional>
+
+#include "../NumberFlags.h"
 
 using namespace tilefuse;
 
@@ -61,8 +65,15 @@ int main(int argc, char **argv) {
       graphs = false;
     else if (a == "--tf32")
       tf32 = true;
-    else if (a.rfind("--repeat=", 0) == 0)
-      repeat = std::max(1, std::atoi(a.c_str() + 9));
+    else if (a.rfind("--repeat=", 0) == 0) {
+      std::optional<long> n = parseIntegerFlag(a.substr(9), 1, 1000000000);
+      if (!n) {
+        std::cerr << "tilefuse-run: --repeat needs a positive whole number of runs, got '"
+                  << a.substr(9) << "'\n";
+        return 2;
+      }
+      repeat = int(*n);
+    }
     else if (path.empty() && a[0] != '-')
       path = a;
     else {
@@ -73,6 +84,15 @@ int main(int argc, char **argv) {
   if (path.empty()) {
     std::cerr << "tilefuse-run: no artifact given; " << kUsage;
     return 2;
+  }
+  if (!saveDir.empty()) {
+    std::error_code ec;
+    std::filesystem::create_directories(saveDir, ec);
+    if (ec || !std::filesystem::is_directory(saveDir)) {
+      std::cerr << "tilefuse-run: cannot create the --save folder '" << saveDir
+                << "': " << (ec ? ec.message() : "a file of that name exists") << "\n";
+      return 1;
+    }
   }
   try {
     Artifact artifact = readArtifactFile(path);

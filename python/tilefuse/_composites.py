@@ -1,0 +1,328 @@
+"""PyTorch functions built from graph primitives in Python.
+
+Each function here has PyTorch's semantics (forward values and derivative
+conventions), and is written from primitive ops that fuse: no function
+here adds a pass over memory that its PyTorch counterpart does not need.
+Where a derivative must differ from what autodiff of the formula gives, the
+formula says so with detach() (graph.stop_gradient).
+"""
+import math
+
+import numpy as np
+
+from ._core import CompileError
+from ._dtypes import is_float
+from ._tracing import Tensor, _lift, cat, where
+
+
+def _tensor(x, what):
+    if not isinstance(x, Tensor):
+        raise CompileError(f"{what}: expects a traced tensor, got {type(x).__name__}")
+    return x
+
+
+def _unary(x, op):
+    return x._call("unary", op, x._id)
+
+
+def _float(x):
+    """Integer and boolean tensors become float32 (PyTorch's default float)."""
+    return x if is_float(x.dtype) else x.to("f32")
+
+
+def _dims(x, dim, what):
+    if dim is None:
+        return list(range(x.ndim))
+    dims = list(dim) if isinstance(dim, (list, tuple)) else [dim]
+    return sorted({x._dim(d, what) for d in dims})
+
+
+def _reduce(x, op, dims, keepdim):
+    return x._call("reduce", op, x._id, dims, keepdim)
+
+
+def _all(*conds):
+    """Elementwise logical and of boolean tensors."""
+    out = conds[0]
+    for c in conds[1:]:
+        out = where(out, c, False)
+    return out
+
+
+def _xor(a, b):
+    return a != b
+
+
+# -- elementwise ---------------------------------------------------------------
+
+def log1p(x):
+    return _unary(_float(_tensor(x, "log1p")), "log1p")
+
+
+def expm1(x):
+    return _unary(_float(_tensor(x, "expm1")), "expm1")
+
+
+def floor(x):
+    x = _tensor(x, "floor")
+    return _unary(x, "floor") if is_float(x.dtype) else x
+
+
+def ceil(x):
+    x = _tensor(x, "ceil")
+    return -floor(-x) if is_float(x.dtype) else x
+
+
+def trunc(x):
+    x = _tensor(x, "trunc")
+    return where(x < 0, ceil(x), floor(x)) if is_float(x.dtype) else x
+
+
+def detach(x):
+    """The same values, with no gradient flowing back (PyTorch's detach)."""
+    return _unary(_tensor(x, "detach"), "stop_gradient")
+
+
+def clamp(x, min=None, max=None):
+    """PyTorch's clamp: NaN stays NaN; where min > max the result is max; the
+    gradient passes where min <= x <= max (bounds included), else goes to
+    the bound that was taken."""
+    x = _tensor(x, "clamp")
+    if min is None and max is None:
+        raise CompileError("clamp: at least one of min and max must be given")
+    lo = None if min is None else _lift(x._tracer, min, x)
+    hi = None if max is None else _lift(x._tracer, max, x)
+    inside = _all(*[c for c in ((x >= lo) if lo is not None else None,
+                                (x <= hi) if hi is not None else None) if c is not None])
+    outside = detach(x)
+    if lo is not None:
+        outside = where(outside < lo, lo, outside)
+    if hi is not None:
+        outside = where(outside > hi, hi, outside)
+    return where(inside, x, outside)
+
+
+def softplus(x, beta=1.0, threshold=20.0):
+    """log(1 + exp(beta x)) / beta, and x itself where beta x > threshold."""
+    x = _float(_tensor(x, "softplus"))
+    z = x * float(beta)
+    linear = z > float(threshold)
+    # exp of the capped input: the branch not taken must not overflow, or its
+    # zero cotangent times an infinite derivative would make NaN.
+    capped = where(linear, float(threshold), z)
+    return where(linear, x, log1p(capped.exp()) / float(beta))
+
+
+# -- reductions ------------------------------------------------------------------
+
+def logsumexp(x, dim, keepdim=False):
+    """log(sum(exp(x))) over `dim`, shifted by the (gradient-free) maximum;
+    infinite maxima shift by 0, as PyTorch."""
+    x = _float(_tensor(x, "logsumexp"))
+    dims = _dims(x, dim, "logsumexp")
+    shift = detach(_reduce(x, "max", dims, True))
+    shift = where(shift.abs() == math.inf, 0.0, shift)
+    out = _reduce((x - shift).exp(), "sum", dims, True).log() + shift
+    return out if keepdim else out.reshape([s for d, s in enumerate(out.shape) if d not in dims])
+
+
+def var(x, dim=None, unbiased=None, keepdim=False, correction=None):
+    """Variance over `dim` with Bessel's correction (correction=1) by
+    default, as torch.var; unbiased=False means correction=0."""
+    x = _float(_tensor(x, "var"))
+    if unbiased is not None and correction is not None:
+        raise CompileError("var/std: give unbiased or correction, not both")
+    c = 1 if correction is None and unbiased is None else (
+        correction if correction is not None else int(bool(unbiased)))
+    dims = _dims(x, dim, "var")
+    n = int(np.prod([x.shape[d] for d in dims], dtype=np.int64))
+    mean = _reduce(x, "sum", dims, True) / float(max(n, 1))
+    d = x - mean
+    return _reduce(d * d, "sum", dims, keepdim) / float(max(n - c, 0))
+
+
+def std(x, dim=None, unbiased=None, keepdim=False, correction=None):
+    return var(x, dim, unbiased, keepdim, correction).sqrt()
+
+
+def cumsum(x, dim):
+    """Inclusive prefix sum along `dim` (log2(n) shifted adds, exact for
+    integers); integer and boolean inputs sum in int64, as PyTorch."""
+    x = _tensor(x, "cumsum")
+    d = x._dim(dim, "cumsum")
+    if not is_float(x.dtype):
+        x = x.to("i64")
+    n = x.shape[d]
+    shift = 1
+    while shift < n:
+        zero_shape = list(x.shape)
+        zero_shape[d] = shift
+        zeros = Tensor(x._tracer, x._tracer.full(0.0, x.dtype, zero_shape))
+        keep = [slice(None)] * x.ndim
+        keep[d] = slice(0, n - shift)
+        x = x + cat([zeros, x[tuple(keep)]], d)
+        shift *= 2
+    return x
+
+
+# -- layout ------------------------------------------------------------------------
+
+def split(x, split_size_or_sections, dim=0):
+    """Tuple of views along `dim`: chunks of split_size (the last smaller), or
+    the given list of section sizes (which must add up to the dim)."""
+    x = _tensor(x, "split")
+    d = x._dim(dim, "split")
+    n = x.shape[d]
+    if isinstance(split_size_or_sections, (list, tuple)):
+        sizes = [int(s) for s in split_size_or_sections]
+        if sum(sizes) != n or any(s < 0 for s in sizes):
+            raise CompileError(f"split: sections {sizes} do not add up to dim {d} of size {n} "
+                               f"(shape {list(x.shape)})")
+    else:
+        size = int(split_size_or_sections)
+        if size <= 0:
+            raise CompileError(f"split: split_size must be positive, got {size}")
+        sizes = [min(size, n - s) for s in range(0, n, size)] or [0]
+    out, start = [], 0
+    for s in sizes:
+        key = [slice(None)] * x.ndim
+        key[d] = slice(start, start + s)
+        out.append(x[tuple(key)])
+        start += s
+    return tuple(out)
+
+
+def chunk(x, chunks, dim=0):
+    """torch.chunk: pieces of ceil(n / chunks) (possibly fewer pieces)."""
+    x = _tensor(x, "chunk")
+    if int(chunks) <= 0:
+        raise CompileError(f"chunk: chunks must be positive, got {chunks}")
+    n = x.shape[x._dim(dim, "chunk")]
+    return split(x, max(1, -(-n // int(chunks))), dim)
+
+
+def flip(x, dims):
+    """Reverses the order of elements along each of `dims`."""
+    x = _tensor(x, "flip")
+    for d in _dims(x, dims, "flip"):
+        n = x.shape[d]
+        if n <= 1:
+            continue
+        perm = [d] + [k for k in range(x.ndim) if k != d]
+        moved = x.permute(perm)
+        rows = Tensor(x._tracer, x._tracer.constant(np.arange(n - 1, -1, -1, dtype=np.int64)))
+        flipped = moved[rows]
+        x = flipped.permute(list(np.argsort(perm)))
+    return x
+
+
+def one_hot(ids, num_classes=-1):
+    """int64 one-hot rows [..., num_classes] of integer `ids` (PyTorch's
+    F.one_hot; num_classes must be given: a trace cannot read the ids)."""
+    ids = _tensor(ids, "one_hot")
+    if is_float(ids.dtype):
+        raise CompileError(f"one_hot: expects integer class ids, got {ids.dtype}")
+    if num_classes is None or int(num_classes) < 0:
+        raise CompileError("one_hot: pass num_classes (a traced function cannot infer it "
+                           "from the values of its input)")
+    classes = Tensor(ids._tracer, ids._tracer.constant(np.arange(int(num_classes), dtype=np.int64)))
+    return (ids.to("i64").unsqueeze(-1) == classes).to("i64")
+
+
+# -- arithmetic ----------------------------------------------------------------------
+
+def fmod(a, b):
+    """C's fmod / torch.fmod: the remainder has the sign of `a`."""
+    return a._binary("rem", b) if isinstance(a, Tensor) else b._binary("rem", a, True)
+
+
+def remainder(a, b):
+    """Python's and torch's `%`: the remainder has the sign of `b`."""
+    r = fmod(a, b)
+    b = r._lift(b)
+    fix = _all(r != 0, _xor(r < 0, b < 0))
+    return where(fix, r + b, r)
+
+
+def floor_divide(a, b):
+    """Python's and torch's `//`: floor(a / b), computed as PyTorch does
+    (through fmod, so that e.g. 1 // 0.1 is 9 as in Python)."""
+    if not isinstance(a, Tensor):
+        a = b._lift(a)
+    b = a._lift(b)
+    if not is_float(a.dtype) and not is_float(b.dtype):
+        q = a._binary("trunc_div", b)  # rounds toward zero
+        r = a - q * b
+        return where(_all(r != 0, _xor(r < 0, b < 0)), q - 1, q)
+    mod = fmod(a, b)
+    div = (a - mod) / b
+    div = where(_all(mod != 0, _xor(b < 0, mod < 0)), div - 1, div)
+    fl = floor(div)
+    fl = where(div - fl > 0.5, fl + 1, fl)
+    quotient = a / b
+    signed_zero = where(quotient < 0, -0.0, 0.0)
+    return where(b == 0, quotient, where(div != 0, fl, signed_zero))
+
+
+# -- losses and attention ------------------------------------------------------------
+
+def _reduce_loss(loss, reduction, what):
+    if reduction == "mean":
+        return loss.mean()
+    if reduction == "sum":
+        return loss.sum()
+    if reduction == "none":
+        return loss
+    raise CompileError(f"{what}: reduction must be 'mean', 'sum' or 'none', got {reduction!r}")
+
+
+def binary_cross_entropy_with_logits(input, target, weight=None, reduction="mean",
+                                     pos_weight=None):
+    """PyTorch's stable form: (1 - t) x + w_pos (log1p(exp(-|x|)) + max(-x, 0)),
+    with w_pos = 1 + (pos_weight - 1) t."""
+    x = _float(_tensor(input, "binary_cross_entropy_with_logits"))
+    t = _lift(x._tracer, target, x)
+    if tuple(t.shape) != tuple(x.shape):
+        raise CompileError(f"binary_cross_entropy_with_logits: target shape {list(t.shape)} "
+                           f"differs from input shape {list(x.shape)}")
+    softplus_neg = log1p((-x.abs()).exp()) + (-x).maximum(0.0)
+    if pos_weight is not None:
+        pw = _lift(x._tracer, pos_weight, x)
+        softplus_neg = (1.0 + (pw - 1.0) * t) * softplus_neg
+    loss = (1.0 - t) * x + softplus_neg
+    if weight is not None:
+        loss = loss * _lift(x._tracer, weight, x)
+    return _reduce_loss(loss, reduction, "binary_cross_entropy_with_logits")
+
+
+def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0,
+                                 is_causal=False, scale=None):
+    """softmax(q k^T * scale + mask) v over the last two dims (PyTorch's
+    F.scaled_dot_product_attention without dropout); a boolean mask keeps
+    where True, a float mask is added; is_causal keeps j <= i."""
+    q = _float(_tensor(query, "scaled_dot_product_attention"))
+    k = _lift(q._tracer, key, q)
+    v = _lift(q._tracer, value, q)
+    if dropout_p:
+        raise CompileError("scaled_dot_product_attention: dropout_p must be 0 (dropout needs "
+                           "a seed: apply F.dropout(..., seed=) to the attention weights by "
+                           "writing the attention out, or train without attention dropout)")
+    if is_causal and attn_mask is not None:
+        raise CompileError("scaled_dot_product_attention: give attn_mask or is_causal, not both")
+    if q.ndim < 2 or k.ndim < 2 or v.ndim < 2 or q.shape[-1] != k.shape[-1] or \
+            k.shape[-2] != v.shape[-2]:
+        raise CompileError(
+            f"scaled_dot_product_attention: expects query [..., L, E], key [..., S, E], "
+            f"value [..., S, Ev]; got {list(q.shape)}, {list(k.shape)}, {list(v.shape)}")
+    factor = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
+    scores = (q @ k.transpose(-2, -1)) * factor
+    L, S = q.shape[-2], k.shape[-2]
+    if is_causal:
+        keep = Tensor(q._tracer, q._tracer.constant(np.tril(np.ones((L, S), dtype=bool))))
+        scores = where(keep, scores, -math.inf)
+    elif attn_mask is not None:
+        mask = _lift(q._tracer, attn_mask)
+        scores = where(mask, scores, -math.inf) if mask.dtype == "i1" else scores + mask.to(
+            scores.dtype)
+    weights = Tensor(q._tracer, q._tracer.softmax(scores._id, -1))
+    return weights @ v

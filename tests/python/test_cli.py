@@ -1,0 +1,80 @@
+"""The command-line tools refuse malformed numbers with a one-line reason and
+exit code 2, create the folders they are asked to write, and show their own
+options first."""
+import shutil
+import subprocess
+
+import numpy as np
+import pytest
+
+pytestmark = pytest.mark.skipif(shutil.which("tilefuse-run") is None, reason="tools not on PATH")
+
+_LOSS = """
+func.func @loss(%w: tensor<3x2xf32>, %x: tensor<4x3xf32>) -> tensor<f32> {
+  %0 = graph.matmul %x, %w : (tensor<4x3xf32>, tensor<3x2xf32>) -> tensor<4x2xf32>
+  %1 = graph.reduce_sum %0 {dims = array<i64: 0, 1>} : (tensor<4x2xf32>) -> tensor<f32>
+  return %1 : tensor<f32>
+}"""
+
+
+def _run(*args):
+    return subprocess.run(list(args), capture_output=True, text=True)
+
+
+@pytest.fixture
+def artifact(tmp_path):
+    src = tmp_path / "loss.mlir"
+    src.write_text(_LOSS)
+    out = tmp_path / "loss.tfa"
+    done = _run("tilefuse-compile", str(src), "--target=cpu", "-o", str(out))
+    assert done.returncode == 0, done.stderr
+    return src, out
+
+
+@pytest.mark.parametrize("flag", ["--repeat=abc", "--repeat=0", "--repeat=-2", "--repeat=",
+                                  "--repeat=3x", "--repeat=99999999999999999999"])
+def test_run_refuses_a_malformed_repeat(artifact, flag):
+    out = _run("tilefuse-run", str(artifact[1]), flag)
+    assert out.returncode == 2, out
+    assert "--repeat needs a positive whole number" in out.stderr
+    assert out.stderr.count("\n") == 1  # one line
+    assert out.stdout == ""  # nothing ran
+
+
+@pytest.mark.parametrize("flag,reason", [
+    ("--num-params=abc", "--num-params needs a whole number"),
+    ("--num-params=-1", "--num-params needs a whole number"),
+    ("--weight-decay=x", "--weight-decay needs a finite number"),
+    ("--momentum=-0.5", "--momentum needs a finite number"),
+    ("--clip-norm=nan", "--clip-norm needs a finite number"),
+])
+def test_compile_refuses_malformed_numbers(artifact, tmp_path, flag, reason):
+    out = _run("tilefuse-compile", str(artifact[0]), "-o", str(tmp_path / "x.tfa"), "--train",
+               flag)
+    assert out.returncode == 2 and reason in out.stderr, out.stderr
+    assert not (tmp_path / "x.tfa").exists()
+
+
+def test_run_save_creates_the_folder(artifact, tmp_path):
+    folder = tmp_path / "new" / "nested"
+    out = _run("tilefuse-run", str(artifact[1]), f"--save={folder}")
+    assert out.returncode == 0, out.stderr
+    assert np.load(folder / "result0.npy").shape == ()
+    blocker = tmp_path / "a_file"
+    blocker.write_text("x")
+    bad = _run("tilefuse-run", str(artifact[1]), f"--save={blocker}")
+    assert bad.returncode == 1 and "cannot create the --save folder" in bad.stderr
+
+
+def test_opt_help_shows_tilefuse_options_first():
+    out = _run("tilefuse-opt", "--help")
+    assert out.returncode == 0
+    lines = out.stdout.splitlines()
+    assert len(lines) < 60, f"--help printed {len(lines)} lines"
+    head = "\n".join(lines[:15])
+    assert "--emit=STAGE" in head and "--target=" in head
+    for name in ("--decompose-composites", "--autodiff", "--fuse", "--tilefuse-fused"):
+        assert name in out.stdout
+    everything = _run("tilefuse-opt", "--help-mlir")
+    assert everything.returncode == 0 and len(everything.stdout.splitlines()) > 100
+    assert "--mlir-print-ir-after-all" in everything.stdout
