@@ -49,13 +49,32 @@ public:
       prog.arguments.push_back(newBuffer(arg, BufferInfo::Role::Argument,
                                          "arg" + std::to_string(arg.getArgNumber())));
     for (Operation &op : func.getBody().front()) {
+      size_t first = prog.steps.size();
       if (failed(visit(op)))
         return failure();
+      // The user's lines behind the steps this op became (a fusion's: of
+      // every op in its body).
+      std::vector<std::string> lines;
+      op.walk([&](Operation *inner) { appendSourceLines(inner->getLoc(), lines); });
+      for (size_t i = first; i < prog.steps.size(); ++i)
+        prog.steps[i].sourceLines = lines;
     }
     return std::move(prog);
   }
 
 private:
+  /// "file:line" of every file location inside `loc`, each once.
+  static void appendSourceLines(Location loc, std::vector<std::string> &out) {
+    loc->walk([&](Location inner) {
+      if (auto file = llvm::dyn_cast<FileLineColLoc>(inner)) {
+        std::string line = file.getFilename().str() + ":" + std::to_string(file.getLine());
+        if (std::find(out.begin(), out.end(), line) == out.end())
+          out.push_back(line);
+      }
+      return WalkResult::advance();
+    });
+  }
+
   int newBuffer(Value v, BufferInfo::Role role, std::string name) {
     BufferInfo info;
     info.name = std::move(name);

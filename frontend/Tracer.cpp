@@ -433,7 +433,7 @@ ValueId Tracer::reduce(const std::string &op, ValueId aId,
       impl_->attr("keepdim", impl_->builder.getBoolAttr(keepdim))};
   if (op != "sum")
     for (int64_t d : dims)
-      if (impl_->shapeOf(a)[d] == 0)
+      if (d < int64_t(impl_->shapeOf(a).size()) && impl_->shapeOf(a)[d] == 0)
         impl_->fail(op + ": dimension " + std::to_string(d) + " of " +
                     shapeToString(impl_->shapeOf(a)) +
                     " is empty, and a " + op + " of no elements has no value (as in PyTorch)");

@@ -64,6 +64,8 @@ public:
       it->second = e.add(it->second, g);
   }
   Value adjoint(Value v) const { return adjoints.lookup(v); }
+  /// The backward ops of a forward op carry its location (the user's line).
+  void at(Location l) { e.setLocation(l); }
 
   /// Adds the VJP of `op` given its result's cotangent `g`.
   LogicalResult visit(Operation *op, Value g);
@@ -367,6 +369,7 @@ FailureOr<func::FuncOp> tilefuse::buildValueAndGrad(func::FuncOp primal,
     if (!g)
       continue;
     b.setInsertionPoint(ret);
+    reverse.at(op->getLoc());
     if (failed(reverse.visit(op, g))) {
       grad.erase();
       return failure();

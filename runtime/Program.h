@@ -62,6 +62,9 @@ struct Step {
   std::vector<std::string> epilogue;
   /// Source-level op the step computes, for reports and errors.
   std::string source;
+  /// Where in the user's code its ops were traced ("file:line"), in order
+  /// of first appearance; empty where no location is known.
+  std::vector<std::string> sourceLines;
 };
 
 struct Program {

@@ -120,6 +120,9 @@ std::string tilefuse::serializeProgram(const Program &p) {
     w.put<uint8_t>(s.transposeA);
     w.put<uint8_t>(s.transposeB);
     w.str(s.source);
+    w.put<uint32_t>(uint32_t(s.sourceLines.size()));
+    for (const std::string &line : s.sourceLines)
+      w.str(line);
     w.put<uint32_t>(uint32_t(s.epilogue.size()));
     for (const std::string &op : s.epilogue)
       w.str(op);
@@ -217,6 +220,9 @@ Program tilefuse::deserializeProgram(const std::string &bytes) {
     s.transposeA = r.get<uint8_t>("a transpose flag") != 0;
     s.transposeB = r.get<uint8_t>("a transpose flag") != 0;
     s.source = r.str("a step source");
+    uint32_t nlines = r.count("source line", 8);
+    for (uint32_t l = 0; l < nlines; ++l)
+      s.sourceLines.push_back(r.str("a source line"));
     uint32_t nepi = r.count("epilogue op", 8);
     for (uint32_t e = 0; e < nepi; ++e)
       s.epilogue.push_back(r.str("an epilogue op"));

@@ -83,6 +83,8 @@ public:
 
   mlir::OpBuilder &builder() { return b; }
   mlir::Location location() const { return loc; }
+  /// Ops built from now on carry `l`.
+  void setLocation(mlir::Location l) { loc = l; }
 
 private:
   mlir::OpBuilder &b;

@@ -316,6 +316,7 @@ py::list tilefuse::python::programKernels(const Program &p) {
       row["ops"] = std::vector<std::string>{s.source};
       break;
     }
+    row["source"] = s.sourceLines;
     int64_t bytes = 0;
     for (int b : s.buffers)
       bytes += int64_t(p.buffers[b].byteSize());

@@ -1,6 +1,7 @@
 """Tracing: run a Python function on symbolic tensors to build a graph."""
 import collections
 import inspect
+import math
 import os
 import sys
 
@@ -262,9 +263,11 @@ class Tensor:
         """Minimum over `dim` (an int or a list of ints; all dims by default)."""
         return self._call("reduce", "min", self._id, self._reduced_dims(dim), keepdim)
 
-    def argmax(self, dim=-1, keepdim=False):
-        """Index of the first maximum along `dim` (a NaN counts as the
-        maximum); `dim=None`: the index into the flattened tensor."""
+    def argmax(self, dim=None, keepdim=False):
+        """As PyTorch: index of the first maximum along `dim` (a NaN counts as
+        the maximum); `dim=None` (the default): into the flattened tensor."""
+        if not self.shape:
+            return self._index_zeros([])
         if dim is None:
             return self._flat_index("argmax", keepdim)
         return self._call("argmax", self._id, dim, keepdim)
@@ -344,7 +347,10 @@ class Tensor:
             # gradient between ties): the gradient reaches x[indices] alone,
             # as in PyTorch. A NaN or +-inf at the index is returned as is.
             hit = self._iota(d) == arg
-            values = where(hit, self, 0.0).sum(d, keepdim)
+            # The max of the selected element and -infs: that element exactly
+            # (a -0.0 or NaN included), its gradient undivided unless it is
+            # itself -inf.
+            values = where(hit, self, -math.inf).amax(d, keepdim)
         else:
             values = self._call("reduce", what, self._id, [d], keepdim)
         return result(values, indices)
@@ -590,16 +596,16 @@ def _numpy_ufunc(ufunc, method, inputs, kwargs):
             return a @ b if isinstance(a, Tensor) else b.__rmatmul__(a)
         op = _UFUNC_BINARY[ufunc]
         return a._binary(op, b) if isinstance(a, Tensor) else b._binary(op, a, reverse=True)
-    (x,) = inputs
-    if ufunc in _UFUNC_UNARY:
+    x = inputs[0] if len(inputs) == 1 else None
+    if x is not None and ufunc in _UFUNC_UNARY:
         return x._call("unary", _UFUNC_UNARY[ufunc], x._id)
-    if ufunc in _UFUNC_METHOD:
+    if x is not None and ufunc in _UFUNC_METHOD:
         return getattr(x, _UFUNC_METHOD[ufunc])()
-    if ufunc is np.positive:
+    if x is not None and ufunc is np.positive:
         return x
-    if ufunc is np.square:
+    if x is not None and ufunc is np.square:
         return x * x
-    if ufunc is np.reciprocal and is_float(x.dtype):
+    if x is not None and ufunc is np.reciprocal and is_float(x.dtype):
         return 1.0 / x
     supported = sorted(f.__name__ for f in list(_UFUNC_BINARY) + list(_UFUNC_UNARY) +
                        list(_UFUNC_METHOD) + list(_UFUNC_BINARY_METHOD)) + [
@@ -673,6 +679,8 @@ def _np_extreme(what):
         _np_refuse(what, out=out, initial=initial, where=where)
         a = _np_tensor(a, what)
         axes = _np_axes(a, axis, what)
+        if axes == []:  # numpy: reducing over no axis is the identity
+            return a
         return getattr(a, "amax" if what == "max" else "amin")(
             () if axes is None else axes, _np_keep(keepdims))
     return impl

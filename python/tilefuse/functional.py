@@ -19,6 +19,9 @@ from ._tracing import Tensor, _lift, _user_location, _where, where
 
 
 def _tensor(x, what):
+    if isinstance(x, tuple) and hasattr(x, "values") and hasattr(x, "indices"):
+        raise CompileError(f"{what}: got the (values, indices) pair of x.max(dim)/x.min(dim); "
+                           f"pass its .values, or use x.amax(dim)/x.amin(dim){_where()}")
     if not isinstance(x, Tensor):
         raise CompileError(f"{what}: expects a traced tensor, got {type(x).__name__}")
     return x
@@ -278,6 +281,9 @@ def _pair(what, input, target):
     if t.shape != x.shape:
         raise CompileError(f"{what}: input {_type_text(x)} and target {_type_text(t)} must "
                            f"have the same shape{_where()}")
+    if t.dtype != x.dtype:  # one dtype for every reduction (the composites need it)
+        wide = "f64" if "f64" in (x.dtype, t.dtype) else x.dtype if is_float(x.dtype) else "f32"
+        x, t = (x if x.dtype == wide else x.to(wide)), (t if t.dtype == wide else t.to(wide))
     return x, t
 
 

@@ -114,6 +114,18 @@ def _launch(row):
     return "-"
 
 
+def _source(row):
+    """The user's lines a step came from: file name and line of the first,
+    and how many more."""
+    lines = row.get("source") or []
+    if not lines:
+        return "-"
+    first = lines[0]
+    path, _, line = first.rpartition(":")
+    text = f"{os.path.basename(path)}:{line}" if path else first
+    return text + (f" +{len(lines) - 1}" if len(lines) > 1 else "")
+
+
 def _known(row, key):
     """row[key] as text; NVRTC reports -1 for what it did not say."""
     return str(row[key]) if row.get(key, -1) >= 0 else "?"
@@ -124,7 +136,7 @@ def _render(report):
     profiled = report.profiled
     copy = report.copy_gb_per_s
     cuda = any("registers" in r for r in rows)
-    header = ["#", "kernel", "kind", "fused ops", "bytes", "launch"]
+    header = ["#", "kernel", "kind", "fused ops", "bytes", "launch", "source"]
     right = {0, 4}
     if cuda:
         header += ["regs", "spill st/ld"]
@@ -138,7 +150,8 @@ def _render(report):
     lines = []
     for i, r in enumerate(rows):
         cells = [str(i), str(r.get("name", "?")), str(r.get("kind", "?")),
-                 _short_ops(r.get("ops", [])), _human_bytes(r.get("bytes", 0)), _launch(r)]
+                 _short_ops(r.get("ops", [])), _human_bytes(r.get("bytes", 0)), _launch(r),
+                 _source(r)]
         if cuda:
             cells += ([_known(r, "registers"),
                        f"{_known(r, 'spill_stores')}/{_known(r, 'spill_loads')}"]
@@ -155,7 +168,7 @@ def _render(report):
     total_bytes = sum(r.get("bytes", 0) for r in rows)
     total = ["", "total", _plural(len(rows), "step"),
              ", ".join(f"{n} {k}" for k, n in sorted(kinds.items())),
-             _human_bytes(total_bytes), ""]
+             _human_bytes(total_bytes), "", ""]
     if cuda:
         total += ["", ""]
     if profiled:
@@ -176,7 +189,8 @@ def _render(report):
     out = [title, fmt(header), fmt(["-" * w for w in widths])]
     out += [fmt(c) for c in lines]
     out += [fmt(["-" * w for w in widths]), fmt(total)]
-    out.append("bytes: the sizes of the buffers a step reads and writes" +
+    out.append("source: the traced line of the step's first op (+ other lines fused into it); "
+               "bytes: the sizes of the buffers a step reads and writes" +
                ("; GB/s: bytes / time; total time: the steps' sum" if profiled else ""))
     if profiled:
         if copy:

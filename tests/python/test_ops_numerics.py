@@ -767,9 +767,12 @@ def test_argmax_default_dim_and_nan(dtype, seed):
     x = np.array([[1.0, 5.0, 5.0, np.nan, np.nan, 7.0],
                   [-np.inf, -np.inf, -np.inf, -np.inf, -np.inf, -np.inf],
                   [0.0, -0.0, 0.0, 0.0, 0.0, 0.0]], dtype)
+    # PyTorch's default: the index into the flattened tensor.
     got = run(lambda t: t.argmax(), x)
-    assert_exact("argmax (default dim, NaN is max)", got, np.argmax(x, axis=-1), seed,
+    assert_exact("argmax (default dim, NaN is max)", got, np.asarray(np.argmax(x)), seed,
                  [x.shape])
+    got = run(lambda t: t.argmax(-1), x)
+    assert_exact("argmax (dim -1, NaN is max)", got, np.argmax(x, axis=-1), seed, [x.shape])
 
 
 # ---------------------------------------------------------------------------

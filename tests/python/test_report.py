@@ -92,7 +92,7 @@ def test_cuda_rows_show_registers_and_spills():
     report = runtime.Report(rows, "cuda", calls=3, copy_label="no copy measured")
     lines = _table_lines(report)
     assert "regs  spill st/ld" in lines[1] and "% copy" not in lines[1]
-    assert re.search(r"grid 4 x block 256, 128 thr\s+40\s+8/4\s", lines[3])
+    assert re.search(r"grid 4 x block 256, 128 thr\s+-\s+40\s+8/4\s", lines[3])
     assert "b2 m64 n32 k16" in lines[4] and "2.5 MB" in lines[4] and "250" in lines[4]
     assert re.search(r"total\s+2 steps\s+1 matmul, 1 pointwise\s+2.5 MB\s+12.0 us\s+209",
                      _total_line(report))
