@@ -14,6 +14,7 @@
 #include "codegen/cpu/CpuJit.h"
 #include "codegen/cpu/CpuObject.h"
 #include "runtime/Artifact.h"
+#include "runtime/CompileProgress.h"
 #include "codegen/cuda/CudaRenderer.h"
 #ifdef TILEFUSE_HAVE_NVRTC
 #include "codegen/cuda/CudaLibrary.h"
@@ -154,10 +155,20 @@ compileArtifacts(const Graph::Impl &g, const TargetInfo &target) {
   auto start = std::chrono::steady_clock::now();
   auto art = std::make_shared<CompiledArtifacts>();
   auto last = start;
+  CompileProgress progress("@" + g.entry + " for " + target.name());
+  progress.stage("lowering");
   auto stage = [&](const char *name) {
     auto now = std::chrono::steady_clock::now();
     art->stageSeconds.emplace_back(name, std::chrono::duration<double>(now - last).count());
     last = now;
+    // `name` finished: say what comes next.
+    std::string finished = name;
+    if (finished == "primitives")
+      progress.stage("fusing");
+    else if (finished == "fuse")
+      progress.stage("lowering to tile kernels");
+    else if (finished == "tile")
+      progress.stage("building the program");
   };
   ProgramAndKernels built = programFor(g, target, [&](const char *name, func::FuncOp func,
                                                       ModuleOp kernels) {
@@ -169,6 +180,7 @@ compileArtifacts(const Graph::Impl &g, const TargetInfo &target) {
   });
   art->program = std::move(built.program);
   art->target = target.name();
+  progress.stage("machine code", int64_t(art->program.kernels.size()));
   if (art->target != "cpu") {
     art->cubins = cudaBinaries(g, art->program, *built.kernels,
                                art->target.substr(art->target.find(':') + 1), &art->cudaReports);
@@ -288,7 +300,7 @@ std::string Graph::cudaPtx(const std::string &target) const {
 #endif
 }
 
-std::string Graph::compileArtifact(const std::string &target) const {
+std::string Graph::compileArtifact(const std::string &target, const std::string &metadata) const {
   std::unique_ptr<TargetInfo> info = TargetInfo::get(target);
   if (!info)
     throw CompileError("unknown target '" + target + "'; expected cpu or cuda:sm_XX");
@@ -297,11 +309,16 @@ std::string Graph::compileArtifact(const std::string &target) const {
   if (cuda)
     throw CompileError("this build of tilefuse has no NVRTC: it cannot write CUDA artifacts");
 #endif
+  CompileProgress progress("@" + impl_->entry + " for " + target + " (artifact)");
+  progress.stage("lowering");
   Artifact artifact;
+  artifact.metadata = metadata;
   artifact.target = target == "cuda" ? "cuda:sm_90" : target;
   artifact.graph = mlir();
   // The Program and its tile kernels, as for every other use of the graph.
   ProgramAndKernels built = programFor(*impl_, *info);
+  // CUDA counts kernels as NVRTC finishes them; the CPU library is one object.
+  progress.stage("machine code", cuda ? int64_t(built.program.kernels.size()) : 0);
   artifact.program = std::move(built.program);
   ModuleOp kernels = *built.kernels;
   if (!cuda)

@@ -99,7 +99,9 @@ public:
   /// An ahead-of-time artifact (runtime/Artifact.h) of this graph for
   /// `target`: "cpu" (a shared library for this machine's CPU) or
   /// "cuda:sm_XX" (cubins). The bytes of the .tfa file.
-  std::string compileArtifact(const std::string &target = "cpu") const;
+  /// `metadata` is stored as is (Artifact::metadata).
+  std::string compileArtifact(const std::string &target = "cpu",
+                              const std::string &metadata = "") const;
 
   Impl &impl() { return *impl_; }
   const Impl &impl() const { return *impl_; }

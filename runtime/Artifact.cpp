@@ -91,6 +91,7 @@ std::string tilefuse::writeArtifact(const Artifact &a) {
     putStr(payload, bytes);
   }
   putStr(payload, a.graph);
+  putStr(payload, a.metadata);
   std::string out(kMagic, sizeof(kMagic));
   uint32_t version = kArtifactFormatVersion;
   out.append(reinterpret_cast<const char *>(&version), 4);
@@ -128,6 +129,7 @@ Artifact tilefuse::readArtifact(const std::string &bytes) {
     a.blobs.emplace_back(name, r.str("kernel code"));
   }
   a.graph = r.str("the graph");
+  a.metadata = r.str("the metadata");
   if (r.pos != bytes.size())
     throw CompileError("corrupt artifact: bytes left after the last field");
   return a;

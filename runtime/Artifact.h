@@ -22,7 +22,7 @@
 
 namespace tilefuse {
 
-constexpr uint32_t kArtifactFormatVersion = 1;
+constexpr uint32_t kArtifactFormatVersion = 2;
 
 struct Artifact {
   std::string target;                   ///< "cpu" or "cuda:sm_XX"
@@ -31,6 +31,9 @@ struct Artifact {
   /// CPU: {"kernels.so", bytes}; CUDA: {kernel name, cubin} per kernel.
   std::vector<std::pair<std::string, std::string>> blobs;
   std::string graph; ///< the source graph's text, for reference
+  /// What the producer records about the interface (the Python API: JSON
+  /// with the argument and result structure and names); opaque here.
+  std::string metadata;
 };
 
 /// The x86 ISA features an artifact can require, by their LLVM names: the

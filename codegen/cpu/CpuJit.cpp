@@ -10,6 +10,7 @@
 #include "codegen/cpu/CpuBuiltins.h"
 #include "codegen/cpu/CpuTarget.h"
 #include "codegen/cpu/TileToLLVM.h"
+#include "runtime/CompileProgress.h"
 
 #include "mlir/ExecutionEngine/OptUtils.h"
 #include "mlir/Target/LLVMIR/Dialect/Builtin/BuiltinToLLVMIRTranslation.h"
@@ -136,6 +137,8 @@ void compileShard(Shard &shard, const CpuTarget &target) {
     return;
   }
   pm.run(**module);
+  if (CompileProgress *p = CompileProgress::current())
+    p->kernelsDone(int64_t(shard.names.size()));
 }
 
 /// The external symbols `object` calls that `provided` lacks, each with the

@@ -1,5 +1,6 @@
 //===- Nvrtc.cpp ----------------------------------------------------------===//
 #include "codegen/cuda/Nvrtc.h"
+#include "runtime/CompileProgress.h"
 
 #include "runtime/HostTensor.h"
 #include "runtime/ProgramIO.h"
@@ -209,6 +210,8 @@ std::vector<CudaBinary> tilefuse::compileCudaUnits(const std::vector<std::string
           b.kernels = parseResources(b.log);
           out[i] = std::move(b);
           hit[i] = true;
+          if (CompileProgress *p = CompileProgress::current())
+            p->kernelsDone(int64_t(out[i].kernels.size()));
           continue;
         }
       }
@@ -218,6 +221,8 @@ std::vector<CudaBinary> tilefuse::compileCudaUnits(const std::vector<std::string
         errors[i] = e.what();
         continue;
       }
+      if (CompileProgress *p = CompileProgress::current())
+        p->kernelsDone(int64_t(out[i].kernels.size()));
       // Write beside, then rename: readers see the old entry or the new
       // one, never half of one.
       std::string tmp = path + ".tmp." + std::to_string(::getpid()) + "." +

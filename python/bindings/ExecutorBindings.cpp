@@ -390,9 +390,9 @@ void tilefuse::python::registerExecutorBindings(py::module_ &m) {
   m.def("load_artifact", [](const std::string &path, bool cudaGraphs, bool tf32) {
     Artifact a = readArtifactFile(path);
     std::shared_ptr<Executor> exe = loadArtifact(a, LoadOptions{cudaGraphs, tf32});
-    return py::make_tuple(exe, a.target, a.graph);
+    return py::make_tuple(exe, a.target, a.graph, a.metadata);
   }, py::arg("path"), py::arg("cuda_graphs") = true, py::arg("allow_tf32") = false,
-     "(program, target, graph text) of a .tfa file, ready to run on its device");
+     "(program, target, graph text, metadata) of a .tfa file, ready to run on its device");
   m.def("cuda_devices", []() {
     std::string why;
     int n = cudaDeviceCount(&why);

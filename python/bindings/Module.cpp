@@ -91,9 +91,10 @@ PYBIND11_MODULE(_core, m) {
       .def("value_and_grad", &Graph::valueAndGrad, py::arg("wrt"))
       .def("compile", &Graph::compile, py::arg("device") = "cpu")
       .def("cuda_source", &Graph::cudaSource, py::arg("target") = "cuda:sm_90")
-      .def("compile_artifact", [](const Graph &g, const std::string &target) {
-        return py::bytes(g.compileArtifact(target));
-      }, py::arg("target") = "cpu")
+      .def("compile_artifact", [](const Graph &g, const std::string &target,
+                                  const std::string &metadata) {
+        return py::bytes(g.compileArtifact(target, metadata));
+      }, py::arg("target") = "cpu", py::arg("metadata") = "")
       .def("cuda_ptx", &Graph::cudaPtx, py::arg("target") = "cuda:sm_90")
       .def("compile_cuda", [](const Graph &g, const std::string &target) {
         py::list rows;

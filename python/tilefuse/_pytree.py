@@ -53,3 +53,15 @@ def leaf_names(spec):
 
     walk(spec, "")
     return names
+
+
+def spec_to_json(spec):
+    """`spec` as JSON-ready lists (dict keys must be strings or ints)."""
+    kind, keys, specs = spec
+    return [kind, keys, None if specs is None else [spec_to_json(s) for s in specs]]
+
+
+def spec_from_json(data):
+    """The spec spec_to_json wrote."""
+    kind, keys, specs = data
+    return (kind, keys, None if specs is None else [spec_from_json(s) for s in specs])

@@ -1,6 +1,7 @@
 """Tracing: run a Python function on symbolic tensors to build a graph."""
 import collections
 import inspect
+import json
 import math
 import os
 import sys
@@ -1002,10 +1003,14 @@ def _np_einsum(*operands, out=None, optimize=False, **kwargs):
 class Graph:
     """A graph-dialect program: from `trace` or `parse`."""
 
-    def __init__(self, core_graph, in_spec=None, out_spec=None):
+    def __init__(self, core_graph, in_spec=None, out_spec=None, interface=None):
         self._graph = core_graph
         self._in_spec = in_spec
         self._out_spec = out_spec
+        # What an exported artifact records of the Python interface (JSON):
+        # argument structure and names, so a loaded function takes the same
+        # dicts the traced one did.
+        self._interface = interface
 
     def mlir(self):
         """The textual graph-dialect IR."""
@@ -1059,7 +1064,18 @@ class Graph:
         ("cpu": a kernel library for this machine's CPU; "cuda:sm_XX":
         cubins); `tilefuse.load(path)` or `tilefuse-run path` runs it."""
         with open(path, "wb") as f:
-            f.write(self._graph.compile_artifact(target))
+            f.write(self._graph.compile_artifact(target, json.dumps(self._artifact_interface())))
+
+    def _artifact_interface(self):
+        if self._interface is not None:
+            return self._interface
+        if self._in_spec is None:
+            return {"kind": "function"}
+        names = _pytree.leaf_names(self._in_spec)
+        return {"kind": "function", "in_spec": _pytree.spec_to_json(self._in_spec),
+                "out_spec": None if self._out_spec is None
+                else _pytree.spec_to_json(self._out_spec),
+                "argument_names": names}
 
     def report(self):
         """One dict per kernel, in execution order: name, kind (pointwise,

@@ -3,6 +3,7 @@ so it works in a runtime-only installation (no compiler) too.
 
 Also what both compiled and loaded functions share: `Report` (the table
 report() returns) and state dicts (`save`, `load_state_dict`)."""
+import json
 import math
 import os
 import time
@@ -11,6 +12,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
+from . import _pytree
 from ._runtime import CompileError, load_artifact
 
 
@@ -346,18 +348,28 @@ _NUMPY = {"f32": np.float32, "f64": np.float64, "f16": np.float16, "bf16": np.fl
 # ---------------------------------------------------------------------------
 
 class LoadedFunction:
-    """A graph loaded from an artifact. Call it with the graph's arguments
-    (flat: numpy arrays, or DLPack tensors of the artifact's device such as
-    torch CUDA tensors, passed without a copy); returns numpy arrays. The
-    artifact keeps neither the traced function's argument structure (dicts,
-    nesting) nor names: arguments are arg0, arg1, ... in flattened order
-    (dict keys sorted)."""
+    """A graph loaded from an artifact. Call it with the arguments the traced
+    function took (numpy arrays, or DLPack tensors of the artifact's device
+    such as torch CUDA tensors, passed without a copy; nested in the same
+    dicts, lists and tuples); returns numpy arrays in the structure the
+    traced function returned. Artifacts of parsed or command-line graphs
+    record no structure: their arguments are flat, named arg0, arg1, ..."""
 
-    def __init__(self, program, target, graph_text):
+    def __init__(self, program, target, graph_text, metadata=""):
         self._program = program
         self.target = target
         self.graph_text = graph_text
         self._profiling = None
+        try:
+            self.interface = json.loads(metadata) if metadata else {}
+        except ValueError as e:
+            raise CompileError(f"corrupt artifact: its interface record is not JSON ({e})")
+        spec = self.interface.get("in_spec")
+        self._in_spec = None if spec is None else _pytree.spec_from_json(spec)
+        spec = self.interface.get("out_spec")
+        self._out_spec = None if spec is None else _pytree.spec_from_json(spec)
+        names = self.interface.get("argument_names")
+        self._names = names if names and len(names) == len(program.arguments) else None
 
     @property
     def device(self):
@@ -366,8 +378,10 @@ class LoadedFunction:
 
     @property
     def arguments(self):
-        """(name, dtype, shape) of every argument."""
-        return [(n, d, tuple(s)) for n, d, s in self._program.arguments]
+        """(name, dtype, shape) of every argument: the traced argument's path
+        ("0.w1" for args[0]["w1"]) where the artifact recorded it."""
+        return [(self._names[i] if self._names else n, d, tuple(s))
+                for i, (n, d, s) in enumerate(self._program.arguments)]
 
     @property
     def results(self):
@@ -375,7 +389,20 @@ class LoadedFunction:
         return [(n, d, tuple(s)) for n, d, s in self._program.results]
 
     def __call__(self, *args):
+        if self._in_spec is not None:
+            leaves, spec = _pytree.flatten(list(args))
+            if spec != self._in_spec:
+                want, got = len(self._in_spec[2]), len(spec[2])
+                if want != got:
+                    raise CompileError(f"the compiled function takes {want} arguments, got {got}")
+                raise CompileError(
+                    "the arguments do not have the structure (dicts, keys, nesting) the "
+                    f"function was traced with: expected {_describe_spec(self._in_spec)}, got "
+                    f"{_describe_spec(spec)}")
+            args = leaves
         results = self._program.run(list(args))
+        if self._out_spec is not None:
+            return _pytree.unflatten(self._out_spec, list(results))
         return results[0] if len(results) == 1 else tuple(results)
 
     def run(self, args, out="numpy"):
@@ -419,12 +446,14 @@ class LoadedTrainStep(LoadedFunction):
     returns the loss.
 
     state_dict() / load_state_dict() save and restore the kept arguments
-    under the artifact's argument names (arg0, arg1, ...: the artifact
-    records no parameter or optimizer-state names). The step number and
-    learning rate are arguments of every call, so the caller keeps them."""
+    under the artifact's argument names: "params/<name>" and
+    "<slot>/<name>" (TrainStep.state_dict's keys) for steps exported from
+    Python, arg0, arg1, ... for steps from tilefuse-compile. The step
+    number and learning rate are arguments of every call, so the caller
+    keeps them."""
 
-    def __init__(self, program, target, graph_text):
-        super().__init__(program, target, graph_text)
+    def __init__(self, program, target, graph_text, metadata=""):
+        super().__init__(program, target, graph_text, metadata)
         self._aliases = sorted(program.aliases, key=lambda ra: ra[1])
         self._kept = [a for _, a in self._aliases]
         self._ready = False
@@ -478,7 +507,17 @@ class LoadedTrainStep(LoadedFunction):
         return names
 
     def __call__(self, *args):
+        """step(batch, [seed,] step, lr) -> loss; the batch as the dict (or
+        nesting) the step was traced with, or its leaves one by one."""
         self._require_state()
+        spec = self.interface.get("batch_spec")
+        if spec is not None and args and isinstance(args[0], (dict, list, tuple)):
+            leaves, got = _pytree.flatten(args[0])
+            if got != _pytree.spec_from_json(spec):
+                raise CompileError(
+                    "the batch does not have the structure the step was traced with: expected "
+                    f"{_describe_spec(_pytree.spec_from_json(spec))}, got {_describe_spec(got)}")
+            args = tuple(leaves) + tuple(args[1:])
         n = len(self._program.arguments)
         if len(args) != n - len(self._kept):
             raise CompileError(f"the training step takes {n - len(self._kept)} arguments "
@@ -500,6 +539,17 @@ def load(path, cuda_graphs=True, allow_tf32=False):
     per call unless cuda_graphs=False; f32 GEMMs in full f32 unless
     allow_tf32=True). A truncated, corrupt, other-version, other-CPU or
     other-GPU-architecture artifact raises CompileError."""
-    program, target, text = load_artifact(str(path), cuda_graphs, allow_tf32)
+    program, target, text, metadata = load_artifact(str(path), cuda_graphs, allow_tf32)
     cls = LoadedTrainStep if program.aliases else LoadedFunction
-    return cls(program, target, text)
+    return cls(program, target, text, metadata)
+
+
+def _describe_spec(spec):
+    """A pytree spec as a short Python-like text: {'w': *, 'b': *}, [*, *]."""
+    kind, keys, specs = spec
+    if kind == "leaf":
+        return "*"
+    inner = [_describe_spec(s) for s in specs]
+    if kind == "dict":
+        return "{" + ", ".join(f"{k!r}: {v}" for k, v in zip(keys, inner)) + "}"
+    return ("(" if kind == "tuple" else "[") + ", ".join(inner) + (")" if kind == "tuple" else "]")

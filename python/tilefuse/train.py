@@ -199,4 +199,13 @@ def _build_train_step(loss_fn, params, example_batch, optimizer, seed):
     graph = loss_graph._graph.train_step(len(param_leaves), **config)
     from ._tracing import Graph
 
-    return Graph(graph), names, param_leaves, batch_spec, uses_seed
+    # The artifact's argument names: the state_dict() keys of TrainStep.
+    param_names = _pytree.leaf_names(names)
+    batch_names = ["batch/" + n if n else "batch" for n in _pytree.leaf_names(batch_spec)]
+    argument_names = ([f"params/{n}" for n in param_names] +
+                      [f"{slot}/{n}" for slot in optimizer.state_names() for n in param_names] +
+                      batch_names + (["seed"] if uses_seed else []) + ["step", "lr"])
+    interface = {"kind": "train_step", "argument_names": argument_names,
+                 "batch_spec": _pytree.spec_to_json(batch_spec), "uses_seed": uses_seed,
+                 "optimizer": config["kind"]}
+    return Graph(graph, interface=interface), names, param_leaves, batch_spec, uses_seed

@@ -169,3 +169,66 @@ def test_run_tool_takes_npy_inputs_and_saves_npy_results(rng, tmp_path):
         bad = subprocess.run(["tilefuse-run", str(path), "--inputs=" + inputs],
                              capture_output=True, text=True)
         assert bad.returncode == 1 and reason in bad.stderr, (reason, bad.stderr)
+
+
+def test_loaded_functions_take_and_return_the_traced_structure(rng, tmp_path):
+    """An exported artifact records the traced arguments' structure and
+    names: the loaded function takes the same dicts and returns the same
+    structure; another structure is refused with what was expected."""
+    params = {"w": rng.standard_normal((4, 3)).astype(np.float32),
+              "b": rng.standard_normal(3).astype(np.float32)}
+    x = rng.standard_normal((5, 4)).astype(np.float32)
+
+    def f(p, x):
+        y = x @ p["w"] + p["b"]
+        return {"y": y, "sum": y.sum()}
+
+    g = tilefuse.trace(f, params, x)
+    path = tmp_path / "f.tfa"
+    g.export(path)
+    loaded = tilefuse.load(path)
+    got, want = loaded(params, x), g.interpret(params, x)
+    assert set(got) == {"y", "sum"}
+    for k in got:
+        np.testing.assert_allclose(got[k], want[k], rtol=1e-5, atol=1e-6)
+    assert [a[0] for a in loaded.arguments] == ["0.b", "0.w", "1"]
+    with pytest.raises(tilefuse.CompileError, match=r"expected \[\{'b': \*, 'w': \*\}, \*\]"):
+        loaded({"w": params["w"]}, x)
+    with pytest.raises(tilefuse.CompileError, match="takes 2 arguments, got 1"):
+        loaded(params)
+
+
+def test_a_training_step_artifact_resumes_a_compiled_steps_state(rng, tmp_path):
+    """The artifact of a training step names its kept arguments as
+    TrainStep.state_dict() does, so a state saved from a compiled step loads
+    into the artifact and both continue identically."""
+    params = {"l1": {"w": rng.standard_normal((6, 4)).astype(np.float32)},
+              "b": np.zeros(4, np.float32)}
+    batch = {"x": rng.standard_normal((8, 6)).astype(np.float32),
+             "y": rng.standard_normal((8, 4)).astype(np.float32)}
+
+    def loss_fn(p, b):
+        return F.mse_loss(b["x"] @ p["l1"]["w"] + p["b"], b["y"])
+
+    opt = tilefuse.optim.AdamW(lr=1e-2)
+    step = tilefuse.compile_train_step(loss_fn, params, batch, optimizer=opt, device="cpu")
+    for _ in range(2):
+        step(batch)
+    saved = step.state_dict()
+    path = tmp_path / "step.tfa"
+    tilefuse.train_step_graph(loss_fn, params, batch, opt).export(path)
+    loaded = tilefuse.load(path)
+    kept = {k: v for k, v in saved.items() if "/" in k}
+    assert sorted(kept) == sorted(n for n, _, _ in (loaded.arguments[a]
+                                                     for a in loaded.state_arguments))
+    loaded.load_state_dict(kept)
+    t = saved["step"] + 1
+    want = step(batch)
+    got = loaded(batch, np.int64(t), np.float64(saved["lr"]))  # the batch as traced
+    np.testing.assert_allclose(got, want, rtol=1e-6)
+    with pytest.raises(tilefuse.CompileError, match="structure the step was traced with"):
+        loaded({"x": batch["x"]}, np.int64(t + 1), np.float64(saved["lr"]))
+    after = loaded.state_dict()
+    for k, v in step.state_dict().items():
+        if "/" in k:
+            np.testing.assert_allclose(after[k], v, rtol=1e-6, atol=1e-7, err_msg=k)

@@ -163,3 +163,34 @@ def test_loaded_function_report(rng, tmp_path):
     timed = loaded.report(profile=True)
     assert timed.calls == 1 and all(r["seconds"] > 0 for r in timed)
     assert "GB/s" in _table_lines(timed)[1]
+
+
+def test_rows_name_the_traced_source_lines(tmp_path):
+    """Every step knows the user's lines it came from (file:line, backward
+    kernels the forward line), and keeps them through an artifact."""
+    import inspect
+    import numpy as np
+    import tilefuse
+    import tilefuse.functional as F
+
+    x = np.ones((8, 4), np.float32)
+    w = np.ones((4, 3), np.float32)
+
+    def f(x, w):
+        h = x @ w
+        return F.relu(h).sum()
+    line = inspect.getsourcelines(f)[1]
+    g = tilefuse.trace(f, x, w)
+    rows = g.compile("cpu").report()
+    where = {r["name"]: r["source"] for r in rows}
+    assert all(src for src in where.values()), where
+    assert any(f"{__file__}:{line + 1}" in src for src in where.values()), where
+    assert any(f"{__file__}:{line + 2}" in src for src in where.values()), where
+    assert "test_report.py:" in str(rows)
+    back = g.value_and_grad(wrt=(1,)).compile("cpu").report()
+    gemms = [r for r in back if r["name"] == "gemm"]
+    assert len(gemms) == 2 and all(f"{__file__}:{line + 1}" in r["source"] for r in gemms), back
+    path = tmp_path / "f.tfa"
+    g.export(path)
+    loaded = tilefuse.load(path).report()
+    assert [r["source"] for r in loaded] == [r["source"] for r in rows]
