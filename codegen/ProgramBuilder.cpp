@@ -6,6 +6,7 @@
 #include "ir/graph/GraphDialect.h"
 #include "ir/tile/TileDialect.h"
 #include "passes/TargetInfo.h"
+#include "passes/PassUtils.h"
 #include "passes/TrainStep.h"
 
 #include "mlir/IR/BuiltinAttributes.h"
@@ -387,6 +388,8 @@ private:
 FailureOr<Program> tilefuse::buildProgram(func::FuncOp func,
                                           const TargetInfo &target,
                                           ModuleOp kernels) {
+  if (failed(verifyGraphFunction(func)))
+    return failure();
   hoistDenseConstants(func);
   FailureOr<Program> program = ProgramAssembler(func, target, kernels).build();
   if (failed(program))

@@ -100,6 +100,10 @@ std::shared_ptr<Graph> Graph::parse(const std::string &text,
     throw CompileError("the module has " + std::to_string(funcs.size()) +
                        " functions; name the entry function");
   }
+  if (impl->func().isExternal())
+    throw CompileError("function '" + impl->entry +
+                       "' is declared without a body; tilefuse compiles functions defined in "
+                       "the module");
   // Every argument and result must be a tensor type tilefuse supports.
   auto fnType = impl->func().getFunctionType();
   for (Type t : llvm::concat<const Type>(fnType.getInputs(), fnType.getResults()))

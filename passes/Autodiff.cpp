@@ -19,6 +19,7 @@
 #include "passes/Autodiff.h"
 
 #include "ir/graph/GraphEmitter.h"
+#include "passes/PassUtils.h"
 #include "passes/Passes.h"
 
 #include "mlir/IR/Builders.h"
@@ -328,6 +329,8 @@ LogicalResult ReverseBuilder::visit(Operation *op, Value g) {
 FailureOr<func::FuncOp> tilefuse::buildValueAndGrad(func::FuncOp primal,
                                                     ArrayRef<unsigned> wrt,
                                                     StringRef name) {
+  if (failed(verifyGraphFunction(primal)))
+    return failure();
   auto fnType = primal.getFunctionType();
   if (fnType.getNumResults() == 0 ||
       !isFloatTensor(primal.getBody().front().getTerminator()->getOperand(0)) ||
@@ -401,7 +404,6 @@ namespace tilefuse {
 #include "passes/Passes.h.inc"
 } // namespace tilefuse
 
-#include "passes/PassUtils.h"
 
 namespace {
 struct AutodiffPass : tilefuse::impl::AutodiffPassBase<AutodiffPass> {

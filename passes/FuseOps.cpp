@@ -663,6 +663,8 @@ struct FuseOpsPass : tilefuse::impl::FuseOpsPassBase<FuseOpsPass> {
 
 LogicalResult tilefuse::fuseFunction(func::FuncOp func, const TargetInfo &target,
                                      bool remarks) {
+  if (failed(verifyGraphFunction(func)))
+    return failure();
   // stop_gradient only matters to differentiation, which is done by now.
   SmallVector<StopGradientOp> identities(func.getBody().front().getOps<StopGradientOp>());
   for (StopGradientOp op : identities) {

@@ -4,6 +4,7 @@
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/BuiltinOps.h"
+#include "mlir/IR/BuiltinTypes.h"
 
 namespace tilefuse {
 
@@ -23,6 +24,32 @@ inline mlir::func::FuncOp findFunction(mlir::ModuleOp module,
     return nullptr;
   }
   return *funcs.begin();
+}
+
+/// Whether `f` is a graph function the compiler can take: defined here
+/// (not a declaration), taking and returning statically shaped tensors.
+/// Emits the reason on `f` when not.
+inline mlir::LogicalResult verifyGraphFunction(mlir::func::FuncOp f) {
+  if (f.isExternal())
+    return f.emitError("function @")
+           << f.getSymName()
+           << " is declared without a body; tilefuse compiles functions defined in the module";
+  auto type = f.getFunctionType();
+  auto check = [&](mlir::Type t, const char *what, unsigned i) -> mlir::LogicalResult {
+    auto tensor = llvm::dyn_cast<mlir::RankedTensorType>(t);
+    if (tensor && tensor.hasStaticShape())
+      return mlir::success();
+    return f.emitError() << what << " " << i << " of @" << f.getSymName() << " is " << t
+                         << "; graph functions take and return statically shaped tensors "
+                            "(a scalar is a 0-d tensor, e.g. tensor<f32>)";
+  };
+  for (auto [i, t] : llvm::enumerate(type.getInputs()))
+    if (mlir::failed(check(t, "argument", i)))
+      return mlir::failure();
+  for (auto [i, t] : llvm::enumerate(type.getResults()))
+    if (mlir::failed(check(t, "result", i)))
+      return mlir::failure();
+  return mlir::success();
 }
 
 } // namespace tilefuse

@@ -26,6 +26,7 @@
 #include <array>
 #include <map>
 #include <numeric>
+#include <tuple>
 
 using namespace mlir;
 using namespace tilefuse;
@@ -357,7 +358,10 @@ private:
       kc.push_back(dc[d]);
     return matchUnitDims(kc, k.keptShape, shape);
   }
-  void bindArguments(unsigned extraBeforeOutputs);
+  /// Maps the fusion's inputs to the kernel's first arguments and, unless
+  /// `partial` (a partial kernel writes slots, not the fusion's results),
+  /// its results to the arguments after `extraBeforeOutputs` slot pointers.
+  void bindArguments(unsigned extraBeforeOutputs, bool partial = false);
   Coords unitCoords(Value v) { return Coords(shapeOf(v).size(), constCoord(0)); }
   Value chunkId;      ///< partial kernel: the slice this program reduces
   int64_t chunks = 0; ///< partial kernel: number of slices
@@ -609,6 +613,14 @@ FailureOr<Value> KernelEmitter::elementwise(Operation *op, const Coords &c) {
   };
   using P = arith::CmpFPredicate;
   using I = arith::CmpIPredicate;
+  /// An integer divisor that cannot trap (1 where it is 0 or -1), and those
+  /// two conditions.
+  auto safeDivisor = [&](Value d) -> std::tuple<Value, Value, Value> {
+    Value isZero = b.create<arith::CmpIOp>(loc, I::eq, d, likeInt(d, 0));
+    Value isM1 = b.create<arith::CmpIOp>(loc, I::eq, d, likeInt(d, -1));
+    Value trap = b.create<arith::OrIOp>(loc, isZero, isM1);
+    return {b.create<arith::SelectOp>(loc, trap, likeInt(d, 1), d), isZero, isM1};
+  };
   if (isa<AddOp>(op)) return isFloat ? Value(b.create<arith::AddFOp>(loc, xs[0], xs[1])) : b.create<arith::AddIOp>(loc, xs[0], xs[1]);
   if (isa<SubOp>(op)) return isFloat ? Value(b.create<arith::SubFOp>(loc, xs[0], xs[1])) : b.create<arith::SubIOp>(loc, xs[0], xs[1]);
   if (isa<MulOp>(op)) return isFloat ? Value(b.create<arith::MulFOp>(loc, xs[0], xs[1])) : b.create<arith::MulIOp>(loc, xs[0], xs[1]);
@@ -617,10 +629,8 @@ FailureOr<Value> KernelEmitter::elementwise(Operation *op, const Coords &c) {
       return b.create<arith::DivFOp>(loc, xs[0], xs[1]).getResult();
     // Integer division never traps in a kernel: x / 0 is 0 and
     // INT_MIN / -1 wraps (the interpreter reports division by zero).
-    Value zero = likeInt(xs[1], 0), one = likeInt(xs[1], 1), minus1 = likeInt(xs[1], -1);
-    Value isZero = b.create<arith::CmpIOp>(loc, I::eq, xs[1], zero);
-    Value isM1 = b.create<arith::CmpIOp>(loc, I::eq, xs[1], minus1);
-    Value safe = b.create<arith::SelectOp>(loc, b.create<arith::OrIOp>(loc, isZero, isM1), one, xs[1]);
+    auto [safe, isZero, isM1] = safeDivisor(xs[1]);
+    Value zero = likeInt(xs[1], 0);
     Value q = b.create<arith::DivSIOp>(loc, xs[0], safe);
     Value neg = b.create<arith::SubIOp>(loc, zero, xs[0]);
     q = b.create<arith::SelectOp>(loc, isM1, neg, q);
@@ -630,11 +640,8 @@ FailureOr<Value> KernelEmitter::elementwise(Operation *op, const Coords &c) {
   if (isa<RemOp>(op)) {
     if (isFloat)
       return b.create<arith::RemFOp>(loc, xs[0], xs[1]).getResult();
-    // As division: never traps; x % 0 is 0 and x % -1 is 0.
-    Value zero = likeInt(xs[1], 0), one = likeInt(xs[1], 1), minus1 = likeInt(xs[1], -1);
-    Value isZero = b.create<arith::CmpIOp>(loc, I::eq, xs[1], zero);
-    Value isM1 = b.create<arith::CmpIOp>(loc, I::eq, xs[1], minus1);
-    Value safe = b.create<arith::SelectOp>(loc, b.create<arith::OrIOp>(loc, isZero, isM1), one, xs[1]);
+    // As division: never traps; x % 0 is 0 and x % -1 is 0 (divided by 1).
+    Value safe = std::get<0>(safeDivisor(xs[1]));
     return b.create<arith::RemSIOp>(loc, xs[0], safe).getResult();
   }
   if (isa<MaximumOp>(op)) return isFloat ? Value(b.create<arith::MaximumFOp>(loc, xs[0], xs[1])) : b.create<arith::MaxSIOp>(loc, xs[0], xs[1]);
@@ -1072,6 +1079,9 @@ LogicalResult KernelEmitter::store(unsigned output, const Coords &c) {
     x = b.create<arith::ExtUIOp>(loc, like(st), x);
   else if (computeType(dt) != dt)
     x = b.create<arith::TruncFOp>(loc, like(st), x);
+  if (output >= outputPointers.size())
+    return fusion.emitOpError("internal error: result ")
+           << output << " has no output argument in kernel '" << kernel.getSymName() << "'";
   Value ptr = outputPointers[output];
   if (vecOffsets)
     b.create<tile::ScatterOp>(loc, x, ptr, vecOffsets, activeMask());
@@ -1096,20 +1106,22 @@ LogicalResult KernelEmitter::store(unsigned output, const Coords &c) {
   return success();
 }
 
-void KernelEmitter::bindArguments(unsigned extraBeforeOutputs) {
+void KernelEmitter::bindArguments(unsigned extraBeforeOutputs, bool partial) {
   Block &entry = kernel.getBody().front();
   b.setInsertionPointToStart(&entry);
   memo.emplace_back();
   Block &body = fusion.getBody().front();
   for (auto [i, arg] : llvm::enumerate(body.getArguments()))
     argPointers[arg] = entry.getArgument(i);
+  if (partial)
+    return;
   for (unsigned i = 0; i < fusion.getNumResults(); ++i)
     outputPointers.push_back(
         entry.getArgument(body.getNumArguments() + extraBeforeOutputs + i));
 }
 
 LogicalResult KernelEmitter::emitPartial(int64_t n, ArrayRef<Operation *> reductions) {
-  bindArguments(0);
+  bindArguments(0, /*partial=*/true);
   Block &entry = kernel.getBody().front();
   unsigned firstSlot = fusion.getBody().front().getNumArguments();
   kernel->setAttr(tile::kGridAttr, b.getI64IntegerAttr(n));
@@ -1186,7 +1198,7 @@ Coords KernelEmitter::keptDomainCoords(const KeptSpace &k, Value pid) {
 }
 
 LogicalResult KernelEmitter::emitColumnPartial(int64_t n, ArrayRef<Operation *> reductions) {
-  bindArguments(0);
+  bindArguments(0, /*partial=*/true);
   Block &entry = kernel.getBody().front();
   unsigned firstSlot = fusion.getBody().front().getNumArguments();
   KeptSpace ks = keptSpace();

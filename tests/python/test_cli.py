@@ -78,3 +78,26 @@ def test_opt_help_shows_tilefuse_options_first():
     everything = _run("tilefuse-opt", "--help-mlir")
     assert everything.returncode == 0 and len(everything.stdout.splitlines()) > 100
     assert "--mlir-print-ir-after-all" in everything.stdout
+
+
+@pytest.mark.parametrize("text,reason", [
+    ("func.func private @f(%x: tensor<4xf32>) -> tensor<4xf32>\n",
+     "is declared without a body"),
+    ("func.func @g(%x: f32, %y: tensor<4xf32>) -> tensor<4xf32> {\n"
+     "  %0 = graph.neg %y : tensor<4xf32>\n  return %0 : tensor<4xf32>\n}\n",
+     "graph functions take and return statically shaped tensors"),
+])
+def test_functions_the_compiler_cannot_take_are_refused_never_crash(tmp_path, text, reason):
+    src = tmp_path / "bad.mlir"
+    src.write_text(text)
+    runs = [_run("tilefuse-compile", str(src), "-o", str(tmp_path / "x.tfa"))]
+    runs += [_run("tilefuse-opt", str(src), f"--emit={stage}", f"--target={target}")
+             for stage, target in [("fused", "cpu"), ("tile", "cpu"), ("llvm", "cpu"),
+                                   ("cuda", "cuda:sm_90")]]
+    for out in runs:
+        assert out.returncode in (1, 2), (out.args, out.returncode, out.stderr[-2000:])
+        assert reason in out.stderr or "arguments and results must be statically shaped" \
+            in out.stderr, (out.args, out.stderr[-2000:])
+    import tilefuse
+    with pytest.raises(tilefuse.CompileError):
+        tilefuse.parse(text).fuse()

@@ -419,3 +419,16 @@ def test_split_column_reductions_match_the_interpreter(rng, case):
     fn = graph.compile("cpu")
     assert any(r["name"].endswith("_partial") for r in fn.report()), fn.report()
     assert_compiled_close(fn(*args), graph.interpret(*args), f"split column reduction {case}")
+
+
+def test_split_column_reduction_with_more_results_than_reductions(rng):
+    """A split column reduction whose fusion has more results than reductions
+    (s, s * 2, exp(s)): the partial kernel has one slot per reduction and no
+    outputs (binding one output per result read past its arguments)."""
+    x = rng.standard_normal((4096, 8)).astype(np.float32)
+    fn = lambda t: (lambda s: (s, s * 2, s.exp()))(t.sum(0))  # noqa: E731
+    got = tilefuse.compile(fn, x, device="cpu")(x)
+    want = tilefuse.trace(fn, x).interpret(x)
+    assert any(r["name"].endswith("_partial") for r in tilefuse.compile(fn, x).report())
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5)

@@ -12,6 +12,7 @@ import pytest
 
 import tilefuse
 import tilefuse.functional as F
+from compile_errors import raises_compile_error
 
 THIS_FILE = os.path.basename(__file__)
 
@@ -21,14 +22,6 @@ W52 = np.zeros((5, 2), np.float32)
 V4 = np.ones((4,), np.float32)
 
 
-def raises_compile_error(fn, *substrings):
-    """Runs fn, expects CompileError whose message contains every substring."""
-    with pytest.raises(tilefuse.CompileError) as info:
-        fn()
-    msg = str(info.value)
-    for s in substrings:
-        assert s in msg, f"CompileError message lacks {s!r}: {msg!r}"
-    return msg
 
 
 def test_compile_error_is_a_value_error():

@@ -26,6 +26,7 @@ import pytest
 
 import tilefuse
 from test_autodiff import check_gradients
+from compile_errors import raises_compile_error
 
 F32_RTOL, F32_ATOL = 1e-5, 1e-6
 F64_RTOL, F64_ATOL = 1e-12, 1e-12
@@ -91,13 +92,6 @@ def f64(x):
     return np.asarray(x).astype(np.float64)
 
 
-def raises_compile_error(fn, *substrings):
-    with pytest.raises(tilefuse.CompileError) as info:
-        fn()
-    msg = str(info.value)
-    for s in substrings:
-        assert s in msg, f"CompileError message lacks {s!r}: {msg!r}"
-    return msg
 
 
 # ---------------------------------------------------------------------------

@@ -41,6 +41,7 @@ import pytest
 import tilefuse
 import tilefuse.functional as F
 from test_autodiff import check_gradients
+from compile_errors import raises_compile_error
 
 F32_RTOL, F32_ATOL = 1e-5, 1e-6
 F64_RTOL, F64_ATOL = 1e-12, 1e-12
@@ -114,13 +115,6 @@ def assert_exact(what, backend, got, want, seed, shapes):
         raise AssertionError(f"{ctx}: got\n{got}\nwant\n{want}")
 
 
-def raises_compile_error(fn, *substrings):
-    with pytest.raises(tilefuse.CompileError) as info:
-        fn()
-    msg = str(info.value)
-    for s in substrings:
-        assert s in msg, f"CompileError message lacks {s!r}: {msg!r}"
-    return msg
 
 
 def names_shape(msg, shape):
