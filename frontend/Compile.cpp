@@ -30,6 +30,7 @@
 
 #include <chrono>
 #include <cstdlib>
+#include <list>
 #include <map>
 #include <mutex>
 
@@ -209,6 +210,64 @@ compileArtifacts(const Graph::Impl &g, const TargetInfo &target) {
 
 } // namespace
 
+namespace {
+/// Compiled graphs by (target, graph text), the most recently used first,
+/// at most TILEFUSE_COMPILE_CACHE entries (default 64): a sweep over many
+/// graphs must not grow without bound. Executables keep their own artifacts
+/// alive; an evicted graph is compiled again when asked for.
+struct CompileCache {
+  std::mutex mutex;
+  std::list<std::pair<std::string, std::shared_ptr<const CompiledArtifacts>>> entries;
+  std::map<std::string, decltype(entries)::iterator> index;
+
+  size_t capacity() const {
+    const char *v = std::getenv("TILEFUSE_COMPILE_CACHE");
+    if (!v || !*v)
+      return 64;
+    char *end = nullptr;
+    long n = std::strtol(v, &end, 10);
+    return *end == '\0' && n >= 0 ? size_t(n) : 64;
+  }
+  std::shared_ptr<const CompiledArtifacts> find(const std::string &key) {
+    auto it = index.find(key);
+    if (it == index.end())
+      return nullptr;
+    entries.splice(entries.begin(), entries, it->second);
+    return it->second->second;
+  }
+  void insert(const std::string &key, std::shared_ptr<const CompiledArtifacts> art) {
+    size_t limit = capacity();
+    if (limit == 0)
+      return;
+    entries.emplace_front(key, std::move(art));
+    index[key] = entries.begin();
+    while (entries.size() > limit) {
+      index.erase(entries.back().first);
+      entries.pop_back();
+    }
+  }
+  void clear() {
+    index.clear();
+    entries.clear();
+  }
+};
+
+CompileCache &compileCache() {
+  // Never destroyed: JIT code still cached must outlive LLVM's own static
+  // destructors at process exit.
+  static auto *cache = new CompileCache();
+  return *cache;
+}
+} // namespace
+
+size_t Graph::clearCompileCache() {
+  CompileCache &cache = compileCache();
+  std::lock_guard<std::mutex> lock(cache.mutex);
+  size_t n = cache.entries.size();
+  cache.clear();
+  return n;
+}
+
 std::shared_ptr<Executable> Graph::compile(const std::string &device) const {
   auto start = std::chrono::steady_clock::now();
   std::string targetName = device;
@@ -226,23 +285,19 @@ std::shared_ptr<Executable> Graph::compile(const std::string &device) const {
     throw CompileError("unknown device '" + device + "'; expected 'cpu' or 'cuda'");
   }
   std::unique_ptr<TargetInfo> target = TargetInfo::get(targetName);
-  static std::mutex mutex;
-  // Never destroyed: the JIT's code must outlive LLVM's own static
-  // destructors at process exit.
-  static auto &cache =
-      *new std::map<std::string, std::shared_ptr<const CompiledArtifacts>>();
   // The CPU kernels are compiled for TILEFUSE_CPU's CPU when it is set.
   const char *cpu = targetName == "cpu" ? std::getenv("TILEFUSE_CPU") : nullptr;
   std::string key = targetName + (cpu ? std::string("/") + cpu : "") + "\n@" + impl_->entry +
                     "\n" + mlir();
-  std::lock_guard<std::mutex> lock(mutex);
-  auto it = cache.find(key);
+  CompileCache &cache = compileCache();
+  std::lock_guard<std::mutex> lock(cache.mutex);
   // (one compile at a time: the MLIR context is single-threaded)
-  bool hit = it != cache.end();
-  std::shared_ptr<const CompiledArtifacts> art =
-      hit ? it->second : compileArtifacts(*impl_, *target);
-  if (!hit)
-    cache.emplace(key, art);
+  std::shared_ptr<const CompiledArtifacts> art = cache.find(key);
+  bool hit = art != nullptr;
+  if (!hit) {
+    art = compileArtifacts(*impl_, *target);
+    cache.insert(key, art);
+  }
   double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return std::make_shared<Executable>(art, hit, seconds);

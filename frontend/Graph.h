@@ -99,6 +99,10 @@ public:
   /// An ahead-of-time artifact (runtime/Artifact.h) of this graph for
   /// `target`: "cpu" (a shared library for this machine's CPU) or
   /// "cuda:sm_XX" (cubins). The bytes of the .tfa file.
+  /// Empties the in-process cache of compiled graphs (compile() fills it,
+  /// at most TILEFUSE_COMPILE_CACHE entries); returns how many it held.
+  static size_t clearCompileCache();
+
   /// `metadata` is stored as is (Artifact::metadata).
   std::string compileArtifact(const std::string &target = "cpu",
                               const std::string &metadata = "") const;

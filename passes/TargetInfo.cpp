@@ -62,9 +62,10 @@ std::string tilefuse::gemmEpilogueKind(mlir::Operation *op) {
 
 namespace {
 
+/// The least power of two >= n, at most 2^62 (doubling past it overflows).
 int64_t powerOfTwoAtLeast(int64_t n) {
   int64_t p = 1;
-  while (p < n)
+  while (p < n && p < (int64_t(1) << 62))
     p *= 2;
   return p;
 }

@@ -18,7 +18,12 @@ std::vector<HostTensor> Executor::run(const std::vector<HostTensor> &args) {
                          dtypeName(args[i].dtype) + shapeToString(args[i].shape) +
                          "; the program was compiled for " + dtypeName(want.dtype) +
                          shapeToString(want.shape));
-    ptrs.push_back({args[i].bytes.data(), false});
+    // A zero-size argument has no bytes but is given: never a null pointer
+    // (which means "missing").
+    static const uint64_t noElements = 0;
+    const void *data = args[i].bytes.empty() ? static_cast<const void *>(&noElements)
+                                             : args[i].bytes.data();
+    ptrs.push_back({data, false});
   }
   std::vector<HostTensor> out;
   runThen(ptrs, [&] {

@@ -7,6 +7,8 @@
 //===----------------------------------------------------------------------===//
 #include "runtime/Npy.h"
 
+#include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <regex>
@@ -67,15 +69,35 @@ HostTensor tilefuse::readNpy(const std::string &path) {
     throw bad("the header has no 'shape'");
   Shape shape;
   std::string dims = m[1].str();
-  std::regex number(R"(\d+)");
-  for (auto it = std::sregex_iterator(dims.begin(), dims.end(), number);
-       it != std::sregex_iterator(); ++it)
-    shape.push_back(std::stoll(it->str()));
-  HostTensor t(d->dtype, shape);
+  // Comma-separated whole numbers, a trailing comma allowed ("(3,)").
+  std::regex item(R"(^\s*(\d+)\s*$)"), blank(R"(^\s*$)");
+  size_t from = 0;
+  while (from <= dims.size()) {
+    size_t comma = std::min(dims.find(',', from), dims.size());
+    std::string token = dims.substr(from, comma - from);
+    std::smatch n;
+    if (std::regex_match(token, n, item)) {
+      errno = 0;
+      char *end = nullptr;
+      long long v = std::strtoll(n[1].str().c_str(), &end, 10);
+      if (errno == ERANGE)
+        throw bad("dimension " + n[1].str() + " of its shape does not fit in 64 bits");
+      shape.push_back(v);
+    } else if (!(std::regex_match(token, blank) && comma == dims.size())) {
+      throw bad("its shape (" + dims + ") has '" + token + "', not a dimension");
+    }
+    from = comma + 1;
+  }
+  // The byte count, checked before anything is allocated.
+  int64_t bytes = int64_t(dtypeSize(d->dtype));
+  for (int64_t dim : shape)
+    if (__builtin_mul_overflow(bytes, dim, &bytes))
+      throw bad("its shape (" + dims + ") has more bytes than a 64-bit size can count");
   size_t offset = start + headerLen;
-  if (data.size() - offset != t.bytes.size())
+  if (uint64_t(data.size() - offset) != uint64_t(bytes))
     throw bad("holds " + std::to_string(data.size() - offset) + " bytes of data, its header says " +
-              std::to_string(t.bytes.size()));
+              std::to_string(bytes));
+  HostTensor t(d->dtype, shape);
   std::memcpy(t.bytes.data(), data.data() + offset, t.bytes.size());
   return t;
 }

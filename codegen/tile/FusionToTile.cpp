@@ -294,10 +294,10 @@ private:
   Value castTo(Value v, Type fromDtype, Type toDtype);
   Value neutral(Operation *op, Type t);
   Value combine(Operation *op, Value acc, Value v);
-  /// Accumulator state of reduction `op` over values of type `t`: one
-  /// value, or for a float sum two (the sum and its compensation term).
-  bool compensated(Operation *op, Type t) const;
-  SmallVector<Value> accumulatorInit(Operation *op, Value neutralValue, bool compensate = true);
+  /// Whether reduction `op` over values of type `t` accumulates wider (an
+  /// f32 sum in f64), and its accumulator, step and result.
+  bool widensSum(Operation *op, Type t) const;
+  SmallVector<Value> accumulatorInit(Operation *op, Value neutralValue);
   /// Appends the state after adding `x` to `acc`.
   void accumulate(Operation *op, ValueRange acc, Value x, SmallVectorImpl<Value> &out);
   /// The reduced value a state holds.
@@ -705,45 +705,39 @@ Value KernelEmitter::combine(Operation *op, Value acc, Value v) {
   return isFloat ? Value(b.create<arith::MinimumFOp>(loc, acc, v)) : b.create<arith::MinSIOp>(loc, acc, v);
 }
 
-// Float sums carry a compensation term (Neumaier's summation): a lane that
-// adds many small terms to one large one (a softmax row with a dominant
-// logit) would otherwise drop them all, an error growing with the row.
-bool KernelEmitter::compensated(Operation *op, Type t) const {
-  return isa<ReduceSumOp>(op) && llvm::isa<FloatType>(getElementTypeOrSelf(t));
+// f32 sums accumulate in f64: a lane that adds
+// many small terms to one large one (a softmax row with a dominant logit)
+// would drop them all in f32, an error growing with the row (1e-5 relative
+// at 262,144 classes). A compensated (Kahan) f32 sum is as accurate but
+// lengthens the loop-carried dependency fourfold; the f64 add keeps one
+// add per step, at the cost of a widening conversion. f64 sums stay f64.
+bool KernelEmitter::widensSum(Operation *op, Type t) const {
+  return isa<ReduceSumOp>(op) && getElementTypeOrSelf(t).isF32();
 }
 
-SmallVector<Value> KernelEmitter::accumulatorInit(Operation *op, Value neutralValue,
-                                                  bool compensate) {
-  SmallVector<Value> init = {neutralValue};
-  if (compensate && compensated(op, neutralValue.getType()))
-    init.push_back(neutralValue);
-  return init;
+SmallVector<Value> KernelEmitter::accumulatorInit(Operation *op, Value neutralValue) {
+  if (!widensSum(op, neutralValue.getType()))
+    return {neutralValue};
+  Type wide = b.getF64Type();
+  if (auto v = llvm::dyn_cast<VectorType>(neutralValue.getType()))
+    wide = VectorType::get(v.getShape(), wide);
+  return {b.create<arith::ConstantOp>(loc, b.getZeroAttr(wide)).getResult()};
 }
 
 void KernelEmitter::accumulate(Operation *op, ValueRange acc, Value x,
                                SmallVectorImpl<Value> &out) {
-  if (acc.size() == 1) {
-    out.push_back(combine(op, acc[0], x));
-    return;
-  }
-  Value s = acc[0], c = acc[1];
-  Value t = b.create<arith::AddFOp>(loc, s, x);
-  Value sBigger = b.create<arith::CmpFOp>(loc, arith::CmpFPredicate::OGE,
-                                          b.create<math::AbsFOp>(loc, s),
-                                          b.create<math::AbsFOp>(loc, x));
-  // The part of the smaller addend that t lost, exactly.
-  Value lostFromX = b.create<arith::AddFOp>(loc, b.create<arith::SubFOp>(loc, s, t), x);
-  Value lostFromS = b.create<arith::AddFOp>(loc, b.create<arith::SubFOp>(loc, x, t), s);
-  Value lost = b.create<arith::SelectOp>(loc, sBigger, lostFromX, lostFromS);
-  // Infinite sums have no low part (inf - inf would poison c with NaN).
-  Value finite = b.create<arith::CmpFOp>(loc, arith::CmpFPredicate::ORD, lost, lost);
-  Value zero = b.create<arith::ConstantOp>(loc, b.getZeroAttr(lost.getType()));
-  out.push_back(t);
-  out.push_back(b.create<arith::AddFOp>(loc, c, b.create<arith::SelectOp>(loc, finite, lost, zero)));
+  if (getElementTypeOrSelf(acc[0].getType()).isF64() && getElementTypeOrSelf(x.getType()).isF32())
+    x = b.create<arith::ExtFOp>(loc, acc[0].getType(), x);
+  out.push_back(combine(op, acc[0], x));
 }
 
 Value KernelEmitter::accumulated(Operation *op, ValueRange acc) {
-  return acc.size() == 2 ? b.create<arith::AddFOp>(loc, acc[0], acc[1]).getResult() : acc[0];
+  Type want = computeType(dtypeOf(op->getOperand(0)));
+  if (getElementTypeOrSelf(acc[0].getType()) == want)
+    return acc[0];
+  if (auto v = llvm::dyn_cast<VectorType>(acc[0].getType()))
+    want = VectorType::get(v.getShape(), want);
+  return b.create<arith::TruncFOp>(loc, want, acc[0]);
 }
 
 /// A reduction at result coordinates `c`. When `c` has no lanes (one
@@ -783,12 +777,9 @@ FailureOr<Value> KernelEmitter::reduction(Operation *op, const Coords &c) {
   Value init = neutral(op, ct);
   if (vectorAcc)
     init = splat(init);
-  // Compensated where lanes run along the reduced dimension (long rows: a
-  // softmax over a vocabulary). A lane that walks the reduced dims alone
-  // (column layouts) adds plainly: long column sums go to the split kernels,
-  // which compensate. (Rows no longer than a block, one element per lane,
-  // fold exactly as plain sums do.)
-  SmallVector<Value> inits = accumulatorInit(op, init, /*compensate=*/!lanesInResult);
+  // Every layout accumulates f32 sums in f64 and rounds once, so a
+  // reduction computed in two layouts of one kernel gives the same value.
+  SmallVector<Value> inits = accumulatorInit(op, init);
   auto accumulate = [&](ValueRange it, Value x, SmallVectorImpl<Value> &yield) {
     this->accumulate(op, it, x, yield);
   };
@@ -847,13 +838,15 @@ FailureOr<Value> KernelEmitter::reduction(Operation *op, const Coords &c) {
       &acc);
   if (failed(ok))
     return failure();
-  acc[0] = accumulated(op, acc);
   if (laneDim < 0)
-    return acc[0];
+    return accumulated(op, acc);
   tile::ReduceKind kind = isa<ReduceSumOp>(op)   ? tile::ReduceKind::add
                           : isa<ReduceMaxOp>(op) ? tile::ReduceKind::max
                                                  : tile::ReduceKind::min;
-  return b.create<tile::ReduceOp>(loc, ct, kind, acc[0]).getResult();
+  // Fold the lanes at the accumulator's width, then round once.
+  Type accType = getElementTypeOrSelf(acc[0].getType());
+  Value folded = b.create<tile::ReduceOp>(loc, accType, kind, acc[0]);
+  return accType == ct ? folded : b.create<arith::TruncFOp>(loc, ct, folded).getResult();
 }
 
 /// First maximum wins and NaN counts as the maximum (as numpy): a scalar

@@ -175,6 +175,8 @@ PYBIND11_MODULE(_core, m) {
         return e.artifacts().compileSeconds;
       });
   m.def("parse", &Graph::parse, py::arg("text"), py::arg("entry") = "");
+  m.def("clear_cache", &Graph::clearCompileCache,
+        "Empties the cache of compiled graphs; returns how many it held");
 
   py::class_<Tracer>(m, "Tracer")
       .def(py::init<const std::string &>(), py::arg("name") = "main")

@@ -32,6 +32,7 @@ if HAVE_COMPILER:
     from ._composites import (chunk, clamp, cumsum, detach, expm1, flip, floor_divide, fmod,
                               log1p, logsumexp, remainder, split, std, var)
     from .runtime import load_state_dict, save
+    from ._core import clear_cache
     clip = clamp
     from . import functional, optim
     from .compiler import CompiledFunction, compile
@@ -42,5 +43,5 @@ if HAVE_COMPILER:
         "compile_train_step", "train_step_graph", "functional", "optim", "parse", "stack", "trace", "where",
         "float32", "float16", "bfloat16", "float64", "int32", "int64", "bool_",
         "chunk", "clamp", "clip", "cumsum", "detach", "expm1", "flip", "floor_divide", "fmod",
-        "log1p", "logsumexp", "remainder", "split", "std", "var", "save", "load_state_dict",
+        "log1p", "logsumexp", "remainder", "split", "std", "var", "save", "load_state_dict", "clear_cache",
     ]

@@ -1063,8 +1063,18 @@ class Graph:
         """Writes an ahead-of-time artifact of this graph for `target`
         ("cpu": a kernel library for this machine's CPU; "cuda:sm_XX":
         cubins); `tilefuse.load(path)` or `tilefuse-run path` runs it."""
-        with open(path, "wb") as f:
-            f.write(self._graph.compile_artifact(target, json.dumps(self._artifact_interface())))
+        data = self._graph.compile_artifact(target, json.dumps(self._artifact_interface()))
+        # A temporary file beside, then a rename: a failed compile or write
+        # never leaves a partial file where a good artifact was.
+        path = os.fspath(path)
+        tmp = f"{path}.tmp.{os.getpid()}"
+        try:
+            with open(tmp, "wb") as f:
+                f.write(data)
+            os.replace(tmp, path)
+        finally:
+            if os.path.exists(tmp):
+                os.remove(tmp)
 
     def _artifact_interface(self):
         if self._interface is not None:

@@ -14,7 +14,7 @@
 // CHECK:   threadIdx.x < {{v[0-9]+}} ? [[X]][
 // CHECK:   tf_block_reduce<float>({{.*}}, tf_max_op<float>())
 // CHECK:   expf(
-// CHECK:   tf_block_reduce<float>({{.*}}, tf_add_op<float>())
+// CHECK:   tf_block_reduce<double>({{.*}}, tf_add_op<double>())
 // CHECK:   if (threadIdx.x < {{v[0-9]+}}) [[Y]][
 // CPU: --emit=cuda needs a CUDA target
 func.func @softmax(%x: tensor<16x50xf32>) -> tensor<16x50xf32> {
@@ -37,12 +37,13 @@ func.func @half(%x: tensor<128xf16>, %m: tensor<128xi1>) -> tensor<128xf16> {
 
 // Contiguous blocks move as one 128-bit access per thread (4 f32 lanes,
 // tf_pack aligned to 16 bytes) when whole and aligned, lane by lane
-// otherwise; a row reduction folds a thread's own lanes before the shuffles.
+// otherwise; a row reduction folds a thread's own lanes before the shuffles
+// (an f32 sum in double: FusionToTile accumulates f32 sums of rows in f64).
 // CHECK-LABEL: // rows_kernel0: grid 64 x block 1024 (256 threads x 4 lanes); fuses graph.exp graph.reduce_sum graph.broadcast_in_dim graph.div
 // CHECK-NEXT: __launch_bounds__(256) rows_kernel0(float* __restrict__ [[IN:v[0-9]+]], float* __restrict__ [[OUT:v[0-9]+]])
 // CHECK: float [[LOADED:v[0-9]+]][4];
 // CHECK-NEXT: tf_load<float, 4, 1>([[LOADED]], [[IN]],
-// CHECK: tf_block_reduce<float>(tf_fold({{v[0-9]+}}, tf_add_op<float>()), tf_add_op<float>())
+// CHECK: tf_block_reduce<double>(tf_fold({{v[0-9]+}}, tf_add_op<double>()), tf_add_op<double>())
 // CHECK: tf_store<float, 4, 1>({{v[0-9]+}}, [[OUT]],
 func.func @rows(%x: tensor<64x1000xf32>) -> tensor<64x1000xf32> {
   %0 = graph.exp %x : tensor<64x1000xf32>

@@ -62,14 +62,13 @@ func.func @views(%x: tensor<8x64xf32>, %b: tensor<64xf32>, %r: tensor<8x1xf32>, 
   return %6 : tensor<8x64xf32>
 }
 
-// A long row sum: each lane carries its sum and a compensation term
-// (Neumaier's summation), folded once at the end.
+// A long f32 row sum: each lane accumulates in f64, the lanes fold in f64,
+// the result is rounded to f32 once.
 // CHECK-LABEL: func.func @long_row_sum_kernel0(
-// CHECK:         scf.for {{.*}} iter_args({{.*}}) -> (vector<{{[0-9]+}}xf32>, vector<{{[0-9]+}}xf32>)
-// CHECK:           math.absf
-// CHECK:           arith.cmpf oge
-// CHECK:           arith.cmpf ord
-// CHECK:         tile.reduce
+// CHECK:         scf.for {{.*}} iter_args({{.*}}) -> (vector<{{[0-9]+}}xf64>)
+// CHECK:           arith.extf {{.*}} to vector<{{[0-9]+}}xf64>
+// CHECK:         tile.reduce add {{.*}} : vector<{{[0-9]+}}xf64> -> f64
+// CHECK:         arith.truncf {{.*}} : f64 to f32
 func.func @long_row_sum(%x: tensor<2x100000xf32>) -> tensor<2xf32> {
   %0 = graph.reduce_sum %x {dims = array<i64: 1>} : (tensor<2x100000xf32>) -> tensor<2xf32>
   return %0 : tensor<2xf32>
@@ -86,11 +85,11 @@ func.func @reshape_gather(%x: tensor<6x5xf32>) -> tensor<5x6xf32> {
 }
 
 // Reducing the leading dimension (layer_norm's dgamma): lanes run along the
-// kept columns, a scalar loop over the rows accumulates per lane, no
-// horizontal reduction.
+// kept columns, a scalar loop over the rows accumulates per lane (f32 in
+// f64), no horizontal reduction.
 // CHECK-LABEL: func.func @column_sum_kernel0(
 // CHECK-SAME:    tile.grid = 1 : i64
-// CHECK:         scf.for {{.*}} iter_args({{.*}}) -> (vector<64xf32>)
+// CHECK:         scf.for {{.*}} iter_args({{.*}}) -> (vector<64xf64>)
 // CHECK:           tile.load {{.*}}{stride = 1 : i64}
 // CHECK-NOT:     tile.reduce
 // CHECK:         tile.store

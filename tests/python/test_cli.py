@@ -101,3 +101,48 @@ def test_functions_the_compiler_cannot_take_are_refused_never_crash(tmp_path, te
     import tilefuse
     with pytest.raises(tilefuse.CompileError):
         tilefuse.parse(text).fuse()
+
+
+def _npy_with_header(shape_text, payload=b""):
+    """A .npy (version 1.0) whose header's shape is `shape_text` verbatim."""
+    header = ("{'descr': '<f4', 'fortran_order': False, 'shape': (" + shape_text + "), }").encode()
+    header += b" " * ((64 - (10 + len(header) + 1) % 64) % 64) + b"\n"
+    return b"\x93NUMPY\x01\x00" + len(header).to_bytes(2, "little") + header + payload
+
+
+@pytest.mark.parametrize("shape_text,reason", [
+    ("-3, 4", "has '-3', not a dimension"),
+    ("99999999999999999999999, 1", "does not fit in 64 bits"),
+    ("4611686018427387904, 4", "more bytes than a 64-bit size can count"),
+    ("3, x", "has ' x', not a dimension"),
+])
+def test_run_refuses_npy_headers_with_bad_shapes(tmp_path, shape_text, reason):
+    src = tmp_path / "f.mlir"
+    src.write_text("""
+func.func @f(%x: tensor<3x4xf32>) -> tensor<3x4xf32> {
+  %0 = graph.neg %x : tensor<3x4xf32>
+  return %0 : tensor<3x4xf32>
+}""")
+    art = tmp_path / "f.tfa"
+    assert _run("tilefuse-compile", str(src), "-o", str(art)).returncode == 0
+    bad = tmp_path / "bad.npy"
+    bad.write_bytes(_npy_with_header(shape_text, b"\0" * 48))
+    out = _run("tilefuse-run", str(art), f"--inputs={bad}")
+    assert out.returncode == 1 and reason in out.stderr, (out.returncode, out.stderr)
+
+
+def test_run_takes_zero_size_arguments(tmp_path):
+    src = tmp_path / "f.mlir"
+    src.write_text("""
+func.func @f(%x: tensor<0x4xf32>, %w: tensor<4x3xf32>) -> tensor<0x3xf32> {
+  %0 = graph.matmul %x, %w : (tensor<0x4xf32>, tensor<4x3xf32>) -> tensor<0x3xf32>
+  return %0 : tensor<0x3xf32>
+}""")
+    art = tmp_path / "f.tfa"
+    assert _run("tilefuse-compile", str(src), "-o", str(art)).returncode == 0
+    np.save(tmp_path / "x.npy", np.zeros((0, 4), np.float32))
+    np.save(tmp_path / "w.npy", np.ones((4, 3), np.float32))
+    out = _run("tilefuse-run", str(art), f"--inputs={tmp_path / 'x.npy'},{tmp_path / 'w.npy'}",
+               f"--save={tmp_path / 'out'}")
+    assert out.returncode == 0, out.stderr
+    assert np.load(tmp_path / "out" / "result0.npy").shape == (0, 3)

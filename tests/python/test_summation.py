@@ -1,9 +1,9 @@
-"""Float sums in kernels are compensated (Neumaier): a row with one large
-term and many small ones keeps the small ones. Plain per-lane accumulation
-dropped every term below half an ulp of the large one: the error grew with
-the row (1e-5 relative for a 262,144-class softmax with a dominant logit).
-Tolerance: 4 float32 ulps of the exact sum (the compensated sum is exact to
-about one rounding; the result is rounded once more to float32)."""
+"""f32 sums in long rows and split column kernels accumulate in f64: a row
+with one large term and many small ones keeps the small ones. Plain f32
+per-lane accumulation dropped every term below half an ulp of the large one:
+the error grew with the row (1e-5 relative for a 262,144-class softmax with
+a dominant logit). Tolerance: 4 float32 ulps of the exact sum (the f64 sum
+is exact to far below one float32 ulp; the result is rounded once)."""
 import numpy as np
 import pytest
 

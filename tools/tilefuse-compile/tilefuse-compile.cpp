@@ -11,12 +11,16 @@
 //===----------------------------------------------------------------------===//
 #include "frontend/Graph.h"
 
+#include <cerrno>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <iostream>
 #include <optional>
 #include <sstream>
+
+#include <unistd.h>
 
 #include "../NumberFlags.h"
 
@@ -94,10 +98,26 @@ int main(int argc, char **argv) {
       g = g->trainStep(unsigned(numParams), config);
     }
     std::string bytes = g->compileArtifact(target);
-    std::ofstream out(output, std::ios::binary);
-    out.write(bytes.data(), std::streamsize(bytes.size()));
-    if (!out)
-      return usage("cannot write " + output);
+    // A temporary file beside, then a rename: a failed or full-disk write
+    // never leaves a truncated artifact where a good one was.
+    std::string tmp = output + ".tmp." + std::to_string(::getpid());
+    {
+      std::ofstream out(tmp, std::ios::binary);
+      out.write(bytes.data(), std::streamsize(bytes.size()));
+      out.close();
+      if (!out) {
+        std::remove(tmp.c_str());
+        std::cerr << "tilefuse-compile: cannot write " << output << " (" << std::strerror(errno)
+                  << "); nothing was written\n";
+        return 1;
+      }
+    }
+    if (std::rename(tmp.c_str(), output.c_str()) != 0) {
+      std::cerr << "tilefuse-compile: cannot write " << output << " (" << std::strerror(errno)
+                << ")\n";
+      std::remove(tmp.c_str());
+      return 1;
+    }
     std::cerr << "tilefuse-compile: wrote " << output << " (" << bytes.size() << " bytes, "
               << target << ")\n";
   } catch (const CompileError &e) {
