@@ -142,7 +142,9 @@ private:
     if (auto g = llvm::dyn_cast<graph::GatherOp>(op)) {
       Step s;
       s.kind = Step::Kind::Gather;
-      s.source = "graph.gather";
+      // A gather that checks another op's indices is named after it.
+      auto name = llvm::dyn_cast<NameLoc>(g.getLoc());
+      s.source = name ? name.getName().str() : "graph.gather";
       s.buffers = {bufferOf(g.getTable()), bufferOf(g.getIndices()), result(op)};
       prog.steps.push_back(s);
       return success();

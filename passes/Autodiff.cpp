@@ -55,8 +55,15 @@ class ReverseBuilder {
 public:
   ReverseBuilder(OpBuilder &b, Location loc) : e(b, loc) {}
 
+  /// Whether a cotangent of `v` can reach an argument: not for integers
+  /// and constants. Rules that build a library call (scatter_add, which DCE
+  /// does not remove) ask first.
+  static bool needsCotangent(Value v) {
+    return isFloatTensor(v) && !v.getDefiningOp<FullOp>() && !v.getDefiningOp<ConstantOp>();
+  }
+
   void accumulate(Value v, Value g) {
-    if (!isFloatTensor(v))
+    if (!needsCotangent(v))
       return;
     auto it = adjoints.find(v);
     if (it == adjoints.end())
@@ -302,13 +309,15 @@ LogicalResult ReverseBuilder::visit(Operation *op, Value g) {
       })
       .Case([&](GatherOp o) {
         Value table = o.getTable();
-        accumulate(table, e.builder().create<ScatterAddOp>(
-                              e.location(), zerosLike(table), o.getIndices(), g));
+        if (needsCotangent(table))
+          accumulate(table, e.builder().create<ScatterAddOp>(
+                                e.location(), zerosLike(table), o.getIndices(), g));
       })
       .Case([&](ScatterAddOp o) {
         accumulate(o.getBase(), g);
-        accumulate(o.getUpdates(), e.builder().create<GatherOp>(
-                                       e.location(), g, o.getIndices()));
+        if (needsCotangent(o.getUpdates()))
+          accumulate(o.getUpdates(), e.builder().create<GatherOp>(
+                                         e.location(), g, o.getIndices()));
       })
       // No cotangent flows through these: their results are integer, boolean
       // or independent of every input.

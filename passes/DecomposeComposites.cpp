@@ -171,7 +171,7 @@ struct DecomposeDropout : DecomposePattern<DropoutOp> {
 /// mask (no integer gather: keeps the rule elementwise + reductions, which
 /// is what fusion wants).
 Value negLogLikelihood(GraphEmitter &e, Value logp, Value target,
-                       int64_t ignoreIndex) {
+                       int64_t ignoreIndex, StringRef opName) {
   auto xType = GraphEmitter::typeOf(logp);
   auto tType = GraphEmitter::typeOf(target);
   auto shape = xType.getShape();
@@ -185,6 +185,16 @@ Value negLogLikelihood(GraphEmitter &e, Value logp, Value target,
                              {rank - 1}, /*keepdim=*/false);
   Value valid = e.builder().create<NeOp>(e.location(), target,
                                          e.fullLike(target, ignoreIndex));
+  // A target outside [0, C) would pick nothing and count as a zero loss:
+  // a gather of zero rows checks every (non-ignored) target at run time, as
+  // for embedding ids, and adds exactly 0. Named after the loss in errors.
+  Value safeTargets = e.select(valid, target, e.fullLike(target, 0.0));
+  Value noRows = e.full(RankedTensorType::get({shape.back(), 1}, xType.getElementType()), 0.0);
+  auto name = NameLoc::get(e.builder().getStringAttr(
+                               (opName + ": a class target").str()),
+                           e.location());
+  Value checked = e.builder().create<GatherOp>(name, noRows, safeTargets);
+  picked = e.add(picked, e.reshape(checked, GraphEmitter::typeOf(picked).getShape()));
   Value losses = e.select(valid, e.neg(picked), e.fullLike(picked, 0.0));
   Value count = e.sumAll(e.cast(valid, xType.getElementType()));
   return e.div(e.sumAll(losses), count);
@@ -194,7 +204,7 @@ struct DecomposeNll : DecomposePattern<NllOp> {
   using DecomposePattern::DecomposePattern;
   Value expand(NllOp op, GraphEmitter &e) const override {
     return negLogLikelihood(e, op.getInput(), op.getTarget(),
-                            op.getIgnoreIndex());
+                            op.getIgnoreIndex(), "graph.nll");
   }
 };
 
@@ -203,7 +213,8 @@ struct DecomposeCrossEntropy : DecomposePattern<CrossEntropyOp> {
   Value expand(CrossEntropyOp op, GraphEmitter &e) const override {
     int64_t classDim = op.getInput().getType().getRank() - 1;
     Value logp = logSoftmax(e, op.getInput(), classDim);
-    return negLogLikelihood(e, logp, op.getTarget(), op.getIgnoreIndex());
+    return negLogLikelihood(e, logp, op.getTarget(), op.getIgnoreIndex(),
+                            "graph.cross_entropy");
   }
 };
 

@@ -133,7 +133,7 @@ void CpuExecutor::runLocked(const std::vector<ArgRef> &args) {
     case Step::Kind::Gather:
       cpu::gather(prog.buffers[s.buffers[0]], prog.buffers[s.buffers[1]],
                   pointers[s.buffers[0]], pointers[s.buffers[1]],
-                  pointers[s.buffers[2]]);
+                  pointers[s.buffers[2]], s.source);
       break;
     case Step::Kind::ScatterAdd:
       cpu::scatterAdd(prog.buffers[s.buffers[0]], prog.buffers[s.buffers[1]],

@@ -171,13 +171,14 @@ void cpu::gemm(const Step &s, DType dtype, const void *a, const void *b, void *c
 }
 
 void cpu::gather(const BufferInfo &table, const BufferInfo &indices,
-                 const void *tablePtr, const void *indexPtr, void *out) {
+                 const void *tablePtr, const void *indexPtr, void *out,
+                 const std::string &what) {
   int64_t rows = table.shape.empty() ? 1 : table.shape[0];
   size_t rowBytes = rows ? table.byteSize() / size_t(rows) : 0;
   int64_t n = numElements(indices.shape);
   // Validate first: a bad index must not leave half a result behind.
   for (int64_t q = 0; q < n; ++q)
-    checkedRow(indexAt(indices, indexPtr, q), rows, "graph.gather");
+    checkedRow(indexAt(indices, indexPtr, q), rows, what.c_str());
   ThreadPool::global().parallelFor(n, 64, [&](int64_t begin, int64_t end) {
     for (int64_t q = begin; q < end; ++q)
       std::memcpy(static_cast<char *>(out) + q * rowBytes,

@@ -14,9 +14,11 @@ namespace tilefuse::cpu {
 
 /// c = op(a) * op(b), batched; f32 and f64 natively, f16/bf16 through f32.
 void gemm(const Step &s, DType dtype, const void *a, const void *b, void *c);
-/// out[q, ...] = table[indices[q], ...]; throws CompileError on a bad index.
+/// out[q, ...] = table[indices[q], ...]; throws CompileError on a bad index,
+/// naming `what` (the op the indices belong to).
 void gather(const BufferInfo &table, const BufferInfo &indices,
-            const void *tablePtr, const void *indexPtr, void *out);
+            const void *tablePtr, const void *indexPtr, void *out,
+            const std::string &what = "graph.gather");
 /// out = base; out[indices[q], ...] += updates[q, ...].
 void scatterAdd(const BufferInfo &base, const BufferInfo &indices,
                 const void *basePtr, const void *indexPtr,

@@ -161,7 +161,9 @@ public:
                              o.getTransposeLhs(), o.getTransposeRhs());
         })
         .Case([&](GatherOp o) {
-          return ref::gather(get(o.getTable()), get(o.getIndices()));
+          auto name = llvm::dyn_cast<NameLoc>(o.getLoc());
+          return ref::gather(get(o.getTable()), get(o.getIndices()),
+                             name ? name.getName().str() : "graph.gather");
         })
         .Case([&](ScatterAddOp o) {
           return ref::scatterAdd(get(o.getBase()), get(o.getIndices()),

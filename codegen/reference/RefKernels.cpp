@@ -454,14 +454,14 @@ RefTensor matmul(const RefTensor &a, const RefTensor &b, bool transposeA,
 }
 
 
-RefTensor gather(const RefTensor &table, const RefTensor &indices) {
+RefTensor gather(const RefTensor &table, const RefTensor &indices, const std::string &what) {
   int64_t rows = table.shape[0];
   int64_t rowSize = table.size() / std::max<int64_t>(rows, 1);
   Shape shape = indices.shape;
   shape.insert(shape.end(), table.shape.begin() + 1, table.shape.end());
   RefTensor out = RefTensor::make(table.dtype, shape);
   for (int64_t q = 0, n = indices.size(); q < n; ++q) {
-    int64_t r = checkedRow(indices.i[q], rows, "graph.gather");
+    int64_t r = checkedRow(indices.i[q], rows, what.c_str());
     for (int64_t c = 0; c < rowSize; ++c) {
       if (out.isFloat())
         out.f[q * rowSize + c] = table.f[r * rowSize + c];

@@ -53,7 +53,9 @@ RefTensor reduce(ReduceKind kind, const RefTensor &a,
 RefTensor argmax(const RefTensor &a, int64_t dim, bool keepdim);
 RefTensor matmul(const RefTensor &a, const RefTensor &b, bool transposeA,
                  bool transposeB);
-RefTensor gather(const RefTensor &table, const RefTensor &indices);
+/// `what` names the op whose indices these are, in errors.
+RefTensor gather(const RefTensor &table, const RefTensor &indices,
+                 const std::string &what = "graph.gather");
 RefTensor scatterAdd(const RefTensor &base, const RefTensor &indices,
                      const RefTensor &updates);
 RefTensor randomUniform(const RefTensor &seed, int64_t stream, DType dtype,

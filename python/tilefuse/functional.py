@@ -200,6 +200,12 @@ def _class_index_loss(x, t, log_probs, weight, ignore_index, reduction, smoothin
     hit = rows.unsqueeze(1) == iota                        # one-hot [M, C]
     valid = rows != int(ignore_index)
     picked = where(hit, logp, 0.0).sum(1)                  # logp[m, t[m]]
+    # A target outside [0, C) would pick nothing, a silent zero loss: a
+    # gather of zero rows checks each non-ignored target at run time (as
+    # embedding ids are checked) and adds exactly 0.
+    no_rows = x._wrap(x._tracer.full(0.0, logp.dtype, [classes, 1]))
+    safe = where(valid, rows, 0)
+    picked = picked + x._wrap(x._tracer.gather(no_rows._id, safe._id)).reshape(-1)
     if weight is None:
         nll = where(valid, -picked, 0.0)
         denom = valid.to(x.dtype).sum()

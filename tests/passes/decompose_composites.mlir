@@ -230,7 +230,9 @@ func.func @dropout_p0(%x: tensor<4x8xf32>, %seed: tensor<i64>) -> tensor<4x8xf32
 }
 
 // cross_entropy = nll(log_softmax(x)) with the default ignore_index -100;
-// the target is picked with a one-hot mask (iota == target), not a gather.
+// the target is picked with a one-hot mask (iota == target), not a gather;
+// a gather of zero rows by the non-ignored targets checks them at run time
+// (an out-of-range class is an error, not a zero loss) and adds exactly 0.
 // CHECK-LABEL: func.func @cross_entropy(
 // CHECK-SAME:      %[[X:[^:]+]]: tensor<4x10xf32>, %[[T:[^:]+]]: tensor<4xi64>)
 // CHECK-NEXT:    %[[MAXR:.+]] = graph.reduce_max %[[X]] {dims = array<i64: 1>, keepdim = true} : (tensor<4x10xf32>) -> tensor<4x1xf32>
@@ -250,8 +252,14 @@ func.func @dropout_p0(%x: tensor<4x8xf32>, %seed: tensor<i64>) -> tensor<4x8xf32
 // CHECK-NEXT:    %[[PICK:.+]] = graph.reduce_sum %[[SEL]] {dims = array<i64: 1>} : (tensor<4x10xf32>) -> tensor<4xf32>
 // CHECK-NEXT:    %[[IGN:.+]] = graph.full -1.000000e+02 : tensor<4xi64>
 // CHECK-NEXT:    %[[VALID:.+]] = graph.ne %[[T]], %[[IGN]] : tensor<4xi64>
+// CHECK-NEXT:    %[[Z0:.+]] = graph.full 0.000000e+00 : tensor<4xi64>
+// CHECK-NEXT:    %[[SAFE:.+]] = graph.select %[[VALID]], %[[T]], %[[Z0]] :
+// CHECK-NEXT:    %[[NOROWS:.+]] = graph.full 0.000000e+00 : tensor<10x1xf32>
+// CHECK-NEXT:    %[[CHECKED:.+]] = graph.gather %[[NOROWS]], %[[SAFE]] : (tensor<10x1xf32>, tensor<4xi64>) -> tensor<4x1xf32>
+// CHECK-NEXT:    %[[ZERO:.+]] = graph.reshape %[[CHECKED]] : (tensor<4x1xf32>) -> tensor<4xf32>
+// CHECK-NEXT:    %[[PICKED:.+]] = graph.add %[[PICK]], %[[ZERO]] : tensor<4xf32>
 // CHECK-DAG:     %[[Z1:.+]] = graph.full 0.000000e+00 : tensor<4xf32>
-// CHECK-DAG:     %[[NEG:.+]] = graph.neg %[[PICK]] : tensor<4xf32>
+// CHECK-DAG:     %[[NEG:.+]] = graph.neg %[[PICKED]] : tensor<4xf32>
 // CHECK:         %[[LOSS:.+]] = graph.select %[[VALID]], %[[NEG]], %[[Z1]] : (tensor<4xi1>, tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>
 // CHECK-NEXT:    %[[VF:.+]] = graph.cast %[[VALID]] : (tensor<4xi1>) -> tensor<4xf32>
 // CHECK-NEXT:    %[[COUNT:.+]] = graph.reduce_sum %[[VF]] {dims = array<i64: 0>} : (tensor<4xf32>) -> tensor<f32>
@@ -276,8 +284,14 @@ func.func @cross_entropy(%x: tensor<4x10xf32>, %t: tensor<4xi64>) -> tensor<f32>
 // CHECK-NEXT:    %[[PICK:.+]] = graph.reduce_sum %[[SEL]] {dims = array<i64: 1>} : (tensor<4x10xf32>) -> tensor<4xf32>
 // CHECK-NEXT:    %[[IGN:.+]] = graph.full 3.000000e+00 : tensor<4xi32>
 // CHECK-NEXT:    %[[VALID:.+]] = graph.ne %[[T]], %[[IGN]] : tensor<4xi32>
+// CHECK-NEXT:    %[[Z0:.+]] = graph.full 0.000000e+00 : tensor<4xi32>
+// CHECK-NEXT:    %[[SAFE:.+]] = graph.select %[[VALID]], %[[T]], %[[Z0]] :
+// CHECK-NEXT:    %[[NOROWS:.+]] = graph.full 0.000000e+00 : tensor<10x1xf32>
+// CHECK-NEXT:    %[[CHECKED:.+]] = graph.gather %[[NOROWS]], %[[SAFE]] : (tensor<10x1xf32>, tensor<4xi32>) -> tensor<4x1xf32>
+// CHECK-NEXT:    %[[ZERO:.+]] = graph.reshape %[[CHECKED]] : (tensor<4x1xf32>) -> tensor<4xf32>
+// CHECK-NEXT:    %[[PICKED:.+]] = graph.add %[[PICK]], %[[ZERO]] : tensor<4xf32>
 // CHECK-DAG:     %[[Z1:.+]] = graph.full 0.000000e+00 : tensor<4xf32>
-// CHECK-DAG:     %[[NEG:.+]] = graph.neg %[[PICK]] : tensor<4xf32>
+// CHECK-DAG:     %[[NEG:.+]] = graph.neg %[[PICKED]] : tensor<4xf32>
 // CHECK:         %[[LOSS:.+]] = graph.select %[[VALID]], %[[NEG]], %[[Z1]] : (tensor<4xi1>, tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>
 // CHECK-NEXT:    %[[VF:.+]] = graph.cast %[[VALID]] : (tensor<4xi1>) -> tensor<4xf32>
 // CHECK-NEXT:    %[[COUNT:.+]] = graph.reduce_sum %[[VF]] {dims = array<i64: 0>} : (tensor<4xf32>) -> tensor<f32>

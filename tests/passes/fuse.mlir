@@ -40,15 +40,22 @@ func.func @ln_loss(%x: tensor<16x64xf32>, %g: tensor<64xf32>, %b: tensor<64xf32>
   return %2 : tensor<f32>
 }
 
-// cross_entropy forward: a row kernel (log-softmax, pick the target) and
-// the mean over the rows.
+// cross_entropy forward: the target check (the non-ignored targets, a
+// gather of zero rows that fails on a class outside [0, C)), a row kernel
+// (log-softmax, pick the target) and the mean over the rows.
 // CHECK-LABEL: func.func @ce(
+// CHECK:         graph.fusion "{{.*}}kind = "pointwise"
+// CHECK:         graph.gather
 // CHECK-COUNT-2: graph.fusion "
 // CHECK-NOT:     graph.fusion "
 // CHECK:         return
-// ... and backward: the same two, the second also giving each row's
-// gradient scale, and one row kernel for dlogits.
+// ... and backward: the same, the second reduction also giving each row's
+// gradient scale, and one row kernel for dlogits; no cotangent (no
+// scatter_add) for the check's constant table.
 // CHECK-LABEL: func.func @ce_value_and_grad(
+// CHECK:         graph.fusion "{{.*}}kind = "pointwise"
+// CHECK:         graph.gather
+// CHECK-NOT:     graph.scatter_add
 // CHECK:         graph.fusion "{{.*}}reduced = array<i64: 1>}
 // CHECK:         graph.fusion "{{.*}}reduced = array<i64: 0>}
 // CHECK:         graph.fusion "{{.*}}reduced = array<i64: 1>}

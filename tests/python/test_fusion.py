@@ -489,8 +489,11 @@ def test_cross_entropy_forward_is_two_kernels(rng):
     g = tilefuse.trace(lambda x, t: F.cross_entropy(x, t), x, t)
     fused, _ = check_fused(g, (x, t))
     rows = fused.report()
-    assert [r["kind"] for r in rows] == ["reduction", "reduction"], rows
-    assert rows[0]["reduced"] == (1,) and rows[1]["reduced"] == (0,), rows
+    # The target check (select of the non-ignored targets, a gather of zero
+    # rows: N elements each), then the two reductions over the logits.
+    assert [r["kind"] for r in rows] == ["pointwise", "library", "reduction", "reduction"], rows
+    assert rows[2]["reduced"] == (1,) and rows[3]["reduced"] == (0,), rows
+    assert rows[2]["domain"] == (16, 50) and rows[0]["domain"] == (16,), rows
     check_coverage(fused, lowered_ops(g), "cross_entropy")
 
 

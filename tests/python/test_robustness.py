@@ -79,3 +79,27 @@ except tilefuse.CompileError as e:
                          timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.startswith(("fused", "refused")), out.stdout
+
+
+@pytest.mark.parametrize("bad", [3, -1, 10**6])
+@pytest.mark.parametrize("kwargs", [{}, {"reduction": "sum"}, {"weight": np.ones(3, np.float32)},
+                                    {"label_smoothing": 0.1}])
+def test_class_targets_outside_the_classes_are_an_error_not_a_zero_loss(bad, kwargs):
+    """PyTorch raises for a target outside [0, C); counting the row as a zero
+    loss (kept in the mean) was a silently wrong loss. ignore_index rows are
+    still skipped."""
+    import tilefuse.functional as F
+    x = np.random.default_rng(0).standard_normal((4, 3)).astype(np.float32)
+    good = np.array([0, 2, 1, -100])
+    fn = lambda a, t: F.cross_entropy(a, t, **kwargs)  # noqa: E731
+    ok = tilefuse.compile(fn, x, good, device="cpu")(x, good)
+    assert np.isfinite(ok)
+    t = good.copy()
+    t[1] = bad
+    for run in (lambda: tilefuse.trace(fn, x, t).interpret(x, t),
+                lambda: tilefuse.compile(fn, x, t, device="cpu")(x, t)):
+        with pytest.raises(tilefuse.CompileError, match=f"index {bad} is out of range"):
+            run()
+    nll = lambda a, tt: F.nll_loss(a, tt)  # noqa: E731
+    with pytest.raises(tilefuse.CompileError, match=r"graph.nll: a class target: index"):
+        tilefuse.compile(nll, x, t, device="cpu")(x, t)
