@@ -115,6 +115,12 @@ bool onlyUnitDimsChange(ArrayRef<int64_t> a, ArrayRef<int64_t> b) {
   return x == y;
 }
 
+/// The most ops one kernel takes. Beyond a few hundred chained ops a kernel
+/// saves little memory traffic but costs LLVM superlinear time (a 2,000-op
+/// chain took 12.6 s as one kernel) and code-generation recursion depth
+/// (about 3,600 chained ops overflowed the stack).
+constexpr size_t kMaxKernelOps = 256;
+
 struct Group {
   SmallVector<Operation *> ops;
   Domain domain;
@@ -266,7 +272,8 @@ private:
       if (isReduction(op))
         for (unsigned g = groups.size(); g-- > 0 && groups.size() - g <= 8;) {
           std::string why;
-          if (groups[g].hasReduction && sameDomain(groups[g], op) &&
+          if (groups[g].hasReduction && groups[g].ops.size() < kMaxKernelOps &&
+              sameDomain(groups[g], op) &&
               !createsCycle(g, op, why))
             return join(g, op);
         }
@@ -291,6 +298,7 @@ private:
     for (const Read &read : reads) {
       unsigned h = groupOf.lookup(read.producer);
       if (h == g || !plainPointwise(h) ||
+          groups[g].ops.size() + groups[h].ops.size() > kMaxKernelOps ||
           numel(groups[h].domain.shape) != numel(groups[g].domain.shape) ||
           read.remapped || dependsOn(h, g) || dependsOn(g, h) ||
           // A third kernel between them would close a cycle once merged.
@@ -347,6 +355,12 @@ private:
   bool canJoin(unsigned g, Operation *op, ArrayRef<Read> reads,
                std::string &why) {
     Group &group = groups[g];
+    if (group.ops.size() >= kMaxKernelOps) {
+      why = "the kernel already has " + std::to_string(kMaxKernelOps) +
+            " ops (longer kernels stop paying: LLVM time grows faster than the ops, and "
+            "one more memory pass is cheap next to that many)";
+      return false;
+    }
     Domain d = domainOf(op);
     // Reads of this kernel's own values through recomputed ops: an index
     // remap is only possible for a row's reduction result read back across

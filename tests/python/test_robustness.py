@@ -103,3 +103,21 @@ def test_class_targets_outside_the_classes_are_an_error_not_a_zero_loss(bad, kwa
     nll = lambda a, tt: F.nll_loss(a, tt)  # noqa: E731
     with pytest.raises(tilefuse.CompileError, match=r"graph.nll: a class target: index"):
         tilefuse.compile(nll, x, t, device="cpu")(x, t)
+
+
+def test_a_long_chain_compiles_in_bounded_kernels():
+    """4,000 chained elementwise ops: one kernel of them overflowed the code
+    generator's stack (at about 3,600) and took LLVM superlinear time; kernels
+    now stop at 256 ops (FuseOps.cpp, kMaxKernelOps)."""
+    x = np.linspace(-1, 1, 64).astype(np.float32)
+
+    def f(t):
+        for i in range(4000):
+            t = t * 1.0001 + 0.5 if i % 2 else (t - 0.25).tanh()
+        return t
+
+    g = tilefuse.trace(f, x)
+    fn = g.compile("cpu")
+    rows = fn.report()
+    assert len(rows) >= 4000 // 256, len(rows)
+    np.testing.assert_allclose(fn(x), g.interpret(x), rtol=1e-5, atol=1e-6)
