@@ -1295,6 +1295,17 @@ LogicalResult KernelEmitter::emit() {
   Value pid = b.create<tile::ProgramIdOp>(loc, b.getI64Type());
   Coords dc = keptDomainCoords(ks, pid);
   auto keptCoords = [&](ArrayRef<int64_t> shape) { return this->keptCoords(ks, dc, shape); };
+  // Reductions whose result is one per program are computed once, in body
+  // order (each after the reductions it reads: a softmax's max before its
+  // sum), before anything that reads them: the per-program results stored
+  // next and the loop over the reduced dimensions that writes the full-size
+  // ones. Computed lazily inside another reduction's loop, a row max would
+  // be recomputed for every block of the row.
+  for (Operation &op : body.without_terminator())
+    if (llvm::isa<ReduceSumOp, ReduceMaxOp, ReduceMinOp, ArgmaxOp>(op) &&
+        squeezed(shapeOf(op.getResult(0))) == squeezed(keptShape))
+      if (failed(value(op.getResult(0), keptCoords(shapeOf(op.getResult(0))))))
+        return failure();
   Operation *yield = body.getTerminator();
   SmallVector<unsigned> domainOutputs;
   for (unsigned i = 0; i < yield->getNumOperands(); ++i) {
@@ -1316,14 +1327,6 @@ LogicalResult KernelEmitter::emit() {
   }
   if (domainOutputs.empty())
     return success();
-
-  // Reductions whose result is one per program are computed once, before
-  // the loop over the reduced dimensions that writes the full-size results.
-  for (Operation &op : body.without_terminator())
-    if (llvm::isa<ReduceSumOp, ReduceMaxOp, ReduceMinOp, ArgmaxOp>(op) &&
-        squeezed(shapeOf(op.getResult(0))) == squeezed(keptShape))
-      if (failed(value(op.getResult(0), keptCoords(shapeOf(op.getResult(0))))))
-        return failure();
 
   ReducedLoops loops = reducedLoops(reduced, domain, lanesKept);
   SmallVector<int64_t> outer = loops.outerDims, outerSizes = loops.outerSizes;
