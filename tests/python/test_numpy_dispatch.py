@@ -27,6 +27,7 @@ import pytest
 import tilefuse
 from test_autodiff import check_gradients
 from compile_errors import raises_compile_error
+from backend_checks import assert_exact, context, run_both
 
 F32_RTOL, F32_ATOL = 1e-5, 1e-6
 F64_RTOL, F64_ATOL = 1e-12, 1e-12
@@ -42,33 +43,11 @@ THIS_FILE = os.path.basename(__file__)
 # ---------------------------------------------------------------------------
 # Harness
 # ---------------------------------------------------------------------------
-def run_both(fn, *args):
-    graph = tilefuse.trace(fn, *args)
-    return {"interpret": graph.interpret(*args),
-            "compiled cpu": tilefuse.compile(fn, *args, device="cpu")(*args)}
-
-
-def _ctx(what, backend, dtype, seed, shapes):
-    return f"{what} [{backend}]: dtype {np.dtype(dtype).name}, shapes {shapes}, seed {seed}"
-
-
-def assert_exact(what, backend, got, want, seed, shapes):
-    got, want = np.asarray(got), np.asarray(want)
-    ctx = _ctx(what, backend, want.dtype, seed, shapes)
-    assert got.shape == want.shape, f"{ctx}: got shape {got.shape}, want {want.shape}"
-    assert got.dtype == want.dtype, f"{ctx}: got dtype {got.dtype}, want {want.dtype}"
-    if not np.array_equal(got, want, equal_nan=want.dtype.kind == "f"):
-        diff = ~((got == want) | ((got != got) & (want != want)))
-        first = tuple(int(i) for i in np.argwhere(diff)[0])
-        raise AssertionError(f"{ctx}: {int(diff.sum())} of {diff.size} elements differ; first "
-                             f"at {first}: got {got[first]!r}, want {want[first]!r}")
-
-
 def assert_close(what, backend, got, want, seed, shapes, magnitude=None):
     """`want`: the float64 reference; rounded to numpy's result dtype for the
     float inputs (`dtype`), then compared with that dtype's tolerances."""
     got, want = np.asarray(got), np.asarray(want)
-    ctx = _ctx(what, backend, want.dtype, seed, shapes)
+    ctx = context(what, backend, want.dtype, seed, shapes)
     assert got.shape == want.shape, f"{ctx}: got shape {got.shape}, want {want.shape}"
     assert got.dtype == want.dtype, f"{ctx}: got dtype {got.dtype}, want {want.dtype}"
     rtol, atol = TOLERANCES[want.dtype]
@@ -90,8 +69,6 @@ def assert_close(what, backend, got, want, seed, shapes, magnitude=None):
 
 def f64(x):
     return np.asarray(x).astype(np.float64)
-
-
 
 
 # ---------------------------------------------------------------------------

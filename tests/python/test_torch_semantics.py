@@ -42,6 +42,7 @@ import tilefuse
 import tilefuse.functional as F
 from test_autodiff import check_gradients
 from compile_errors import raises_compile_error
+from backend_checks import assert_exact, context, run_both
 
 F32_RTOL, F32_ATOL = 1e-5, 1e-6
 F64_RTOL, F64_ATOL = 1e-12, 1e-12
@@ -61,22 +62,11 @@ THIS_FILE = os.path.basename(__file__)
 # ---------------------------------------------------------------------------
 # Harness
 # ---------------------------------------------------------------------------
-def run_both(fn, *args):
-    """{backend: result} for the interpreter and the compiled CPU function."""
-    graph = tilefuse.trace(fn, *args)
-    return {"interpret": graph.interpret(*args),
-            "compiled cpu": tilefuse.compile(fn, *args, device="cpu")(*args)}
-
 
 def value_and_grad_both(fn, args, wrt=(0,)):
     """{backend: (value, grad, ...)} of value_and_grad, interpreted and compiled."""
     gg = tilefuse.trace(fn, *args).value_and_grad(wrt=tuple(wrt))
     return {"interpret": gg.interpret(*args), "compiled cpu": gg.compile("cpu")(*args)}
-
-
-def _ctx(what, backend, dtype, seed, shapes):
-    name = np.dtype(dtype).name if dtype is not None else "?"
-    return f"{what} [{backend}]: dtype {name}, shapes {shapes}, seed {seed}"
 
 
 def assert_close(what, backend, got, want, dtype, seed, shapes):
@@ -85,7 +75,7 @@ def assert_close(what, backend, got, want, dtype, seed, shapes):
     dtype = np.dtype(dtype)
     got = np.asarray(got)
     want = np.asarray(want, np.float64).astype(dtype)
-    ctx = _ctx(what, backend, dtype, seed, shapes)
+    ctx = context(what, backend, dtype, seed, shapes)
     assert got.shape == want.shape, f"{ctx}: got shape {got.shape}, want {want.shape}"
     assert got.dtype == dtype, f"{ctx}: got dtype {got.dtype}, want {dtype}"
     rtol, atol = TOLERANCES[dtype]
@@ -103,18 +93,6 @@ def assert_close(what, backend, got, want, dtype, seed, shapes):
             f"{ctx}: {int(bad.sum())} of {bad.size} elements exceed rtol={rtol:g} "
             f"atol={atol:g}; max abs error {float(np.max(err)):.3e}; worst at {worst}: "
             f"got {float(g[worst])!r}, want {float(w[worst])!r}")
-
-
-def assert_exact(what, backend, got, want, seed, shapes):
-    """Bit for bit (NaN == NaN), including shape and dtype."""
-    got, want = np.asarray(got), np.asarray(want)
-    ctx = _ctx(what, backend, want.dtype, seed, shapes)
-    assert got.shape == want.shape, f"{ctx}: got shape {got.shape}, want {want.shape}"
-    assert got.dtype == want.dtype, f"{ctx}: got dtype {got.dtype}, want {want.dtype}"
-    if not np.array_equal(got, want, equal_nan=want.dtype.kind == "f"):
-        raise AssertionError(f"{ctx}: got\n{got}\nwant\n{want}")
-
-
 
 
 def names_shape(msg, shape):
