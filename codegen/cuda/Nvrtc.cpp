@@ -10,6 +10,7 @@
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <mutex>
@@ -126,7 +127,7 @@ std::string tilefuse::compileCudaToPtx(const std::string &source, const std::str
 }
 
 namespace {
-constexpr char kEntryMagic[8] = {'T', 'F', 'C', 'U', 'B', 'I', 'N', '1'};
+constexpr char kEntryMagic[8] = {'T', 'F', 'C', 'U', 'B', 'I', 'N', '2'};
 const char *kOptions = "--std=c++17 --ptxas-options=-v -default-device";
 
 std::string hex(uint64_t v) {
@@ -144,9 +145,12 @@ bool getU64(const std::string &in, size_t &pos, uint64_t &v) {
   return true;
 }
 
-std::string encode(const CudaBinary &b) {
+/// An entry holds its own key (architecture, options, compiler version and
+/// the source): a valid entry under another key's file name -- swapped,
+/// copied, or a hash collision -- is a miss, never another kernel's cubin.
+std::string encode(const std::string &key, const CudaBinary &b) {
   std::string payload;
-  for (const std::string *part : {&b.log, &b.cubin}) {
+  for (const std::string *part : {&key, &b.log, &b.cubin}) {
     putU64(payload, part->size());
     payload += *part;
   }
@@ -157,21 +161,40 @@ std::string encode(const CudaBinary &b) {
 }
 
 /// False for anything but a complete, intact entry.
-bool decode(const std::string &bytes, CudaBinary &b) {
+bool decode(const std::string &bytes, const std::string &key, CudaBinary &b) {
   size_t pos = sizeof(kEntryMagic);
   uint64_t size, sum;
   if (bytes.size() < pos || std::memcmp(bytes.data(), kEntryMagic, pos) != 0 ||
       !getU64(bytes, pos, size) || !getU64(bytes, pos, sum) || bytes.size() - pos != size ||
       fnv1a64(bytes.data() + pos, size) != sum)
     return false;
-  for (std::string *part : {&b.log, &b.cubin}) {
+  std::string storedKey;
+  for (std::string *part : {&storedKey, &b.log, &b.cubin}) {
     uint64_t n;
     if (!getU64(bytes, pos, n) || bytes.size() - pos < n)
       return false;
     part->assign(bytes, pos, n);
     pos += n;
   }
-  return pos == bytes.size();
+  return pos == bytes.size() && storedKey == key;
+}
+} // namespace
+
+namespace {
+/// Temporary entries older than an hour: a process killed between writing
+/// and renaming one left it behind (a live writer renames within seconds).
+void removeStaleTemporaries(const std::string &dir) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  auto now = fs::file_time_type::clock::now();
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    std::string name = it->path().filename().string();
+    std::error_code timeError;
+    auto written = fs::last_write_time(it->path(), timeError);
+    if (name.find(".cubin.tmp.") != std::string::npos && !timeError &&
+        now - written > std::chrono::hours(1))
+      fs::remove(it->path(), timeError);
+  }
 }
 } // namespace
 
@@ -191,6 +214,7 @@ std::vector<CudaBinary> tilefuse::compileCudaUnits(const std::vector<std::string
   std::string dir = cudaCacheDir();
   std::error_code ec;
   fs::create_directories(dir, ec); // an unwritable cache only costs recompiles
+  removeStaleTemporaries(dir);
   std::string salt = arch + '\0' + kOptions + '\0' + nvrtcVersion() + '\0';
   std::vector<CudaBinary> out(units.size());
   std::vector<bool> hit(units.size(), false);
@@ -201,11 +225,14 @@ std::vector<CudaBinary> tilefuse::compileCudaUnits(const std::vector<std::string
       std::string key = salt + units[i];
       std::string path = dir + "/" + hex(fnv1a64(key.data(), key.size())) + "-" +
                          hex(fnv1a64(units[i].data(), units[i].size())) + ".cubin";
-      std::ifstream in(path, std::ios::binary);
+      std::error_code typeError;
+      std::ifstream in;
+      if (fs::is_regular_file(path, typeError)) // a directory or device there is a miss
+        in.open(path, std::ios::binary);
       if (in) {
         std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
         CudaBinary b;
-        if (decode(bytes, b)) {
+        if (decode(bytes, key, b)) {
           b.arch = arch;
           b.kernels = parseResources(b.log);
           out[i] = std::move(b);
@@ -227,14 +254,19 @@ std::vector<CudaBinary> tilefuse::compileCudaUnits(const std::vector<std::string
       // one, never half of one.
       std::string tmp = path + ".tmp." + std::to_string(::getpid()) + "." +
                         std::to_string(std::hash<std::thread::id>()(std::this_thread::get_id()));
+      bool written;
       {
         std::ofstream o(tmp, std::ios::binary | std::ios::trunc);
-        std::string bytes = encode(out[i]);
+        std::string bytes = encode(key, out[i]);
         o.write(bytes.data(), std::streamsize(bytes.size()));
+        o.close();
+        written = bool(o); // a full disk: never rename a truncated entry in
       }
-      fs::rename(tmp, path, ec);
-      if (ec)
-        fs::remove(tmp, ec);
+      std::error_code renameError;
+      if (written)
+        fs::rename(tmp, path, renameError);
+      if (!written || renameError)
+        fs::remove(tmp, renameError);
     }
   };
   unsigned n = std::max(1u, std::min<unsigned>(std::thread::hardware_concurrency(),

@@ -201,3 +201,39 @@ def test_gather_and_scatter_artifacts_carry_the_library_kernels(arch, tmp_path):
     corpus()["deepfm AdamW step"].export(path, arch)
     data = path.read_bytes()
     assert b"tf_library" in data and b"tf_scatter_add_f32_i64" in data
+
+
+@needs_nvrtc
+def test_cubin_cache_entries_are_checked_against_their_key(tmp_path, monkeypatch):
+    """Two valid entries swapped under each other's names are misses (each
+    entry holds its key), a directory where an entry belongs is a miss, and
+    temporary files a killed process left behind go after an hour."""
+    import os
+    import time
+    monkeypatch.setenv("TILEFUSE_CACHE_DIR", str(tmp_path))
+    x = np.ones((8, 300), np.float32)
+    g = tilefuse.trace(lambda x: (x.exp() * 2, x.tanh().sum(0)), x)._graph
+    first = g.compile_cuda("cuda:sm_90")
+    entries = sorted((tmp_path / "cubin").glob("*.cubin"))
+    assert len(first) >= 2 and len(entries) == len(first)
+    a, b = entries[0].read_bytes(), entries[1].read_bytes()
+    entries[0].write_bytes(b)
+    entries[1].write_bytes(a)
+    second = g.compile_cuda("cuda:sm_90")
+    assert sum(not r["cached"] for r in second) == 2, second
+    assert sorted((r["name"], r["registers"]) for r in second) == \
+        sorted((r["name"], r["registers"]) for r in first)
+    # A directory at an entry's path: compiled again, no error.
+    entries[0].unlink()
+    entries[0].mkdir()
+    third = g.compile_cuda("cuda:sm_90")
+    assert sum(not r["cached"] for r in third) == 1
+    # Stale temporaries (a kill between write and rename) are removed.
+    stale = tmp_path / "cubin" / "x.cubin.tmp.1.2"
+    fresh = tmp_path / "cubin" / "y.cubin.tmp.3.4"
+    stale.write_bytes(b"partial")
+    fresh.write_bytes(b"being written")
+    old = time.time() - 7200
+    os.utime(stale, (old, old))
+    g.compile_cuda("cuda:sm_90")
+    assert not stale.exists() and fresh.exists()
