@@ -251,6 +251,17 @@ CudaExecutor::CudaExecutor(Program program,
                            const std::vector<std::pair<std::string, std::string>> &cubins,
                            CudaOptions opts)
     : prog(std::move(program)), options(opts), state(std::make_unique<State>()) {
+  try {
+    acquire(cubins);
+  } catch (...) {
+    // A refused executor (no cubin, a bad one, a kernel without threads)
+    // gives back the stream, modules and handles it took.
+    releaseResources();
+    throw;
+  }
+}
+
+void CudaExecutor::acquire(const std::vector<std::pair<std::string, std::string>> &cubins) {
   prog.validate();
   Api &a = api();
   State &s = *state;
@@ -424,7 +435,9 @@ CudaExecutor::CudaExecutor(Program program,
   check(a.cuStreamSynchronize(s.stream), "uploading constants");
 }
 
-CudaExecutor::~CudaExecutor() {
+CudaExecutor::~CudaExecutor() { releaseResources(); }
+
+void CudaExecutor::releaseResources() noexcept {
   Api &a = Api::get();
   State &s = *state;
   if (s.stream)

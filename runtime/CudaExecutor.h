@@ -88,6 +88,10 @@ public:
   struct State; ///< driver objects (CudaExecutor.cpp)
 
 private:
+  /// The constructor's work: context, stream, modules, handles, arena.
+  void acquire(const std::vector<std::pair<std::string, std::string>> &cubins);
+  /// Gives back everything acquire() took, whatever it got to.
+  void releaseResources() noexcept;
   void enqueueSteps(bool timed);
   void launchAll();
   uint64_t resultPointer(size_t i) const;

@@ -75,12 +75,14 @@ protected:
     ASSERT_NE(reg, nullptr) << "libcuda.so.1 here is not the test's fake driver";
     counters = reinterpret_cast<void (*)(int64_t *, int64_t *, int64_t *)>(
         dlsym(lib, "tf_fake_counters"));
+    liveStreams = reinterpret_cast<int64_t (*)()>(dlsym(lib, "tf_fake_live_streams"));
     reg("scale", 2, &scaleKernelGpu);
     for (const char *name : kCudaLibraryKernels)
       reg(name, 7, &unused);
     reg("tf_gather_i64", 7, &gatherI64);
     reg("tf_scatter_add_f32_i64", 7, &scatterAddF32I64);
   }
+  static inline int64_t (*liveStreams)() = nullptr;
   struct Counts {
     int64_t launches, instantiated, graphLaunches;
   };
@@ -350,6 +352,14 @@ TEST_F(FakeCuda, ArtifactsForAnotherArchitectureOrWithoutCubinsAreRefused) {
   a.blobs = fakeCubins(p);
   a.program.kernels[0].threads = 0;
   refused("0 threads per block");
+  // Refused executors give back what they took (the stream, modules).
+  int64_t before = liveStreams();
+  for (int i = 0; i < 3; ++i)
+    refused("0 threads per block");
+  a.blobs = {};
+  a.program.kernels[0].threads = 32;
+  refused("no cubin for kernel scale");
+  EXPECT_EQ(liveStreams(), before);
 }
 
 TEST_F(FakeCuda, SplatConstantsAreFilledOnTheDevice) {

@@ -44,6 +44,7 @@ struct Fake {
   bool capturing = false;
   std::vector<std::function<void()>> recorded;
   int64_t launches = 0, instantiated = 0, graphLaunches = 0;
+  int64_t liveStreams = 0; ///< created and not yet destroyed
   // Descriptor state of cuBLASLt.
   struct Desc {
     cublasOperation_t ta = CUBLAS_OP_N, tb = CUBLAS_OP_N;
@@ -96,6 +97,7 @@ extern "C" {
 void tf_fake_register_kernel(const char *name, int params, KernelFn fn) {
   fake().registered[name] = Kernel{name, params, fn};
 }
+int64_t tf_fake_live_streams() { return fake().liveStreams; }
 void tf_fake_counters(int64_t *launches, int64_t *instantiated, int64_t *graphLaunches) {
   *launches = fake().launches;
   *instantiated = fake().instantiated;
@@ -131,10 +133,12 @@ CUresult CUDAAPI cuDevicePrimaryCtxRetain(CUcontext *c, CUdevice) {
 CUresult CUDAAPI cuCtxSetCurrent(CUcontext) { return CUDA_SUCCESS; }
 CUresult CUDAAPI cuStreamCreate(CUstream *s, unsigned int) {
   *s = reinterpret_cast<CUstream>(new int(0));
+  ++fake().liveStreams;
   return CUDA_SUCCESS;
 }
 CUresult CUDAAPI cuStreamDestroy(CUstream s) {
   delete reinterpret_cast<int *>(s);
+  --fake().liveStreams;
   return CUDA_SUCCESS;
 }
 CUresult CUDAAPI cuStreamSynchronize(CUstream) {
