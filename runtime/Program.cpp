@@ -1,6 +1,8 @@
 //===- Program.cpp --------------------------------------------------------===//
 #include "runtime/Program.h"
 
+#include <algorithm>
+
 using namespace tilefuse;
 
 std::vector<uint8_t> BufferInfo::expandedData() const {
@@ -41,11 +43,25 @@ void Program::validate() const {
       check(b, what);
     size_t want = 0;
     switch (s.kind) {
-    case Step::Kind::Kernel:
+    case Step::Kind::Kernel: {
       if (s.kernel < 0 || s.kernel >= int(kernels.size()))
         throw CompileError("corrupt program: " + what + " names kernel " +
                            std::to_string(s.kernel));
+      // Programs partition the elements the kernel writes: more programs
+      // than the largest buffer it touches has elements is a tampered grid
+      // (one that would run for ever, or write past its buffers).
+      const ProgramKernel &k = kernels[s.kernel];
+      int64_t most = 1;
+      for (int b : s.buffers)
+        most = std::max(most, numElements(buffers[b].shape));
+      // (grid 0: an empty domain, nothing to run)
+      if (k.grid < 0 || k.block < 1 || k.grid > most)
+        throw CompileError("corrupt program: " + what + " launches kernel " + k.name +
+                           " with grid " + std::to_string(k.grid) + " x block " +
+                           std::to_string(k.block) + " over buffers of at most " +
+                           std::to_string(most) + " elements");
       continue;
+    }
     case Step::Kind::Gemm: want = 3; break;
     case Step::Kind::Gather: want = 3; break;
     case Step::Kind::ScatterAdd: want = 4; break;
@@ -68,6 +84,37 @@ void Program::validate() const {
       throw CompileError("corrupt program: " + what + " has " +
                          std::to_string(s.buffers.size()) + " buffers, expected " +
                          std::to_string(want));
+    auto rowElements = [&](const BufferInfo &table) {
+      int64_t rows = table.shape.empty() ? 1 : table.shape[0];
+      return rows ? numElements(table.shape) / rows : 0;
+    };
+    auto isIndex = [](DType t) { return t == DType::I32 || t == DType::I64; };
+    if (s.kind == Step::Kind::Gather) {
+      const BufferInfo &table = buffers[s.buffers[0]], &ids = buffers[s.buffers[1]],
+                       &out = buffers[s.buffers[2]];
+      if (!isIndex(ids.dtype) || out.dtype != table.dtype ||
+          numElements(out.shape) != numElements(ids.shape) * rowElements(table))
+        throw CompileError("corrupt program: " + what + " gathers " + dtypeName(table.dtype) +
+                           shapeToString(table.shape) + " rows by " + dtypeName(ids.dtype) +
+                           shapeToString(ids.shape) + " into " + dtypeName(out.dtype) +
+                           shapeToString(out.shape));
+    }
+    if (s.kind == Step::Kind::ScatterAdd) {
+      const BufferInfo &base = buffers[s.buffers[0]], &ids = buffers[s.buffers[1]],
+                       &updates = buffers[s.buffers[2]], &out = buffers[s.buffers[3]];
+      if (!isIndex(ids.dtype) || out.dtype != base.dtype || out.shape != base.shape ||
+          updates.dtype != base.dtype ||
+          numElements(updates.shape) != numElements(ids.shape) * rowElements(base))
+        throw CompileError("corrupt program: " + what + " scatters " + dtypeName(updates.dtype) +
+                           shapeToString(updates.shape) + " by " + dtypeName(ids.dtype) +
+                           shapeToString(ids.shape) + " into " + dtypeName(base.dtype) +
+                           shapeToString(base.shape));
+    }
+    if (s.kind == Step::Kind::Copy &&
+        buffers[s.buffers[0]].byteSize() != buffers[s.buffers[1]].byteSize())
+      throw CompileError("corrupt program: " + what + " copies " +
+                         std::to_string(buffers[s.buffers[0]].byteSize()) + " bytes into " +
+                         std::to_string(buffers[s.buffers[1]].byteSize()));
     if (s.kind == Step::Kind::Gemm) {
       const BufferInfo &a = buffers[s.buffers[0]], &b = buffers[s.buffers[1]],
                        &c = buffers[s.buffers[2]];

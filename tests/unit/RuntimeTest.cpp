@@ -177,6 +177,65 @@ TEST(Program, ValidateNamesTheCorruption) {
   EXPECT_THROW(p.validate(), CompileError);
 }
 
+TEST(Program, ValidateRefusesTamperedGridsGathersScattersAndCopies) {
+  Program p;
+  p.buffers = {buffer("x", DType::F32, {4, 3}, BufferInfo::Role::Argument),   // 0
+               buffer("ids", DType::I64, {2}, BufferInfo::Role::Argument),    // 1
+               buffer("rows", DType::F32, {2, 3}),                            // 2
+               buffer("acc", DType::F32, {4, 3}),                             // 3
+               buffer("copy", DType::F32, {2, 3})};                           // 4
+  p.arguments = {0, 1};
+  p.results = {2, 3, 4};
+  ProgramKernel k;
+  k.name = "k";
+  k.grid = 12;
+  p.kernels.push_back(k);
+  Step kernel;
+  kernel.kind = Step::Kind::Kernel;
+  kernel.kernel = 0;
+  kernel.buffers = {0, 3};
+  Step gather;
+  gather.kind = Step::Kind::Gather;
+  gather.buffers = {0, 1, 2};
+  Step scatter;
+  scatter.kind = Step::Kind::ScatterAdd;
+  scatter.buffers = {0, 1, 2, 3};
+  Step copy;
+  copy.kind = Step::Kind::Copy;
+  copy.buffers = {2, 4};
+  p.steps = {kernel, gather, scatter, copy};
+  EXPECT_NO_THROW(p.validate());
+  auto refused = [&](Program q, const std::string &reason) {
+    try {
+      q.validate();
+      ADD_FAILURE() << "accepted; expected: " << reason;
+    } catch (const CompileError &e) {
+      EXPECT_NE(std::string(e.what()).find(reason), std::string::npos) << e.what();
+    }
+  };
+  Program q = p;
+  q.kernels[0].grid = 1 << 30;
+  refused(q, "launches kernel k with grid 1073741824 x block 1 over buffers of at most 12");
+  q = p;
+  q.kernels[0].grid = -1;
+  refused(q, "with grid -1");
+  q = p;
+  q.kernels[0].grid = 0; // an empty domain runs no program
+  EXPECT_NO_THROW(q.validate());
+  q = p;
+  q.steps[1].buffers = {0, 1, 3};
+  refused(q, "gathers f32[4, 3] rows by i64[2] into f32[4, 3]");
+  q = p;
+  q.steps[1].buffers = {0, 0, 2};
+  refused(q, "rows by f32[4, 3]");
+  q = p;
+  q.steps[2].buffers = {0, 1, 3, 3};
+  refused(q, "scatters f32[4, 3] by i64[2] into f32[4, 3]");
+  q = p;
+  q.steps[3].buffers = {2, 3};
+  refused(q, "copies 24 bytes into 48");
+}
+
 TEST(CpuLibrary, GatherRefusesOutOfRangeRows) {
   BufferInfo table = buffer("t", DType::F32, {2, 2}), ids = buffer("i", DType::I32, {1});
   float data[4] = {1, 2, 3, 4}, out[2] = {0, 0};
