@@ -295,13 +295,12 @@ private:
   Value neutral(Operation *op, Type t);
   Value combine(Operation *op, Value acc, Value v);
   /// Whether reduction `op` over values of type `t` accumulates wider (an
-  /// f32 sum in f64), and its accumulator, step and result.
+  /// f32 sum in f64); the accumulator's initial value (`neutralValue`,
+  /// widened), one step, and its value in the reduction's compute type.
   bool widensSum(Operation *op, Type t) const;
-  SmallVector<Value> accumulatorInit(Operation *op, Value neutralValue);
-  /// Appends the state after adding `x` to `acc`.
-  void accumulate(Operation *op, ValueRange acc, Value x, SmallVectorImpl<Value> &out);
-  /// The reduced value a state holds.
-  Value accumulated(Operation *op, ValueRange acc);
+  Value accumulatorInit(Operation *op, Value neutralValue);
+  Value accumulate(Operation *op, Value acc, Value x);
+  Value accumulated(Operation *op, Value acc);
 
   // --- stores -----------------------------------------------------------------
   LogicalResult store(unsigned output, const Coords &c);
@@ -715,29 +714,28 @@ bool KernelEmitter::widensSum(Operation *op, Type t) const {
   return isa<ReduceSumOp>(op) && getElementTypeOrSelf(t).isF32();
 }
 
-SmallVector<Value> KernelEmitter::accumulatorInit(Operation *op, Value neutralValue) {
+Value KernelEmitter::accumulatorInit(Operation *op, Value neutralValue) {
   if (!widensSum(op, neutralValue.getType()))
-    return {neutralValue};
+    return neutralValue;
   Type wide = b.getF64Type();
   if (auto v = llvm::dyn_cast<VectorType>(neutralValue.getType()))
     wide = VectorType::get(v.getShape(), wide);
-  return {b.create<arith::ConstantOp>(loc, b.getZeroAttr(wide)).getResult()};
+  return b.create<arith::ConstantOp>(loc, b.getZeroAttr(wide));
 }
 
-void KernelEmitter::accumulate(Operation *op, ValueRange acc, Value x,
-                               SmallVectorImpl<Value> &out) {
-  if (getElementTypeOrSelf(acc[0].getType()).isF64() && getElementTypeOrSelf(x.getType()).isF32())
-    x = b.create<arith::ExtFOp>(loc, acc[0].getType(), x);
-  out.push_back(combine(op, acc[0], x));
+Value KernelEmitter::accumulate(Operation *op, Value acc, Value x) {
+  if (getElementTypeOrSelf(acc.getType()) != getElementTypeOrSelf(x.getType()))
+    x = b.create<arith::ExtFOp>(loc, acc.getType(), x);
+  return combine(op, acc, x);
 }
 
-Value KernelEmitter::accumulated(Operation *op, ValueRange acc) {
+Value KernelEmitter::accumulated(Operation *op, Value acc) {
   Type want = computeType(dtypeOf(op->getOperand(0)));
-  if (getElementTypeOrSelf(acc[0].getType()) == want)
-    return acc[0];
-  if (auto v = llvm::dyn_cast<VectorType>(acc[0].getType()))
+  if (getElementTypeOrSelf(acc.getType()) == want)
+    return acc;
+  if (auto v = llvm::dyn_cast<VectorType>(acc.getType()))
     want = VectorType::get(v.getShape(), want);
-  return b.create<arith::TruncFOp>(loc, want, acc[0]);
+  return b.create<arith::TruncFOp>(loc, want, acc);
 }
 
 /// A reduction at result coordinates `c`. When `c` has no lanes (one
@@ -779,10 +777,7 @@ FailureOr<Value> KernelEmitter::reduction(Operation *op, const Coords &c) {
     init = splat(init);
   // Every layout accumulates f32 sums in f64 and rounds once, so a
   // reduction computed in two layouts of one kernel gives the same value.
-  SmallVector<Value> inits = accumulatorInit(op, init);
-  auto accumulate = [&](ValueRange it, Value x, SmallVectorImpl<Value> &yield) {
-    this->accumulate(op, it, x, yield);
-  };
+  init = accumulatorInit(op, init);
   // A partial kernel reduces one slice: of the outer loop when it has a
   // trip per slice, else of the blocks of the lane loop.
   bool split = chunks > 0 && !lanesInResult && laneDim >= 0;
@@ -795,7 +790,7 @@ FailureOr<Value> KernelEmitter::reduction(Operation *op, const Coords &c) {
   Value outerHi = splitOuter ? sliceBound(outerCount, 1) : cst(outerCount);
   SmallVector<Value> acc;
   LogicalResult ok = forLoopRange(
-      outerLo, outerHi, ValueRange(inits),
+      outerLo, outerHi, ValueRange{init},
       [&](Value o, ValueRange iter, SmallVectorImpl<Value> &yield) -> LogicalResult {
         Coords cc = oc;
         scatterIndex(o, outerDims, outerSizes, cc);
@@ -807,7 +802,7 @@ FailureOr<Value> KernelEmitter::reduction(Operation *op, const Coords &c) {
             return fusion.emitOpError()
                    << "internal error: a per-program reduction of '" << op->getName()
                    << "' produced a block";
-          accumulate(iter, vectorAcc ? toBlock(*v) : *v, yield);
+          yield.push_back(accumulate(op, iter[0], vectorAcc ? toBlock(*v) : *v));
           return success();
         }
         int64_t n = in[laneDim];
@@ -815,7 +810,7 @@ FailureOr<Value> KernelEmitter::reduction(Operation *op, const Coords &c) {
         SmallVector<Value> inner;
         if (failed(forLoopRange(
                 splitInner ? sliceBound(laneSteps, 0) : cst(0),
-                splitInner ? sliceBound(laneSteps, 1) : cst(laneSteps), iter,
+                splitInner ? sliceBound(laneSteps, 1) : cst(laneSteps), ValueRange{iter[0]},
                 [&](Value j, ValueRange it2, SmallVectorImpl<Value> &y2) -> LogicalResult {
                   Coords c2 = cc;
                   Value start = mulS(j, block);
@@ -827,19 +822,19 @@ FailureOr<Value> KernelEmitter::reduction(Operation *op, const Coords &c) {
                   Value x = toBlock(*v);
                   if (n % block != 0)
                     x = b.create<arith::SelectOp>(loc, activeMask(), x, splat(neutral(op, ct)));
-                  accumulate(it2, x, y2);
+                  y2.push_back(accumulate(op, it2[0], x));
                   return success();
                 },
                 &inner)))
           return failure();
-        yield.append(inner.begin(), inner.end());
+        yield.push_back(inner[0]);
         return success();
       },
       &acc);
   if (failed(ok))
     return failure();
   if (laneDim < 0)
-    return accumulated(op, acc);
+    return accumulated(op, acc[0]);
   tile::ReduceKind kind = isa<ReduceSumOp>(op)   ? tile::ReduceKind::add
                           : isa<ReduceMaxOp>(op) ? tile::ReduceKind::max
                                                  : tile::ReduceKind::min;
@@ -1204,12 +1199,8 @@ LogicalResult KernelEmitter::emitColumnPartial(int64_t n, ArrayRef<Operation *> 
   ReducedLoops rows = reducedLoops(fusion.getReduced(), ks.domain, /*lanesElsewhere=*/true);
   int64_t rowCount = numel(rows.outerSizes);
   SmallVector<Value> init;
-  SmallVector<unsigned> first; // of each reduction's state in `init`
-  for (Operation *op : reductions) {
-    first.push_back(init.size());
-    init.append(accumulatorInit(op, splat(neutral(op, computeType(dtypeOf(op->getOperand(0)))))));
-  }
-  first.push_back(init.size());
+  for (Operation *op : reductions)
+    init.push_back(accumulatorInit(op, splat(neutral(op, computeType(dtypeOf(op->getOperand(0)))))));
   SmallVector<Value> folded;
   if (failed(forLoopRange(
           divS(mulS(chunkId, rowCount), n), divS(mulS(addS(chunkId, cst(1)), rowCount), n),
@@ -1221,7 +1212,7 @@ LogicalResult KernelEmitter::emitColumnPartial(int64_t n, ArrayRef<Operation *> 
               FailureOr<Value> v = value(op->getOperand(0), cc);
               if (failed(v))
                 return failure();
-              accumulate(op, acc.slice(first[k], first[k + 1] - first[k]), toBlock(*v), yield);
+              yield.push_back(accumulate(op, acc[k], toBlock(*v)));
             }
             return success();
           },
@@ -1236,8 +1227,7 @@ LogicalResult KernelEmitter::emitColumnPartial(int64_t n, ArrayRef<Operation *> 
     if (vecOffsets || stride != 1)
       return fusion.emitOpError("internal error: a column partial whose lanes are not contiguous");
     offset = addS(offset, mulS(chunkId, ks.elements));
-    Value partial = accumulated(op, ArrayRef<Value>(folded).slice(first[k], first[k + 1] - first[k]));
-    b.create<tile::StoreOp>(loc, partial, entry.getArgument(firstSlot + k), offset,
+    b.create<tile::StoreOp>(loc, accumulated(op, folded[k]), entry.getArgument(firstSlot + k), offset,
                             activeLimit, b.getI64IntegerAttr(1), b.getI64IntegerAttr(1),
                             UnitAttr());
   }
@@ -1262,18 +1252,18 @@ LogicalResult KernelEmitter::emitColumnCombine(int64_t n, ArrayRef<Operation *> 
     Type t = llvm::cast<tile::PtrType>(slots.getType()).getPointee();
     SmallVector<Value> total;
     if (failed(forLoop(
-            n, ValueRange(accumulatorInit(op, splat(neutral(op, t)))),
+            n, ValueRange{accumulatorInit(op, splat(neutral(op, t)))},
             [&](Value c, ValueRange acc, SmallVectorImpl<Value> &yield) -> LogicalResult {
               Value at = addS(offset, mulS(c, ks.elements));
               Value part = b.create<tile::LoadOp>(loc, vecType(t), slots, at, activeLimit,
                                                   b.getI64IntegerAttr(1));
-              accumulate(op, acc, part, yield);
+              yield.push_back(accumulate(op, acc[0], part));
               return success();
             },
             &total)))
       return failure();
     memo.back()[keyOf(op->getResult(0), keptCoords(ks, dc, shapeOf(op->getResult(0))))] =
-        accumulated(op, total);
+        accumulated(op, total[0]);
   }
   Operation *yield = fusion.getBody().front().getTerminator();
   for (unsigned i = 0; i < yield->getNumOperands(); ++i)

@@ -15,13 +15,13 @@ import numpy as np
 
 from ._core import CompileError
 from ._dtypes import is_float
-from ._tracing import Tensor, _lift, _user_location, _where, where
+from ._tracing import _RETURN_TYPES, Tensor, _lift, _pair_misuse, _user_location, _where, where
 
 
 def _tensor(x, what):
-    if isinstance(x, tuple) and hasattr(x, "values") and hasattr(x, "indices"):
-        raise CompileError(f"{what}: got the (values, indices) pair of x.max(dim)/x.min(dim); "
-                           f"pass its .values, or use x.amax(dim)/x.amin(dim){_where()}")
+    for name, pair in _RETURN_TYPES.items():
+        if isinstance(x, pair):
+            raise CompileError(f"{what}: {_pair_misuse(name)}")
     if not isinstance(x, Tensor):
         raise CompileError(f"{what}: expects a traced tensor, got {type(x).__name__}")
     return x

@@ -246,3 +246,10 @@ def test_layer_norm_without_weight_and_bias(rng):
     mu, var = x.mean(1, keepdims=True), x.var(1, keepdims=True)
     assert_both("layer_norm", lambda t: F.layer_norm(t, (8,)), [x], (x - mu) / np.sqrt(var + 1e-5))
     check_gradients("layer_norm", lambda t: F.layer_norm(t, 8), [x], rng)
+
+
+def test_functional_calls_on_a_max_pair_say_what_to_pass():
+    x = np.ones((2, 3))
+    with pytest.raises(tilefuse.CompileError, match=r"relu: x.max\(dim\) returns a \(values, "
+                                                    r"indices\) pair.*\.values"):
+        tilefuse.trace(lambda t: F.relu(t.max(1)), x)
