@@ -117,9 +117,13 @@ bool onlyUnitDimsChange(ArrayRef<int64_t> a, ArrayRef<int64_t> b) {
 
 /// The most ops one kernel takes. Beyond a few hundred chained ops a kernel
 /// saves little memory traffic but costs LLVM superlinear time (a 2,000-op
-/// chain took 12.6 s as one kernel) and code-generation recursion depth
-/// (about 3,600 chained ops overflowed the stack).
+/// chain took 12.6 s as one kernel).
 constexpr size_t kMaxKernelOps = 256;
+
+/// Recomputed chains (views, cheap ops of leaves) are cloned into every
+/// kernel that reads them; past this depth the op is computed once in a
+/// kernel instead. This also bounds every walk through recomputed ops.
+constexpr unsigned kMaxRecomputeDepth = 16;
 
 struct Group {
   SmallVector<Operation *> ops;
@@ -162,10 +166,12 @@ public:
       bool scalarOfLeaves = ofLeaves && !isReduction(&op) &&
                             !isLibraryCall(&op) &&
                             numel(shapeOf(op.getResult(0))) == 1;
-      if (!needsMaterializing(&op) &&
+      unsigned depth = recomputeDepth(&op);
+      if (!needsMaterializing(&op) && depth <= kMaxRecomputeDepth &&
           (isView(&op) || scalarOfLeaves ||
            (isCheapToRecompute(&op) && ofLeaves))) {
         recomputed.insert(&op);
+        recomputeDepths[&op] = depth;
         continue;
       }
       place(&op);
@@ -182,6 +188,15 @@ private:
   }
   bool isLeafOp(Operation *def) {
     return isGenerator(def) || recomputed.contains(def);
+  }
+
+  /// 1 + the longest chain of recomputed ops `op` would read.
+  unsigned recomputeDepth(Operation *op) {
+    unsigned depth = 0;
+    for (Value v : op->getOperands())
+      if (Operation *def = v.getDefiningOp())
+        depth = std::max(depth, recomputeDepths.lookup(def));
+    return depth + 1;
   }
 
   /// The kernels whose results `v` is computed from, looking through leaves.
@@ -499,6 +514,7 @@ private:
   /// Cheap ops of leaves and views, cloned into the kernels that read them.
   llvm::SetVector<Operation *> recomputed;
   llvm::DenseMap<Value, SmallVector<Read>> readCache;
+  llvm::DenseMap<Operation *, unsigned> recomputeDepths;
 };
 
 FusionOp Fuser::buildKernel(unsigned index, Group &group, OpBuilder &b) {

@@ -25,6 +25,7 @@
 
 #include <array>
 #include <map>
+#include <optional>
 #include <numeric>
 #include <tuple>
 
@@ -284,6 +285,12 @@ private:
 
   // --- values ---------------------------------------------------------------
   FailureOr<Value> value(Value v, const Coords &c);
+  std::optional<Value> memoized(const Key &key);
+  /// Computes, bottom-up, the operands of `root` reached through ops that
+  /// read their operands at the same coordinates `c`.
+  LogicalResult computeOperandChains(Operation *root, const Coords &c);
+  /// The operand a view reads and the coordinates it reads it at.
+  std::optional<std::pair<Value, Coords>> viewSource(Operation *op, const Coords &c);
   FailureOr<Value> compute(Value v, const Coords &c);
   FailureOr<Value> load(BlockArgument arg, const Coords &c);
   FailureOr<Value> elementwise(Operation *op, const Coords &c);
@@ -399,50 +406,126 @@ LogicalResult KernelEmitter::forLoopRange(Value lo, Value hi, ValueRange init, F
   return success();
 }
 
-FailureOr<Value> KernelEmitter::value(Value v, const Coords &c) {
-  Key key = keyOf(v, c);
+std::optional<Value> KernelEmitter::memoized(const Key &key) {
   for (auto it = memo.rbegin(); it != memo.rend(); ++it) {
     auto found = it->find(key);
     if (found != it->end())
       return found->second;
   }
-  FailureOr<Value> r = compute(v, c);
+  return std::nullopt;
+}
+
+/// Ops that read every operand at the coordinates they write: lowered by
+/// `elementwise` or as a cast.
+static bool readsOperandsInPlace(Operation *op) {
+  return !llvm::isa<BroadcastInDimOp, TransposeOp, SliceOp, ReshapeOp, ConcatOp,
+                    ReduceSumOp, ReduceMaxOp, ReduceMinOp, ArgmaxOp,
+                    RandomUniformOp, FullOp, ConstantOp, IotaOp>(op);
+}
+
+// A kernel may chain thousands of ops. Native recursion is bounded by the
+// number of index remaps and loops on a path, not by its length: view
+// chains are followed in a loop, and same-index operand chains are computed
+// bottom-up from an explicit stack before the op that reads them.
+FailureOr<Value> KernelEmitter::value(Value v, const Coords &c) {
+  Coords coords = c;
+  SmallVector<Key> aliases;
+  FailureOr<Value> r = failure();
+  while (true) {
+    Key key = keyOf(v, coords);
+    if (std::optional<Value> known = memoized(key)) {
+      r = *known;
+      break;
+    }
+    aliases.push_back(std::move(key));
+    Operation *op = v.getDefiningOp();
+    if (op) {
+      if (std::optional<std::pair<Value, Coords>> source = viewSource(op, coords)) {
+        v = source->first;
+        coords = std::move(source->second);
+        continue;
+      }
+      if (readsOperandsInPlace(op) && failed(computeOperandChains(op, coords)))
+        return failure();
+    }
+    r = compute(v, coords);
+    break;
+  }
   if (succeeded(r))
-    memo.back()[key] = *r;
+    for (Key &key : aliases)
+      memo.back()[key] = *r;
   return r;
+}
+
+LogicalResult KernelEmitter::computeOperandChains(Operation *root, const Coords &c) {
+  struct Frame {
+    Operation *op;
+    unsigned next;
+  };
+  SmallVector<Frame> stack = {{root, 0}};
+  llvm::DenseSet<Operation *> pushed = {root};
+  while (!stack.empty()) {
+    Frame &top = stack.back();
+    if (top.next == top.op->getNumOperands()) {
+      Operation *done = top.op;
+      stack.pop_back();
+      if (done == root)
+        break;
+      if (failed(value(done->getResult(0), c)))
+        return failure();
+      continue;
+    }
+    Value operand = top.op->getOperand(top.next++);
+    Operation *def = operand.getDefiningOp();
+    if (!def || !readsOperandsInPlace(def) || memoized(keyOf(operand, c))) {
+      // Leaves and remapped operands, in operand order as the op would read them.
+      if (failed(value(operand, c)))
+        return failure();
+      continue;
+    }
+    if (pushed.insert(def).second)
+      stack.push_back({def, 0});
+  }
+  return success();
+}
+
+std::optional<std::pair<Value, Coords>>
+KernelEmitter::viewSource(Operation *op, const Coords &c) {
+  auto resultShape = shapeOf(op->getResult(0));
+  if (auto bc = llvm::dyn_cast<BroadcastInDimOp>(op)) {
+    auto in = shapeOf(bc.getOperand());
+    Coords oc;
+    for (auto [i, d] : llvm::enumerate(bc.getDims()))
+      oc.push_back(in[i] == 1 && resultShape[d] != 1 ? constCoord(0) : c[d]);
+    return std::make_pair(bc.getOperand(), std::move(oc));
+  }
+  if (auto tr = llvm::dyn_cast<TransposeOp>(op)) {
+    Coords oc(c.size());
+    for (auto [i, p] : llvm::enumerate(tr.getPerm()))
+      oc[p] = c[i];
+    return std::make_pair(tr.getOperand(), std::move(oc));
+  }
+  if (auto sl = llvm::dyn_cast<SliceOp>(op)) {
+    Coords oc;
+    for (size_t d = 0; d < c.size(); ++d)
+      oc.push_back(add(constCoord(sl.getStart()[d]), scale(c[d], sl.getStride()[d])));
+    return std::make_pair(sl.getOperand(), std::move(oc));
+  }
+  if (auto rs = llvm::dyn_cast<ReshapeOp>(op)) {
+    auto in = shapeOf(rs.getOperand());
+    if (squeezed(in) == squeezed(resultShape))
+      return std::make_pair(rs.getOperand(), matchUnitDims(c, resultShape, in));
+    return std::make_pair(rs.getOperand(), delinearize(linearize(c, resultShape), in));
+  }
+  return std::nullopt;
 }
 
 FailureOr<Value> KernelEmitter::compute(Value v, const Coords &c) {
   if (auto arg = llvm::dyn_cast<BlockArgument>(v))
     return load(arg, c);
   Operation *op = v.getDefiningOp();
-  auto resultShape = shapeOf(v);
-
-  if (auto bc = llvm::dyn_cast<BroadcastInDimOp>(op)) {
-    auto in = shapeOf(bc.getOperand());
-    Coords oc;
-    for (auto [i, d] : llvm::enumerate(bc.getDims()))
-      oc.push_back(in[i] == 1 && resultShape[d] != 1 ? constCoord(0) : c[d]);
-    return value(bc.getOperand(), oc);
-  }
-  if (auto tr = llvm::dyn_cast<TransposeOp>(op)) {
-    Coords oc(c.size());
-    for (auto [i, p] : llvm::enumerate(tr.getPerm()))
-      oc[p] = c[i];
-    return value(tr.getOperand(), oc);
-  }
-  if (auto sl = llvm::dyn_cast<SliceOp>(op)) {
-    Coords oc;
-    for (size_t d = 0; d < c.size(); ++d)
-      oc.push_back(add(constCoord(sl.getStart()[d]), scale(c[d], sl.getStride()[d])));
-    return value(sl.getOperand(), oc);
-  }
-  if (auto rs = llvm::dyn_cast<ReshapeOp>(op)) {
-    auto in = shapeOf(rs.getOperand());
-    if (squeezed(in) == squeezed(resultShape))
-      return value(rs.getOperand(), matchUnitDims(c, resultShape, in));
-    return value(rs.getOperand(), delinearize(linearize(c, resultShape), in));
-  }
+  if (std::optional<std::pair<Value, Coords>> source = viewSource(op, c))
+    return value(source->first, source->second);
   if (auto cat = llvm::dyn_cast<ConcatOp>(op))
     return concat(cat, c);
   if (llvm::isa<ReduceSumOp, ReduceMaxOp, ReduceMinOp>(op))

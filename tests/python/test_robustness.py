@@ -121,3 +121,67 @@ def test_a_long_chain_compiles_in_bounded_kernels():
     rows = fn.report()
     assert len(rows) >= 4000 // 256, len(rows)
     np.testing.assert_allclose(fn(x), g.interpret(x), rtol=1e-5, atol=1e-6)
+
+
+def test_a_long_chain_of_cheap_ops_of_arguments_is_not_recomputed_whole():
+    """`t = t * w` of arguments is cheap to recompute, so every op of the
+    chain used to be cloned into one kernel: 8,000 of them overflowed the
+    fusion pass's stack and the code generator's. Recomputed chains now stop
+    at 16 ops (kMaxRecomputeDepth); the rest is fused into bounded kernels."""
+    x = np.linspace(-1, 1, 64).astype(np.float32)
+    w = np.full(64, 1.0001, np.float32)
+
+    def f(t, s):
+        for _ in range(2000):
+            t = t * s
+        return t
+
+    g = tilefuse.trace(f, x, w)
+    fn = g.compile("cpu")
+    assert len(fn.report()) >= 2000 // 256
+    np.testing.assert_allclose(fn(x, w), g.interpret(x, w), rtol=1e-5, atol=1e-6)
+
+
+def _chain_module(n, fused):
+    """A 64-element chain of n neg/tanh ops, as a graph function or as one
+    hand-written fused kernel."""
+    lines = ["func.func @f(%x: tensor<64xf32>) -> tensor<64xf32> {"]
+    prev = "%x"
+    if fused:
+        lines += ['  %r = graph.fusion "kernel0"(%x) {domain = array<i64: 64>, kind = "pointwise", '
+                  'reduced = array<i64>} : (tensor<64xf32>) -> tensor<64xf32> {',
+                  "  ^bb0(%a: tensor<64xf32>):"]
+        prev = "%a"
+    for i in range(n):
+        lines.append(f"    %v{i} = graph.{'tanh' if i % 2 else 'neg'} {prev} : tensor<64xf32>")
+        prev = f"%v{i}"
+    if fused:
+        lines += [f"    graph.yield {prev} : tensor<64xf32>", "  }"]
+        prev = "%r"
+    lines += [f"  return {prev} : tensor<64xf32>", "}"]
+    return "\n".join(lines) + "\n"
+
+
+@pytest.mark.skipif(shutil.which("tilefuse-opt") is None, reason="tools not on PATH")
+def test_a_20000_op_kernel_is_lowered_without_recursion(tmp_path):
+    """The tile emitter computed a kernel's values by recursion along the op
+    chain (a 3,687-op kernel overflowed the stack). A hand-written fused
+    kernel has no size cap, so the emitter itself must not recurse along it."""
+    src = tmp_path / "chain.mlir"
+    src.write_text(_chain_module(20000, fused=True))
+    r = subprocess.run(["tilefuse-opt", "--tilefuse-lower-to-tile", str(src)],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.count("math.tanh") == 10000
+
+
+@pytest.mark.skipif(shutil.which("tilefuse-opt") is None, reason="tools not on PATH")
+def test_a_100000_op_graph_is_fused(tmp_path):
+    """At 10^5 ops the fusion pass overflowed its stack; it now fuses the
+    chain into kernels of at most 256 ops."""
+    src = tmp_path / "chain.mlir"
+    src.write_text(_chain_module(100000, fused=False))
+    r = subprocess.run(["tilefuse-opt", "--tilefuse-fused", str(src)],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.count("graph.fusion") == -(-100000 // 256)
