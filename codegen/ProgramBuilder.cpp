@@ -60,6 +60,18 @@ public:
       for (size_t i = first; i < prog.steps.size(); ++i)
         prog.steps[i].sourceLines = lines;
     }
+    for (ProgramKernel &k : prog.kernels)
+      k.threads = target.threadsPerProgram(k.block);
+    // Code is compiled under symbols that bind each kernel to the step
+    // that launches it (kernelSymbol): loaders refuse a program whose steps
+    // no longer match the code.
+    std::vector<std::string> symbols = kernelSymbols(prog);
+    for (size_t i = 0; i < prog.kernels.size(); ++i) {
+      auto f = kernels.lookupSymbol<func::FuncOp>(prog.kernels[i].name);
+      if (!f)
+        return func.emitError("internal error: no tile kernel named ") << prog.kernels[i].name;
+      SymbolTable::setSymbolName(f, symbols[i]);
+    }
     return std::move(prog);
   }
 

@@ -118,11 +118,11 @@ void appendReports(const CudaBinary &bin, bool cached, std::vector<CudaKernelRep
 }
 #endif
 
-/// Cubins of `kernels` for `arch` (sm_XX), through the disk cache, plus
-/// the runtime library's when the program gathers or scatters; sets the
-/// threads per block of every program kernel.
+/// Cubins of `kernels` for `arch` (sm_XX), through the disk cache, each
+/// under its kernel's symbol, plus the runtime library's when the program
+/// gathers or scatters.
 std::vector<std::pair<std::string, std::string>>
-cudaBinaries(const Graph::Impl &g, Program &program, ModuleOp kernels, const std::string &arch,
+cudaBinaries(const Graph::Impl &g, const Program &program, ModuleOp kernels, const std::string &arch,
              std::vector<CudaKernelReport> *reports = nullptr) {
 #ifdef TILEFUSE_HAVE_NVRTC
   std::vector<std::string> units = cudaUnits(g, kernels);
@@ -136,11 +136,9 @@ cudaBinaries(const Graph::Impl &g, Program &program, ModuleOp kernels, const std
     for (const CudaBinary &b : bins)
       appendReports(b, /*cached=*/false, *reports);
   std::vector<std::pair<std::string, std::string>> blobs;
-  for (size_t i = 0; i < program.kernels.size(); ++i) {
-    ProgramKernel &k = program.kernels[i];
-    k.threads = k.block / cudaLanesPerThread(k.block);
-    blobs.emplace_back(k.name, std::move(bins.at(i).cubin));
-  }
+  std::vector<std::string> symbols = kernelSymbols(program);
+  for (size_t i = 0; i < program.kernels.size(); ++i)
+    blobs.emplace_back(symbols[i], std::move(bins.at(i).cubin));
   if (library)
     blobs.emplace_back(kCudaLibraryBlob, std::move(bins.back().cubin));
   return blobs;
@@ -190,9 +188,7 @@ compileArtifacts(const Graph::Impl &g, const TargetInfo &target) {
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     return art;
   }
-  std::vector<std::string> names;
-  for (const ProgramKernel &k : art->program.kernels)
-    names.push_back(k.name);
+  std::vector<std::string> names = kernelSymbols(art->program);
   runCapturingDiagnostics("cannot compile @" + g.entry + " for " + target.name(),
                           [&]() -> LogicalResult {
     FailureOr<CpuCode> code = jitCpuKernels(*built.kernels, names);

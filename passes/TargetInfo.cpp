@@ -2,6 +2,7 @@
 #include "passes/TargetInfo.h"
 
 #include "ir/graph/GraphDialect.h"
+#include "runtime/Program.h" // cudaLanesPerThread
 
 #include "mlir/IR/Matchers.h"
 
@@ -92,6 +93,7 @@ public:
   /// cache only costs a read for ownership of every line.
   int64_t streamingStoreBytes() const override { return int64_t(64) << 20; }
   bool shufflesLanes() const override { return true; }
+  int64_t threadsPerProgram(int64_t) const override { return 0; }
 };
 
 /// CUDA: cuBLASLt applies a column bias add and a ReLU (max with 0) itself.
@@ -109,6 +111,9 @@ public:
   /// GPUs write back through L2 either way; no streaming stores.
   int64_t streamingStoreBytes() const override { return INT64_MAX; }
   bool shufflesLanes() const override { return false; }
+  int64_t threadsPerProgram(int64_t block) const override {
+    return block / cudaLanesPerThread(block);
+  }
 
 private:
   std::string n;

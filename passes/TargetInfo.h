@@ -41,6 +41,9 @@ public:
   /// Whether lanes of a block can exchange values cheaply (vector
   /// shuffles on a CPU; on a GPU lanes are threads).
   virtual bool shufflesLanes() const = 0;
+  /// GPU threads a tile program of `block` lanes runs on (one thread block);
+  /// 0 where programs are not thread blocks (the CPU).
+  virtual int64_t threadsPerProgram(int64_t block) const = 0;
 
   /// "cpu" or "cuda[:sm_XX]"; null for an unknown name.
   static std::unique_ptr<TargetInfo> get(const std::string &name);

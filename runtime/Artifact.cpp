@@ -198,10 +198,13 @@ std::unique_ptr<CpuExecutor> tilefuse::loadCpuArtifact(const Artifact &a) {
   if (!lib->handle)
     throw CompileError("cannot load the artifact's kernel library: " + error);
   std::vector<CpuKernelFn> fns;
-  for (const ProgramKernel &k : a.program.kernels) {
-    void *fn = dlsym(lib->handle, k.name.c_str());
+  std::vector<std::string> symbols = kernelSymbols(a.program);
+  for (size_t i = 0; i < symbols.size(); ++i) {
+    void *fn = dlsym(lib->handle, symbols[i].c_str());
     if (!fn)
-      throw CompileError("corrupt artifact: kernel " + k.name + " is not in its library");
+      throw CompileError("corrupt artifact: the library has no kernel " + symbols[i] + " for " +
+                         a.program.kernels[i].name +
+                         " (the step that launches it does not match the compiled code)");
     fns.push_back(reinterpret_cast<CpuKernelFn>(fn));
   }
   return std::make_unique<CpuExecutor>(a.program, std::move(fns), lib);

@@ -22,7 +22,8 @@
 
 namespace tilefuse {
 
-constexpr uint32_t kArtifactFormatVersion = 2;
+// 3: kernels are compiled under kernelSymbol names.
+constexpr uint32_t kArtifactFormatVersion = 3;
 
 struct Artifact {
   std::string target;                   ///< "cpu" or "cuda:sm_XX"

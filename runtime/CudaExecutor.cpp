@@ -288,14 +288,18 @@ void CudaExecutor::acquire(const std::vector<std::pair<std::string, std::string>
     s.modules.push_back(m);
     return m;
   };
-  for (const ProgramKernel &k : prog.kernels) {
-    if (!blobs.count(k.name))
-      throw CompileError("CUDA executor: no cubin for kernel " + k.name);
+  std::vector<std::string> symbols = kernelSymbols(prog);
+  for (size_t i = 0; i < prog.kernels.size(); ++i) {
+    const ProgramKernel &k = prog.kernels[i];
+    const std::string &symbol = symbols[i];
+    if (!blobs.count(symbol))
+      throw CompileError("CUDA executor: no cubin for kernel " + symbol + " (" + k.name +
+                         "; the step that launches it does not match the compiled code)");
     if (k.threads <= 0 || k.threads > 1024)
       throw CompileError("CUDA executor: kernel " + k.name + " has " +
                          std::to_string(k.threads) + " threads per block (compiled for a CPU?)");
     CUfunction f = nullptr;
-    check(a.cuModuleGetFunction(&f, load(k.name), k.name.c_str()), "finding kernel " + k.name);
+    check(a.cuModuleGetFunction(&f, load(symbol), symbol.c_str()), "finding kernel " + symbol);
     s.kernels.push_back(f);
   }
   bool needsLibrary = std::any_of(prog.steps.begin(), prog.steps.end(), [](const Step &st) {

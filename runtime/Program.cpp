@@ -14,6 +14,59 @@ std::vector<uint8_t> BufferInfo::expandedData() const {
   return out;
 }
 
+int64_t tilefuse::cudaLanesPerThread(int64_t block) {
+  // Warp shuffles assume all 32 threads of a warp take part.
+  return block % 128 == 0 ? 4 : 1;
+}
+
+namespace {
+/// FNV-1a, 64-bit: stable across builds and machines, unlike std::hash.
+struct Fnv {
+  uint64_t h = 1469598103934665603ull;
+  void bytes(const void *p, size_t n) {
+    for (size_t i = 0; i < n; ++i) {
+      h ^= static_cast<const uint8_t *>(p)[i];
+      h *= 1099511628211ull;
+    }
+  }
+  void i64(int64_t v) { bytes(&v, sizeof v); }
+  void str(const std::string &s) {
+    i64(int64_t(s.size()));
+    bytes(s.data(), s.size());
+  }
+};
+} // namespace
+
+std::string tilefuse::kernelSymbol(const Program &program, const Step &step) {
+  const ProgramKernel &k = program.kernels.at(step.kernel);
+  Fnv f;
+  f.str(k.kind);
+  f.i64(k.grid);
+  f.i64(k.block);
+  f.i64(k.elementsPerProgram);
+  f.i64(int64_t(step.buffers.size()));
+  for (int b : step.buffers) {
+    const BufferInfo &buffer = program.buffers.at(b);
+    f.str(dtypeName(buffer.dtype));
+    f.i64(int64_t(buffer.shape.size()));
+    for (int64_t d : buffer.shape)
+      f.i64(d);
+  }
+  static const char digits[] = "0123456789abcdef";
+  std::string hash;
+  for (int shift = 28; shift >= 0; shift -= 4)
+    hash += digits[(uint32_t(f.h ^ (f.h >> 32)) >> shift) & 0xf];
+  return k.name + "_" + hash;
+}
+
+std::vector<std::string> tilefuse::kernelSymbols(const Program &program) {
+  std::vector<std::string> symbols(program.kernels.size());
+  for (const Step &s : program.steps)
+    if (s.kind == Step::Kind::Kernel && s.kernel >= 0 && s.kernel < int(symbols.size()))
+      symbols[s.kernel] = kernelSymbol(program, s);
+  return symbols;
+}
+
 void Program::validate() const {
   auto check = [&](int b, const std::string &what) {
     if (b < 0 || b >= int(buffers.size()))
@@ -36,6 +89,15 @@ void Program::validate() const {
       throw CompileError("corrupt program: constant " + b.name + " holds " +
                          std::to_string(b.data.size()) + " bytes, expected " +
                          std::to_string(b.byteSize()));
+  for (const ProgramKernel &k : kernels)
+    // threads is 0 for CPU kernels; CUDA kernels hold their lanes per
+    // thread in their code, so any other count would skip or repeat lanes.
+    if (k.threads != 0 && (k.block < 1 || k.threads != k.block / cudaLanesPerThread(k.block)))
+      throw CompileError("corrupt program: kernel " + k.name + " runs " +
+                         std::to_string(k.threads) + " threads per block of " +
+                         std::to_string(k.block) + " lanes, expected " +
+                         std::to_string(k.block < 1 ? 0 : k.block / cudaLanesPerThread(k.block)));
+  std::vector<int> launches(kernels.size(), 0);
   for (size_t i = 0; i < steps.size(); ++i) {
     const Step &s = steps[i];
     std::string what = "step " + std::to_string(i) + " (" + s.source + ")";
@@ -50,6 +112,9 @@ void Program::validate() const {
       // Programs partition the elements the kernel writes: more programs
       // than the largest buffer it touches has elements is a tampered grid
       // (one that would run for ever, or write past its buffers).
+      if (++launches[s.kernel] > 1)
+        throw CompileError("corrupt program: " + what + " launches kernel " +
+                           kernels[s.kernel].name + ", which an earlier step launches");
       const ProgramKernel &k = kernels[s.kernel];
       int64_t most = 1;
       for (int b : s.buffers)
@@ -124,6 +189,25 @@ void Program::validate() const {
         throw CompileError("corrupt program: " + what + " GEMM sizes do not match its buffers");
       if (s.buffers.size() == 4 && numElements(buffers[s.buffers[3]].shape) != s.n)
         throw CompileError("corrupt program: " + what + " bias is not one value per column");
+      // The operands' last two dimensions are op(a): m x k and op(b): k x n
+      // as stored (a transposed operand is stored k x m). With square
+      // operands a flipped transpose flag cannot be told from the shapes.
+      auto matrix = [](const BufferInfo &x, bool transposed) {
+        const Shape &d = x.shape;
+        std::pair<int64_t, int64_t> rc =
+            d.size() < 2 ? std::pair<int64_t, int64_t>{-1, -1} : std::pair{d[d.size() - 2], d.back()};
+        return transposed ? std::pair{rc.second, rc.first} : rc;
+      };
+      if (matrix(a, s.transposeA) != std::pair{s.m, s.k} ||
+          matrix(b, s.transposeB) != std::pair{s.k, s.n} || matrix(c, false) != std::pair{s.m, s.n})
+        throw CompileError("corrupt program: " + what + " multiplies " + shapeToString(a.shape) +
+                           (s.transposeA ? "^T" : "") + " by " + shapeToString(b.shape) +
+                           (s.transposeB ? "^T" : "") + " into " + shapeToString(c.shape) +
+                           ", which is not " + std::to_string(s.m) + "x" + std::to_string(s.k) +
+                           " by " + std::to_string(s.k) + "x" + std::to_string(s.n));
     }
   }
+  for (size_t k = 0; k < kernels.size(); ++k)
+    if (launches[k] == 0)
+      throw CompileError("corrupt program: kernel " + kernels[k].name + " is launched by no step");
 }

@@ -78,10 +78,27 @@ struct Program {
   /// the argument on its device and carry the result into it.
   std::vector<std::pair<int, int>> aliases;
 
-  /// Checks internal consistency (indices in range, shapes of steps);
-  /// throws CompileError naming the first problem.
+  /// Checks internal consistency (indices in range, shapes of steps, each
+  /// kernel launched by one step, GPU threads per block); throws
+  /// CompileError naming the first problem.
   void validate() const;
 };
+
+/// Lanes of a block each CUDA thread holds: four (one 128-bit access of
+/// f32) while the block still fills whole warps, else one. A CUDA kernel of
+/// `block` lanes runs block / cudaLanesPerThread(block) threads per block.
+int64_t cudaLanesPerThread(int64_t block);
+
+/// The symbol a kernel's code is compiled under: its name, then a hash of
+/// the interface it was compiled for (kind, grid, block, elements per
+/// program, the dtype and shape of every buffer `step` passes it). Loaders
+/// look code up by it, so a step that names another kernel, or whose
+/// launch or buffers changed after compilation, finds no code and is
+/// refused instead of running with the wrong arguments.
+std::string kernelSymbol(const Program &program, const Step &step);
+/// kernelSymbol of every kernel, by kernel index, from the step that
+/// launches it (validate() checks there is exactly one).
+std::vector<std::string> kernelSymbols(const Program &program);
 
 } // namespace tilefuse
 

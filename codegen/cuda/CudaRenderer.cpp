@@ -497,12 +497,6 @@ LogicalResult Renderer::kernel(func::FuncOp f) {
 
 } // namespace
 
-int64_t tilefuse::cudaLanesPerThread(int64_t block) {
-  // Four lanes a thread (a 128-bit access of f32) while a block still
-  // fills whole warps; warp shuffles assume all 32 threads take part.
-  return block % 128 == 0 ? 4 : 1;
-}
-
 namespace {
 /// The prelude, and the half/bfloat16 headers only where the kernels use
 /// those types (they are most of NVRTC's parsing time).

@@ -8,16 +8,14 @@
 #ifndef TILEFUSE_CODEGEN_CUDA_CUDARENDERER_H
 #define TILEFUSE_CODEGEN_CUDA_CUDARENDERER_H
 
+#include "runtime/Program.h" // cudaLanesPerThread: the runtime checks it too
+
 #include "mlir/IR/BuiltinOps.h"
 
 #include <string>
 #include <vector>
 
 namespace tilefuse {
-
-/// Lanes of a tile block each CUDA thread holds: a kernel of `block` lanes
-/// runs block / cudaLanesPerThread(block) threads per thread block.
-int64_t cudaLanesPerThread(int64_t block);
 
 /// CUDA C of every tile kernel of `module` (built for a cuda target, so
 /// blocks are thread blocks); emits a diagnostic naming the first op the

@@ -8,8 +8,8 @@
 // CHECK: template <typename T, typename Op> __device__ T tf_block_reduce(
 // CHECK:   __shfl_xor_sync
 // CHECK: struct alignas(sizeof(T) * V) tf_pack { T v[V]; };
-// CHECK-LABEL: // softmax_kernel0: grid 16 x block 64 (64 threads x 1 lanes); fuses graph.reduce_max graph.broadcast_in_dim graph.sub graph.exp graph.reduce_sum graph.broadcast_in_dim graph.div
-// CHECK-NEXT: extern "C" __global__ void __launch_bounds__(64) softmax_kernel0(float* __restrict__ [[X:v[0-9]+]], float* __restrict__ [[Y:v[0-9]+]])
+// CHECK-LABEL: // softmax_kernel0_{{[0-9a-f]+}}: grid 16 x block 64 (64 threads x 1 lanes); fuses graph.reduce_max graph.broadcast_in_dim graph.sub graph.exp graph.reduce_sum graph.broadcast_in_dim graph.div
+// CHECK-NEXT: extern "C" __global__ void __launch_bounds__(64) softmax_kernel0_{{[0-9a-f]+}}(float* __restrict__ [[X:v[0-9]+]], float* __restrict__ [[Y:v[0-9]+]])
 // CHECK:   (long long)blockIdx.x
 // CHECK:   threadIdx.x < {{v[0-9]+}} ? [[X]][
 // CHECK:   tf_block_reduce<float>({{.*}}, tf_max_op<float>())
@@ -24,7 +24,7 @@ func.func @softmax(%x: tensor<16x50xf32>) -> tensor<16x50xf32> {
 
 // f16 storage, f32 arithmetic, booleans as bytes; 128 lanes = 32 threads
 // holding 4 lanes each.
-// CHECK-LABEL: // half_kernel0: grid 1 x block 128 (32 threads x 4 lanes)
+// CHECK-LABEL: // half_kernel0_{{[0-9a-f]+}}: grid 1 x block 128 (32 threads x 4 lanes)
 // CHECK: __half* __restrict__ {{v[0-9]+}}, signed char* __restrict__
 // CHECK: tf_load<__half, 4, 1>(
 // CHECK: for (int j = 0; j < 4; ++j) {{v[0-9]+}}[j] = (float)({{v[0-9]+}}[j]);
@@ -39,8 +39,8 @@ func.func @half(%x: tensor<128xf16>, %m: tensor<128xi1>) -> tensor<128xf16> {
 // tf_pack aligned to 16 bytes) when whole and aligned, lane by lane
 // otherwise; a row reduction folds a thread's own lanes before the shuffles
 // (an f32 sum in double: FusionToTile accumulates f32 sums of rows in f64).
-// CHECK-LABEL: // rows_kernel0: grid 64 x block 1024 (256 threads x 4 lanes); fuses graph.exp graph.reduce_sum graph.broadcast_in_dim graph.div
-// CHECK-NEXT: __launch_bounds__(256) rows_kernel0(float* __restrict__ [[IN:v[0-9]+]], float* __restrict__ [[OUT:v[0-9]+]])
+// CHECK-LABEL: // rows_kernel0_{{[0-9a-f]+}}: grid 64 x block 1024 (256 threads x 4 lanes); fuses graph.exp graph.reduce_sum graph.broadcast_in_dim graph.div
+// CHECK-NEXT: __launch_bounds__(256) rows_kernel0_{{[0-9a-f]+}}(float* __restrict__ [[IN:v[0-9]+]], float* __restrict__ [[OUT:v[0-9]+]])
 // CHECK: float [[LOADED:v[0-9]+]][4];
 // CHECK-NEXT: tf_load<float, 4, 1>([[LOADED]], [[IN]],
 // CHECK: tf_block_reduce<double>(tf_fold({{v[0-9]+}}, tf_add_op<double>()), tf_add_op<double>())

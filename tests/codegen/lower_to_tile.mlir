@@ -7,7 +7,7 @@
 // Softmax with rows that fit one block (row reductions use blocks of up to
 // 32 on the CPU): one program per row, the row read
 // once, both reductions in registers, one store.
-// CHECK-LABEL: func.func @softmax_kernel0(
+// CHECK-LABEL: func.func @softmax_kernel0_{{[0-9a-f]+}}(
 // CHECK-SAME:    tile.block = 32 : i64
 // CHECK-SAME:    tile.fused_ops = ["graph.reduce_max", "graph.broadcast_in_dim", "graph.sub", "graph.exp", "graph.reduce_sum", "graph.broadcast_in_dim", "graph.div"]
 // CHECK-SAME:    tile.grid = 16 : i64
@@ -19,7 +19,7 @@
 // CHECK:         tile.reduce add
 // CHECK-NOT:     scf.for
 // CHECK:         tile.store {{.*}}stride = 1 : i64}
-// CUDA-LABEL: func.func @softmax_kernel0(
+// CUDA-LABEL: func.func @softmax_kernel0_{{[0-9a-f]+}}(
 // CUDA-SAME:    tile.block = 32 : i64
 func.func @softmax(%x: tensor<16x30xf32>) -> tensor<16x30xf32> {
   %0 = graph.softmax %x {dim = 1 : i64} : (tensor<16x30xf32>) -> tensor<16x30xf32>
@@ -27,7 +27,7 @@ func.func @softmax(%x: tensor<16x30xf32>) -> tensor<16x30xf32> {
 }
 
 // Rows longer than a block: the reductions loop over the row in blocks.
-// CHECK-LABEL: func.func @softmax_long_kernel0(
+// CHECK-LABEL: func.func @softmax_long_kernel0_{{[0-9a-f]+}}(
 // CHECK-SAME:    tile.grid = 4 : i64
 // CHECK:         scf.for
 // CHECK:           tile.load
@@ -36,7 +36,7 @@ func.func @softmax(%x: tensor<16x30xf32>) -> tensor<16x30xf32> {
 // CHECK:         tile.reduce add
 // CHECK:         scf.for
 // CHECK:           tile.store
-// CUDA-LABEL: func.func @softmax_long_kernel0(
+// CUDA-LABEL: func.func @softmax_long_kernel0_{{[0-9a-f]+}}(
 // CUDA-SAME:    tile.block = 1024 : i64
 func.func @softmax_long(%x: tensor<4x1000xf32>) -> tensor<4x1000xf32> {
   %0 = graph.softmax %x {dim = 1 : i64} : (tensor<4x1000xf32>) -> tensor<4x1000xf32>
@@ -45,7 +45,7 @@ func.func @softmax_long(%x: tensor<4x1000xf32>) -> tensor<4x1000xf32> {
 
 // A bias broadcast along rows is a contiguous block; a per-row value is one
 // scalar load; a transposed operand is a strided block load.
-// CHECK-LABEL: func.func @views_kernel0(
+// CHECK-LABEL: func.func @views_kernel0_{{[0-9a-f]+}}(
 // CHECK-SAME:    tile.grid = 8 : i64
 // CHECK-DAG:     tile.load %arg0[{{.*}}], {{.*}}{stride = 1 : i64}
 // CHECK-DAG:     tile.load %arg1[{{.*}}], {{.*}}{stride = 1 : i64}
@@ -64,7 +64,7 @@ func.func @views(%x: tensor<8x64xf32>, %b: tensor<64xf32>, %r: tensor<8x1xf32>, 
 
 // A long f32 row sum: each lane accumulates in f64, the lanes fold in f64,
 // the result is rounded to f32 once.
-// CHECK-LABEL: func.func @long_row_sum_kernel0(
+// CHECK-LABEL: func.func @long_row_sum_kernel0_{{[0-9a-f]+}}(
 // CHECK:         scf.for {{.*}} iter_args({{.*}}) -> (vector<{{[0-9]+}}xf64>)
 // CHECK:           arith.extf {{.*}} to vector<{{[0-9]+}}xf64>
 // CHECK:         tile.reduce add {{.*}} : vector<{{[0-9]+}}xf64> -> f64
@@ -75,7 +75,7 @@ func.func @long_row_sum(%x: tensor<2x100000xf32>) -> tensor<2xf32> {
 }
 
 // A reshape whose rows do not line up with the block gathers per lane.
-// CHECK-LABEL: func.func @reshape_gather_kernel0(
+// CHECK-LABEL: func.func @reshape_gather_kernel0_{{[0-9a-f]+}}(
 // CHECK:         arith.remui {{.*}} : vector<{{[0-9]+}}xi64>
 // CHECK:         tile.gather
 func.func @reshape_gather(%x: tensor<6x5xf32>) -> tensor<5x6xf32> {
@@ -87,7 +87,7 @@ func.func @reshape_gather(%x: tensor<6x5xf32>) -> tensor<5x6xf32> {
 // Reducing the leading dimension (layer_norm's dgamma): lanes run along the
 // kept columns, a scalar loop over the rows accumulates per lane (f32 in
 // f64), no horizontal reduction.
-// CHECK-LABEL: func.func @column_sum_kernel0(
+// CHECK-LABEL: func.func @column_sum_kernel0_{{[0-9a-f]+}}(
 // CHECK-SAME:    tile.grid = 1 : i64
 // CHECK:         scf.for {{.*}} iter_args({{.*}}) -> (vector<64xf64>)
 // CHECK:           tile.load {{.*}}{stride = 1 : i64}
@@ -99,7 +99,7 @@ func.func @column_sum(%x: tensor<32x64xf32>) -> tensor<64xf32> {
 }
 
 // f16 storage, f32 arithmetic; booleans are bytes.
-// CHECK-LABEL: func.func @half_kernel0(
+// CHECK-LABEL: func.func @half_kernel0_{{[0-9a-f]+}}(
 // CHECK-SAME:    !tile.ptr<f16>, %{{.*}}: !tile.ptr<i8>
 // CHECK-DAG:     arith.extf {{.*}} : vector<64xf16> to vector<64xf32>
 // CHECK-DAG:     arith.cmpi ne, {{.*}} : vector<64xi8>
@@ -113,12 +113,12 @@ func.func @half(%x: tensor<128xf16>, %m: tensor<128xi1>) -> tensor<128xf16> {
 
 // Results of 64 MiB and more are streamed past the cache on the CPU (the
 // alignment says whole cache lines); small ones are not.
-// CHECK-LABEL: func.func @big_kernel0(
+// CHECK-LABEL: func.func @big_kernel0_{{[0-9a-f]+}}(
 // CHECK:         tile.store {{.*}}{alignment = 64 : i64, streaming, stride = 1 : i64}
-// CHECK-LABEL: func.func @small_kernel0(
+// CHECK-LABEL: func.func @small_kernel0_{{[0-9a-f]+}}(
 // CHECK-NOT:     streaming
 // CHECK:         return
-// CUDA-LABEL: func.func @big_kernel0(
+// CUDA-LABEL: func.func @big_kernel0_{{[0-9a-f]+}}(
 // CUDA-NOT:     streaming
 // CUDA:         return
 func.func @big(%x: tensor<4096x4096xf32>) -> tensor<4096x4096xf32> {
@@ -132,7 +132,7 @@ func.func @small(%x: tensor<64x64xf32>) -> tensor<64x64xf32> {
 
 // Dropout's Philox on contiguous lanes: one Philox per counter of four
 // elements, words interleaved by shuffles (no per-lane word select).
-// CHECK-LABEL: func.func @dropout_kernel0(
+// CHECK-LABEL: func.func @dropout_kernel0_{{[0-9a-f]+}}(
 // CHECK-NOT:     arith.cmpi eq
 // CHECK:         arith.mului_extended {{.*}} : vector<16xi32>
 // CHECK-NOT:     arith.cmpi eq
@@ -147,14 +147,14 @@ func.func @dropout(%x: tensor<4x64xf32>, %seed: tensor<i64>) -> tensor<4x64xf32>
 
 // A full reduction of 2^18 elements or more: 32 programs fold a slice each
 // into slots, one program folds the slots and finishes (here: the mean).
-// CHECK-LABEL: func.func @mean_kernel0_partial(
+// CHECK-LABEL: func.func @mean_kernel0_partial_{{[0-9a-f]+}}(
 // CHECK-SAME:    !tile.ptr<f32>, %{{.*}}: !tile.ptr<f32>)
 // CHECK-SAME:    tile.grid = 32 : i64
 // CHECK:         tile.program_id
 // CHECK:         scf.for
 // CHECK:         tile.reduce add
 // CHECK:         tile.store_scalar
-// CHECK-LABEL: func.func @mean_kernel0_combine(
+// CHECK-LABEL: func.func @mean_kernel0_combine_{{[0-9a-f]+}}(
 // CHECK-SAME:    tile.block = 32 : i64
 // CHECK-SAME:    tile.grid = 1 : i64
 // CHECK:         tile.load %arg1[{{.*}}], {{.*}}
@@ -174,7 +174,7 @@ func.func @mean(%x: tensor<512x1024xf32>) -> tensor<f32> {
 // (2 x 128 programs: about 256, at least 32 rows a slice), the combine
 // kernel folds the 128 slices per column and finishes (here: times w). On
 // CUDA (one block of 128 columns), 256 slices of 32 rows.
-// CHECK-LABEL: func.func @colsum_kernel0_partial(
+// CHECK-LABEL: func.func @colsum_kernel0_partial_{{[0-9a-f]+}}(
 // CHECK-SAME:    tile.grid = 256 : i64
 // CHECK:         %[[PID:.*]] = tile.program_id
 // CHECK:         %[[SLICE:.*]] = arith.divui %[[PID]], %c2_i64
@@ -185,16 +185,16 @@ func.func @mean(%x: tensor<512x1024xf32>) -> tensor<f32> {
 // CHECK:         arith.muli %[[SLICE]], %c96_i64
 // CHECK:         tile.store %{{.*}}, %arg2[
 // CHECK-NOT:     tile.reduce
-// CHECK-LABEL: func.func @colsum_kernel0_combine(
+// CHECK-LABEL: func.func @colsum_kernel0_combine_{{[0-9a-f]+}}(
 // CHECK-SAME:    tile.grid = 2 : i64
 // CHECK:         scf.for %{{.*}} = %c0_i64 to %c128_i64
 // CHECK:           tile.load %arg2[
 // CHECK:         arith.mulf
 // CHECK:         tile.store
-// CUDA-LABEL: func.func @colsum_kernel0_partial(
+// CUDA-LABEL: func.func @colsum_kernel0_partial_{{[0-9a-f]+}}(
 // CUDA-SAME:    tile.block = 128 : i64
 // CUDA-SAME:    tile.grid = 256 : i64
-// CUDA-LABEL: func.func @colsum_kernel0_combine(
+// CUDA-LABEL: func.func @colsum_kernel0_combine_{{[0-9a-f]+}}(
 // CUDA-SAME:    tile.grid = 1 : i64
 func.func @colsum(%x: tensor<8192x96xf32>, %w: tensor<96xf32>) -> tensor<96xf32> {
   %0 = graph.exp %x : tensor<8192x96xf32>

@@ -3,7 +3,7 @@
 // The CPU backend's lowering: the kernel ABI, masked vector memory ops, and
 // exp as a polynomial (no libm call per lane).
 
-// CHECK-LABEL: llvm.func @exp_kernel0(
+// CHECK-LABEL: llvm.func @exp_kernel0_{{[0-9a-f]+}}(
 // CHECK-SAME:    %{{.*}}: !llvm.ptr, %{{.*}}: i64, %{{.*}}: i64)
 // CHECK:         llvm.load {{.*}} : !llvm.ptr -> !llvm.ptr
 // CHECK:         llvm.intr.masked.load {{.*}} -> vector<64xf32>
@@ -17,7 +17,7 @@ func.func @exp(%x: tensor<1000xf32>) -> tensor<1000xf32> {
 }
 
 // Strided reads become gathers.
-// CHECK-LABEL: llvm.func @transposed_kernel0(
+// CHECK-LABEL: llvm.func @transposed_kernel0_{{[0-9a-f]+}}(
 // CHECK:         llvm.intr.masked.gather
 func.func @transposed(%x: tensor<64x8xf32>) -> tensor<8x64xf32> {
   %0 = graph.transpose %x {perm = array<i64: 1, 0>} : (tensor<64x8xf32>) -> tensor<8x64xf32>
@@ -26,7 +26,7 @@ func.func @transposed(%x: tensor<64x8xf32>) -> tensor<8x64xf32> {
 }
 
 // A streamed result: full blocks are non-temporal stores, the tail masked.
-// CHECK-LABEL: llvm.func @big_kernel0(
+// CHECK-LABEL: llvm.func @big_kernel0_{{[0-9a-f]+}}(
 // CHECK:         llvm.store {{.*}} {alignment = 64 : i64, nontemporal}
 // CHECK:         llvm.intr.masked.store
 func.func @big(%x: tensor<4096x4160xf32>) -> tensor<4096x4160xf32> {

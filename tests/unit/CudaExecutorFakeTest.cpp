@@ -63,8 +63,12 @@ void scatterAddF32I64(const uint64_t *p, unsigned grid, unsigned) {
 }
 void unused(const uint64_t *, unsigned, unsigned) { std::abort(); }
 
+/// The fake driver's kernel registry (set by the fixture).
+void (*registerFakeKernel)(const char *, int, FakeKernelFn) = nullptr;
+
 /// Loads the fake driver (found through LD_LIBRARY_PATH, like the real
-/// one) and registers the kernels these tests use.
+/// one) and registers the library kernels these tests use; program kernels
+/// are registered under their symbols by fakeCubins.
 class FakeCuda : public ::testing::Test {
 protected:
   static void SetUpTestSuite() {
@@ -76,7 +80,7 @@ protected:
     counters = reinterpret_cast<void (*)(int64_t *, int64_t *, int64_t *)>(
         dlsym(lib, "tf_fake_counters"));
     liveStreams = reinterpret_cast<int64_t (*)()>(dlsym(lib, "tf_fake_live_streams"));
-    reg("scale", 2, &scaleKernelGpu);
+    registerFakeKernel = reg;
     for (const char *name : kCudaLibraryKernels)
       reg(name, 7, &unused);
     reg("tf_gather_i64", 7, &gatherI64);
@@ -138,10 +142,13 @@ Program scaleProgram(int64_t n, int64_t grid) {
   return p;
 }
 
+/// A fake cubin per kernel, under its symbol; every kernel is `scale`.
 std::vector<std::pair<std::string, std::string>> fakeCubins(const Program &p) {
   std::vector<std::pair<std::string, std::string>> blobs;
-  for (const ProgramKernel &k : p.kernels)
-    blobs.emplace_back(k.name, "fake cubin");
+  for (const std::string &symbol : kernelSymbols(p)) {
+    registerFakeKernel(symbol.c_str(), 2, &scaleKernelGpu);
+    blobs.emplace_back(symbol, "fake cubin");
+  }
   blobs.emplace_back(kCudaLibraryBlob, "fake cubin");
   return blobs;
 }
@@ -345,7 +352,7 @@ TEST_F(FakeCuda, ArtifactsForAnotherArchitectureOrWithoutCubinsAreRefused) {
   refused("the artifact's kernels are for sm_80, this GPU is sm_90");
   a.target = "cuda:sm_90";
   EXPECT_EQ(loadArtifact(readArtifact(writeArtifact(a)))->device(), "cuda:0 (Fake GPU)");
-  a.blobs = {{"scale", "not a cubin"}};
+  a.blobs = {{kernelSymbol(p, p.steps[0]), "not a cubin"}};
   refused("loading the cubin of scale");
   a.blobs = {};
   refused("no cubin for kernel scale");
@@ -360,6 +367,10 @@ TEST_F(FakeCuda, ArtifactsForAnotherArchitectureOrWithoutCubinsAreRefused) {
   a.program.kernels[0].threads = 32;
   refused("no cubin for kernel scale");
   EXPECT_EQ(liveStreams(), before);
+  // A launch changed after compilation names code that does not exist.
+  a.blobs = fakeCubins(p);
+  a.program.kernels[0].grid = 2;
+  refused("the step that launches it does not match the compiled code");
 }
 
 TEST_F(FakeCuda, SplatConstantsAreFilledOnTheDevice) {

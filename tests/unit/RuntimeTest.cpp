@@ -151,12 +151,12 @@ TEST(CpuExecutor, RefusesArgumentsOfTheWrongShape) {
 
 TEST(Program, ValidateNamesTheCorruption) {
   Program p;
-  p.buffers = {buffer("x", DType::F32, {4}, BufferInfo::Role::Argument)};
+  p.buffers = {buffer("x", DType::F32, {2, 2}, BufferInfo::Role::Argument)};
   p.arguments = {0};
   p.results = {3};
   EXPECT_THROW(p.validate(), CompileError);
   p.results = {0};
-  p.buffers.push_back(buffer("k", DType::F32, {4}, BufferInfo::Role::Constant));
+  p.buffers.push_back(buffer("k", DType::F32, {2, 2}, BufferInfo::Role::Constant));
   p.buffers[1].data.resize(3);
   try {
     p.validate();
@@ -234,6 +234,86 @@ TEST(Program, ValidateRefusesTamperedGridsGathersScattersAndCopies) {
   q = p;
   q.steps[3].buffers = {2, 3};
   refused(q, "copies 24 bytes into 48");
+  q = p;
+  q.steps.push_back(q.steps[0]);
+  refused(q, "launches kernel k, which an earlier step launches");
+  q = p;
+  q.kernels.push_back(q.kernels[0]);
+  refused(q, "kernel k is launched by no step");
+  q = p;
+  q.kernels[0].block = 256, q.kernels[0].grid = 1;
+  q.kernels[0].threads = 64; // 4 lanes a thread
+  EXPECT_NO_THROW(q.validate());
+  q.kernels[0].threads = 256;
+  refused(q, "kernel k runs 256 threads per block of 256 lanes, expected 64");
+}
+
+TEST(Program, ValidateRefusesGemmsWhoseShapesContradictTheirTransposes) {
+  Program p;
+  p.buffers = {buffer("a", DType::F32, {3, 2, 5}, BufferInfo::Role::Argument),  // 0
+               buffer("b", DType::F32, {3, 5, 4}, BufferInfo::Role::Argument),  // 1
+               buffer("c", DType::F32, {3, 2, 4})};                             // 2
+  p.arguments = {0, 1};
+  p.results = {2};
+  Step g;
+  g.kind = Step::Kind::Gemm;
+  g.batch = 3, g.m = 2, g.n = 4, g.k = 5;
+  g.buffers = {0, 1, 2};
+  p.steps = {g};
+  EXPECT_NO_THROW(p.validate());
+  for (bool onA : {true, false}) {
+    Program q = p;
+    (onA ? q.steps[0].transposeA : q.steps[0].transposeB) = true;
+    try {
+      q.validate();
+      ADD_FAILURE() << "a flipped transpose flag was accepted";
+    } catch (const CompileError &e) {
+      EXPECT_NE(std::string(e.what()).find(onA ? "multiplies [3, 2, 5]^T by [3, 5, 4]"
+                                                : "multiplies [3, 2, 5] by [3, 5, 4]^T"),
+                std::string::npos)
+          << e.what();
+    }
+  }
+  // a stored transposed: [3, 5, 2]
+  p.buffers[0].shape = {3, 5, 2};
+  p.steps[0].transposeA = true;
+  EXPECT_NO_THROW(p.validate());
+}
+
+TEST(Program, KernelSymbolsBindKernelsToTheirSteps) {
+  Program p;
+  p.buffers = {buffer("x", DType::F32, {4, 3}, BufferInfo::Role::Argument),
+               buffer("y", DType::F32, {4, 3}), buffer("z", DType::F16, {4, 3})};
+  p.arguments = {0};
+  p.results = {1};
+  ProgramKernel k;
+  k.name = "f_kernel0";
+  k.grid = 3, k.block = 4;
+  p.kernels = {k};
+  Step s;
+  s.kind = Step::Kind::Kernel;
+  s.kernel = 0;
+  s.buffers = {0, 1};
+  p.steps = {s};
+  std::string symbol = kernelSymbol(p, s);
+  EXPECT_EQ(symbol.rfind("f_kernel0_", 0), 0u) << symbol;
+  EXPECT_EQ(symbol.size(), std::string("f_kernel0_").size() + 8) << symbol;
+  EXPECT_EQ(kernelSymbols(p), std::vector<std::string>{symbol});
+  // Anything the compiled code depends on changes the symbol.
+  auto changed = [&](auto mutate) {
+    Program q = p;
+    mutate(q);
+    return kernelSymbol(q, q.steps[0]) != symbol;
+  };
+  EXPECT_TRUE(changed([](Program &q) { q.kernels[0].grid = 2; }));
+  EXPECT_TRUE(changed([](Program &q) { q.kernels[0].block = 8; }));
+  EXPECT_TRUE(changed([](Program &q) { q.kernels[0].elementsPerProgram = 2; }));
+  EXPECT_TRUE(changed([](Program &q) { q.kernels[0].kind = "reduction"; }));
+  EXPECT_TRUE(changed([](Program &q) { q.steps[0].buffers = {0, 2}; }));  // f16 output
+  EXPECT_TRUE(changed([](Program &q) { q.steps[0].buffers = {0, 1, 1}; }));
+  EXPECT_TRUE(changed([](Program &q) { q.buffers[1].shape = {3, 4}; }));
+  EXPECT_TRUE(changed([](Program &q) { q.kernels[0].name = "f_kernel1"; }));
+  EXPECT_FALSE(changed([](Program &q) { q.steps[0].source = "renamed"; }));
 }
 
 TEST(CpuLibrary, GatherRefusesOutOfRangeRows) {
