@@ -9,6 +9,7 @@
 #include "passes/Pipelines.h"
 #include "passes/TrainStep.h"
 
+#include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/IR/Diagnostics.h"
 #include "mlir/IR/Verifier.h"
 #include "mlir/Parser/Parser.h"
@@ -22,7 +23,9 @@ using namespace tilefuse;
 MLIRContext &tilefuse::globalContext() {
   static MLIRContext *ctx = [] {
     auto *c = new MLIRContext(MLIRContext::Threading::DISABLED);
-    c->loadDialect<graph::GraphDialect, func::FuncDialect>();
+    // arith too, so a module using it parses and is refused by name (the
+    // kernels' lowering loads it into this context later anyway).
+    c->loadDialect<graph::GraphDialect, func::FuncDialect, arith::ArithDialect>();
     return c;
   }();
   return *ctx;
@@ -64,12 +67,11 @@ func::FuncOp Graph::Impl::func() const {
 Graph::Graph(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Graph::~Graph() = default;
 
-std::shared_ptr<Graph> Graph::parse(const std::string &text,
-                                    const std::string &entry) {
+std::shared_ptr<Graph> Graph::parse(const std::string &text, const std::string &entry,
+                                    const std::string &sourceName) {
   auto impl = std::make_unique<Impl>();
   runCapturingDiagnostics("could not parse the graph-dialect module", [&] {
-    impl->module = parseSourceString<ModuleOp>(text, &globalContext(),
-                                               "<graph text>");
+    impl->module = parseSourceString<ModuleOp>(text, &globalContext(), sourceName);
     return success(static_cast<bool>(impl->module));
   });
   // Sizes computed from an impossible shape would wrap: refuse it here.
@@ -94,6 +96,9 @@ std::shared_ptr<Graph> Graph::parse(const std::string &text,
     if (!impl->module->lookupSymbol<func::FuncOp>(entry))
       throw CompileError("the module has no function named '" + entry + "'");
     impl->entry = entry;
+  } else if (funcs.empty()) {
+    throw CompileError("the module defines no function; tilefuse compiles a func.func of "
+                       "graph-dialect ops");
   } else if (funcs.size() == 1) {
     impl->entry = funcs[0].getSymName().str();
   } else {

@@ -44,9 +44,9 @@ public:
 
   /// Parses and verifies graph-dialect text. The entry function is the one
   /// named `entry`, or the only function. Throws CompileError with the
-  /// parser's diagnostics (line and column).
-  static std::shared_ptr<Graph> parse(const std::string &text,
-                                      const std::string &entry = "");
+  /// parser's diagnostics (`sourceName`:line:column).
+  static std::shared_ptr<Graph> parse(const std::string &text, const std::string &entry = "",
+                                      const std::string &sourceName = "<graph text>");
 
   /// Textual IR of the whole module.
   std::string mlir() const;

@@ -2,6 +2,8 @@
 #ifndef TILEFUSE_PASSES_PASSUTILS_H
 #define TILEFUSE_PASSES_PASSUTILS_H
 
+#include "ir/graph/GraphDialect.h"
+
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/IR/BuiltinTypes.h"
@@ -49,7 +51,28 @@ inline mlir::LogicalResult verifyGraphFunction(mlir::func::FuncOp f) {
   for (auto [i, t] : llvm::enumerate(type.getResults()))
     if (mlir::failed(check(t, "result", i)))
       return mlir::failure();
-  return mlir::success();
+  // Element and byte counts computed from an impossible shape would wrap.
+  mlir::LogicalResult sizes = mlir::success();
+  f.walk([&](mlir::Operation *op) {
+    auto checkSize = [&](mlir::Value v) {
+      std::string error = graph::tensorSizeError(v.getType());
+      if (error.empty())
+        return true;
+      mlir::emitError(v.getLoc()) << error;
+      sizes = mlir::failure();
+      return false;
+    };
+    for (mlir::Region &r : op->getRegions())
+      for (mlir::Block &b : r)
+        for (mlir::BlockArgument a : b.getArguments())
+          if (!checkSize(a))
+            return mlir::WalkResult::interrupt();
+    for (mlir::Value v : op->getResults())
+      if (!checkSize(v))
+        return mlir::WalkResult::interrupt();
+    return mlir::WalkResult::advance();
+  });
+  return sizes;
 }
 
 } // namespace tilefuse

@@ -12,6 +12,7 @@
 #include <sstream>
 
 #include <dlfcn.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 using namespace tilefuse;
@@ -21,6 +22,22 @@ namespace {
 constexpr char kMagic[8] = {'T', 'F', 'A', 'R', 'T', 'I', 'F', 'T'};
 
 void putU64(std::string &o, uint64_t v) { o.append(reinterpret_cast<const char *>(&v), 8); }
+
+/// `s` with bytes outside printable ASCII as \xNN: names read from a
+/// damaged file go into one-line error messages.
+std::string printable(const std::string &s) {
+  std::string out;
+  for (unsigned char c : s) {
+    if (c >= 0x20 && c < 0x7f) {
+      out += char(c);
+    } else {
+      char hex[5];
+      std::snprintf(hex, sizeof hex, "\\x%02x", c);
+      out += hex;
+    }
+  }
+  return out;
+}
 void putStr(std::string &o, const std::string &s) {
   putU64(o, s.size());
   o += s;
@@ -86,9 +103,12 @@ std::string tilefuse::writeArtifact(const Artifact &a) {
     putStr(payload, f);
   putStr(payload, serializeProgram(a.program));
   putU64(payload, a.blobs.size());
+  // Each kernel blob carries its own hash: the code is what a damaged
+  // artifact would crash or silently mislead with.
   for (const auto &[name, bytes] : a.blobs) {
     putStr(payload, name);
     putStr(payload, bytes);
+    putU64(payload, fnv1a64(bytes.data(), bytes.size()));
   }
   putStr(payload, a.graph);
   putStr(payload, a.metadata);
@@ -126,7 +146,11 @@ Artifact tilefuse::readArtifact(const std::string &bytes) {
   uint64_t nb = r.u64("the kernel count");
   for (uint64_t i = 0; i < nb; ++i) {
     std::string name = r.str("a kernel name");
-    a.blobs.emplace_back(name, r.str("kernel code"));
+    std::string code = r.str("kernel code");
+    if (r.u64("a kernel hash") != fnv1a64(code.data(), code.size()))
+      throw CompileError("corrupt artifact: the code of " + printable(name) +
+                         " does not match its hash");
+    a.blobs.emplace_back(std::move(name), std::move(code));
   }
   a.graph = r.str("the graph");
   a.metadata = r.str("the metadata");
@@ -176,25 +200,35 @@ std::unique_ptr<CpuExecutor> tilefuse::loadCpuArtifact(const Artifact &a) {
   std::string missing;
   for (const std::string &f : a.cpuFeatures)
     if (!hostHasCpuFeature(f))
-      missing += (missing.empty() ? "" : ", ") + f;
+      missing += (missing.empty() ? "" : ", ") + printable(f);
   if (!missing.empty())
     throw CompileError("the artifact's kernels use CPU features this machine lacks (" +
                        missing + "); compile the model on (or for) this machine");
   if (a.blobs.size() != 1 || a.blobs[0].first != "kernels.so")
     throw CompileError("corrupt artifact: a CPU artifact holds one kernel library");
-  // dlopen needs a file: a private temporary one, removed once loaded.
-  char path[] = "/tmp/tilefuse-kernels-XXXXXX";
-  int fd = mkstemp(path);
+  // dlopen needs a file: an anonymous in-memory one, which nothing can
+  // leave behind; a private temporary file where memfd_create is missing,
+  // removed once loaded.
+  const std::string &so = a.blobs[0].second;
+  char path[64] = "/tmp/tilefuse-kernels-XXXXXX";
+  bool anonymous = true;
+  int fd = memfd_create("tilefuse-kernels", MFD_CLOEXEC);
+  if (fd >= 0) {
+    std::snprintf(path, sizeof path, "/proc/self/fd/%d", fd);
+  } else {
+    anonymous = false;
+    fd = mkstemp(path);
+  }
   if (fd < 0)
     throw CompileError("cannot create a temporary file for the kernel library");
-  const std::string &so = a.blobs[0].second;
   bool written = ::write(fd, so.data(), so.size()) == ssize_t(so.size());
-  ::close(fd);
   auto lib = std::make_shared<LoadedLibrary>();
   if (written)
     lib->handle = dlopen(path, RTLD_NOW | RTLD_LOCAL);
   std::string error = lib->handle ? "" : (written ? dlerror() : "short write");
-  std::remove(path);
+  ::close(fd);
+  if (!anonymous)
+    std::remove(path);
   if (!lib->handle)
     throw CompileError("cannot load the artifact's kernel library: " + error);
   std::vector<CpuKernelFn> fns;

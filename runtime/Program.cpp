@@ -22,7 +22,7 @@ int64_t tilefuse::cudaLanesPerThread(int64_t block) {
 namespace {
 /// FNV-1a, 64-bit: stable across builds and machines, unlike std::hash.
 struct Fnv {
-  uint64_t h = 1469598103934665603ull;
+  uint64_t h = 14695981039346656037ull;
   void bytes(const void *p, size_t n) {
     for (size_t i = 0; i < n; ++i) {
       h ^= static_cast<const uint8_t *>(p)[i];

@@ -74,7 +74,7 @@ private:
 } // namespace
 
 uint64_t tilefuse::fnv1a64(const void *data, size_t size) {
-  uint64_t h = 1469598103934665603ull;
+  uint64_t h = 14695981039346656037ull;
   auto *p = static_cast<const uint8_t *>(data);
   for (size_t i = 0; i < size; ++i) {
     h ^= p[i];

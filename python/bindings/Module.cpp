@@ -174,7 +174,8 @@ PYBIND11_MODULE(_core, m) {
       .def_property_readonly("cold_compile_seconds", [](const Executable &e) {
         return e.artifacts().compileSeconds;
       });
-  m.def("parse", &Graph::parse, py::arg("text"), py::arg("entry") = "");
+  m.def("parse", &Graph::parse, py::arg("text"), py::arg("entry") = "",
+        py::arg("source_name") = "<graph text>");
   m.def("clear_cache", &Graph::clearCompileCache,
         "Empties the cache of compiled graphs; returns how many it held");
 

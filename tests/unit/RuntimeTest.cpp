@@ -387,3 +387,10 @@ TEST(Program, SplatConstantsHoldOneElementAndFillTheirBuffer) {
   back.buffers[0].data.resize(8); // neither one element nor all of them
   EXPECT_THROW(back.validate(), CompileError);
 }
+
+TEST(ProgramIO, ChecksumsAreStandardFnv1a64) {
+  // The published FNV-1a 64-bit test vectors: other tools can check a file.
+  EXPECT_EQ(fnv1a64("", 0), 0xcbf29ce484222325ull);
+  EXPECT_EQ(fnv1a64("a", 1), 0xaf63dc4c8601ec8cull);
+  EXPECT_EQ(fnv1a64("foobar", 6), 0x85944171f73967e8ull);
+}

@@ -86,7 +86,7 @@ int main(int argc, char **argv) {
   std::stringstream text;
   text << in.rdbuf();
   try {
-    std::shared_ptr<Graph> g = Graph::parse(text.str(), entry);
+    std::shared_ptr<Graph> g = Graph::parse(text.str(), entry, input);
     if (train) {
       if (numParams < 0)
         return usage("--train needs --num-params=N");
