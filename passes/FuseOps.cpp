@@ -399,6 +399,11 @@ private:
               " target runs without this epilogue";
         return false;
       }
+      if (!epilogueOperandsAreBuffers(g, op)) {
+        why = "the GEMM library reads its epilogue's operands from memory, and one is "
+              "computed (recomputed ops cannot run inside the library call)";
+        return false;
+      }
       return !createsCycle(g, op, why);
     }
     if (isIndexRemap(op)) {
@@ -461,6 +466,26 @@ private:
       return false;
     }
     return !createsCycle(g, op, why);
+  }
+
+  /// Whether every operand of epilogue `op` of library kernel `g`, other
+  /// than the kernel's own value, is a buffer the library can read: a
+  /// broadcast (the library's own indexing) of an argument or of another
+  /// kernel's result, not of a recomputed op (a cast, a sum of biases, a
+  /// constant) that would have to run inside the library call.
+  bool epilogueOperandsAreBuffers(unsigned g, Operation *op) {
+    for (Value v : op->getOperands()) {
+      Operation *def = v.getDefiningOp();
+      if (def && groupOf.count(def) && groupOf.lookup(def) == g)
+        continue;
+      if (def && llvm::isa<BroadcastInDimOp>(def)) {
+        v = def->getOperand(0);
+        def = v.getDefiningOp();
+      }
+      if (def && isLeafOp(def))
+        return false;
+    }
+    return true;
   }
 
   /// Joining `op` to `g` is a cycle if another operand's kernel depends on g.

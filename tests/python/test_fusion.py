@@ -573,14 +573,45 @@ def test_gelu_mlp_kernels_cpu_and_cuda(rng):
             assert r["ops"][0] == "matmul" and "add" in r["ops"], r
 
 
-def test_cuda_relu_epilogue(rng):
+def test_cuda_relu_is_not_a_gemm_epilogue(rng):
+    """cuBLASLt's ReLU epilogue turns NaN into 0; graph.maximum propagates
+    NaN, so on CUDA only the bias goes into the GEMM."""
     x, w, b = _rand(rng, 9, 5), _rand(rng, 5, 7), _rand(rng, 7)
     g = tilefuse.trace(lambda x, w, b: F.relu(x @ w + b), x, w, b)
     fused, _ = check_fused(g, (x, w, b), "cuda:sm_90")
-    kinds = [r["kind"] for r in fused.report()]
-    assert "matmul" in kinds, fused.report()
+    rows = fused.report()
+    assert [r["kind"] for r in rows] == ["matmul", "pointwise"], rows
+    assert rows[0]["ops"] == ["matmul", "broadcast_in_dim", "add"], rows
     cpu, _ = check_fused(g, (x, w, b), "cpu")
     assert "matmul" not in [r["kind"] for r in cpu.report()]
+
+
+@pytest.mark.parametrize("case", ["cast_bias", "summed_biases", "f64"])
+def test_cuda_programs_build_where_an_epilogue_cannot_be_a_library_one(case, rng, tmp_path):
+    """Epilogues the GEMM library cannot apply (a bias computed in the
+    graph, any f64 epilogue) stay in kernels, so the CUDA program builds
+    (it used to be refused: "the bias of a GEMM epilogue must be a kernel
+    input")."""
+    x, w, b, c = _rand(rng, 9, 5), _rand(rng, 5, 7), _rand(rng, 7), _rand(rng, 7)
+    if case == "cast_bias":
+        args = (x, w, b.astype(np.float16))
+        fn = lambda x, w, b: x @ w + b.to(tilefuse.float32)  # noqa: E731
+    elif case == "summed_biases":
+        args = (x, w, b, c)
+        fn = lambda x, w, b, c: x @ w + (b + c)  # noqa: E731
+    else:
+        args = (x.astype(np.float64), w.astype(np.float64), b.astype(np.float64))
+        fn = lambda x, w, b: x @ w + b  # noqa: E731
+    g = tilefuse.trace(fn, *args)
+    fused, _ = check_fused(g, args, "cuda:sm_90")
+    assert "matmul" not in [r["kind"] for r in fused.report()], fused.report()
+    try:
+        g.export(tmp_path / "m.tfa", target="cuda:sm_90")
+    except tilefuse.CompileError as e:
+        if "no NVRTC" in str(e):
+            pytest.skip("this build has no NVRTC (CUDA toolkit not found)")
+        raise
+    assert (tmp_path / "m.tfa").stat().st_size > 0
 
 
 @pytest.mark.parametrize("target", ["cuda", "cuda:sm_80", "cuda:sm_90", "cpu"])
