@@ -90,6 +90,19 @@ std::shared_ptr<Graph> Graph::parse(const std::string &text, const std::string &
   });
   if (!tooBig.empty())
     throw CompileError(tooBig);
+  // Only graph-dialect ops inside functions: anything else (arith, another
+  // dialect's ops) has no meaning for the passes.
+  std::string foreign;
+  impl->module->walk([&](Operation *op) {
+    if (!foreign.empty() || llvm::isa<ModuleOp, func::FuncOp, func::ReturnOp>(op) ||
+        llvm::isa<graph::GraphDialect>(op->getDialect()))
+      return;
+    foreign = formatLocation(op->getLoc()) + ": '" + op->getName().getStringRef().str() +
+              "' is not a graph-dialect op; tilefuse graphs are made of graph.* ops "
+              "(tilefuse-opt --help lists the pipeline)";
+  });
+  if (!foreign.empty())
+    throw CompileError(foreign);
   std::vector<func::FuncOp> funcs;
   impl->module->walk([&](func::FuncOp f) { funcs.push_back(f); });
   if (!entry.empty()) {

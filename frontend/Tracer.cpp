@@ -362,8 +362,9 @@ ValueId Tracer::reshape(ValueId aId, const Shape &shapeIn) {
       inferred = int64_t(i);
     } else if (shape[i] < 0) {
       impl_->fail("reshape: invalid shape " + shapeToString(shapeIn));
-    } else {
-      known *= shape[i];
+    } else if (__builtin_mul_overflow(known, shape[i], &known)) {
+      impl_->fail("reshape: the shape " + shapeToString(shapeIn) +
+                  " has more elements or bytes than a 64-bit size can count");
     }
   }
   int64_t total = numElements(impl_->shapeOf(a));

@@ -28,7 +28,7 @@ CpuExecutor::CpuExecutor(Program program, std::vector<CpuKernelFn> fns,
       continue;
     void *p = allocate(info);
     if (info.role == BufferInfo::Role::Constant)
-      std::memcpy(p, info.expandedData().data(), info.byteSize());
+      copyBytes(p, info.expandedData().data(), info.byteSize());
     pointers[b] = p;
   }
 }
@@ -50,7 +50,7 @@ void CpuExecutor::makePersistent(size_t argument, const void *initial) {
   const BufferInfo &info = prog.buffers[prog.arguments[argument]];
   if (!kept[argument])
     kept[argument] = allocate(info);
-  std::memcpy(kept[argument], initial, info.byteSize());
+  copyBytes(kept[argument], initial, info.byteSize());
 }
 
 void CpuExecutor::carry(size_t result, size_t argument) {
@@ -141,7 +141,7 @@ void CpuExecutor::runLocked(const std::vector<ArgRef> &args) {
                       pointers[s.buffers[2]], pointers[s.buffers[3]]);
       break;
     case Step::Kind::Copy:
-      std::memcpy(pointers[s.buffers[1]], pointers[s.buffers[0]],
+      copyBytes(pointers[s.buffers[1]], pointers[s.buffers[0]],
                   prog.buffers[s.buffers[0]].byteSize());
       break;
     }

@@ -181,7 +181,7 @@ void cpu::gather(const BufferInfo &table, const BufferInfo &indices,
     checkedRow(indexAt(indices, indexPtr, q), rows, what.c_str());
   ThreadPool::global().parallelFor(n, 64, [&](int64_t begin, int64_t end) {
     for (int64_t q = begin; q < end; ++q)
-      std::memcpy(static_cast<char *>(out) + q * rowBytes,
+      copyBytes(static_cast<char *>(out) + q * rowBytes,
                   static_cast<const char *>(tablePtr) +
                       indexAt(indices, indexPtr, q) * rowBytes,
                   rowBytes);
@@ -211,7 +211,7 @@ void cpu::scatterAdd(const BufferInfo &base, const BufferInfo &indices,
     return;
   }
   if (out != basePtr)
-    std::memcpy(out, basePtr, base.byteSize());
+    copyBytes(out, basePtr, base.byteSize());
   // Columns split across threads: rows that repeat never race.
   ThreadPool::global().parallelFor(rowSize, 256, [&](int64_t c0, int64_t c1) {
     for (int64_t q = 0; q < n; ++q) {

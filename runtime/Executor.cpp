@@ -30,7 +30,7 @@ std::vector<HostTensor> Executor::run(const std::vector<HostTensor> &args) {
     for (size_t i = 0; i < prog.results.size(); ++i) {
       const BufferInfo &info = prog.buffers[prog.results[i]];
       HostTensor t(info.dtype, info.shape);
-      std::memcpy(t.bytes.data(), result(i), info.byteSize());
+      copyBytes(t.bytes.data(), result(i), info.byteSize());
       out.push_back(std::move(t));
     }
   });

@@ -8,11 +8,19 @@
 #define TILEFUSE_RUNTIME_HOSTTENSOR_H
 
 #include <cstdint>
+#include <cstring>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
 namespace tilefuse {
+
+/// memcpy that accepts the null pointers of empty buffers when `n` is 0
+/// (memcpy itself must never see a null pointer, even for 0 bytes).
+inline void copyBytes(void *dst, const void *src, size_t n) {
+  if (n)
+    std::memcpy(dst, src, n);
+}
 
 enum class DType { F32, F16, BF16, F64, I32, I64, I1 };
 

@@ -98,7 +98,7 @@ HostTensor tilefuse::readNpy(const std::string &path) {
     throw bad("holds " + std::to_string(data.size() - offset) + " bytes of data, its header says " +
               std::to_string(bytes));
   HostTensor t(d->dtype, shape);
-  std::memcpy(t.bytes.data(), data.data() + offset, t.bytes.size());
+  copyBytes(t.bytes.data(), data.data() + offset, t.bytes.size());
   return t;
 }
 

@@ -48,7 +48,7 @@ HostTensor copyAs(const py::array &a, DType from, DType to) {
   }
   py::array contiguous = py::array::ensure(native, py::array::c_style);
   HostTensor src(from, shape);
-  std::memcpy(src.bytes.data(), contiguous.data(), src.bytes.size());
+  copyBytes(src.bytes.data(), contiguous.data(), src.bytes.size());
   if (from == to)
     return src;
   HostTensor dst(to, shape);
@@ -84,7 +84,7 @@ py::array toNumpy(const HostTensor &t) {
     for (int64_t i = 0, n = t.size(); i < n; ++i)
       dst[i] = static_cast<float>(t.getDouble(i));
   } else {
-    std::memcpy(out.mutable_data(), t.bytes.data(), t.bytes.size());
+    copyBytes(out.mutable_data(), t.bytes.data(), t.bytes.size());
   }
   return out;
 }

@@ -255,7 +255,7 @@ py::list tilefuse::python::runExecutor(Executor &e, const py::sequence &args,
     py::gil_scoped_release release;
     e.runThen(ptrs, [&] {
       for (size_t k = 0; k < wanted.size(); ++k)
-        std::memcpy(targets[k], e.result(wanted[k]),
+        copyBytes(targets[k], e.result(wanted[k]),
                     p.buffers[p.results[wanted[k]]].byteSize());
     });
   }
@@ -281,7 +281,7 @@ py::array tilefuse::python::persistentValue(Executor &e, size_t i) {
     throw CompileError("argument " + std::to_string(i) + " is not persistent");
   const BufferInfo &info = p.buffers[p.arguments[i]];
   HostTensor t(info.dtype, info.shape);
-  std::memcpy(t.bytes.data(), data, info.byteSize());
+  copyBytes(t.bytes.data(), data, info.byteSize());
   return toNumpy(t);
 }
 
