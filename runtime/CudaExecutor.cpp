@@ -685,8 +685,9 @@ void CudaExecutor::enqueueSteps(bool timed) {
               "graph.scatter_add copy");
       }
       if (n > 0) {
-        std::string fn = std::string("tf_scatter_add_") +
-                         (base.dtype == DType::F64 ? "f64" : "f32") + suffix;
+        // The table's own type: f32 atomics on an integer table would add
+        // the bits as floats.
+        std::string fn = std::string("tf_scatter_add_") + dtypeName(base.dtype) + suffix;
         args({acc, pointers[st.buffers[1]], pointers[st.buffers[2]], uint64_t(n), uint64_t(rows),
               uint64_t(rowSize), s.errorWord});
         if (half) // half updates added into the f32 accumulator

@@ -32,6 +32,8 @@ constexpr const char *kCudaLibraryKernels[] = {
     "tf_gather_i32",           "tf_gather_i64",
     "tf_scatter_add_f32_i32",  "tf_scatter_add_f32_i64",
     "tf_scatter_add_f64_i32",  "tf_scatter_add_f64_i64",
+    "tf_scatter_add_i32_i32",  "tf_scatter_add_i32_i64",
+    "tf_scatter_add_i64_i32",  "tf_scatter_add_i64_i64",
     "tf_scatter_add_f16_into_f32_i32",  "tf_scatter_add_f16_into_f32_i64",
     "tf_scatter_add_bf16_into_f32_i32", "tf_scatter_add_bf16_into_f32_i64",
     "tf_widen_f16",  "tf_widen_bf16", "tf_narrow_f16", "tf_narrow_bf16"};

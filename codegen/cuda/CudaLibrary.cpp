@@ -48,6 +48,12 @@ template <typename A, typename U> __device__ __forceinline__ A tf_widen1(U u) { 
 template <> __device__ __forceinline__ float tf_widen1<float, __half>(__half u) { return __half2float(u); }
 template <> __device__ __forceinline__ float tf_widen1<float, __nv_bfloat16>(__nv_bfloat16 u) { return __bfloat162float(u); }
 
+// CUDA has no signed 64-bit atomicAdd; two's complement addition is the
+// same on the unsigned type.
+template <typename A> __device__ __forceinline__ void tf_atomic_add(A *p, A v) { atomicAdd(p, v); }
+template <> __device__ __forceinline__ void tf_atomic_add<long long>(long long *p, long long v) {
+  atomicAdd(reinterpret_cast<unsigned long long *>(p), (unsigned long long)v);
+}
 template <typename A, typename U, typename I>
 __device__ void tf_scatter_add(A *__restrict__ acc, const I *__restrict__ idx,
                                const U *__restrict__ upd, long long rows, long long rowSize,
@@ -59,7 +65,7 @@ __device__ void tf_scatter_add(A *__restrict__ acc, const I *__restrict__ idx,
     return;
   }
   for (long long c = threadIdx.x; c < rowSize; c += blockDim.x)
-    atomicAdd(acc + r * rowSize + c, tf_widen1<A, U>(upd[q * rowSize + c]));
+    tf_atomic_add(acc + r * rowSize + c, tf_widen1<A, U>(upd[q * rowSize + c]));
 }
 
 #define TF_GATHER(I, S)                                                                         \
@@ -80,6 +86,10 @@ TF_SCATTER(tf_scatter_add_f32_i32, float, float, int)
 TF_SCATTER(tf_scatter_add_f32_i64, float, float, long long)
 TF_SCATTER(tf_scatter_add_f64_i32, double, double, int)
 TF_SCATTER(tf_scatter_add_f64_i64, double, double, long long)
+TF_SCATTER(tf_scatter_add_i32_i32, int, int, int)
+TF_SCATTER(tf_scatter_add_i32_i64, int, int, long long)
+TF_SCATTER(tf_scatter_add_i64_i32, long long, long long, int)
+TF_SCATTER(tf_scatter_add_i64_i64, long long, long long, long long)
 TF_SCATTER(tf_scatter_add_f16_into_f32_i32, float, __half, int)
 TF_SCATTER(tf_scatter_add_f16_into_f32_i64, float, __half, long long)
 TF_SCATTER(tf_scatter_add_bf16_into_f32_i32, float, __nv_bfloat16, int)

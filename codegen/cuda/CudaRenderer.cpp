@@ -68,6 +68,12 @@ template <typename T, int V, typename Op> __device__ __forceinline__ T tf_fold(c
 // one 128-bit load or store).
 template <typename T, int V> struct alignas(sizeof(T) * V) tf_pack { T v[V]; };
 
+// Each access of tf_load/tf_store (address, bytes, required alignment):
+// nothing on a GPU; the CPU emulation of the tests checks it.
+#ifndef TF_CHECK_ACCESS
+#define TF_CHECK_ACCESS(pointer, bytes, alignment)
+#endif
+
 // Lanes l0..l0+V-1 of a block at p[base + lane * S], lanes from `limit` on
 // masked. Contiguous (S = 1), complete and aligned: one vector access;
 // otherwise one access per lane.
@@ -77,12 +83,16 @@ __device__ __forceinline__ void tf_load(T (&out)[V], const T *__restrict__ p, lo
   long long l0 = (long long)threadIdx.x * V;
   const T *a = p + base + l0 * S;
   if (S == 1 && l0 + V <= limit && (unsigned long long)a % sizeof(tf_pack<T, V>) == 0) {
+    TF_CHECK_ACCESS(a, sizeof(tf_pack<T, V>), sizeof(tf_pack<T, V>));
     tf_pack<T, V> w = *reinterpret_cast<const tf_pack<T, V> *>(a);
 #pragma unroll
     for (int j = 0; j < V; ++j) out[j] = w.v[j];
   } else {
 #pragma unroll
-    for (int j = 0; j < V; ++j) out[j] = l0 + j < limit ? a[j * S] : (T)0;
+    for (int j = 0; j < V; ++j) {
+      if (l0 + j < limit) TF_CHECK_ACCESS(a + j * S, sizeof(T), 1);
+      out[j] = l0 + j < limit ? a[j * S] : (T)0;
+    }
   }
 }
 template <typename T, int V, long long S>
@@ -94,11 +104,15 @@ __device__ __forceinline__ void tf_store(const T (&in)[V], T *__restrict__ p, lo
     tf_pack<T, V> w;
 #pragma unroll
     for (int j = 0; j < V; ++j) w.v[j] = in[j];
+    TF_CHECK_ACCESS(a, sizeof(tf_pack<T, V>), sizeof(tf_pack<T, V>));
     *reinterpret_cast<tf_pack<T, V> *>(a) = w;
   } else {
 #pragma unroll
     for (int j = 0; j < V; ++j)
-      if (l0 + j < limit) a[j * S] = in[j];
+      if (l0 + j < limit) {
+        TF_CHECK_ACCESS(a + j * S, sizeof(T), 1);
+        a[j * S] = in[j];
+      }
   }
 }
 )";

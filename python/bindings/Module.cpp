@@ -5,6 +5,9 @@
 //
 //===----------------------------------------------------------------------===//
 #include "frontend/Executable.h"
+#ifdef TILEFUSE_HAVE_NVRTC
+#include "codegen/cuda/CudaLibrary.h"
+#endif
 #include "runtime/Artifact.h"
 #include "frontend/Tracer.h"
 #include "python/bindings/Conversions.h"
@@ -176,6 +179,10 @@ PYBIND11_MODULE(_core, m) {
       });
   m.def("parse", &Graph::parse, py::arg("text"), py::arg("entry") = "",
         py::arg("source_name") = "<graph text>");
+#ifdef TILEFUSE_HAVE_NVRTC
+  m.def("cuda_library_source", &cudaLibrarySource,
+        "CUDA C of the runtime's gather/scatter-add/convert kernels");
+#endif
   m.def("clear_cache", &Graph::clearCompileCache,
         "Empties the cache of compiled graphs; returns how many it held");
 

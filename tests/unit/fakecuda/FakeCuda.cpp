@@ -14,26 +14,44 @@
 // libcublasLt.so.13 in one folder (tests/CMakeLists.txt); the test runs
 // with that folder on LD_LIBRARY_PATH.
 //
+// Emulated kernels: a module image "emu:<path>" is a host shared library
+// built from the emitted CUDA C with tests/cuda_emu/CudaEmu.h; its kernels
+// run on the CPU under the CUDA execution model, and a launch the emulator
+// finds wrong fails the next synchronisation (CUDA_ERROR_LAUNCH_FAILED,
+// its report on stderr and in cuGetErrorString).
+//
 //===----------------------------------------------------------------------===//
 #include <cublasLt.h>
 #include <cublas_api.h>
 #include <cuda.h>
 
+#include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
+
+#include <dlfcn.h>
 
 namespace {
 
 using KernelFn = void (*)(const uint64_t *params, unsigned grid, unsigned threads);
+/// An emulated kernel's entry (TF_EMU_ENTRY): runs it, writes its errors.
+using EmuLaunch = int (*)(unsigned grid, unsigned threads, void **params, char *errors, int size);
 struct Kernel {
   std::string name;
   int params = 0;
   KernelFn fn = nullptr;
+  EmuLaunch emu = nullptr;
+};
+struct EmuModule {
+  void *library = nullptr;
+  std::map<std::string, Kernel> kernels;
 };
 struct Graph {
   std::vector<std::function<void()>> work;
@@ -45,13 +63,17 @@ struct Fake {
   std::vector<std::function<void()>> recorded;
   int64_t launches = 0, instantiated = 0, graphLaunches = 0;
   int64_t liveStreams = 0; ///< created and not yet destroyed
+  std::map<uintptr_t, size_t> allocations; ///< device memory: base -> bytes
+  std::set<CUmodule> emuModules;
+  std::string launchFailure; ///< an emulated launch's errors, until reported
   // Descriptor state of cuBLASLt.
   struct Desc {
     cublasOperation_t ta = CUBLAS_OP_N, tb = CUBLAS_OP_N;
     cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_DEFAULT;
-    const float *bias = nullptr;
+    const void *bias = nullptr; ///< of the output's type
   };
   struct Layout {
+    cudaDataType type = CUDA_R_32F;
     uint64_t rows = 0, cols = 0;
     int64_t ld = 0, stride = 0;
     int32_t batch = 1;
@@ -72,20 +94,99 @@ void submit(std::function<void()> w) {
 
 float *at(uint64_t p) { return reinterpret_cast<float *>(p); }
 
-/// Column-major C[m x n] = op(A) op(B), batched, f32 only.
-void gemm(bool ta, bool tb, int m, int n, int k, const float *A, int lda, int64_t sa,
-          const float *B, int ldb, int64_t sb, float *C, int ldc, int64_t sc, int batch,
-          const std::function<float(int row, float)> &epilogue) {
+/// Whether [p, p + bytes) lies inside one device allocation.
+bool inAllocation(const void *p, size_t bytes) {
+  auto &all = fake().allocations;
+  auto it = all.upper_bound(reinterpret_cast<uintptr_t>(p));
+  if (it == all.begin())
+    return false;
+  --it;
+  uintptr_t begin = reinterpret_cast<uintptr_t>(p);
+  return begin >= it->first && begin + bytes <= it->first + it->second;
+}
+
+double halfToDouble(uint16_t h) {
+  int exponent = (h >> 10) & 31, mantissa = h & 1023;
+  double v = exponent == 0    ? std::ldexp(mantissa, -24)
+             : exponent == 31 ? (mantissa ? std::nan("") : INFINITY)
+                              : std::ldexp(mantissa + 1024, exponent - 25);
+  return h >> 15 ? -v : v;
+}
+/// Round to nearest even: scaling by a power of two is exact in double, so
+/// nearbyint (the default rounding mode) rounds the value itself.
+uint16_t doubleToHalf(double v) {
+  uint16_t sign = std::signbit(v) ? 0x8000 : 0;
+  double x = std::fabs(v);
+  if (std::isnan(v))
+    return 0x7e00;
+  if (x < std::ldexp(1.0, -14))
+    return uint16_t(sign | uint16_t(std::nearbyint(std::ldexp(x, 24))));
+  int e;
+  std::frexp(x, &e); // x = m 2^e, m in [0.5, 1)
+  int exponent = e - 1;
+  double q = std::nearbyint(std::ldexp(x, 10 - exponent));
+  if (q == 2048)
+    q = 1024, ++exponent;
+  if (exponent + 15 >= 31)
+    return sign | 0x7c00;
+  return uint16_t(sign | ((exponent + 15) << 10) | (uint16_t(q) - 1024));
+}
+uint16_t floatToBfloat16(float f) {
+  uint32_t bits;
+  std::memcpy(&bits, &f, 4);
+  if (std::isnan(f))
+    return uint16_t((bits >> 16) | 0x40);
+  bits += 0x7fff + ((bits >> 16) & 1);
+  return uint16_t(bits >> 16);
+}
+
+/// Element i of a matrix of cuBLAS type t, as a double.
+double element(const void *p, cudaDataType t, int64_t i) {
+  switch (t) {
+  case CUDA_R_32F: return static_cast<const float *>(p)[i];
+  case CUDA_R_64F: return static_cast<const double *>(p)[i];
+  case CUDA_R_16F: return halfToDouble(static_cast<const uint16_t *>(p)[i]);
+  case CUDA_R_16BF: {
+    uint32_t bits = uint32_t(static_cast<const uint16_t *>(p)[i]) << 16;
+    float f;
+    std::memcpy(&f, &bits, 4);
+    return f;
+  }
+  default: return std::nan("");
+  }
+}
+void setElement(void *p, cudaDataType t, int64_t i, double v) {
+  switch (t) {
+  case CUDA_R_32F: static_cast<float *>(p)[i] = float(v); break;
+  case CUDA_R_64F: static_cast<double *>(p)[i] = v; break;
+  // cuBLAS accumulates half types in f32 and rounds the f32 result once.
+  case CUDA_R_16F: static_cast<uint16_t *>(p)[i] = doubleToHalf(double(float(v))); break;
+  case CUDA_R_16BF: static_cast<uint16_t *>(p)[i] = floatToBfloat16(float(v)); break;
+  default: break;
+  }
+}
+bool gemmType(cudaDataType t) {
+  return t == CUDA_R_32F || t == CUDA_R_64F || t == CUDA_R_16F || t == CUDA_R_16BF;
+}
+
+double element(const void *p, cudaDataType t, int64_t i);
+void setElement(void *p, cudaDataType t, int64_t i, double v);
+
+/// Column-major C[m x n] = op(A) op(B), batched, all of type t,
+/// accumulated in double.
+void gemm(cudaDataType t, bool ta, bool tb, int m, int n, int k, const void *A, int lda,
+          int64_t sa, const void *B, int ldb, int64_t sb, void *C, int ldc, int64_t sc, int batch,
+          const std::function<double(int row, double)> &epilogue) {
   for (int q = 0; q < batch; ++q)
     for (int j = 0; j < n; ++j)
       for (int i = 0; i < m; ++i) {
         double acc = 0;
         for (int l = 0; l < k; ++l) {
-          float a = ta ? A[q * sa + l + i * int64_t(lda)] : A[q * sa + i + l * int64_t(lda)];
-          float b = tb ? B[q * sb + j + l * int64_t(ldb)] : B[q * sb + l + j * int64_t(ldb)];
-          acc += double(a) * b;
+          double a = element(A, t, ta ? q * sa + l + i * int64_t(lda) : q * sa + i + l * int64_t(lda));
+          double b = element(B, t, tb ? q * sb + j + l * int64_t(ldb) : q * sb + l + j * int64_t(ldb));
+          acc += a * b;
         }
-        C[q * sc + i + j * int64_t(ldc)] = epilogue(i, float(acc));
+        setElement(C, t, q * sc + i + j * int64_t(ldc), epilogue(i, acc));
       }
 }
 
@@ -142,7 +243,10 @@ CUresult CUDAAPI cuStreamDestroy(CUstream s) {
   return CUDA_SUCCESS;
 }
 CUresult CUDAAPI cuStreamSynchronize(CUstream) {
-  return fake().capturing ? CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED : CUDA_SUCCESS;
+  if (fake().capturing)
+    return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+  // A failed launch is reported at the next synchronisation, as on a GPU.
+  return fake().launchFailure.empty() ? CUDA_SUCCESS : CUDA_ERROR_LAUNCH_FAILED;
 }
 CUresult CUDAAPI cuMemAlloc(CUdeviceptr *p, size_t bytes) {
   void *q = std::aligned_alloc(256, (bytes + 255) / 256 * 256);
@@ -150,9 +254,11 @@ CUresult CUDAAPI cuMemAlloc(CUdeviceptr *p, size_t bytes) {
     return CUDA_ERROR_OUT_OF_MEMORY;
   std::memset(q, 0xCD, bytes); // garbage, as fresh device memory is
   *p = reinterpret_cast<CUdeviceptr>(q);
+  fake().allocations[uintptr_t(q)] = bytes;
   return CUDA_SUCCESS;
 }
 CUresult CUDAAPI cuMemFree(CUdeviceptr p) {
+  fake().allocations.erase(uintptr_t(p));
   std::free(reinterpret_cast<void *>(p));
   return CUDA_SUCCESS;
 }
@@ -177,18 +283,53 @@ CUresult CUDAAPI cuMemsetD8Async(CUdeviceptr d, unsigned char v, size_t n, CUstr
   return CUDA_SUCCESS;
 }
 CUresult CUDAAPI cuModuleLoadData(CUmodule *m, const void *image) {
+  const char *text = static_cast<const char *>(image);
+  if (std::strncmp(text, "emu:", 4) == 0) {
+    void *library = dlopen(text + 4, RTLD_NOW | RTLD_LOCAL);
+    if (!library) {
+      std::fprintf(stderr, "fake driver: %s\n", dlerror());
+      return CUDA_ERROR_INVALID_IMAGE;
+    }
+    auto setCheck = reinterpret_cast<void (*)(bool (*)(const void *, size_t))>(
+        dlsym(library, "tf_emu_set_allocation_check"));
+    if (!setCheck)
+      return CUDA_ERROR_INVALID_IMAGE;
+    setCheck(&inAllocation);
+    auto *module = new EmuModule{library, {}};
+    *m = reinterpret_cast<CUmodule>(module);
+    fake().emuModules.insert(*m);
+    return CUDA_SUCCESS;
+  }
   // "Cubins" of the tests are text: refuse anything else, as the driver
   // refuses a cubin for another architecture.
-  if (std::strncmp(static_cast<const char *>(image), "fake", 4) != 0)
+  if (std::strncmp(text, "fake", 4) != 0)
     return CUDA_ERROR_NO_BINARY_FOR_GPU;
   *m = reinterpret_cast<CUmodule>(new int(0));
   return CUDA_SUCCESS;
 }
 CUresult CUDAAPI cuModuleUnload(CUmodule m) {
+  if (fake().emuModules.erase(m)) {
+    // The library stays loaded: a captured graph may still launch it.
+    delete reinterpret_cast<EmuModule *>(m);
+    return CUDA_SUCCESS;
+  }
   delete reinterpret_cast<int *>(m);
   return CUDA_SUCCESS;
 }
-CUresult CUDAAPI cuModuleGetFunction(CUfunction *f, CUmodule, const char *name) {
+CUresult CUDAAPI cuModuleGetFunction(CUfunction *f, CUmodule m, const char *name) {
+  if (fake().emuModules.count(m)) {
+    auto *module = reinterpret_cast<EmuModule *>(m);
+    auto launch = reinterpret_cast<EmuLaunch>(
+        dlsym(module->library, (std::string("tf_emu_launch_") + name).c_str()));
+    auto arity = reinterpret_cast<int (*)()>(
+        dlsym(module->library, (std::string("tf_emu_arity_") + name).c_str()));
+    if (!launch || !arity)
+      return CUDA_ERROR_NOT_FOUND;
+    Kernel &k = module->kernels[name];
+    k = Kernel{name, arity(), nullptr, launch};
+    *f = reinterpret_cast<CUfunction>(&k);
+    return CUDA_SUCCESS;
+  }
   auto it = fake().registered.find(name);
   if (it == fake().registered.end())
     return CUDA_ERROR_NOT_FOUND;
@@ -205,6 +346,27 @@ CUresult CUDAAPI cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned
   std::vector<uint64_t> values;
   for (int i = 0; i < k->params; ++i)
     values.push_back(*static_cast<uint64_t *>(params[i]));
+  if (k->emu) {
+    // Kernels are referenced after their module is unloaded only through
+    // graphs, which copy this launch.
+    Kernel kernel = *k;
+    submit([=] {
+      ++fake().launches;
+      std::vector<uint64_t> copy = values;
+      std::vector<void *> pointers;
+      for (uint64_t &v : copy)
+        pointers.push_back(&v);
+      char errors[4096] = {};
+      if (kernel.emu(gx, bx, pointers.data(), errors, int(sizeof errors)) > 0 &&
+          fake().launchFailure.empty()) {
+        fake().launchFailure = "emulated kernel " + kernel.name + " (grid " +
+                               std::to_string(gx) + ", " + std::to_string(bx) +
+                               " threads): " + errors;
+        std::fprintf(stderr, "%s", fake().launchFailure.c_str());
+      }
+    });
+    return CUDA_SUCCESS;
+  }
   submit([=] {
     ++fake().launches;
     k->fn(values.data(), gx, bx);
@@ -244,8 +406,10 @@ CUresult CUDAAPI cuGraphDestroy(CUgraph g) {
   delete reinterpret_cast<Graph *>(g);
   return CUDA_SUCCESS;
 }
-CUresult CUDAAPI cuGetErrorString(CUresult, const char **s) {
-  *s = "fake driver error";
+CUresult CUDAAPI cuGetErrorString(CUresult r, const char **s) {
+  *s = r == CUDA_ERROR_LAUNCH_FAILED && !fake().launchFailure.empty()
+           ? fake().launchFailure.c_str()
+           : "fake driver error";
   return CUDA_SUCCESS;
 }
 
@@ -268,14 +432,19 @@ cublasStatus_t CUBLASWINAPI cublasGemmStridedBatchedEx(
     cublasHandle_t, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
     const void *alpha, const void *A, cudaDataType at, int lda, long long sa, const void *B,
     cudaDataType bt, int ldb, long long sb, const void *beta, void *C, cudaDataType ct, int ldc,
-    long long sc, int batch, cublasComputeType_t, cublasGemmAlgo_t) {
-  if (at != CUDA_R_32F || bt != CUDA_R_32F || ct != CUDA_R_32F ||
-      *static_cast<const float *>(alpha) != 1.0f || *static_cast<const float *>(beta) != 0.0f)
+    long long sc, int batch, cublasComputeType_t compute, cublasGemmAlgo_t) {
+  // cuBLAS's rules: f64 data with 64F compute and double scalars; f32, f16
+  // and bf16 data with 32F compute (or TF32) and float scalars.
+  bool f64 = at == CUDA_R_64F;
+  if (at != bt || at != ct || !gemmType(at) || f64 != (compute == CUBLAS_COMPUTE_64F))
+    return CUBLAS_STATUS_NOT_SUPPORTED;
+  double one = f64 ? *static_cast<const double *>(alpha) : *static_cast<const float *>(alpha);
+  double zero = f64 ? *static_cast<const double *>(beta) : *static_cast<const float *>(beta);
+  if (one != 1.0 || zero != 0.0)
     return CUBLAS_STATUS_NOT_SUPPORTED;
   submit([=] {
-    gemm(ta == CUBLAS_OP_T, tb == CUBLAS_OP_T, m, n, k, static_cast<const float *>(A), lda, sa,
-         static_cast<const float *>(B), ldb, sb, static_cast<float *>(C), ldc, sc, batch,
-         [](int, float v) { return v; });
+    gemm(at, ta == CUBLAS_OP_T, tb == CUBLAS_OP_T, m, n, k, A, lda, sa, B, ldb, sb, C, ldc, sc,
+         batch, [](int, double v) { return v; });
   });
   return CUBLAS_STATUS_SUCCESS;
 }
@@ -313,10 +482,10 @@ cublasStatus_t CUBLASWINAPI cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t 
 }
 cublasStatus_t CUBLASWINAPI cublasLtMatrixLayoutCreate(cublasLtMatrixLayout_t *l, cudaDataType t,
                                                        uint64_t rows, uint64_t cols, int64_t ld) {
-  if (t != CUDA_R_32F)
+  if (!gemmType(t))
     return CUBLAS_STATUS_NOT_SUPPORTED;
   auto *layout = new Fake::Layout;
-  layout->rows = rows, layout->cols = cols, layout->ld = ld;
+  layout->type = t, layout->rows = rows, layout->cols = cols, layout->ld = ld;
   *l = reinterpret_cast<cublasLtMatrixLayout_t>(layout);
   return CUBLAS_STATUS_SUCCESS;
 }
@@ -370,7 +539,10 @@ cublasStatus_t CUBLASWINAPI cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_
   auto a = *reinterpret_cast<Fake::Layout *>(al), b = *reinterpret_cast<Fake::Layout *>(bl),
        o = *reinterpret_cast<Fake::Layout *>(dl);
   if (*static_cast<const float *>(alpha) != 1.0f || *static_cast<const float *>(beta) != 0.0f ||
-      C != D)
+      C != D || a.type != o.type || b.type != o.type)
+    return CUBLAS_STATUS_NOT_SUPPORTED;
+  // cuBLASLt fuses no epilogue into f64 GEMMs.
+  if (o.type == CUDA_R_64F && desc.epilogue != CUBLASLT_EPILOGUE_DEFAULT)
     return CUBLAS_STATUS_NOT_SUPPORTED;
   bool ta = desc.ta == CUBLAS_OP_T, tb = desc.tb == CUBLAS_OP_T;
   int m = int(o.rows), n = int(o.cols), k = int(ta ? a.rows : a.cols);
@@ -381,14 +553,15 @@ cublasStatus_t CUBLASWINAPI cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_
   bool relu = desc.epilogue == CUBLASLT_EPILOGUE_RELU || desc.epilogue == CUBLASLT_EPILOGUE_RELU_BIAS;
   if (bias && !desc.bias)
     return CUBLAS_STATUS_INVALID_VALUE;
-  const float *biasPtr = desc.bias;
+  const void *biasPtr = desc.bias;
+  cudaDataType type = o.type;
   submit([=] {
-    gemm(ta, tb, m, n, k, static_cast<const float *>(A), int(a.ld), a.stride,
-         static_cast<const float *>(B), int(b.ld), b.stride, static_cast<float *>(D), int(o.ld),
-         o.stride, o.batch, [=](int row, float v) {
+    gemm(type, ta, tb, m, n, k, A, int(a.ld), a.stride, B, int(b.ld), b.stride, D,
+         int(o.ld), o.stride, o.batch, [=](int row, double v) {
            if (bias)
-             v += biasPtr[row];
-           return relu && v < 0 ? 0.0f : v;
+             v += element(biasPtr, type, row);
+           // cuBLASLt's ReLU: NaN becomes 0 (unlike graph.maximum).
+           return relu && !(v > 0) ? 0.0 : v;
          });
   });
   return CUBLAS_STATUS_SUCCESS;
