@@ -13,7 +13,7 @@ OUT=${1:-$ROOT/bench/gpu_artifacts}
 shift || true
 BUILD=${TILEFUSE_BUILD:-$ROOT/build}
 if [ ! -f "$BUILD/python/tilefuse/__init__.py" ]; then
-  "$ROOT/tools/dev.sh" build
+  "$ROOT/tools/dev.sh" setup
 fi
 rm -rf "$OUT"
 mkdir -p "$OUT"

@@ -84,8 +84,23 @@ def corpus():
     cfg = W.deepfm_config()
     p, b = W.deepfm_init(cfg, seed=0), W.deepfm_batch(cfg, seed=1)
     g = tilefuse.trace(lambda p, b: W.deepfm_loss(p, b, config=cfg), p, b)
-    out.append(("deepfm_grads", g.value_and_grad(wrt=(0,)), [p, b], RTOL, ATOL))
+    # Every parameter's gradient: the embeddings' scatter-adds and the
+    # backward GEMMs run on the GPU too.
+    out.append(("deepfm_grads", g.value_and_grad(wrt=tuple(range(len(p)))), [p, b], RTOL, ATOL))
     return out
+
+
+# What the corpus must exercise: each kind of kernel and library step.
+REQUIRED_STEPS = {"pointwise", "reduction", "matmul", "gather", "scatter_add"}
+
+
+def step_kinds(graph, target):
+    """Kernel kinds and library calls of `graph` compiled for `target`."""
+    seen = set()
+    for row in graph.fuse(target).report():
+        seen.add(row["kind"])
+        seen.update(op for op in row["ops"] if op in ("matmul", "gather", "scatter_add"))
+    return seen
 
 
 def flat(args):
@@ -214,10 +229,14 @@ def main():
                 "created": datetime.datetime.now(datetime.timezone.utc).strftime(
                     "%Y-%m-%dT%H:%M:%SZ"),
                 "corpus": [], "kernels": [], "training": []}
+    seen = set()
     for name, graph, inputs, rtol, atol in corpus():
         start = time.time()
         manifest["corpus"].append(export_case(args.out, name, graph, inputs, target, rtol, atol))
+        seen |= step_kinds(graph, target)
         log(f"corpus {name}: {time.time() - start:.1f} s")
+    if REQUIRED_STEPS - seen:
+        sys.exit(f"prepare: the corpus has no {sorted(REQUIRED_STEPS - seen)} step for {target}")
     for name, graph in kernel_graphs().items():
         start = time.time()
         graph.export(os.path.join(args.out, "kernels", name + ".tfa"), target)

@@ -5,7 +5,8 @@ reference interpreter computed on the build machine.
 
     python3 bench/gpu/verify.py --prepared DIR [--results-dir DIR]
 
-Needs only the runtime (`tilefuse.load`). Tolerances per result dtype:
+Needs only the runtime: `tilefuse.load`, or, where the Python module could
+not be built (no pybind11), the `tilefuse-run` tool (--tilefuse-run BIN). Tolerances per result dtype:
 floats as the manifest says for the case (|got - want| <= rtol*|want| +
 atol*max(1, max|want|); 1e-4 for f32 graphs, 1e-2 for graphs computing in
 f16), f16/bf16 results at least 1e-2, f64 results 1e-10, integers and
@@ -18,9 +19,15 @@ import os
 import sys
 import time
 
+import subprocess
+import tempfile
+
 import numpy as np
 
-import tilefuse
+try:
+    import tilefuse
+except ImportError:  # checked with tilefuse-run instead
+    tilefuse = None
 
 
 def tolerance(dtype, case):
@@ -50,11 +57,35 @@ def compare(got, want, case):
     return not bool(bad.any()), ratio
 
 
+def run_with_tool(tool, artifact, leaves):
+    """Results of `artifact` run by the tilefuse-run tool: three calls
+    (eager, captured into a CUDA graph, replayed), the last one's results."""
+    with tempfile.TemporaryDirectory() as d:
+        paths = []
+        for i, leaf in enumerate(leaves):
+            paths.append(os.path.join(d, f"in{i}.npy"))
+            np.save(paths[-1], leaf)
+        out = os.path.join(d, "out")
+        cmd = [tool, artifact, "--repeat=3", f"--save={out}"]
+        if paths:
+            cmd.append("--inputs=" + ",".join(paths))
+        r = subprocess.run(cmd, capture_output=True, text=True)
+        if r.returncode != 0:
+            raise RuntimeError(r.stderr.strip().splitlines()[-1] if r.stderr.strip() else
+                               f"tilefuse-run exited {r.returncode}")
+        n = len([f for f in os.listdir(out) if f.startswith("result")])
+        return [np.load(os.path.join(out, f"result{i}.npy")) for i in range(n)]
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--prepared", required=True)
     ap.add_argument("--results-dir")
+    ap.add_argument("--tilefuse-run", help="run artifacts with this tilefuse-run binary "
+                    "(the default when the tilefuse Python module is missing)")
     args = ap.parse_args()
+    if tilefuse is None and not args.tilefuse_run:
+        sys.exit("verify: no tilefuse Python module; pass --tilefuse-run BIN")
     with open(os.path.join(args.prepared, "manifest.json")) as f:
         manifest = json.load(f)
     rows, failed = [], False
@@ -62,13 +93,17 @@ def main():
         name = case["name"]
         try:
             start = time.time()
-            fn = tilefuse.load(os.path.join(args.prepared, case["artifact"]))
+            artifact = os.path.join(args.prepared, case["artifact"])
             inputs = np.load(os.path.join(args.prepared, case["inputs"]))
             expected = np.load(os.path.join(args.prepared, case["expected"]))
             leaves = [inputs[f"arr_{i}"] for i in range(len(inputs.files))]
-            got = fn.run(leaves)  # eager
-            fn.run(leaves)  # captured into a CUDA graph
-            again = fn.run(leaves)  # replayed
+            if args.tilefuse_run:
+                got = again = run_with_tool(args.tilefuse_run, artifact, leaves)
+            else:
+                fn = tilefuse.load(artifact)
+                got = fn.run(leaves)  # eager
+                fn.run(leaves)  # captured into a CUDA graph
+                again = fn.run(leaves)  # replayed
             checks = [compare(g, expected[f"arr_{i}"], case) for i, g in enumerate(got)]
             # (scatter-adds use atomics: the replay may round differently,
             # within the same tolerance)

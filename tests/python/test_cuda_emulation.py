@@ -140,3 +140,12 @@ def test_the_emulator_reports_launch_bounds_and_misaligned_vectors(bad_kernels):
     assert "launched with 128 threads per block; the kernel allows at most 64" in errors
     errors, _ = _launch(bad_kernels, "vector_access", 1, 32, np.zeros(64, np.float32))
     assert "16-byte vector access at an address not aligned to 16" in errors
+
+
+def test_the_gpu_check_corpus_covers_every_step_kind():
+    sys.path.insert(0, os.path.join(ROOT, "bench", "gpu"))
+    import prepare
+    seen = set()
+    for _, g, _, _, _ in prepare.corpus():
+        seen |= prepare.step_kinds(g, "cuda:sm_90")
+    assert prepare.REQUIRED_STEPS <= seen, prepare.REQUIRED_STEPS - seen

@@ -789,6 +789,12 @@ def run_case(case, progress=None):
         got = fused.interpret(*args)
         stage("compare")
         assert_bit_identical(got, want, "fused != unfused")
+        if case.target.startswith("cuda"):
+            # The CUDA program (GEMM steps and epilogues, tile kernels, CUDA
+            # C) is built for every graph fused for CUDA; running it needs a
+            # GPU or the emulation (test_cuda_emulation.py).
+            stage("build the CUDA program")
+            g._graph.cuda_source(case.target)
         if case.target == "cpu":
             stage("compile")
             compiled = g.compile("cpu")

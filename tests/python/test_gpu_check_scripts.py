@@ -9,6 +9,7 @@ import subprocess
 import sys
 
 import numpy as np
+import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 PREPARE = os.path.join(ROOT, "bench", "gpu", "prepare.py")
@@ -44,3 +45,27 @@ def test_prepare_then_verify_on_the_cpu(tmp_path):
     r = subprocess.run([sys.executable, VERIFY, "--prepared", str(out)], capture_output=True,
                        text=True)
     assert r.returncode == 1 and f"| {case['name']} | FAIL |" in r.stdout, r.stdout
+
+
+def test_gpu_check_without_pybind11_still_checks_and_prints_its_table(tmp_path):
+    """A GPU machine may lack pybind11: the runtime-only build then skips
+    the Python module, builds tilefuse-run, checks the corpus through it and
+    still ends with the table (here with the CPU as the device)."""
+    import shutil
+    if shutil.which("cmake") is None:
+        pytest.skip("cmake is not installed")
+    out = tmp_path / "prepared"
+    r = subprocess.run([sys.executable, PREPARE, str(out), "--target", "cpu", "--no-gpt2-small"],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr[-3000:]
+    env = dict(os.environ, RESULTS_DIR=str(tmp_path / "results"),
+               TILEFUSE_GPU_BUILD=str(tmp_path / "build"),
+               TILEFUSE_GPU_CMAKE_ARGS="-Dpybind11_DIR=/nonexistent")
+    r = subprocess.run(["bash", os.path.join(ROOT, "bench", "gpu_check.sh"), str(out)],
+                       capture_output=True, text=True, env=env, timeout=900)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    table = (tmp_path / "results" / "gpu_check.md").read_text()
+    assert "Python module: no" in table, table
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert table.count("| pass |") == len(manifest["corpus"]), table
+    assert not list((tmp_path / "build").glob("python/tilefuse/_runtime*"))
