@@ -149,3 +149,35 @@ def test_the_gpu_check_corpus_covers_every_step_kind():
     for _, g, _, _, _ in prepare.corpus():
         seen |= prepare.step_kinds(g, "cuda:sm_90")
     assert prepare.REQUIRED_STEPS <= seen, prepare.REQUIRED_STEPS - seen
+
+
+# The fuzzer's graphs fused for CUDA, first few of seed 0 (or
+# TILEFUSE_EMU_FUZZ_SEED / TILEFUSE_EMU_FUZZ_GRAPHS for a longer run).
+def _fuzz_cases():
+    import test_fusion_fuzz as T
+    seed = int(os.environ.get("TILEFUSE_EMU_FUZZ_SEED", "0"))
+    wanted = int(os.environ.get("TILEFUSE_EMU_FUZZ_GRAPHS", "12"))
+    found, i = [], 0
+    while len(found) < wanted and i < 100 * wanted:
+        if T.Case(seed, i).target.startswith("cuda"):
+            found.append((seed, i))
+        i += 1
+    return found
+
+
+@pytest.mark.parametrize("seed,index", _fuzz_cases())
+def test_fuzz_graphs_match_the_interpreter(seed, index, tmp_path):
+    import test_fusion_fuzz as T
+    from fusion_checks import assert_compiled_close
+    case = T.Case(seed, index)
+    g, args = T._build(case, case.args)
+    want = g.interpret(*args)
+    from cuda_emulation import emulate
+    got = emulate(g, args, str(tmp_path))
+    try:
+        assert_compiled_close(got, [np.asarray(w) for w in T.flat(want)],
+                              f"emulated CUDA, graph {index} of seed {seed}")
+    except AssertionError:
+        # An ill-conditioned graph: as close to float64 as the interpreter.
+        if not T._compiled_error_is_rounding(got, want, case):
+            raise
