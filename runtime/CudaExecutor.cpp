@@ -30,6 +30,7 @@ namespace {
   X(cuDeviceGetAttribute, "cuDeviceGetAttribute")                                                 \
   X(cuDeviceGetName, "cuDeviceGetName")                                                           \
   X(cuDevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain")                                         \
+  X(cuDevicePrimaryCtxRelease, "cuDevicePrimaryCtxRelease_v2")                                    \
   X(cuCtxSetCurrent, "cuCtxSetCurrent")                                                           \
   X(cuStreamCreate, "cuStreamCreate")                                                             \
   X(cuStreamDestroy, "cuStreamDestroy_v2")                                                        \
@@ -207,7 +208,11 @@ uint64_t alignUp(uint64_t v) { return (v + kAlign - 1) / kAlign * kAlign; }
 struct LtGemm {
   cublasLtMatmulDesc_t desc = nullptr;
   cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
-  cublasLtMatmulAlgo_t algo{};
+  /// For operands at 256-byte aligned addresses (the arena's), and for any
+  /// element-aligned ones (a caller's tensor view at an offset): cuBLASLt
+  /// picks algorithms assuming the alignment it is told.
+  cublasLtMatmulAlgo_t algo{}, algoAnyAlignment{};
+  bool hasAnyAlignment = false;
 };
 
 } // namespace
@@ -424,15 +429,26 @@ void CudaExecutor::acquire(const std::vector<std::pair<std::string, std::string>
     check(a.cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
                                                  &ws, sizeof(ws)),
           "setting the workspace limit");
-    cublasLtMatmulHeuristicResult_t found{};
-    int count = 0;
-    check(a.cublasLtMatmulAlgoGetHeuristic(s.lt, g.desc, g.a, g.b, g.c, g.c, pref, 1, &found,
-                                           &count),
-          "choosing an algorithm for " + st.source);
-    a.cublasLtMatmulPreferenceDestroy(pref);
-    if (count == 0)
+    auto choose = [&](uint32_t alignment, cublasLtMatmulAlgo_t &algo) {
+      for (auto attribute : {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES,
+                             CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+                             CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES,
+                             CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES})
+        check(a.cublasLtMatmulPreferenceSetAttribute(pref, attribute, &alignment,
+                                                     sizeof(alignment)),
+              "setting the operands' alignment");
+      cublasLtMatmulHeuristicResult_t found{};
+      int count = 0;
+      check(a.cublasLtMatmulAlgoGetHeuristic(s.lt, g.desc, g.a, g.b, g.c, g.c, pref, 1, &found,
+                                             &count),
+            "choosing an algorithm for " + st.source);
+      algo = found.algo;
+      return count > 0;
+    };
+    if (!choose(uint32_t(kAlign), g.algo))
       throw CompileError("cuBLASLt has no algorithm for " + st.source + " with epilogue");
-    g.algo = found.algo;
+    g.hasAnyAlignment = choose(uint32_t(dtypeSize(t)), g.algoAnyAlignment);
+    a.cublasLtMatmulPreferenceDestroy(pref);
     s.ltGemms[i] = g;
   }
   seconds.assign(prog.steps.size(), 0.0);
@@ -444,6 +460,10 @@ CudaExecutor::~CudaExecutor() { releaseResources(); }
 void CudaExecutor::releaseResources() noexcept {
   Api &a = Api::get();
   State &s = *state;
+  // Another executor (or the caller) may have made another context current
+  // on this thread: everything below belongs to this one.
+  if (s.context)
+    a.cuCtxSetCurrent(s.context);
   if (s.stream)
     a.cuStreamSynchronize(s.stream);
   for (auto &[key, exec] : s.graphs)
@@ -464,6 +484,11 @@ void CudaExecutor::releaseResources() noexcept {
     a.cuMemFree(s.arena);
   if (s.stream)
     a.cuStreamDestroy(s.stream);
+  if (s.context) {
+    a.cuCtxSetCurrent(nullptr);
+    a.cuDevicePrimaryCtxRelease(s.device);
+    s.context = nullptr;
+  }
 }
 
 std::string CudaExecutor::device() const {
@@ -540,12 +565,18 @@ std::shared_ptr<void> CudaExecutor::copyResult(size_t i) {
   check(a.cuMemcpyDtoDAsync(p, resultPointer(i), info.byteSize(), state->stream),
         "copying a result");
   check(a.cuStreamSynchronize(state->stream), "copying a result");
-  CUcontext context = state->context;
-  // Freed on whatever thread drops the last reference: make our context
-  // current there first.
-  return std::shared_ptr<void>(reinterpret_cast<void *>(p), [context](void *q) {
-    Api::get().cuCtxSetCurrent(context);
-    Api::get().cuMemFree(CUdeviceptr(q));
+  // The copy may outlive this executor: it holds its own reference to the
+  // primary context, and is freed on whatever thread drops the last
+  // reference to it, with the context made current there first.
+  CUcontext context = nullptr;
+  CUdevice device = state->device;
+  check(a.cuDevicePrimaryCtxRetain(&context, device), "retaining the primary context");
+  return std::shared_ptr<void>(reinterpret_cast<void *>(p), [context, device](void *q) {
+    Api &api = Api::get();
+    api.cuCtxSetCurrent(context);
+    api.cuMemFree(CUdeviceptr(q));
+    api.cuCtxSetCurrent(nullptr);
+    api.cuDevicePrimaryCtxRelease(device);
   });
 }
 
@@ -630,7 +661,15 @@ void CudaExecutor::enqueueSteps(bool timed) {
                                                  sizeof(bias)),
                 "setting the bias");
         }
-        check(a.cublasLtMatmul(s.lt, g.desc, alpha, B, g.a, A, g.b, beta, C, g.c, C, g.c, &g.algo,
+        bool aligned = true;
+        for (int b : st.buffers)
+          aligned &= pointers[b] % kAlign == 0;
+        if (!aligned && !g.hasAnyAlignment)
+          throw CompileError(st.source + ": an operand is not at a 256-byte aligned address and "
+                             "cuBLASLt has no algorithm for that; pass tensors that start at "
+                             "aligned addresses (not views at an offset)");
+        check(a.cublasLtMatmul(s.lt, g.desc, alpha, B, g.a, A, g.b, beta, C, g.c, C, g.c,
+                               aligned ? &g.algo : &g.algoAnyAlignment,
                                reinterpret_cast<void *>(s.workspace), kGemmWorkspace,
                                reinterpret_cast<cudaStream_t>(s.stream)),
               st.source);

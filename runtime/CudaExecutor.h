@@ -83,6 +83,8 @@ public:
   /// The stream every launch goes to (a CUstream), for DLPack producers
   /// that order their work before ours.
   void *stream() const;
+  /// The CUDA device ordinal this executor runs on.
+  int deviceIndex() const { return options.device; }
   /// Calls that replayed a captured graph, and graphs captured.
   int64_t graphReplays() const { return replays; }
   int64_t graphsCaptured() const { return captured; }

@@ -107,6 +107,16 @@ struct ImportedTensor {
   }
 };
 
+/// The CUDA device ordinal `e` runs on (0 for other executors).
+int deviceIndexOf(Executor &e) {
+#ifdef TILEFUSE_HAVE_CUDA_EXECUTOR
+  if (auto *cuda = dynamic_cast<CudaExecutor *>(&e))
+    return cuda->deviceIndex();
+#endif
+  (void)e;
+  return 0;
+}
+
 /// Device address of `obj` (a CUDA DLPack tensor) after checking it
 /// against the argument's dtype and shape.
 const void *importCuda(Executor &e, const py::object &obj, const BufferInfo &want,
@@ -129,6 +139,11 @@ const void *importCuda(Executor &e, const py::object &obj, const BufferInfo &wan
   held->managed = m;
   held->capsule = capsule;
   const DLTensor &d = m->dl_tensor;
+  if (d.device.device_type != kDLCUDA || d.device.device_id != deviceIndexOf(e))
+    throw CompileError("argument " + std::to_string(i) + ": __dlpack__ gave a tensor on device (" +
+                       std::to_string(d.device.device_type) + ", " +
+                       std::to_string(d.device.device_id) + "); this function runs on cuda:" +
+                       std::to_string(deviceIndexOf(e)));
   Shape shape(d.shape, d.shape + d.ndim);
   DLDataType want_t = dlType(want.dtype);
   if (d.dtype.code != want_t.code || d.dtype.bits != want_t.bits || d.dtype.lanes != 1 ||
@@ -181,6 +196,11 @@ py::list tilefuse::python::runExecutor(Executor &e, const py::sequence &args,
           throw CompileError("argument " + std::to_string(i) +
                              " is in GPU memory; this function runs on the CPU (compile it "
                              "with device='cuda', or pass host arrays)");
+        if (dev.second != deviceIndexOf(e))
+          throw CompileError("argument " + std::to_string(i) + " is on cuda:" +
+                             std::to_string(dev.second) + "; this function runs on cuda:" +
+                             std::to_string(deviceIndexOf(e)) + " (move it there, e.g. "
+                             ".to('cuda:" + std::to_string(deviceIndexOf(e)) + "'))");
         ptrs.push_back({importCuda(e, arg, want, i, imported), true});
         continue;
       }
@@ -230,7 +250,7 @@ py::list tilefuse::python::runExecutor(Executor &e, const py::sequence &args,
     }
     for (size_t k = 0; k < wanted.size(); ++k) {
       const BufferInfo &info = p.buffers[p.results[wanted[k]]];
-      results.append(DeviceArray{copies[k], info.dtype, info.shape, 0});
+      results.append(DeviceArray{copies[k], info.dtype, info.shape, deviceIndexOf(e)});
     }
     return results;
 #endif

@@ -140,6 +140,33 @@ def emulate(graph, args, workdir, repeat=1, graphs=True):
     """Results of `graph` on `args`, computed by its CUDA program under
     emulation (`repeat` calls: the first eager or captured, the others
     replayed when `graphs`)."""
+    emu = emulated_export(graph, workdir)
+    inputs = []
+    for i, a in enumerate(_leaves(args)):
+        inputs.append(os.path.join(workdir, f"in{i}.npy"))
+        np.save(inputs[-1], a)
+    out = os.path.join(workdir, "out")
+    cmd = ["tilefuse-run", emu, f"--repeat={repeat}", f"--save={out}"]
+    if inputs:
+        cmd.append("--inputs=" + ",".join(inputs))
+    if not graphs:
+        cmd.append("--no-graphs")
+    r = subprocess.run(cmd, capture_output=True, text=True, env=emulation_env(), timeout=600)
+    if r.returncode != 0:
+        raise EmulationFailure(f"$ LD_LIBRARY_PATH={fake_driver_dir()} {' '.join(cmd)}\n"
+                               f"exit {r.returncode}\n{r.stderr[-6000:]}")
+    n = len([f for f in os.listdir(out) if f.startswith("result")])
+    return [np.load(os.path.join(out, f"result{i}.npy")) for i in range(n)]
+
+
+def emulation_env():
+    """The environment of a process that runs CUDA programs emulated."""
+    return dict(os.environ, LD_LIBRARY_PATH=fake_driver_dir())
+
+
+def emulated_export(graph, workdir):
+    """`graph` exported for sm_90 with its code replaced by emulated
+    libraries: the path of that artifact."""
     import tilefuse
     os.makedirs(workdir, exist_ok=True)
     art = os.path.join(workdir, "model.tfa")
@@ -154,23 +181,7 @@ def emulate(graph, args, workdir, repeat=1, graphs=True):
     emu = os.path.join(workdir, "model.emu.tfa")
     with open(emu, "wb") as f:
         f.write(emulated_artifact(art, kernels, library or kernels))
-    inputs = []
-    for i, a in enumerate(_leaves(args)):
-        inputs.append(os.path.join(workdir, f"in{i}.npy"))
-        np.save(inputs[-1], a)
-    out = os.path.join(workdir, "out")
-    cmd = ["tilefuse-run", emu, f"--repeat={repeat}", f"--save={out}"]
-    if inputs:
-        cmd.append("--inputs=" + ",".join(inputs))
-    if not graphs:
-        cmd.append("--no-graphs")
-    env = dict(os.environ, LD_LIBRARY_PATH=fake_driver_dir())
-    r = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
-    if r.returncode != 0:
-        raise EmulationFailure(f"$ LD_LIBRARY_PATH={fake_driver_dir()} {' '.join(cmd)}\n"
-                               f"exit {r.returncode}\n{r.stderr[-6000:]}")
-    n = len([f for f in os.listdir(out) if f.startswith("result")])
-    return [np.load(os.path.join(out, f"result{i}.npy")) for i in range(n)]
+    return emu
 
 
 def check_emulated(graph, args, workdir, rtol, atol, name="", **kwargs):

@@ -181,3 +181,36 @@ def test_fuzz_graphs_match_the_interpreter(seed, index, tmp_path):
         # An ill-conditioned graph: as close to float64 as the interpreter.
         if not T._compiled_error_is_rounding(got, want, case):
             raise
+
+
+def test_dlpack_tensors_on_another_gpu_are_refused_and_results_name_their_gpu(tmp_path):
+    """Imported CUDA tensors must be on the executor's GPU; exported results
+    say which GPU they are on. (Runtime-only process: NVRTC never meets the
+    driver double.)"""
+    import subprocess
+    from cuda_emulation import emulated_export, emulation_env
+    x = np.arange(64, dtype=np.float32)
+    art = emulated_export(tilefuse.trace(lambda t: t * 2, x), str(tmp_path))
+    code = r'''
+import sys
+sys.modules["tilefuse._core"] = None  # the runtime alone
+import numpy as np, tilefuse
+fn = tilefuse.load(sys.argv[1])
+class OnGpu1:
+    def __dlpack_device__(self):
+        return (2, 1)
+    def __dlpack__(self, stream=None):
+        raise AssertionError("the device is checked first")
+try:
+    fn(OnGpu1())
+    print("accepted")
+except tilefuse.CompileError as e:
+    print("refused:", e)
+(result,) = fn.run([np.arange(64, dtype=np.float32)], out="dlpack")
+print("device:", result.__dlpack_device__())
+'''
+    r = subprocess.run([sys.executable, "-c", code, art], capture_output=True, text=True,
+                       env=emulation_env(), timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "refused: argument 0 is on cuda:1; this function runs on cuda:0" in r.stdout, r.stdout
+    assert "device: (2, 0)" in r.stdout, r.stdout

@@ -80,6 +80,7 @@ protected:
     counters = reinterpret_cast<void (*)(int64_t *, int64_t *, int64_t *)>(
         dlsym(lib, "tf_fake_counters"));
     liveStreams = reinterpret_cast<int64_t (*)()>(dlsym(lib, "tf_fake_live_streams"));
+    contextRefs = reinterpret_cast<int64_t (*)()>(dlsym(lib, "tf_fake_context_refs"));
     registerFakeKernel = reg;
     for (const char *name : kCudaLibraryKernels)
       reg(name, 7, &unused);
@@ -87,6 +88,7 @@ protected:
     reg("tf_scatter_add_f32_i64", 7, &scatterAddF32I64);
   }
   static inline int64_t (*liveStreams)() = nullptr;
+  static inline int64_t (*contextRefs)() = nullptr;
   struct Counts {
     int64_t launches, instantiated, graphLaunches;
   };
@@ -396,4 +398,58 @@ TEST_F(FakeCuda, SplatConstantsAreFilledOnTheDevice) {
     ASSERT_EQ(out[0].getDouble(i), 0.0) << i; // fresh fake memory is 0xCD garbage
     ASSERT_EQ(out[1].getDouble(i), 2.5) << i;
   }
+}
+
+TEST_F(FakeCuda, ExecutorsAndResultCopiesReleaseThePrimaryContext) {
+  int64_t before = contextRefs();
+  Program p = scaleProgram(64, 2);
+  std::shared_ptr<void> copy;
+  {
+    CudaExecutor gpu(p, fakeCubins(p));
+    EXPECT_EQ(contextRefs(), before + 1);
+    std::vector<HostTensor> args = {random(DType::F32, {64}, 4)};
+    gpu.run(args);
+    copy = gpu.copyResult(0); // outlives the executor
+    EXPECT_EQ(contextRefs(), before + 2);
+  }
+  EXPECT_EQ(contextRefs(), before + 1);
+  copy.reset();
+  EXPECT_EQ(contextRefs(), before);
+  // A refused executor releases what it retained.
+  Program bad = p;
+  bad.kernels[0].threads = 0;
+  EXPECT_THROW(CudaExecutor(bad, fakeCubins(bad)), CompileError);
+  EXPECT_EQ(contextRefs(), before);
+}
+
+TEST_F(FakeCuda, GemmEpiloguesTakeOperandsAtAnyAlignedAddress) {
+  // A caller's tensor view at an offset is only element-aligned: the
+  // algorithm chosen for 256-byte aligned operands must not see it.
+  Program p;
+  int x = buffer(p, "x", {3, 5}, BufferInfo::Role::Argument);
+  int w = buffer(p, "w", {5, 4}, BufferInfo::Role::Argument);
+  int bias = buffer(p, "bias", {4}, BufferInfo::Role::Argument);
+  int y = buffer(p, "y", {3, 4});
+  Step s = gemmStep({x, w, y, bias}, 1, 3, 4, 5, false, false);
+  s.epilogue = {"bias"};
+  p.steps.push_back(s);
+  p.arguments = {x, w, bias};
+  p.results = {y};
+  auto lastAlignment = reinterpret_cast<uint32_t (*)()>(
+      dlsym(dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD), "tf_fake_last_matmul_alignment"));
+  ASSERT_NE(lastAlignment, nullptr);
+  CudaExecutor gpu(p, fakeCubins(p), CudaOptions{0, /*graphs=*/false});
+  HostTensor hx = random(DType::F32, {3, 5}, 4), hw = random(DType::F32, {5, 4}, 5),
+             hb = random(DType::F32, {4}, 6);
+  HostTensor want = gpu.run({hx, hw, hb})[0];
+  EXPECT_EQ(lastAlignment(), 256u);
+  // x at an address 4 bytes past a 256-byte boundary.
+  alignas(256) float storage[64 + 15];
+  float *shifted = storage + 1;
+  std::memcpy(shifted, hx.bytes.data(), hx.bytes.size());
+  gpu.run({ArgRef{shifted, true}, ArgRef{hw.bytes.data(), false},
+           ArgRef{hb.bytes.data(), false}});
+  EXPECT_EQ(lastAlignment(), 4u);
+  for (int64_t i = 0; i < want.size(); ++i)
+    EXPECT_EQ(static_cast<const float *>(gpu.result(0))[i], want.getDouble(i)) << i;
 }

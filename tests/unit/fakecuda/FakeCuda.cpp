@@ -63,6 +63,10 @@ struct Fake {
   std::vector<std::function<void()>> recorded;
   int64_t launches = 0, instantiated = 0, graphLaunches = 0;
   int64_t liveStreams = 0; ///< created and not yet destroyed
+  int64_t contextRefs = 0; ///< primary context retains not yet released
+  /// The operand alignment the last cuBLASLt matmul's algorithm was chosen
+  /// for (the fake's "algorithm" records the preference it was found with).
+  uint32_t preferredAlignment = 0, lastMatmulAlignment = 0;
   std::map<uintptr_t, size_t> allocations; ///< device memory: base -> bytes
   std::set<CUmodule> emuModules;
   std::string launchFailure; ///< an emulated launch's errors, until reported
@@ -199,6 +203,8 @@ void tf_fake_register_kernel(const char *name, int params, KernelFn fn) {
   fake().registered[name] = Kernel{name, params, fn};
 }
 int64_t tf_fake_live_streams() { return fake().liveStreams; }
+int64_t tf_fake_context_refs() { return fake().contextRefs; }
+uint32_t tf_fake_last_matmul_alignment() { return fake().lastMatmulAlignment; }
 void tf_fake_counters(int64_t *launches, int64_t *instantiated, int64_t *graphLaunches) {
   *launches = fake().launches;
   *instantiated = fake().instantiated;
@@ -229,6 +235,13 @@ CUresult CUDAAPI cuDeviceGetName(char *name, int len, CUdevice) {
 }
 CUresult CUDAAPI cuDevicePrimaryCtxRetain(CUcontext *c, CUdevice) {
   *c = reinterpret_cast<CUcontext>(&fake());
+  ++fake().contextRefs;
+  return CUDA_SUCCESS;
+}
+CUresult CUDAAPI cuDevicePrimaryCtxRelease_v2(CUdevice) {
+  if (fake().contextRefs == 0)
+    return CUDA_ERROR_INVALID_CONTEXT;
+  --fake().contextRefs;
   return CUDA_SUCCESS;
 }
 CUresult CUDAAPI cuCtxSetCurrent(CUcontext) { return CUDA_SUCCESS; }
@@ -514,7 +527,10 @@ cublasStatus_t CUBLASWINAPI cublasLtMatmulPreferenceDestroy(cublasLtMatmulPrefer
   return CUBLAS_STATUS_SUCCESS;
 }
 cublasStatus_t CUBLASWINAPI cublasLtMatmulPreferenceSetAttribute(
-    cublasLtMatmulPreference_t, cublasLtMatmulPreferenceAttributes_t, const void *, size_t) {
+    cublasLtMatmulPreference_t, cublasLtMatmulPreferenceAttributes_t a, const void *buf,
+    size_t size) {
+  if (a == CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES && size == sizeof(uint32_t))
+    std::memcpy(&fake().preferredAlignment, buf, size);
   return CUBLAS_STATUS_SUCCESS;
 }
 cublasStatus_t CUBLASWINAPI cublasLtMatmulAlgoGetHeuristic(
@@ -524,6 +540,8 @@ cublasStatus_t CUBLASWINAPI cublasLtMatmulAlgoGetHeuristic(
   if (requested < 1)
     return CUBLAS_STATUS_INVALID_VALUE;
   std::memset(results, 0, sizeof(*results));
+  // Without a preference cuBLASLt assumes 256-byte aligned operands.
+  results->algo.data[0] = fake().preferredAlignment ? fake().preferredAlignment : 256;
   *count = 1;
   return CUBLAS_STATUS_SUCCESS;
 }
@@ -533,8 +551,13 @@ cublasStatus_t CUBLASWINAPI cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_
                                            cublasLtMatrixLayout_t bl, const void *beta,
                                            const void *C, cublasLtMatrixLayout_t,
                                            void *D, cublasLtMatrixLayout_t dl,
-                                           const cublasLtMatmulAlgo_t *, void *, size_t,
+                                           const cublasLtMatmulAlgo_t *algo, void *, size_t,
                                            cudaStream_t) {
+  fake().lastMatmulAlignment = algo ? uint32_t(algo->data[0]) : 0;
+  // Like cuBLASLt, an operand below the algorithm's alignment is an error.
+  for (const void *p : {A, B, C, static_cast<const void *>(D)})
+    if (fake().lastMatmulAlignment && uintptr_t(p) % fake().lastMatmulAlignment != 0)
+      return CUBLAS_STATUS_INVALID_VALUE;
   auto desc = *reinterpret_cast<Fake::Desc *>(d); // the attributes as of this call
   auto a = *reinterpret_cast<Fake::Layout *>(al), b = *reinterpret_cast<Fake::Layout *>(bl),
        o = *reinterpret_cast<Fake::Layout *>(dl);
