@@ -489,6 +489,12 @@ LogicalResult Renderer::kernel(func::FuncOp f) {
   int64_t blockLanes = f->getAttrOfType<IntegerAttr>(tile::kBlockAttr).getInt();
   lanes = cudaLanesPerThread(blockLanes);
   int64_t threads = blockLanes / lanes;
+  // tf_block_reduce shuffles with full-warp masks: every warp of the block
+  // must be whole (TargetInfo's CUDA blocks are powers of two >= 32).
+  if (threads % 32 != 0 || threads > 1024)
+    return f.emitError("a CUDA block of ") << blockLanes << " lanes runs " << threads
+                                           << " threads; blocks must be whole warps of 32, "
+                                              "at most 1024 threads";
   os << "\n// " << f.getSymName() << ": grid "
      << f->getAttrOfType<IntegerAttr>(tile::kGridAttr).getInt() << " x block " << blockLanes << " ("
      << threads << " threads x " << lanes << " lanes); fuses";
