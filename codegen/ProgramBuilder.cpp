@@ -326,7 +326,8 @@ private:
       return gemmWithEpilogue(fusion);
     std::string splitName = (func.getSymName() + "_" + fusion.getKernelName()).str();
     if (SmallVector<Operation *> reductions = splittableReductions(fusion); !reductions.empty())
-      return splitReduction(fusion, reductions, splitName, /*slices=*/32, /*column=*/false);
+      return splitReduction(fusion, reductions, splitName, target.fullReductionSlices(),
+                            /*column=*/false);
     if (SmallVector<Operation *> reductions = columnSplittableReductions(fusion);
         !reductions.empty())
       if (int64_t slices = columnSlices(fusion))

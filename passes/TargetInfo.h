@@ -44,6 +44,9 @@ public:
   /// GPU threads a tile program of `block` lanes runs on (one thread block);
   /// 0 where programs are not thread blocks (the CPU).
   virtual int64_t threadsPerProgram(int64_t block) const = 0;
+  /// Slices a large full reduction is split into (programs of its partial
+  /// kernel): enough to keep every core or SM streaming.
+  virtual int64_t fullReductionSlices() const = 0;
 
   /// "cpu" or "cuda[:sm_XX]"; null for an unknown name.
   static std::unique_ptr<TargetInfo> get(const std::string &name);
