@@ -24,6 +24,7 @@
 #include "mlir/IR/Matchers.h"
 
 #include <array>
+#include <limits>
 #include <map>
 #include <optional>
 #include <numeric>
@@ -296,6 +297,7 @@ private:
   FailureOr<Value> elementwise(Operation *op, const Coords &c);
   FailureOr<Value> reduction(Operation *op, const Coords &c);
   FailureOr<Value> argmax(ArgmaxOp op, const Coords &c);
+  FailureOr<Value> argmaxAcrossLanes(ArgmaxOp op, const Coords &operandCoords);
   FailureOr<Value> random(RandomUniformOp op, const Coords &c);
   FailureOr<Value> concat(ConcatOp op, const Coords &c);
   Value castTo(Value v, Type fromDtype, Type toDtype);
@@ -942,6 +944,8 @@ FailureOr<Value> KernelEmitter::argmax(ArgmaxOp op, const Coords &c) {
       ++r;
   }
   bool lanes = llvm::any_of(c, [](const Coord &x) { return !x.isScalar(); });
+  if (!lanes)
+    return argmaxAcrossLanes(op, oc);
   Coords first = oc;
   first[dim] = constCoord(0);
   FailureOr<Value> v0 = value(operand, first);
@@ -981,6 +985,82 @@ FailureOr<Value> KernelEmitter::argmax(ArgmaxOp op, const Coords &c) {
           &res)))
     return failure();
   return res[1];
+}
+
+/// One argmax per program: the lanes split the reduced dimension (block
+/// by block), each keeping its first maximum and its index, then the lanes
+/// agree on the maximum and on the smallest index holding it. (A serial
+/// scan would run once per GPU thread, every thread reading the whole row.)
+FailureOr<Value> KernelEmitter::argmaxAcrossLanes(ArgmaxOp op, const Coords &oc) {
+  Value operand = op.getOperand();
+  int64_t dim = op.getDim();
+  int64_t n = shapeOf(operand)[dim];
+  Type ct = computeType(dtypeOf(operand));
+  bool isFloat = llvm::isa<FloatType>(ct);
+  Type i64 = b.getI64Type();
+  Value none = splat(cst(std::numeric_limits<int64_t>::max())); // no index yet
+  Value init = splat(isFloat ? Value(b.create<arith::ConstantOp>(loc, b.getFloatAttr(ct, 0.0)))
+                             : Value(b.create<arith::ConstantOp>(loc, b.getIntegerAttr(ct, 0))));
+  auto isNan = [&](Value v) {
+    return b.create<arith::CmpFOp>(loc, arith::CmpFPredicate::UNO, v, v).getResult();
+  };
+  SmallVector<Value> res;
+  if (failed(forLoop(
+          (n + block - 1) / block, ValueRange{init, none},
+          [&](Value j, ValueRange it, SmallVectorImpl<Value> &y) -> LogicalResult {
+            Coords cc = oc;
+            Value start = mulS(j, block);
+            cc[dim] = {start, 1, {}, block};
+            activeLimit = b.create<arith::SubIOp>(loc, cst(n), start);
+            FailureOr<Value> v = value(operand, cc);
+            if (failed(v))
+              return failure();
+            Value x = toBlock(*v);
+            Value unset = b.create<arith::CmpIOp>(loc, arith::CmpIPredicate::eq, it[1], none);
+            // Strictly greater keeps a lane's first maximum; NaN beats
+            // everything but an earlier NaN.
+            Value better;
+            if (isFloat) {
+              Value gt = b.create<arith::CmpFOp>(loc, arith::CmpFPredicate::OGT, x, it[0]);
+              Value fresh = b.create<arith::XOrIOp>(
+                  loc, isNan(it[0]), splat(b.create<arith::ConstantOp>(loc, b.getBoolAttr(true))));
+              better = b.create<arith::AndIOp>(loc, b.create<arith::OrIOp>(loc, gt, isNan(x)), fresh);
+            } else {
+              better = b.create<arith::CmpIOp>(loc, arith::CmpIPredicate::sgt, x, it[0]);
+            }
+            Value take = b.create<arith::AndIOp>(
+                loc, activeMask(), b.create<arith::OrIOp>(loc, unset, better));
+            Value index = b.create<arith::AddIOp>(loc, splat(start), lanes());
+            y.push_back(b.create<arith::SelectOp>(loc, take, x, it[0]));
+            y.push_back(b.create<arith::SelectOp>(loc, take, index, it[1]));
+            return success();
+          },
+          &res)))
+    return failure();
+  Value best = res[0], index = res[1];
+  Value unset = b.create<arith::CmpIOp>(loc, arith::CmpIPredicate::eq, index, none);
+  // Lanes that saw no element do not take part in the maximum.
+  Value lowest = isFloat ? Value(b.create<arith::ConstantOp>(
+                               loc, b.getFloatAttr(ct, -std::numeric_limits<double>::infinity())))
+                         : Value(b.create<arith::ConstantOp>(
+                               loc, b.getIntegerAttr(ct, llvm::APInt::getSignedMinValue(
+                                                             ct.getIntOrFloatBitWidth()))));
+  best = b.create<arith::SelectOp>(loc, unset, splat(lowest), best);
+  Value top = b.create<tile::ReduceOp>(loc, ct, tile::ReduceKind::max, best);
+  Value holds = isFloat ? b.create<arith::OrIOp>(
+                              loc,
+                              b.create<arith::CmpFOp>(loc, arith::CmpFPredicate::OEQ, best, splat(top)),
+                              b.create<arith::AndIOp>(loc, isNan(best), splat(isNan(top))))
+                              .getResult()
+                        : b.create<arith::CmpIOp>(loc, arith::CmpIPredicate::eq, best, splat(top))
+                              .getResult();
+  holds = b.create<arith::AndIOp>(
+      loc, holds,
+      b.create<arith::CmpIOp>(loc, arith::CmpIPredicate::ne, index, none));
+  Value candidates = b.create<arith::SelectOp>(loc, holds, index, none);
+  (void)i64;
+  return b.create<tile::ReduceOp>(loc, b.getI64Type(), tile::ReduceKind::min, candidates)
+      .getResult();
 }
 
 /// Philox 4x32-10 on the element's linear index, bit-identical to
