@@ -116,6 +116,12 @@ public:
         loc(fusion.getLoc()), block(block), target(target) {}
 
   LogicalResult emit();
+  /// Pointwise kernels only: lanes run across rows, over blocks of the
+  /// whole domain (see lowerFusionToTile).
+  bool flatLanes = false;
+  /// Row reductions of short rows: lanes along the innermost kept
+  /// dimension, one row each (see lowerFusionToTile).
+  bool keptLanes = false;
 
 private:
   // --- constants and scalar index arithmetic ------------------------------
@@ -214,6 +220,14 @@ private:
   }
   /// Row-major linear index of `c` in `shape`.
   Coord linearize(const Coords &c, ArrayRef<int64_t> shape) {
+    // Coordinates delinearize computed lane by lane, linearized back in the
+    // same shape: the original (affine) index, so a contiguous access stays
+    // one block load or store instead of a gather.
+    for (const Delinearized &d : delinearized)
+      if (ArrayRef<int64_t>(d.shape) == shape && c.size() == d.vecs.size() &&
+          llvm::all_of(llvm::seq<size_t>(0, c.size()),
+                       [&](size_t i) { return c[i].vec && c[i].vec == d.vecs[i]; }))
+        return d.lin;
     auto st = rowMajorStrides(shape);
     Coord lin = constCoord(0);
     for (size_t d = 0; d < c.size(); ++d)
@@ -247,6 +261,12 @@ private:
       out[d] = {Value(), 0, b.create<arith::RemUIOp>(loc, rest, n), 1};
       rest = b.create<arith::DivUIOp>(loc, rest, n);
     }
+    if (lin.isAffine()) {
+      Delinearized record{SmallVector<int64_t>(shape), {}, lin};
+      for (const Coord &x : out)
+        record.vecs.push_back(x.vec);
+      delinearized.push_back(std::move(record));
+    }
     return out;
   }
 
@@ -259,6 +279,14 @@ private:
       linear = divS(linear, sizes[k]);
     }
   }
+
+  /// Affine indices delinearize turned into per-lane coordinates.
+  struct Delinearized {
+    SmallVector<int64_t> shape;
+    SmallVector<Value> vecs;
+    Coord lin;
+  };
+  SmallVector<Delinearized> delinearized;
 
   // --- memo of emitted values, scoped by loop nest ------------------------
   using Key = std::pair<void *, std::string>;
@@ -353,6 +381,8 @@ private:
   struct KeptSpace {
     SmallVector<int64_t> domain, kept, keptShape, progDims, progSizes;
     bool lanesKept = false;
+    bool flat = false; ///< lanes across rows: programs are blocks of the domain
+    int64_t laneDim = -1; ///< the kept dimension lanes run along
     int64_t blocksPerRow = 1, programs = 1, elements = 1;
   };
   KeptSpace keptSpace();
@@ -1321,13 +1351,24 @@ KernelEmitter::KeptSpace KernelEmitter::keptSpace() {
       k.keptShape.push_back(k.domain[d]);
       k.elements *= k.domain[d];
     }
+  // A pointwise kernel whose rows are much shorter than its block runs its
+  // lanes across rows (flatPointwise): blocks of the whole domain.
+  if (flatLanes) {
+    k.flat = true;
+    k.lanesKept = true;
+    k.programs = (k.elements + block - 1) / block;
+    return k;
+  }
   // Lanes run along the innermost dimension; when it is kept, programs
-  // split it into blocks, otherwise each program owns whole rows.
-  k.lanesKept = rank > 0 && !k.kept.empty() && k.kept.back() == rank - 1;
+  // split it into blocks, otherwise each program owns whole rows. Short
+  // rows (keptLanes) put the lanes on the innermost kept dimension instead:
+  // one lane per row, each looping over its few elements.
+  k.lanesKept = rank > 0 && !k.kept.empty() && (k.kept.back() == rank - 1 || keptLanes);
+  k.laneDim = k.lanesKept ? k.kept.back() : -1;
   k.progDims = k.kept;
   if (k.lanesKept)
     k.progDims.pop_back();
-  k.blocksPerRow = k.lanesKept ? (k.domain.back() + block - 1) / block : 1;
+  k.blocksPerRow = k.lanesKept ? (k.domain[k.laneDim] + block - 1) / block : 1;
   k.programs = k.blocksPerRow;
   for (int64_t d : k.progDims) {
     k.progSizes.push_back(k.domain[d]);
@@ -1338,12 +1379,17 @@ KernelEmitter::KeptSpace KernelEmitter::keptSpace() {
 
 Coords KernelEmitter::keptDomainCoords(const KeptSpace &k, Value pid) {
   int64_t rank = k.domain.size();
+  if (k.flat) {
+    Value start = mulS(pid, block);
+    activeLimit = b.create<arith::SubIOp>(loc, cst(k.elements), start);
+    return delinearize({start, 1, {}, block}, k.domain);
+  }
   Coords dc(rank);
   scatterIndex(divS(pid, k.blocksPerRow), k.progDims, k.progSizes, dc);
   if (k.lanesKept) {
     Value start = mulS(remS(pid, k.blocksPerRow), block);
-    dc[rank - 1] = {start, 1, {}, block};
-    activeLimit = b.create<arith::SubIOp>(loc, cst(k.domain.back()), start);
+    dc[k.laneDim] = {start, 1, {}, block};
+    activeLimit = b.create<arith::SubIOp>(loc, cst(k.domain[k.laneDim]), start);
   }
   return dc;
 }
@@ -1569,8 +1615,30 @@ FailureOr<func::FuncOp> tilefuse::lowerFusionToTile(FusionOp fusion,
   bool rowReduction = !domain.empty() &&
                       llvm::is_contained(fusion.getReduced(), int64_t(domain.size()) - 1);
   int64_t block = target.blockSize(domain.empty() ? 1 : domain.back(), rowReduction);
+  // A pointwise kernel whose rows fill at most half the block they would
+  // get runs its lanes across rows: a [65536, 3] kernel would otherwise be
+  // 65,536 GPU blocks of 32 threads with 3 working.
+  bool flat = fusion.getReduced().empty() && domain.size() >= 2 && 2 * domain.back() <= block;
+  if (flat)
+    block = target.blockSize(numel(domain), /*rowReduction=*/false);
+  // Likewise a row reduction whose rows (all its reduced elements) fill at
+  // most half the block: one lane per row instead, lanes along the
+  // innermost kept dimension.
+  int64_t rowElements = 1, keptInner = -1;
+  for (int64_t d = 0; d < int64_t(domain.size()); ++d) {
+    if (llvm::is_contained(fusion.getReduced(), d))
+      rowElements *= domain[d];
+    else
+      keptInner = d;
+  }
+  bool keptLanes = rowReduction && keptInner >= 0 && 2 * rowElements <= block &&
+                   domain[keptInner] > 1;
+  if (keptLanes)
+    block = target.blockSize(domain[keptInner], /*rowReduction=*/false);
   func::FuncOp kernel = createKernel(fusion, module, name, args, block);
   KernelEmitter emitter(fusion, kernel, block, target);
+  emitter.flatLanes = flat;
+  emitter.keptLanes = keptLanes;
   if (failed(emitter.emit())) {
     kernel.erase();
     return failure();

@@ -214,3 +214,33 @@ print("device:", result.__dlpack_device__())
     assert r.returncode == 0, r.stderr[-3000:]
     assert "refused: argument 0 is on cuda:1; this function runs on cuda:0" in r.stdout, r.stdout
     assert "device: (2, 0)" in r.stdout, r.stdout
+
+
+SHORT_ROWS = {
+    "softmax": lambda x, b: F.softmax(x, -1),
+    "sum": lambda x, b: x.sum(1),
+    "pointwise_with_a_broadcast": lambda x, b: x * 2 + b,
+    "layer_norm_fwd_bwd": lambda x, b: (F.layer_norm(x, (x.shape[-1],), b, b) * x).sum(),
+}
+
+
+@pytest.mark.parametrize("name", sorted(SHORT_ROWS))
+@pytest.mark.parametrize("shape", [(4099, 3), (1000, 2), (33, 1)])
+def test_short_rows_run_one_lane_per_row(name, shape, tmp_path):
+    """Rows much shorter than a block: lanes run across rows (one block of
+    1024 lanes covers 341 rows of 3) instead of one 32-thread block per row
+    with 3 threads working."""
+    rng = np.random.default_rng(sum(shape))
+    x = rng.standard_normal(shape).astype(np.float32)
+    b = rng.standard_normal(shape[-1:]).astype(np.float32)
+    g = tilefuse.trace(SHORT_ROWS[name], x, b)
+    if name == "layer_norm_fwd_bwd":
+        g = g.value_and_grad(wrt=(0, 1))
+    src = g._graph.cuda_source("cuda:sm_90")
+    grids = [int(line.split(" grid ")[1].split(" ")[0]) for line in src.splitlines()
+             if line.startswith("// ") and " grid " in line]
+    assert max(grids) <= -(-shape[0] * shape[1] // 32), grids  # not a block per row
+    check_emulated(g, (x, b), str(tmp_path), 1e-5, 1e-5, name=name)
+    compiled = g.compile("cpu")
+    for got, want in zip(compiled._exe.run([x, b]), g._graph.interpret([x, b])):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
