@@ -18,7 +18,7 @@
 // TILE: tile.reduce max
 // LLVM: llvm.func @softmax_kernel0_{{[0-9a-f]+}}(
 // LLVMCUDA: --emit=llvm is the CPU backend's stage; use --target=cpu
-// CUDA: softmax_kernel0_{{[0-9a-f]+}}: grid 4 x block 32
+// CUDA: softmax_kernel0_{{[0-9a-f]+}}: grid 1 x block 32
 // BOGUS: unknown stage --emit=bogus; expected graph, primitive, fused, tile, llvm or cuda
 func.func @softmax(%x: tensor<4x8xf32>) -> tensor<4x8xf32> {
   %0 = graph.softmax %x {dim = 1 : i64} : (tensor<4x8xf32>) -> tensor<4x8xf32>
