@@ -87,6 +87,18 @@ func.func @reshape_gather(%x: tensor<6x5xf32>) -> tensor<5x6xf32> {
   return %1 : tensor<5x6xf32>
 }
 
+// Through a transpose the lanes' addresses are no longer contiguous: a
+// gather with per-lane indices.
+// CHECK-LABEL: func.func @reshape_of_transpose_kernel0_{{[0-9a-f]+}}(
+// CHECK:         arith.remui {{.*}} : vector<{{[0-9]+}}xi64>
+// CHECK:         tile.gather
+func.func @reshape_of_transpose(%x: tensor<6x5xf32>) -> tensor<6x5xf32> {
+  %t = graph.transpose %x {perm = array<i64: 1, 0>} : (tensor<6x5xf32>) -> tensor<5x6xf32>
+  %0 = graph.reshape %t : (tensor<5x6xf32>) -> tensor<6x5xf32>
+  %1 = graph.exp %0 : tensor<6x5xf32>
+  return %1 : tensor<6x5xf32>
+}
+
 // Reducing the leading dimension (layer_norm's dgamma): lanes run along the
 // kept columns, a scalar loop over the rows accumulates per lane (f32 in
 // f64), no horizontal reduction.
