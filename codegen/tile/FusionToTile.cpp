@@ -325,6 +325,17 @@ private:
   FailureOr<Value> elementwise(Operation *op, const Coords &c);
   FailureOr<Value> reduction(Operation *op, const Coords &c);
   FailureOr<Value> argmax(ArgmaxOp op, const Coords &c);
+  /// Block `j` of `operand` along dimension `dim` (of `n` elements) at
+  /// `coords`, as a block; the active limit becomes the lanes in the row.
+  FailureOr<Value> rowBlock(Value operand, Coords coords, int64_t dim, int64_t n, Value j) {
+    Value start = mulS(j, block);
+    coords[dim] = {start, 1, {}, block};
+    activeLimit = b.create<arith::SubIOp>(loc, cst(n), start);
+    FailureOr<Value> v = value(operand, coords);
+    if (failed(v))
+      return failure();
+    return toBlock(*v);
+  }
   FailureOr<Value> argmaxAcrossLanes(ArgmaxOp op, const Coords &operandCoords);
   FailureOr<Value> random(RandomUniformOp op, const Coords &c);
   FailureOr<Value> concat(ConcatOp op, const Coords &c);
@@ -927,14 +938,10 @@ FailureOr<Value> KernelEmitter::reduction(Operation *op, const Coords &c) {
                 splitInner ? sliceBound(laneSteps, 0) : cst(0),
                 splitInner ? sliceBound(laneSteps, 1) : cst(laneSteps), ValueRange{iter[0]},
                 [&](Value j, ValueRange it2, SmallVectorImpl<Value> &y2) -> LogicalResult {
-                  Coords c2 = cc;
-                  Value start = mulS(j, block);
-                  c2[laneDim] = {start, 1, {}, block};
-                  activeLimit = b.create<arith::SubIOp>(loc, cst(n), start);
-                  FailureOr<Value> v = value(operand, c2);
+                  FailureOr<Value> v = rowBlock(operand, cc, laneDim, n, j);
                   if (failed(v))
                     return failure();
-                  Value x = toBlock(*v);
+                  Value x = *v;
                   if (n % block != 0)
                     x = b.create<arith::SelectOp>(loc, activeMask(), x, splat(neutral(op, ct)));
                   y2.push_back(accumulate(op, it2[0], x));
@@ -1038,14 +1045,11 @@ FailureOr<Value> KernelEmitter::argmaxAcrossLanes(ArgmaxOp op, const Coords &oc)
   if (failed(forLoop(
           (n + block - 1) / block, ValueRange{init, none},
           [&](Value j, ValueRange it, SmallVectorImpl<Value> &y) -> LogicalResult {
-            Coords cc = oc;
-            Value start = mulS(j, block);
-            cc[dim] = {start, 1, {}, block};
-            activeLimit = b.create<arith::SubIOp>(loc, cst(n), start);
-            FailureOr<Value> v = value(operand, cc);
+            FailureOr<Value> v = rowBlock(operand, oc, dim, n, j);
             if (failed(v))
               return failure();
-            Value x = toBlock(*v);
+            Value x = *v;
+            Value start = mulS(j, block);
             Value unset = b.create<arith::CmpIOp>(loc, arith::CmpIPredicate::eq, it[1], none);
             // Strictly greater keeps a lane's first maximum; NaN beats
             // everything but an earlier NaN.

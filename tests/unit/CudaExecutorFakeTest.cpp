@@ -236,18 +236,24 @@ TEST_F(FakeCuda, KernelsGemmsGatherScatterAndCopiesMatchTheCpuExecutor) {
   EXPECT_EQ(gpu.graphReplays(), 1);
 }
 
-TEST_F(FakeCuda, GemmEpiloguesGoToCublasLt) {
-  // relu(x[3,5] @ w[5,4] + bias[4]) as one step.
+/// x[3,5] @ w[5,4] with `epilogue` (bias[4] first) as one GEMM step.
+static Program epilogueGemm(std::vector<std::string> epilogue) {
   Program p;
   int x = buffer(p, "x", {3, 5}, BufferInfo::Role::Argument);
   int w = buffer(p, "w", {5, 4}, BufferInfo::Role::Argument);
   int bias = buffer(p, "bias", {4}, BufferInfo::Role::Argument);
   int y = buffer(p, "y", {3, 4});
   Step s = gemmStep({x, w, y, bias}, 1, 3, 4, 5, false, false);
-  s.epilogue = {"bias", "relu"};
+  s.epilogue = std::move(epilogue);
   p.steps.push_back(s);
   p.arguments = {x, w, bias};
   p.results = {y};
+  return p;
+}
+
+TEST_F(FakeCuda, GemmEpiloguesGoToCublasLt) {
+  // relu(x[3,5] @ w[5,4] + bias[4]) as one step.
+  Program p = epilogueGemm({"bias", "relu"});
   HostTensor hx = random(DType::F32, {3, 5}, 4), hw = random(DType::F32, {5, 4}, 5),
              hb = random(DType::F32, {4}, 6);
   CudaExecutor gpu(p, fakeCubins(p));
@@ -425,16 +431,7 @@ TEST_F(FakeCuda, ExecutorsAndResultCopiesReleaseThePrimaryContext) {
 TEST_F(FakeCuda, GemmEpiloguesTakeOperandsAtAnyAlignedAddress) {
   // A caller's tensor view at an offset is only element-aligned: the
   // algorithm chosen for 256-byte aligned operands must not see it.
-  Program p;
-  int x = buffer(p, "x", {3, 5}, BufferInfo::Role::Argument);
-  int w = buffer(p, "w", {5, 4}, BufferInfo::Role::Argument);
-  int bias = buffer(p, "bias", {4}, BufferInfo::Role::Argument);
-  int y = buffer(p, "y", {3, 4});
-  Step s = gemmStep({x, w, y, bias}, 1, 3, 4, 5, false, false);
-  s.epilogue = {"bias"};
-  p.steps.push_back(s);
-  p.arguments = {x, w, bias};
-  p.results = {y};
+  Program p = epilogueGemm({"bias"});
   auto lastAlignment = reinterpret_cast<uint32_t (*)()>(
       dlsym(dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD), "tf_fake_last_matmul_alignment"));
   ASSERT_NE(lastAlignment, nullptr);
