@@ -16,7 +16,12 @@
 //  - a launch with more threads than the kernel's __launch_bounds__;
 //  - a load or store (tf_load/tf_store, through the TF_CHECK_ACCESS hook of
 //    the prelude) outside every device allocation, or a vector access that
-//    is not aligned to its size.
+//    is not aligned to its size;
+//  - an index past a __shared__ array (the harness compiles kernels with
+//    -fsanitize=bounds; the arrays are statics of known size here).
+// Not detected: a read of shared memory another thread wrote without a
+// barrier between (the accesses are plain array accesses in the emitted
+// code).
 //
 //===----------------------------------------------------------------------===//
 #ifndef TILEFUSE_TESTS_CUDA_EMU_CUDAEMU_H

@@ -78,8 +78,11 @@ def build_library(source, path, library=False):
     cu = path + ".cu"
     with open(cu, "w") as f:
         f.write(source + "\n" + _entries(source, library))
-    cmd = ["g++", "-std=c++20", "-O1", "-shared", "-fPIC", "-w", "-include", HEADER,
-           "-I", CUDA_INCLUDE, "-x", "c++", cu, "-o", path]
+    # -fsanitize=bounds: an index past a __shared__ array (a static here)
+    # stops the run with the array and the index, as a GPU would not.
+    cmd = ["g++", "-std=c++20", "-O1", "-shared", "-fPIC", "-w", "-fsanitize=bounds",
+           "-fno-sanitize-recover=bounds", "-include", HEADER, "-I", CUDA_INCLUDE,
+           "-x", "c++", cu, "-o", path]
     r = subprocess.run(cmd, capture_output=True, text=True)
     if r.returncode != 0:
         raise EmulationFailure("the emitted CUDA C does not compile as host C++ against "

@@ -114,6 +114,12 @@ extern "C" __global__ void __launch_bounds__(64) good_shuffle(float *x) {
 extern "C" __global__ void __launch_bounds__(64) vector_access(float *x) {
   TF_CHECK_ACCESS(x + 1, 16, 16);
 }
+extern "C" __global__ void __launch_bounds__(64) shared_overrun(float *x) {
+  __shared__ float partial[32];
+  partial[threadIdx.x] = x[threadIdx.x];  // 64 threads, 32 slots
+  __syncthreads();
+  x[threadIdx.x] = partial[threadIdx.x % 32];
+}
 """
 
 
@@ -244,3 +250,17 @@ def test_short_rows_run_one_lane_per_row(name, shape, tmp_path):
     compiled = g.compile("cpu")
     for got, want in zip(compiled._exe.run([x, b]), g._graph.interpret([x, b])):
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_the_emulator_stops_at_an_index_past_a_shared_array(bad_kernels):
+    """Run in a child: the bounds check ends the process, naming the array."""
+    import subprocess
+    code = f"""
+import sys, numpy as np
+sys.path.insert(0, {os.path.dirname(os.path.abspath(__file__))!r})
+from test_cuda_emulation import _launch
+_launch({bad_kernels!r}, "shared_overrun", 1, 64, np.zeros(64, np.float32))
+"""
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode != 0, r.stdout + r.stderr
+    assert "out of bounds for type 'float [32]'" in r.stderr, r.stderr[-2000:]
