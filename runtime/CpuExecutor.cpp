@@ -1,6 +1,7 @@
 //===- CpuExecutor.cpp ----------------------------------------------------===//
 #include "runtime/CpuExecutor.h"
 
+#include "runtime/BufferLayout.h"
 #include "runtime/CpuLibrary.h"
 #include "runtime/ThreadPool.h"
 
@@ -22,24 +23,28 @@ CpuExecutor::CpuExecutor(Program program, std::vector<CpuKernelFn> fns,
                        std::to_string(prog.kernels.size()) + " kernels");
   pointers.assign(prog.buffers.size(), nullptr);
   kept.assign(prog.arguments.size(), nullptr);
+  // One arena for every non-argument buffer (arguments are read in place);
+  // 64-byte offsets: whole cache lines, aligned vector loads and the
+  // streaming stores' alignment.
+  BufferLayout layout = layoutBuffers(prog, 64, /*withArguments=*/false);
+  char *arena = static_cast<char *>(allocate(std::max<uint64_t>(64, layout.bytes), "the arena"));
   for (size_t b = 0; b < prog.buffers.size(); ++b) {
-    const BufferInfo &info = prog.buffers[b];
-    if (info.role == BufferInfo::Role::Argument)
+    if (layout.offsets[b] == BufferLayout::kNotInArena)
       continue;
-    void *p = allocate(info);
+    pointers[b] = arena + layout.offsets[b];
+    const BufferInfo &info = prog.buffers[b];
     if (info.role == BufferInfo::Role::Constant)
-      copyBytes(p, info.expandedData().data(), info.byteSize());
-    pointers[b] = p;
+      copyBytes(pointers[b], info.expandedData().data(), info.byteSize());
   }
 }
 
-void *CpuExecutor::allocate(const BufferInfo &info) {
+void *CpuExecutor::allocate(uint64_t bytes, const std::string &what) {
   // 64-byte alignment: whole cache lines, aligned vector loads.
-  size_t bytes = std::max<size_t>(64, (info.byteSize() + 63) / 64 * 64);
+  bytes = std::max<uint64_t>(64, (bytes + 63) / 64 * 64);
   void *p = std::aligned_alloc(64, bytes);
   if (!p)
     throw CompileError("CPU executor: cannot allocate " + std::to_string(bytes) +
-                       " bytes for " + info.name);
+                       " bytes for " + what);
   owned.push_back(p);
   return p;
 }
@@ -49,7 +54,7 @@ void CpuExecutor::makePersistent(size_t argument, const void *initial) {
     throw CompileError("no argument " + std::to_string(argument) + " to keep");
   const BufferInfo &info = prog.buffers[prog.arguments[argument]];
   if (!kept[argument])
-    kept[argument] = allocate(info);
+    kept[argument] = allocate(info.byteSize(), info.name);
   copyBytes(kept[argument], initial, info.byteSize());
 }
 

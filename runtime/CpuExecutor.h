@@ -47,7 +47,8 @@ public:
   int64_t profiledCalls() const override { return calls; }
 
 private:
-  void *allocate(const BufferInfo &info);
+  /// `bytes` (rounded up to 64, at least 64), 64-byte aligned, owned.
+  void *allocate(uint64_t bytes, const std::string &what);
   void runLocked(const std::vector<ArgRef> &args);
 
   Program prog;
@@ -56,7 +57,7 @@ private:
   std::vector<void *> pointers;  ///< current address of every buffer
   std::vector<void *> kept;      ///< per argument: its storage if persistent
   std::vector<std::pair<size_t, size_t>> carries; ///< (result, argument)
-  std::vector<void *> owned;     ///< allocations of non-argument buffers
+  std::vector<void *> owned;     ///< the arena and persistent arguments
   std::mutex runMutex;
   bool profiling = false;
   std::vector<double> seconds;

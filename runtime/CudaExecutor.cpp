@@ -5,6 +5,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "runtime/CudaExecutor.h"
+#include "runtime/BufferLayout.h"
 
 #include <cublasLt.h>
 #include <cublas_api.h>
@@ -324,12 +325,9 @@ void CudaExecutor::acquire(const std::vector<std::pair<std::string, std::string>
 
   // The arena: every buffer (arguments get a slot for host data), the
   // GEMM workspace, the error word, the scatter-add scratch.
-  std::vector<uint64_t> offsets(prog.buffers.size());
-  uint64_t size = 0;
-  for (size_t b = 0; b < prog.buffers.size(); ++b) {
-    offsets[b] = size;
-    size = alignUp(size + std::max<uint64_t>(1, prog.buffers[b].byteSize()));
-  }
+  BufferLayout layout = layoutBuffers(prog, kAlign, /*withArguments=*/true);
+  const std::vector<uint64_t> &offsets = layout.offsets;
+  uint64_t size = layout.bytes;
   uint64_t workspace = size;
   size = alignUp(size + kGemmWorkspace);
   uint64_t errorWord = size;
