@@ -1,8 +1,33 @@
-"""Running a traced function on both backends and comparing exactly: shared
-by the PyTorch-semantics and numpy-dispatch tests."""
+"""Running a traced function on both backends, the float tolerances and
+comparisons: shared by the op-numerics, PyTorch-semantics and
+numpy-dispatch tests."""
 import numpy as np
 
 import tilefuse
+
+
+# |got - want| <= ATOL + RTOL * |want|, elementwise, per result dtype.
+F32_RTOL, F32_ATOL = 1e-5, 1e-6
+F64_RTOL, F64_ATOL = 1e-12, 1e-12
+TOLERANCES = {
+    np.dtype(np.float32): (F32_RTOL, F32_ATOL),
+    np.dtype(np.float64): (F64_RTOL, F64_ATOL),
+}
+
+
+def out_of_tolerance(got, want, rtol, atol, magnitude=None):
+    """(bad, err, bound) elementwise, in float64: NaN and infinities of
+    `want` must be matched exactly; `magnitude` (the sum of a sum's terms'
+    absolute values) replaces |want| in the relative bound where larger."""
+    g, w = np.asarray(got).astype(np.float64), np.asarray(want).astype(np.float64)
+    same_special = (np.isnan(g) & np.isnan(w)) | (np.isinf(w) & (g == w))
+    with np.errstate(invalid="ignore", over="ignore"):
+        err = np.where(same_special, 0.0, np.abs(g - w))
+        err = np.where(np.isnan(err), np.inf, err)
+        scale = np.abs(w) if magnitude is None else np.maximum(
+            np.abs(w), np.asarray(magnitude, np.float64))
+        bound = atol + rtol * np.where(np.isfinite(w), scale, 0.0)
+    return ~(err <= bound), err, bound
 
 
 def run_both(fn, *args):

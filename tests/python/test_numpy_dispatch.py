@@ -27,14 +27,8 @@ import pytest
 import tilefuse
 from test_autodiff import check_gradients
 from compile_errors import raises_compile_error
-from backend_checks import assert_exact, context, run_both
+from backend_checks import TOLERANCES, assert_exact, context, out_of_tolerance, run_both
 
-F32_RTOL, F32_ATOL = 1e-5, 1e-6
-F64_RTOL, F64_ATOL = 1e-12, 1e-12
-TOLERANCES = {
-    np.dtype(np.float32): (F32_RTOL, F32_ATOL),
-    np.dtype(np.float64): (F64_RTOL, F64_ATOL),
-}
 FLOATS = [np.float32, np.float64]
 with_floats = pytest.mark.parametrize("dtype", FLOATS, ids=["f32", "f64"])
 THIS_FILE = os.path.basename(__file__)
@@ -51,15 +45,9 @@ def assert_close(what, backend, got, want, seed, shapes, magnitude=None):
     assert got.shape == want.shape, f"{ctx}: got shape {got.shape}, want {want.shape}"
     assert got.dtype == want.dtype, f"{ctx}: got dtype {got.dtype}, want {want.dtype}"
     rtol, atol = TOLERANCES[want.dtype]
-    g, w = got.astype(np.float64), want.astype(np.float64)
-    same_special = (np.isnan(g) & np.isnan(w)) | (np.isinf(w) & (g == w))
-    with np.errstate(invalid="ignore", over="ignore"):
-        err = np.where(same_special, 0.0, np.abs(g - w))
-        err = np.where(np.isnan(err), np.inf, err)
-        scale = np.abs(w) if magnitude is None else np.maximum(np.abs(w), magnitude)
-        bound = atol + rtol * np.where(np.isfinite(w), scale, 0.0)
-    bad = ~(err <= bound)
+    bad, err, bound = out_of_tolerance(got, want, rtol, atol, magnitude)
     if bad.any():
+        g, w = got.astype(np.float64), want.astype(np.float64)
         worst = tuple(int(i) for i in np.unravel_index(
             int(np.argmax(np.where(bad, err / bound, 0.0))), err.shape))
         raise AssertionError(

@@ -13,17 +13,10 @@ import pytest
 
 import tilefuse
 import tilefuse.functional as F
+from backend_checks import TOLERANCES, out_of_tolerance
 
-# ---------------------------------------------------------------------------
-# Tolerances: |got - want| <= ATOL + RTOL * |want|, elementwise.
-# ---------------------------------------------------------------------------
-F32_RTOL, F32_ATOL = 1e-5, 1e-6
-F64_RTOL, F64_ATOL = 1e-12, 1e-12
-TOLERANCES = {
-    np.dtype(np.float32): (F32_RTOL, F32_ATOL),
-    np.dtype(np.float64): (F64_RTOL, F64_ATOL),
-}
-
+# Tolerances: backend_checks.TOLERANCES (|got - want| <= ATOL + RTOL * |want|,
+# elementwise, per dtype).
 DTYPES = [np.float32, np.float64]
 with_dtypes = pytest.mark.parametrize("dtype", DTYPES, ids=["f32", "f64"])
 
@@ -58,16 +51,9 @@ def assert_close(op, got, want, dtype, seed, shapes=None, magnitude=None):
     assert got.shape == want.shape, f"{ctx}: got shape {got.shape}"
     assert got.dtype == dtype, f"{ctx}: got dtype {got.dtype}"
     rtol, atol = TOLERANCES[dtype]
-    g, w = got.astype(np.float64), want.astype(np.float64)
-    same_special = (np.isnan(g) & np.isnan(w)) | (np.isinf(w) & (g == w))
-    with np.errstate(invalid="ignore", over="ignore"):
-        err = np.where(same_special, 0.0, np.abs(g - w))
-        err = np.where(np.isnan(err), np.inf, err)
-        scale = np.abs(w) if magnitude is None else np.maximum(
-            np.abs(w), np.asarray(magnitude, np.float64))
-        bound = atol + rtol * np.where(np.isfinite(w), scale, 0.0)
-    bad = ~(err <= bound)
+    bad, err, bound = out_of_tolerance(got, want, rtol, atol, magnitude)
     if bad.any():
+        g, w = got.astype(np.float64), want.astype(np.float64)
         ratio = np.where(bad, err / bound, 0.0)
         worst = tuple(int(i) for i in np.unravel_index(int(np.argmax(ratio)), err.shape))
         finite = np.isfinite(err) & np.isfinite(w)

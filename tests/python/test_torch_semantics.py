@@ -42,14 +42,8 @@ import tilefuse
 import tilefuse.functional as F
 from test_autodiff import check_gradients
 from compile_errors import raises_compile_error
-from backend_checks import assert_exact, context, run_both
+from backend_checks import TOLERANCES, assert_exact, context, out_of_tolerance, run_both
 
-F32_RTOL, F32_ATOL = 1e-5, 1e-6
-F64_RTOL, F64_ATOL = 1e-12, 1e-12
-TOLERANCES = {
-    np.dtype(np.float32): (F32_RTOL, F32_ATOL),
-    np.dtype(np.float64): (F64_RTOL, F64_ATOL),
-}
 GRAD_RTOL, GRAD_ATOL = 1e-10, 1e-12
 
 FLOATS = [np.float32, np.float64]
@@ -79,14 +73,9 @@ def assert_close(what, backend, got, want, dtype, seed, shapes):
     assert got.shape == want.shape, f"{ctx}: got shape {got.shape}, want {want.shape}"
     assert got.dtype == dtype, f"{ctx}: got dtype {got.dtype}, want {dtype}"
     rtol, atol = TOLERANCES[dtype]
-    g, w = got.astype(np.float64), want.astype(np.float64)
-    same_special = (np.isnan(g) & np.isnan(w)) | (np.isinf(w) & (g == w))
-    with np.errstate(invalid="ignore", over="ignore"):
-        err = np.where(same_special, 0.0, np.abs(g - w))
-        err = np.where(np.isnan(err), np.inf, err)
-        bound = atol + rtol * np.where(np.isfinite(w), np.abs(w), 0.0)
-    bad = ~(err <= bound)
+    bad, err, bound = out_of_tolerance(got, want, rtol, atol)
     if bad.any():
+        g, w = got.astype(np.float64), want.astype(np.float64)
         worst = np.unravel_index(int(np.argmax(np.where(bad, err / bound, 0.0))), err.shape)
         worst = tuple(int(i) for i in worst)
         raise AssertionError(

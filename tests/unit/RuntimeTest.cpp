@@ -38,18 +38,26 @@ void doubleKernel(void **buffers, int64_t first, int64_t end) {
 }
 
 /// y = 2x over n floats: one argument, one result, one kernel.
+/// Appends kernel `name` of `grid` programs and the step launching it over
+/// `buffers`; returns that step.
+Step &addKernelStep(Program &p, std::string name, int64_t grid, std::vector<int> buffers) {
+  ProgramKernel k;
+  k.name = std::move(name);
+  k.grid = grid;
+  p.kernels.push_back(k);
+  Step s;
+  s.kind = Step::Kind::Kernel;
+  s.kernel = int(p.kernels.size()) - 1;
+  s.buffers = std::move(buffers);
+  p.steps.push_back(s);
+  return p.steps.back();
+}
+
 Program doublingProgram(int64_t n) {
   Program p;
   p.buffers = {buffer("x", DType::F32, {n}, BufferInfo::Role::Argument),
                buffer("y", DType::F32, {n})};
-  ProgramKernel k;
-  k.name = "double";
-  k.grid = n;
-  p.kernels.push_back(k);
-  Step s;
-  s.kernel = 0;
-  s.buffers = {0, 1};
-  p.steps.push_back(s);
+  addKernelStep(p, "double", n, {0, 1});
   p.arguments = {0};
   p.results = {1};
   return p;
@@ -89,15 +97,7 @@ TEST(CpuExecutor, KernelGemmGatherScatterCopy) {
                buffer("copy", DType::F32, {3}, BufferInfo::Role::Intermediate), // 7
                buffer("ones", DType::F32, {3}, BufferInfo::Role::Constant)};  // 8
   p.buffers[8].data = f32({3}, {1, 1, 1}).bytes;
-  ProgramKernel k;
-  k.name = "double";
-  k.grid = 6;
-  p.kernels.push_back(k);
-  Step s;
-  s.kind = Step::Kind::Kernel;
-  s.kernel = 0;
-  s.buffers = {0, 3};
-  p.steps.push_back(s);
+  addKernelStep(p, "double", 6, {0, 3});
   Step g;
   g.kind = Step::Kind::Gemm;
   g.m = 2, g.n = 2, g.k = 3;
@@ -187,14 +187,7 @@ TEST(Program, ValidateRefusesTamperedGridsGathersScattersAndCopies) {
                buffer("copy", DType::F32, {2, 3})};                           // 4
   p.arguments = {0, 1};
   p.results = {2, 3, 4};
-  ProgramKernel k;
-  k.name = "k";
-  k.grid = 12;
-  p.kernels.push_back(k);
-  Step kernel;
-  kernel.kind = Step::Kind::Kernel;
-  kernel.kernel = 0;
-  kernel.buffers = {0, 3};
+  addKernelStep(p, "k", 12, {0, 3});
   Step gather;
   gather.kind = Step::Kind::Gather;
   gather.buffers = {0, 1, 2};
@@ -204,7 +197,7 @@ TEST(Program, ValidateRefusesTamperedGridsGathersScattersAndCopies) {
   Step copy;
   copy.kind = Step::Kind::Copy;
   copy.buffers = {2, 4};
-  p.steps = {kernel, gather, scatter, copy};
+  p.steps.insert(p.steps.end(), {gather, scatter, copy});
   EXPECT_NO_THROW(p.validate());
   auto refused = [&](Program q, const std::string &reason) {
     try {
@@ -287,15 +280,8 @@ TEST(Program, KernelSymbolsBindKernelsToTheirSteps) {
                buffer("y", DType::F32, {4, 3}), buffer("z", DType::F16, {4, 3})};
   p.arguments = {0};
   p.results = {1};
-  ProgramKernel k;
-  k.name = "f_kernel0";
-  k.grid = 3, k.block = 4;
-  p.kernels = {k};
-  Step s;
-  s.kind = Step::Kind::Kernel;
-  s.kernel = 0;
-  s.buffers = {0, 1};
-  p.steps = {s};
+  Step s = addKernelStep(p, "f_kernel0", 3, {0, 1});
+  p.kernels[0].block = 4;
   std::string symbol = kernelSymbol(p, s);
   EXPECT_EQ(symbol.rfind("f_kernel0_", 0), 0u) << symbol;
   EXPECT_EQ(symbol.size(), std::string("f_kernel0_").size() + 8) << symbol;
