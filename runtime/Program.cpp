@@ -1,7 +1,9 @@
 //===- Program.cpp --------------------------------------------------------===//
 #include "runtime/Program.h"
+#include "runtime/ProgramIO.h"
 
 #include <algorithm>
+#include <cstdio>
 
 using namespace tilefuse;
 
@@ -19,43 +21,18 @@ int64_t tilefuse::cudaLanesPerThread(int64_t block) {
   return block % 128 == 0 ? 4 : 1;
 }
 
-namespace {
-/// FNV-1a, 64-bit: stable across builds and machines, unlike std::hash.
-struct Fnv {
-  uint64_t h = 14695981039346656037ull;
-  void bytes(const void *p, size_t n) {
-    for (size_t i = 0; i < n; ++i) {
-      h ^= static_cast<const uint8_t *>(p)[i];
-      h *= 1099511628211ull;
-    }
-  }
-  void i64(int64_t v) { bytes(&v, sizeof v); }
-  void str(const std::string &s) {
-    i64(int64_t(s.size()));
-    bytes(s.data(), s.size());
-  }
-};
-} // namespace
-
 std::string tilefuse::kernelSymbol(const Program &program, const Step &step) {
   const ProgramKernel &k = program.kernels.at(step.kernel);
-  Fnv f;
-  f.str(k.kind);
-  f.i64(k.grid);
-  f.i64(k.block);
-  f.i64(k.elementsPerProgram);
-  f.i64(int64_t(step.buffers.size()));
+  // The interface as text: kind, launch, then each buffer's dtype and shape.
+  std::string key = k.kind + " " + std::to_string(k.grid) + " " + std::to_string(k.block) +
+                    " " + std::to_string(k.elementsPerProgram);
   for (int b : step.buffers) {
     const BufferInfo &buffer = program.buffers.at(b);
-    f.str(dtypeName(buffer.dtype));
-    f.i64(int64_t(buffer.shape.size()));
-    for (int64_t d : buffer.shape)
-      f.i64(d);
+    key += " " + std::string(dtypeName(buffer.dtype)) + shapeToString(buffer.shape);
   }
-  static const char digits[] = "0123456789abcdef";
-  std::string hash;
-  for (int shift = 28; shift >= 0; shift -= 4)
-    hash += digits[(uint32_t(f.h ^ (f.h >> 32)) >> shift) & 0xf];
+  uint64_t h = fnv1a64(key.data(), key.size());
+  char hash[9];
+  std::snprintf(hash, sizeof hash, "%08x", uint32_t(h ^ (h >> 32)));
   return k.name + "_" + hash;
 }
 

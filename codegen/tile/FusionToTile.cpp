@@ -506,7 +506,6 @@ LogicalResult KernelEmitter::computeOperandChains(Operation *root, const Coords 
     unsigned next;
   };
   SmallVector<Frame> stack = {{root, 0}};
-  llvm::DenseSet<Operation *> pushed = {root};
   while (!stack.empty()) {
     Frame &top = stack.back();
     if (top.next == top.op->getNumOperands()) {
@@ -526,8 +525,9 @@ LogicalResult KernelEmitter::computeOperandChains(Operation *root, const Coords 
         return failure();
       continue;
     }
-    if (pushed.insert(def).second)
-      stack.push_back({def, 0});
+    // Not memoised, so not computed yet (nor on the stack: the graph has
+    // no cycles).
+    stack.push_back({def, 0});
   }
   return success();
 }
@@ -1034,7 +1034,6 @@ FailureOr<Value> KernelEmitter::argmaxAcrossLanes(ArgmaxOp op, const Coords &oc)
   int64_t n = shapeOf(operand)[dim];
   Type ct = computeType(dtypeOf(operand));
   bool isFloat = llvm::isa<FloatType>(ct);
-  Type i64 = b.getI64Type();
   Value none = splat(cst(std::numeric_limits<int64_t>::max())); // no index yet
   Value init = splat(isFloat ? Value(b.create<arith::ConstantOp>(loc, b.getFloatAttr(ct, 0.0)))
                              : Value(b.create<arith::ConstantOp>(loc, b.getIntegerAttr(ct, 0))));
@@ -1092,7 +1091,6 @@ FailureOr<Value> KernelEmitter::argmaxAcrossLanes(ArgmaxOp op, const Coords &oc)
       loc, holds,
       b.create<arith::CmpIOp>(loc, arith::CmpIPredicate::ne, index, none));
   Value candidates = b.create<arith::SelectOp>(loc, holds, index, none);
-  (void)i64;
   return b.create<tile::ReduceOp>(loc, b.getI64Type(), tile::ReduceKind::min, candidates)
       .getResult();
 }

@@ -142,11 +142,9 @@ template <typename... A> constexpr int arity(void (*)(A...)) { return int(sizeof
 /// false (after reporting) when they do not, which ends the launch.
 inline bool consistent(unsigned threads) {
   std::vector<Fiber> &f = state.fibers;
-  bool anyBarrier = false, allBarrierOrDone = true;
-  for (unsigned t = 0; t < threads; ++t) {
+  bool anyBarrier = false;
+  for (unsigned t = 0; t < threads; ++t)
     anyBarrier |= f[t].stop == Stop::Barrier;
-    allBarrierOrDone &= f[t].stop == Stop::Barrier || f[t].stop == Stop::Finished;
-  }
   if (anyBarrier) {
     for (unsigned t = 0; t < threads; ++t)
       if (f[t].stop != Stop::Barrier) {
@@ -157,7 +155,6 @@ inline bool consistent(unsigned threads) {
       }
     return true;
   }
-  (void)allBarrierOrDone;
   // Shuffles: a warp's threads are all at the same point (finished threads
   // are allowed only when no thread of the warp shuffles).
   for (unsigned w = 0; w < threads; w += 32) {

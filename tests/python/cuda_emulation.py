@@ -69,6 +69,7 @@ def _entries(source, library):
     if library:  # kernels the runtime library declares through its macros
         kernels += [("tf_gather_" + s, "1024") for s in _GATHER.findall(source)]
         kernels += [(n, "1024") for n in _SCATTER.findall(source)]
+    # (NAME: the parameter of the library's own kernel-defining macro)
     return "\n".join(f"TF_EMU_ENTRY({n}, {b})" for n, b in kernels if n != "NAME") + "\n"
 
 
