@@ -8,6 +8,7 @@
 #include "passes/TargetInfo.h"
 #include "passes/PassUtils.h"
 #include "passes/TrainStep.h"
+#include "runtime/MemoryPlan.h"
 
 #include "mlir/IR/BuiltinAttributes.h"
 #include "mlir/Pass/PassManager.h"
@@ -290,6 +291,7 @@ private:
     for (Value in : fusion.getInputs())
       partial.buffers.push_back(bufferOf(in));
     partial.buffers.insert(partial.buffers.end(), slots.begin(), slots.end());
+    partial.outputs = int(slots.size());
     Step combine;
     combine.kind = Step::Kind::Kernel;
     combine.kernel = addKernel(ks->second, fusion, "reduction");
@@ -297,6 +299,7 @@ private:
     combine.buffers = partial.buffers;
     for (unsigned i = 0; i < fusion.getNumResults(); ++i)
       combine.buffers.push_back(result(*fusion, i));
+    combine.outputs = int(fusion.getNumResults());
     // The combine kernel covers only the slots, not the domain.
     ProgramKernel &c = prog.kernels[combine.kernel];
     c.elementsPerProgram = std::max<int64_t>(1, slices * keptElements / std::max<int64_t>(1, c.grid));
@@ -357,6 +360,7 @@ private:
       s.buffers.push_back(bufferOf(in));
     for (unsigned i = 0; i < fusion.getNumResults(); ++i)
       s.buffers.push_back(result(*fusion, i));
+    s.outputs = int(fusion.getNumResults());
     prog.steps.push_back(s);
     return success();
   }
@@ -409,6 +413,13 @@ FailureOr<Program> tilefuse::buildProgram(func::FuncOp func,
   FailureOr<Program> program = ProgramAssembler(func, target, kernels).build();
   if (failed(program))
     return failure();
+  // Step order and arena offsets by liveness: the plan travels with the
+  // Program, so every executor and artifact allocates the planned peak.
+  try {
+    planProgramMemory(*program);
+  } catch (const CompileError &e) {
+    return func.emitError() << e.what();
+  }
   // Single-trip loops (rows that fit one block) disappear, repeated index
   // arithmetic is shared: the tile IR users read is the simplified one.
   PassManager pm(kernels.getContext());

@@ -1,7 +1,7 @@
 //===- CpuExecutor.cpp ----------------------------------------------------===//
 #include "runtime/CpuExecutor.h"
 
-#include "runtime/BufferLayout.h"
+#include "runtime/MemoryPlan.h"
 #include "runtime/CpuLibrary.h"
 #include "runtime/ThreadPool.h"
 
@@ -23,15 +23,19 @@ CpuExecutor::CpuExecutor(Program program, std::vector<CpuKernelFn> fns,
                        std::to_string(prog.kernels.size()) + " kernels");
   pointers.assign(prog.buffers.size(), nullptr);
   kept.assign(prog.arguments.size(), nullptr);
-  // One arena for every non-argument buffer (arguments are read in place);
-  // 64-byte offsets: whole cache lines, aligned vector loads and the
-  // streaming stores' alignment.
-  BufferLayout layout = layoutBuffers(prog, 64, /*withArguments=*/false);
-  char *arena = static_cast<char *>(allocate(std::max<uint64_t>(64, layout.bytes), "the arena"));
+  // One arena for every non-argument buffer (arguments are read in place),
+  // laid out by the program's memory plan; 64-byte offsets at least: whole
+  // cache lines, aligned vector loads and the streaming stores' alignment.
+  if (prog.plan.empty())
+    prog.plan = planMemory(prog);
+  checkMemoryPlan(prog, prog.plan, 64);
+  char *arena = static_cast<char *>(allocate(std::max<uint64_t>(64, prog.plan.bytes), "the arena"));
+  if (poisonArenaRequested())
+    poison = poisonSchedule(prog);
   for (size_t b = 0; b < prog.buffers.size(); ++b) {
-    if (layout.offsets[b] == BufferLayout::kNotInArena)
+    if (prog.plan.offsets[b] == MemoryPlan::kNotInArena)
       continue;
-    pointers[b] = arena + layout.offsets[b];
+    pointers[b] = arena + prog.plan.offsets[b];
     const BufferInfo &info = prog.buffers[b];
     if (info.role == BufferInfo::Role::Constant)
       copyBytes(pointers[b], info.expandedData().data(), info.byteSize());
@@ -73,6 +77,13 @@ void CpuExecutor::carry(size_t result, size_t argument) {
       std::count(prog.results.begin(), prog.results.end(), prog.results[result]) != 1)
     throw CompileError("carry: result " + std::to_string(result) +
                        " is not a buffer of its own");
+  // The plan pins only declared carries: any other result shares its
+  // bytes with buffers of the next call.
+  if (std::find(prog.aliases.begin(), prog.aliases.end(),
+                std::pair<int, int>(int(result), int(argument))) == prog.aliases.end())
+    throw CompileError("carry: the program does not declare result " + std::to_string(result) +
+                       " as argument " + std::to_string(argument) +
+                       "'s next value (Program::aliases), so its memory is not kept");
   carries.emplace_back(result, argument);
 }
 
@@ -110,6 +121,8 @@ void CpuExecutor::runLocked(const std::vector<ArgRef> &args) {
   if (profiling)
     ++calls;
   auto stepStart = std::chrono::steady_clock::now();
+  if (!poison.empty())
+    poisonBuffers(poison.back());
   for (size_t index = 0; index < prog.steps.size(); ++index) {
     const Step &s = prog.steps[index];
     if (profiling)
@@ -150,6 +163,8 @@ void CpuExecutor::runLocked(const std::vector<ArgRef> &args) {
                   prog.buffers[s.buffers[0]].byteSize());
       break;
     }
+    if (!poison.empty())
+      poisonBuffers(poison[index]);
     if (profiling)
       seconds[index] += std::chrono::duration<double>(
                             std::chrono::steady_clock::now() - stepStart)
@@ -157,6 +172,11 @@ void CpuExecutor::runLocked(const std::vector<ArgRef> &args) {
   }
   for (auto [result, argument] : carries)
     std::swap(pointers[prog.results[result]], kept[argument]);
+}
+
+void CpuExecutor::poisonBuffers(const std::vector<int> &dead) {
+  for (int b : dead)
+    std::memset(pointers[b], 0xFF, prog.buffers[b].byteSize());
 }
 
 const void *CpuExecutor::result(size_t i) {

@@ -2,7 +2,8 @@
 //
 // Owns the buffers of one Program (allocated once, reused by every call)
 // and the compiled kernels' entry points. Arguments are read in place from
-// the caller's memory; results are copied out.
+// the caller's memory; every other buffer lives in one arena laid out by
+// the program's memory plan; results are copied out.
 //
 //===----------------------------------------------------------------------===//
 #ifndef TILEFUSE_RUNTIME_CPUEXECUTOR_H
@@ -50,6 +51,8 @@ private:
   /// `bytes` (rounded up to 64, at least 64), 64-byte aligned, owned.
   void *allocate(uint64_t bytes, const std::string &what);
   void runLocked(const std::vector<ArgRef> &args);
+  /// Fills the buffers' bytes with 0xFF (TILEFUSE_POISON_ARENA).
+  void poisonBuffers(const std::vector<int> &dead);
 
   Program prog;
   std::vector<CpuKernelFn> kernels;
@@ -58,6 +61,8 @@ private:
   std::vector<void *> kept;      ///< per argument: its storage if persistent
   std::vector<std::pair<size_t, size_t>> carries; ///< (result, argument)
   std::vector<void *> owned;     ///< the arena and persistent arguments
+  /// poisonSchedule(prog) when poisoning dead buffers, else empty.
+  std::vector<std::vector<int>> poison;
   std::mutex runMutex;
   bool profiling = false;
   std::vector<double> seconds;

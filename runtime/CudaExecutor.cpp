@@ -5,7 +5,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "runtime/CudaExecutor.h"
-#include "runtime/BufferLayout.h"
+#include "runtime/MemoryPlan.h"
 
 #include <cublasLt.h>
 #include <cublas_api.h>
@@ -323,11 +323,21 @@ void CudaExecutor::acquire(const std::vector<std::pair<std::string, std::string>
     }
   }
 
-  // The arena: every buffer (arguments get a slot for host data), the
-  // GEMM workspace, the error word, the scatter-add scratch.
-  BufferLayout layout = layoutBuffers(prog, kAlign, /*withArguments=*/true);
-  const std::vector<uint64_t> &offsets = layout.offsets;
-  uint64_t size = layout.bytes;
+  // One allocation: the planned arena (buffers by liveness), a slot per
+  // argument for host data (and a persistent argument's value, which must
+  // outlive every call), the GEMM workspace, the error word, the
+  // scatter-add scratch.
+  if (prog.plan.empty())
+    prog.plan = planMemory(prog, kAlign);
+  checkMemoryPlan(prog, prog.plan, kAlign);
+  if (poisonArenaRequested())
+    poison = poisonSchedule(prog);
+  std::vector<uint64_t> offsets = prog.plan.offsets;
+  uint64_t size = prog.plan.bytes;
+  for (int b : prog.arguments) {
+    offsets[b] = size;
+    size = alignUp(size + std::max<uint64_t>(1, prog.buffers[b].byteSize()));
+  }
   uint64_t workspace = size;
   size = alignUp(size + kGemmWorkspace);
   uint64_t errorWord = size;
@@ -521,6 +531,12 @@ void CudaExecutor::carry(size_t result, size_t argument) {
       std::count(prog.results.begin(), prog.results.end(), prog.results[result]) != 1)
     throw CompileError("carry: result " + std::to_string(result) +
                        " cannot become argument " + std::to_string(argument));
+  // The plan pins only declared carries (see CpuExecutor::carry).
+  if (std::find(prog.aliases.begin(), prog.aliases.end(),
+                std::pair<int, int>(int(result), int(argument))) == prog.aliases.end())
+    throw CompileError("carry: the program does not declare result " + std::to_string(result) +
+                       " as argument " + std::to_string(argument) +
+                       "'s next value (Program::aliases), so its memory is not kept");
   carries.emplace_back(result, argument);
 }
 
@@ -618,6 +634,13 @@ void CudaExecutor::enqueueSteps(bool timed) {
   Api &a = api();
   State &s = *state;
   check(a.cuMemsetD8Async(s.errorWord, 0, 16, s.stream), "clearing the error word");
+  auto poisonBuffers = [&](const std::vector<int> &dead) {
+    for (int b : dead)
+      check(a.cuMemsetD8Async(pointers[b], 0xFF, prog.buffers[b].byteSize(), s.stream),
+            "poisoning " + prog.buffers[b].name);
+  };
+  if (!poison.empty())
+    poisonBuffers(poison.back());
   std::vector<uint64_t> values;
   std::vector<void *> params;
   auto args = [&](std::initializer_list<uint64_t> v) {
@@ -747,6 +770,8 @@ void CudaExecutor::enqueueSteps(bool timed) {
             "copy for " + st.source);
       break;
     }
+    if (!poison.empty())
+      poisonBuffers(poison[index]);
     if (timed) {
       check(a.cuStreamSynchronize(s.stream), st.source);
       seconds[index] +=
@@ -758,7 +783,7 @@ void CudaExecutor::enqueueSteps(bool timed) {
 void CudaExecutor::launchAll() {
   Api &a = api();
   State &s = *state;
-  if (profiling || !options.graphs) {
+  if (profiling || !options.graphs || !poison.empty()) {
     enqueueSteps(profiling);
     return;
   }

@@ -107,6 +107,9 @@ private:
   std::vector<uint64_t> slots;    ///< per argument: its own place in the arena
   std::vector<uint64_t> kept;     ///< per argument: its value if persistent
   std::vector<std::pair<size_t, size_t>> carries;
+  /// poisonSchedule(prog) when poisoning dead buffers (steps then run
+  /// eagerly, with a memset after each), else empty.
+  std::vector<std::vector<int>> poison;
   std::vector<std::vector<char>> hostResults, hostPersistent;
   std::vector<bool> resultFresh, persistentFresh;
   std::mutex runMutex;

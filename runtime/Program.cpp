@@ -16,6 +16,40 @@ std::vector<uint8_t> BufferInfo::expandedData() const {
   return out;
 }
 
+/// Index of the one buffer a non-kernel step writes.
+static size_t writtenIndex(const Step &step) {
+  switch (step.kind) {
+  case Step::Kind::Gemm: return 2;
+  case Step::Kind::Gather: return 2;
+  case Step::Kind::ScatterAdd: return 3;
+  case Step::Kind::Copy: return 1;
+  case Step::Kind::Kernel: break;
+  }
+  return 0;
+}
+
+static bool writes(const Step &step, size_t i) {
+  if (step.kind == Step::Kind::Kernel)
+    return i + size_t(std::max(0, step.outputs)) >= step.buffers.size();
+  return i == writtenIndex(step);
+}
+
+std::vector<int> tilefuse::stepReads(const Step &step) {
+  std::vector<int> out;
+  for (size_t i = 0; i < step.buffers.size(); ++i)
+    if (!writes(step, i))
+      out.push_back(step.buffers[i]);
+  return out;
+}
+
+std::vector<int> tilefuse::stepWrites(const Step &step) {
+  std::vector<int> out;
+  for (size_t i = 0; i < step.buffers.size(); ++i)
+    if (writes(step, i))
+      out.push_back(step.buffers[i]);
+  return out;
+}
+
 int64_t tilefuse::cudaLanesPerThread(int64_t block) {
   // Warp shuffles assume all 32 threads of a warp take part.
   return block % 128 == 0 ? 4 : 1;
@@ -89,6 +123,9 @@ void Program::validate() const {
       // Programs partition the elements the kernel writes: more programs
       // than the largest buffer it touches has elements is a tampered grid
       // (one that would run for ever, or write past its buffers).
+      if (s.outputs < 1 || s.outputs > int(s.buffers.size()))
+        throw CompileError("corrupt program: " + what + " writes " + std::to_string(s.outputs) +
+                           " of its " + std::to_string(s.buffers.size()) + " buffers");
       if (++launches[s.kernel] > 1)
         throw CompileError("corrupt program: " + what + " launches kernel " +
                            kernels[s.kernel].name + ", which an earlier step launches");

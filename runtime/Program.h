@@ -52,6 +52,10 @@ struct Step {
   /// Kernel: inputs then outputs. Gemm: a, b, c. Gather: table, indices,
   /// out. ScatterAdd: base, indices, updates, out. Copy: src, dst.
   std::vector<int> buffers;
+  /// Kernel: how many of `buffers`, at the end, it writes (the rest it
+  /// reads). The other kinds write one buffer, fixed by the kind (see
+  /// stepWrites).
+  int outputs = 1;
   int kernel = -1; ///< index into Program::kernels
   // GEMM: c[i] = op(a[i]) * op(b[i]) for i < batch; op transposes when asked.
   int64_t batch = 1, m = 0, n = 0, k = 0;
@@ -67,6 +71,21 @@ struct Step {
   std::vector<std::string> sourceLines;
 };
 
+/// Where the buffers live: one arena, each buffer at an offset, buffers
+/// whose live ranges never meet sharing bytes (runtime/MemoryPlan.h makes
+/// and checks it). Arguments are not in the arena: the CPU reads them in
+/// place, the CUDA executor gives them slots of their own after it.
+struct MemoryPlan {
+  static constexpr uint64_t kNotInArena = UINT64_MAX;
+  /// Every offset is a multiple of it (a power of two); 0: no plan yet.
+  uint64_t alignment = 0;
+  /// The arena's size: the planned peak (a multiple of the alignment).
+  uint64_t bytes = 0;
+  /// Byte offset of each buffer, or kNotInArena (arguments).
+  std::vector<uint64_t> offsets;
+  bool empty() const { return alignment == 0; }
+};
+
 struct Program {
   std::vector<BufferInfo> buffers;
   std::vector<ProgramKernel> kernels;
@@ -77,12 +96,19 @@ struct Program {
   /// training step's parameters and optimizer state), so a runtime may keep
   /// the argument on its device and carry the result into it.
   std::vector<std::pair<int, int>> aliases;
+  /// The arena layout the compiler planned; executors plan one themselves
+  /// when it is empty and check it (checkMemoryPlan) when it is not.
+  MemoryPlan plan;
 
   /// Checks internal consistency (indices in range, shapes of steps, each
   /// kernel launched by one step, GPU threads per block); throws
   /// CompileError naming the first problem.
   void validate() const;
 };
+
+/// The buffers `step` reads and the buffers it writes, in step order.
+std::vector<int> stepReads(const Step &step);
+std::vector<int> stepWrites(const Step &step);
 
 /// Lanes of a block each CUDA thread holds: four (one 128-bit access of
 /// f32) while the block still fills whole warps, else one. A CUDA kernel of

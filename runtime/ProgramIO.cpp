@@ -1,5 +1,6 @@
 //===- ProgramIO.cpp ------------------------------------------------------===//
 #include "runtime/ProgramIO.h"
+#include "runtime/MemoryPlan.h"
 
 #include <cstring>
 
@@ -114,6 +115,7 @@ std::string tilefuse::serializeProgram(const Program &p) {
     w.put<uint32_t>(uint32_t(s.buffers.size()));
     for (int b : s.buffers)
       w.put<int32_t>(b);
+    w.put<int32_t>(s.outputs);
     w.put<int32_t>(s.kernel);
     for (int64_t v : {s.batch, s.m, s.n, s.k})
       w.put<int64_t>(v);
@@ -137,6 +139,11 @@ std::string tilefuse::serializeProgram(const Program &p) {
     w.put<int32_t>(result);
     w.put<int32_t>(argument);
   }
+  w.put<uint64_t>(p.plan.alignment);
+  w.put<uint64_t>(p.plan.bytes);
+  w.put<uint32_t>(uint32_t(p.plan.offsets.size()));
+  for (uint64_t offset : p.plan.offsets)
+    w.put<uint64_t>(offset);
   Writer header;
   header.out.append(kMagic, sizeof(kMagic));
   header.put<uint32_t>(kProgramFormatVersion);
@@ -212,6 +219,7 @@ Program tilefuse::deserializeProgram(const std::string &bytes) {
     uint32_t nbuf = r.count("step buffer", 4);
     for (uint32_t b = 0; b < nbuf; ++b)
       s.buffers.push_back(r.get<int32_t>("a step buffer"));
+    s.outputs = r.get<int32_t>("an output count");
     s.kernel = r.get<int32_t>("a kernel index");
     s.batch = r.get<int64_t>("a GEMM batch");
     s.m = r.get<int64_t>("a GEMM size");
@@ -238,8 +246,15 @@ Program tilefuse::deserializeProgram(const std::string &bytes) {
     int result = r.get<int32_t>("an aliased result");
     p.aliases.emplace_back(result, r.get<int32_t>("an aliased argument"));
   }
+  p.plan.alignment = r.get<uint64_t>("the plan's alignment");
+  p.plan.bytes = r.get<uint64_t>("the plan's arena size");
+  uint32_t noffsets = r.count("planned offset", 8);
+  for (uint32_t i = 0; i < noffsets; ++i)
+    p.plan.offsets.push_back(r.get<uint64_t>("a planned offset"));
   if (!r.atEnd())
     throw CompileError("corrupt program: bytes left after the last field");
   p.validate();
+  if (!p.plan.empty())
+    checkMemoryPlan(p, p.plan);
   return p;
 }

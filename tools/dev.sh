@@ -52,6 +52,8 @@ install_python_packages() {
   python3 -c "import lit" 2>/dev/null || missing+=(lit)
   # The independent reference that gradient tests compare against.
   python3 -c "import jax" 2>/dev/null || missing+=(jax)
+  # Draws memory plans (MemoryPlan.save_png).
+  python3 -c "import matplotlib" 2>/dev/null || missing+=(matplotlib)
   if [ "${#missing[@]}" -gt 0 ]; then
     log "installing Python packages: ${missing[*]}"
     # Debian's own python3 is "externally managed"; tilefuse installs beside it.

@@ -4,6 +4,7 @@
 #include "python/bindings/Conversions.h"
 #include "runtime/Artifact.h"
 #include "runtime/CudaDriver.h"
+#include "runtime/MemoryPlan.h"
 #ifdef TILEFUSE_HAVE_CUDA_EXECUTOR
 #include "runtime/CudaExecutor.h"
 #endif
@@ -346,6 +347,53 @@ py::list tilefuse::python::programKernels(const Program &p) {
   return rows;
 }
 
+py::dict tilefuse::python::programMemoryPlan(const Program &p) {
+  MemoryPlan plan = p.plan.empty() ? planMemory(p) : p.plan;
+  std::vector<LiveRange> ranges = liveRanges(p);
+  std::vector<std::string> phases = stepPhases(p);
+  std::vector<int> writer(p.buffers.size(), -1);
+  for (size_t i = p.steps.size(); i-- > 0;)
+    for (int b : stepWrites(p.steps[i]))
+      writer[size_t(b)] = int(i);
+  py::list buffers;
+  uint64_t argumentBytes = 0;
+  for (size_t b = 0; b < p.buffers.size(); ++b) {
+    const BufferInfo &info = p.buffers[b];
+    if (info.role == BufferInfo::Role::Argument) {
+      argumentBytes += info.byteSize();
+      continue;
+    }
+    py::dict row;
+    row["name"] = info.name;
+    row["dtype"] = dtypeName(info.dtype);
+    row["shape"] = py::tuple(py::cast(info.shape));
+    row["bytes"] = info.byteSize();
+    row["arena_bytes"] = arenaBytes(info, plan.alignment);
+    row["offset"] = plan.offsets[b];
+    row["first"] = ranges[b].first;
+    row["last"] = ranges[b].last;
+    row["pinned"] = ranges[b].pinned;
+    int w = writer[b];
+    bool constant = info.role == BufferInfo::Role::Constant;
+    row["phase"] = constant || w < 0 ? std::string("constant") : phases[size_t(w)];
+    row["op"] = constant || w < 0 ? std::string() : p.steps[size_t(w)].source;
+    row["line"] = constant || w < 0 || p.steps[size_t(w)].sourceLines.empty()
+                      ? std::string()
+                      : p.steps[size_t(w)].sourceLines.front();
+    buffers.append(row);
+  }
+  py::dict out;
+  out["peak"] = plan.bytes;
+  out["lower_bound"] = liveBytesLowerBound(p, plan.alignment);
+  out["unplanned"] = unplannedBytes(p, plan.alignment);
+  out["argument_bytes"] = argumentBytes;
+  out["alignment"] = plan.alignment;
+  out["steps"] = p.steps.size();
+  out["step_phases"] = phases;
+  out["buffers"] = buffers;
+  out["text"] = formatMemoryPlan(p);
+  return out;
+}
 
 namespace {
 py::tuple signatures(const Program &p, const std::vector<int> &buffers) {
@@ -380,6 +428,7 @@ void tilefuse::python::registerExecutorBindings(py::module_ &m) {
                      const std::string &out) { return runExecutor(*e, args, which, out, e); },
            py::arg("args"), py::arg("results") = py::none(), py::arg("out") = "numpy")
       .def("kernels", [](const Executor &e) { return programKernels(e.program()); })
+      .def("memory_plan", [](const Executor &e) { return programMemoryPlan(e.program()); })
       .def("make_persistent", &makePersistent)
       .def("carry", &Executor::carry, py::arg("result"), py::arg("argument"))
       .def("persistent", &persistentValue)

@@ -29,6 +29,10 @@ pybind11::list runExecutor(Executor &e, const pybind11::sequence &args,
                            std::shared_ptr<void> self = nullptr);
 /// One dict per step: name, kind, ops, bytes, launch shape.
 pybind11::list programKernels(const Program &p);
+/// The program's memory plan for people: peak, lower bound, unplanned
+/// size, and per arena buffer its size, offset, live range, phase and
+/// writer (see runtime/MemoryPlan.h); "text" is formatMemoryPlan's table.
+pybind11::dict programMemoryPlan(const Program &p);
 void makePersistent(Executor &e, size_t i, const pybind11::array &a);
 pybind11::array persistentValue(Executor &e, size_t i);
 

@@ -147,6 +147,7 @@ PYBIND11_MODULE(_core, m) {
            },
            py::arg("args"), py::arg("results") = py::none(), py::arg("out") = "numpy")
       .def("kernels", [](const Executable &e) { return programKernels(e.program()); })
+      .def("memory_plan", [](const Executable &e) { return programMemoryPlan(e.program()); })
       .def("make_persistent", [](Executable &e, size_t i, const py::array &a) {
         makePersistent(e.exec(), i, a);
       })

@@ -86,6 +86,13 @@ class CompiledFunction:
         self._exe.set_profiling(bool(on))
         self._profiling = bool(on)
 
+    def memory_plan(self):
+        """Where the compiled function's buffers live: a
+        `tilefuse.memory_plan.MemoryPlan` (peak, lower bound, ratio, one row
+        per buffer; `print()` it, `save_png()` draws it)."""
+        from .memory_plan import MemoryPlan
+        return MemoryPlan(self._exe.memory_plan())
+
     @property
     def fused_ir(self):
         """The graph after fusion (graph.fusion regions)."""

@@ -432,6 +432,12 @@ class LoadedFunction:
         self._program.set_profiling(bool(on))
         self._profiling = bool(on)
 
+    def memory_plan(self):
+        """The artifact's memory plan (`tilefuse.memory_plan.MemoryPlan`):
+        the arena a call allocates, buffer by buffer."""
+        from .memory_plan import MemoryPlan
+        return MemoryPlan(self._program.memory_plan())
+
     @property
     def graph_stats(self):
         """(CUDA graphs captured, calls that replayed one)."""

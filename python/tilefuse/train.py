@@ -64,6 +64,12 @@ class TrainStep:
         """The compiled step's kernels as a table (CompiledFunction.report)."""
         return self._compiled.report(profile)
 
+    def memory_plan(self):
+        """The step's memory plan (CompiledFunction.memory_plan): the
+        activations, gradients and temporaries of one step in one arena;
+        parameters and optimizer state live beside it."""
+        return self._compiled.memory_plan()
+
     def profile(self, on=True):
         """Times every kernel of the following steps, for report(profile=True)."""
         self._compiled.profile(on)

@@ -6,15 +6,19 @@
 // `--emit=STAGE` prints a graph module at a stage of the one pipeline
 // (passes/Pipelines.cpp): graph (as parsed), primitive, fused, tile (the
 // tile kernels), llvm (the CPU kernels in the LLVM dialect), cuda (the CUDA C
-// of the kernels, for --target=cuda:sm_XX). With `--target=cpu|cuda:sm_XX`
-// for the fused and tile stages.
+// of the kernels, for --target=cuda:sm_XX), plan (each function's memory
+// plan: step order, live ranges, arena offsets). With
+// `--target=cpu|cuda:sm_XX` for the fused and later stages.
 //
 //===----------------------------------------------------------------------===//
 #include "ir/graph/GraphDialect.h"
 #include "codegen/Passes.h"
+#include "codegen/ProgramBuilder.h"
 #include "codegen/cuda/CudaRenderer.h"
 #include "passes/Passes.h"
 #include "passes/Pipelines.h"
+#include "passes/TargetInfo.h"
+#include "runtime/MemoryPlan.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Parser/Parser.h"
@@ -64,27 +68,38 @@ bool expandEmit(int argc, char **argv, std::vector<std::string> &out) {
     out.push_back("--tilefuse-fused=target=cpu");
     out.push_back("--tilefuse-lower-to-tile=target=cpu");
     out.push_back("--tilefuse-tile-to-llvm");
-  } else if (emit == "cuda") {
-    // Printed by emitCuda (text, not IR).
-    out.push_back("--emit-cuda-for=" + target);
+  } else if (emit == "cuda" || emit == "plan") {
+    // Printed by emitText (text, not IR).
+    out.push_back("--emit-text=" + emit);
+    out.push_back("--target=" + target);
   } else {
     llvm::errs() << "tilefuse-opt: unknown stage --emit=" << emit
-                 << "; expected graph, primitive, fused, tile, llvm or cuda\n";
+                 << "; expected graph, primitive, fused, tile, llvm, cuda or plan\n";
     return false;
   }
   return true;
 }
 /// --emit=cuda: the module's fused kernels for a CUDA target as CUDA C.
-int emitCuda(const std::vector<std::string> &args, mlir::DialectRegistry &registry) {
-  std::string input = "-", target = "cuda:sm_90";
+/// --emit=plan: each function's memory plan (runtime/MemoryPlan.h) for the
+/// target, as the compiler makes it.
+int emitText(const std::string &what, const std::vector<std::string> &args,
+             mlir::DialectRegistry &registry) {
+  std::string input = "-", target = what == "cuda" ? "cuda:sm_90" : "cpu";
   for (size_t i = 1; i < args.size(); ++i) {
     if (args[i].rfind("--target=", 0) == 0)
       target = args[i].substr(9);
+    else if (args[i].rfind("--emit-text=", 0) == 0)
+      continue;
     else if (args[i][0] != '-' || args[i] == "-")
       input = args[i];
   }
-  if (target.rfind("cuda", 0) != 0) {
+  if (what == "cuda" && target.rfind("cuda", 0) != 0) {
     llvm::errs() << "tilefuse-opt: --emit=cuda needs a CUDA target (--target=cuda:sm_XX)\n";
+    return 1;
+  }
+  std::unique_ptr<tilefuse::TargetInfo> info = tilefuse::TargetInfo::get(target);
+  if (!info) {
+    llvm::errs() << "tilefuse-opt: unknown target '" << target << "'; expected cpu or cuda[:sm_XX]\n";
     return 1;
   }
   mlir::MLIRContext ctx(registry);
@@ -102,15 +117,29 @@ int emitCuda(const std::vector<std::string> &args, mlir::DialectRegistry &regist
     return 1;
   mlir::PassManager pm(&ctx);
   tilefuse::buildFusedGraphPipeline(pm, target);
-  tilefuse::LowerToTilePassOptions options;
-  options.target = target;
-  pm.addPass(tilefuse::createLowerToTilePass(options));
+  if (what == "cuda") {
+    tilefuse::LowerToTilePassOptions options;
+    options.target = target;
+    pm.addPass(tilefuse::createLowerToTilePass(options));
+  }
   if (mlir::failed(pm.run(*module)))
     return 1;
-  mlir::FailureOr<std::string> text = tilefuse::renderCudaKernels(*module);
-  if (mlir::failed(text))
-    return 1;
-  llvm::outs() << *text;
+  if (what == "cuda") {
+    mlir::FailureOr<std::string> text = tilefuse::renderCudaKernels(*module);
+    if (mlir::failed(text))
+      return 1;
+    llvm::outs() << *text;
+    return 0;
+  }
+  mlir::OwningOpRef<mlir::ModuleOp> kernels(mlir::ModuleOp::create(module->getLoc()));
+  for (auto func : llvm::to_vector(module->getOps<mlir::func::FuncOp>())) {
+    std::string name = func.getSymName().str();
+    mlir::FailureOr<tilefuse::Program> program = tilefuse::buildProgram(func, *info, *kernels);
+    if (mlir::failed(program))
+      return 1;
+    llvm::outs() << "func @" << name << " (" << target << ")\n"
+                 << tilefuse::formatMemoryPlan(*program);
+  }
   return 0;
 }
 } // namespace
@@ -125,8 +154,9 @@ void printHelp() {
       << "  --emit=STAGE        print the module at a stage of the pipeline:\n"
       << "                        graph (as parsed), primitive (composites decomposed),\n"
       << "                        fused (graph.fusion kernels), tile (tile kernels),\n"
-      << "                        llvm (CPU kernels in the LLVM dialect), cuda (CUDA C)\n"
-      << "  --target=T          cpu (default) or cuda:sm_XX, for fused/tile/llvm/cuda\n"
+      << "                        llvm (CPU kernels in the LLVM dialect), cuda (CUDA C),\n"
+      << "                        plan (memory plan: live ranges, arena offsets, peak)\n"
+      << "  --target=T          cpu (default) or cuda:sm_XX, for fused/tile/llvm/cuda/plan\n"
       << "  --verify-diagnostics, --split-input-file   as mlir-opt\n"
       << "  --help-mlir         every option of the MLIR driver and LLVM\n\n"
       << "tilefuse passes and pipelines:\n";
@@ -171,12 +201,8 @@ int main(int argc, char **argv) {
   tilefuse::registerTilefusePasses();
   tilefuse::registerTilefuseCodegenPasses();
   for (const std::string &a : args)
-    if (a.rfind("--emit-cuda-for=", 0) == 0) {
-      std::vector<std::string> rest;
-      for (const std::string &b : args)
-        rest.push_back(b.rfind("--emit-cuda-for=", 0) == 0 ? "--target=" + b.substr(16) : b);
-      return emitCuda(rest, registry);
-    }
+    if (a.rfind("--emit-text=", 0) == 0)
+      return emitText(a.substr(12), args, registry);
   tilefuse::registerTilefusePipelines();
   mlir::registerCanonicalizerPass();
   mlir::registerCSEPass();

@@ -1,0 +1,43 @@
+// RUN: tilefuse-opt %s --emit=plan | FileCheck %s
+// RUN: tilefuse-opt %s --emit=plan --target=cuda:sm_90 | FileCheck %s --check-prefix=CUDA
+
+// Four GEMMs in a chain: each intermediate dies at the next GEMM, so two
+// 16 KiB buffers suffice where the unplanned arena holds all four.
+// CHECK-LABEL: func @chain (cpu)
+// CHECK: memory plan: 4 steps
+// CHECK: peak (arena)  32768 bytes
+// CHECK: lower bound   32768 bytes (0.03 MiB), peak / bound 1.000
+// CHECK: unplanned     65536 bytes
+// CHECK: arguments     32768 bytes (0.03 MiB), outside the arena
+// The first and third intermediates share offset 0, the second and the
+// result share the other 16 KiB.
+// CHECK-DAG: | f32[64, 64] | 16384 | 0 | 0..1 | forward | graph.matmul
+// CHECK-DAG: | f32[64, 64] | 16384 | 0 | 2..3 | forward | graph.matmul
+// CHECK-DAG: | f32[64, 64] | 16384 | 16384 | 1..2 | forward | graph.matmul
+// CHECK-DAG: | f32[64, 64] | 16384 | 16384 | 3..end | forward | graph.matmul
+// CUDA: func @chain (cuda:sm_90)
+// CUDA: peak (arena)  32768 bytes
+func.func @chain(%x: tensor<64x64xf32>, %w: tensor<64x64xf32>) -> tensor<64x64xf32> {
+  %a = graph.matmul %x, %w : (tensor<64x64xf32>, tensor<64x64xf32>) -> tensor<64x64xf32>
+  %b = graph.matmul %a, %w : (tensor<64x64xf32>, tensor<64x64xf32>) -> tensor<64x64xf32>
+  %c = graph.matmul %b, %w : (tensor<64x64xf32>, tensor<64x64xf32>) -> tensor<64x64xf32>
+  %d = graph.matmul %c, %w : (tensor<64x64xf32>, tensor<64x64xf32>) -> tensor<64x64xf32>
+  return %d : tensor<64x64xf32>
+}
+
+// Two big values made before either is used: the scheduler runs each use
+// right after its producer, so only one big buffer is ever live.
+// CHECK-LABEL: func @produce_then_use (cpu)
+// CHECK: peak (arena)  528384 bytes (0.50 MiB)
+// CHECK: lower bound   528384 bytes (0.50 MiB), peak / bound 1.000
+// CHECK: unplanned     1052672 bytes (1.00 MiB)
+// The second product is made only after the first one's use (step 1).
+// CHECK-DAG: | f32[512, 256] | 524288 | 0 | 0..1 | forward | graph.matmul
+// CHECK-DAG: | f32[512, 256] | 524288 | 0 | 2..3 | forward | graph.matmul
+func.func @produce_then_use(%x: tensor<512x256xf32>, %w: tensor<256x256xf32>, %v: tensor<256x1xf32>) -> (tensor<512x1xf32>, tensor<512x1xf32>) {
+  %a = graph.matmul %x, %w : (tensor<512x256xf32>, tensor<256x256xf32>) -> tensor<512x256xf32>
+  %b = graph.matmul %x, %w {transpose_rhs = true} : (tensor<512x256xf32>, tensor<256x256xf32>) -> tensor<512x256xf32>
+  %ua = graph.matmul %a, %v : (tensor<512x256xf32>, tensor<256x1xf32>) -> tensor<512x1xf32>
+  %ub = graph.matmul %b, %v : (tensor<512x256xf32>, tensor<256x1xf32>) -> tensor<512x1xf32>
+  return %ua, %ub : tensor<512x1xf32>, tensor<512x1xf32>
+}
