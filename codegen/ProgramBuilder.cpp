@@ -61,6 +61,7 @@ public:
       for (size_t i = first; i < prog.steps.size(); ++i)
         prog.steps[i].sourceLines = lines;
     }
+    writeCarriedResultsInPlace();
     for (ProgramKernel &k : prog.kernels)
       k.threads = target.threadsPerProgram(k.block);
     // Code is compiled under symbols that bind each kernel to the step
@@ -361,6 +362,8 @@ private:
     for (unsigned i = 0; i < fusion.getNumResults(); ++i)
       s.buffers.push_back(result(*fusion, i));
     s.outputs = int(fusion.getNumResults());
+    for (auto [r, input] : inPlaceCandidates(fusion))
+      overwritable[bufferOf(fusion.getResult(r))].push_back(bufferOf(fusion.getInputs()[input]));
     prog.steps.push_back(s);
     return success();
   }
@@ -400,6 +403,69 @@ private:
   Program prog;
   DenseMap<Value, int> buffers;
   std::map<std::string, int> constants; ///< constant key -> buffer
+  /// Result buffer of a kernel -> input buffers it may be written over
+  /// (inPlaceCandidates).
+  std::map<int, std::vector<int>> overwritable;
+
+  /// A training step's carried results written over their arguments: the
+  /// kernel that computes a parameter's (or optimizer state's) next value
+  /// writes it where the current value is, when it reads that value only
+  /// at the element it writes and every other step that reads the
+  /// argument runs before it. No second copy of the parameters and state
+  /// lives in the arena, and nothing swaps after the call.
+  void writeCarriedResultsInPlace() {
+    std::vector<int> writer(prog.buffers.size(), -1);
+    for (size_t i = 0; i < prog.steps.size(); ++i)
+      for (int b : stepWrites(prog.steps[i]))
+        writer[size_t(b)] = writer[size_t(b)] == -1 ? int(i) : -2; // -2: written twice
+    for (auto [resultIndex, argumentIndex] : prog.aliases) {
+      int r = prog.results[size_t(resultIndex)], a = prog.arguments[size_t(argumentIndex)];
+      int w = writer[size_t(r)];
+      auto it = overwritable.find(r);
+      if (w < 0 || it == overwritable.end() || !llvm::is_contained(it->second, a) ||
+          llvm::count(prog.results, r) != 1 || llvm::count(prog.arguments, a) != 1 ||
+          prog.buffers[size_t(r)].dtype != prog.buffers[size_t(a)].dtype ||
+          prog.buffers[size_t(r)].shape != prog.buffers[size_t(a)].shape)
+        continue;
+      bool laterUse = false;
+      for (size_t i = 0; i < prog.steps.size(); ++i)
+        if (int(i) > w && llvm::is_contained(prog.steps[i].buffers, a))
+          laterUse = true;
+      if (laterUse)
+        continue;
+      for (Step &step : prog.steps)
+        std::replace(step.buffers.begin(), step.buffers.end(), r, a);
+      prog.results[size_t(resultIndex)] = a;
+    }
+    dropUnusedBuffers();
+  }
+
+  /// Removes intermediate buffers no step, argument or result names.
+  void dropUnusedBuffers() {
+    std::vector<bool> used(prog.buffers.size(), false);
+    for (const Step &step : prog.steps)
+      for (int b : step.buffers)
+        used[size_t(b)] = true;
+    for (int b : prog.arguments)
+      used[size_t(b)] = true;
+    for (int b : prog.results)
+      used[size_t(b)] = true;
+    std::vector<int> renumbered(prog.buffers.size(), -1);
+    std::vector<BufferInfo> kept;
+    for (size_t b = 0; b < prog.buffers.size(); ++b)
+      if (used[b] || prog.buffers[b].role != BufferInfo::Role::Intermediate) {
+        renumbered[b] = int(kept.size());
+        kept.push_back(std::move(prog.buffers[b]));
+      }
+    prog.buffers = std::move(kept);
+    for (Step &step : prog.steps)
+      for (int &b : step.buffers)
+        b = renumbered[size_t(b)];
+    for (int &b : prog.arguments)
+      b = renumbered[size_t(b)];
+    for (int &b : prog.results)
+      b = renumbered[size_t(b)];
+  }
 };
 
 } // namespace

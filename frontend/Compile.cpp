@@ -322,6 +322,13 @@ std::vector<std::string> cudaText(const Graph::Impl &g, const std::string &targe
 }
 } // namespace
 
+Program Graph::plannedProgram(const std::string &target) const {
+  std::unique_ptr<TargetInfo> info = TargetInfo::get(target);
+  if (!info)
+    throw CompileError("unknown target '" + target + "'; expected cpu or cuda[:sm_XX]");
+  return programFor(*impl_, *info).program;
+}
+
 std::string Graph::cudaSource(const std::string &target) const {
   return cudaText(*impl_, target, /*units=*/false).front();
 }

@@ -10,6 +10,7 @@
 
 #include "passes/OptimizerConfig.h"
 #include "runtime/HostTensor.h"
+#include "runtime/Program.h"
 
 #include <memory>
 #include <string>
@@ -83,6 +84,11 @@ public:
   /// program, its tile kernels, machine code. Compiling the same graph
   /// again in this process reuses the kernels.
   std::shared_ptr<Executable> compile(const std::string &device = "cpu") const;
+
+  /// The runtime Program this graph compiles into for `target` ("cpu" or
+  /// "cuda:sm_XX"), with its memory plan, without compiling any kernel:
+  /// what a compile would allocate, known in a fraction of its time.
+  Program plannedProgram(const std::string &target = "cpu") const;
 
   /// The CUDA C of this graph's kernels for `target` ("cuda:sm_XX"): each
   /// kernel begins with a comment naming the source ops it fuses.

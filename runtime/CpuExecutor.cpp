@@ -23,6 +23,9 @@ CpuExecutor::CpuExecutor(Program program, std::vector<CpuKernelFn> fns,
                        std::to_string(prog.kernels.size()) + " kernels");
   pointers.assign(prog.buffers.size(), nullptr);
   kept.assign(prog.arguments.size(), nullptr);
+  scratch.assign(prog.arguments.size(), nullptr);
+  for (size_t i = 0; i < prog.arguments.size(); ++i)
+    written.push_back(prog.writesArgument(i));
   // One arena for every non-argument buffer (arguments are read in place),
   // laid out by the program's memory plan; 64-byte offsets at least: whole
   // cache lines, aligned vector loads and the streaming stores' alignment.
@@ -73,7 +76,8 @@ void CpuExecutor::carry(size_t result, size_t argument) {
                        dtypeName(r.dtype) + shapeToString(r.shape) + ", argument " +
                        std::to_string(argument) + " is " + dtypeName(a.dtype) +
                        shapeToString(a.shape));
-  if (r.role != BufferInfo::Role::Intermediate ||
+  bool inPlace = prog.results[result] == prog.arguments[argument];
+  if ((r.role != BufferInfo::Role::Intermediate && !inPlace) ||
       std::count(prog.results.begin(), prog.results.end(), prog.results[result]) != 1)
     throw CompileError("carry: result " + std::to_string(result) +
                        " is not a buffer of its own");
@@ -114,6 +118,16 @@ void CpuExecutor::runLocked(const std::vector<ArgRef> &args) {
     void *p = args[i].data ? const_cast<void *>(args[i].data) : kept[i];
     if (!p)
       throw CompileError("argument " + std::to_string(i) + " is missing");
+    if (args[i].data && written[i]) {
+      // A kernel writes this argument in place: it works on a copy (the
+      // kept value's storage when the argument is persistent), never on
+      // the caller's array.
+      const BufferInfo &info = prog.buffers[prog.arguments[i]];
+      if (!kept[i] && !scratch[i])
+        scratch[i] = allocate(info.byteSize(), info.name);
+      p = kept[i] ? kept[i] : scratch[i];
+      copyBytes(p, args[i].data, info.byteSize());
+    }
     pointers[prog.arguments[i]] = p;
   }
   ThreadPool &pool = ThreadPool::global();
@@ -171,7 +185,8 @@ void CpuExecutor::runLocked(const std::vector<ArgRef> &args) {
                             .count();
   }
   for (auto [result, argument] : carries)
-    std::swap(pointers[prog.results[result]], kept[argument]);
+    if (prog.results[result] != prog.arguments[argument]) // in place: nothing to swap
+      std::swap(pointers[prog.results[result]], kept[argument]);
 }
 
 void CpuExecutor::poisonBuffers(const std::vector<int> &dead) {

@@ -59,6 +59,10 @@ private:
   std::shared_ptr<void> keepAlive;
   std::vector<void *> pointers;  ///< current address of every buffer
   std::vector<void *> kept;      ///< per argument: its storage if persistent
+  /// Per argument: whether a kernel writes it in place, and the copy of a
+  /// caller's data it then works on.
+  std::vector<bool> written;
+  std::vector<void *> scratch;
   std::vector<std::pair<size_t, size_t>> carries; ///< (result, argument)
   std::vector<void *> owned;     ///< the arena and persistent arguments
   /// poisonSchedule(prog) when poisoning dead buffers, else empty.

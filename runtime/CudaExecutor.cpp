@@ -376,6 +376,8 @@ void CudaExecutor::acquire(const std::vector<std::pair<std::string, std::string>
     check(a.cuStreamSynchronize(s.stream), "uploading constant " + info.name);
   }
   kept.assign(prog.arguments.size(), 0);
+  for (size_t i = 0; i < prog.arguments.size(); ++i)
+    written.push_back(prog.writesArgument(i));
   for (int b : prog.arguments)
     slots.push_back(pointers[b]);
   hostResults.resize(prog.results.size());
@@ -527,7 +529,9 @@ void CudaExecutor::carry(size_t result, size_t argument) {
                        std::to_string(argument) + " needs a persistent argument");
   const BufferInfo &r = prog.buffers[prog.results[result]];
   const BufferInfo &arg = prog.buffers[prog.arguments[argument]];
-  if (r.dtype != arg.dtype || r.shape != arg.shape || r.role != BufferInfo::Role::Intermediate ||
+  bool inPlace = prog.results[result] == prog.arguments[argument];
+  if (r.dtype != arg.dtype || r.shape != arg.shape ||
+      (r.role != BufferInfo::Role::Intermediate && !inPlace) ||
       std::count(prog.results.begin(), prog.results.end(), prog.results[result]) != 1)
     throw CompileError("carry: result " + std::to_string(result) +
                        " cannot become argument " + std::to_string(argument));
@@ -844,6 +848,13 @@ void CudaExecutor::runThen(const std::vector<ArgRef> &args, const std::function<
       if (!kept[i])
         throw CompileError("argument " + std::to_string(i) + " is missing");
       pointers[b] = kept[i];
+    } else if (args[i].onDevice && written[i]) {
+      // A kernel writes this argument in place: never the caller's tensor.
+      uint64_t slot = kept[i] ? kept[i] : slots[i];
+      check(a.cuMemcpyDtoDAsync(slot, reinterpret_cast<uint64_t>(args[i].data),
+                                prog.buffers[b].byteSize(), s.stream),
+            "copying argument " + std::to_string(i));
+      pointers[b] = slot;
     } else if (args[i].onDevice) {
       pointers[b] = reinterpret_cast<uint64_t>(args[i].data);
     } else {
@@ -859,7 +870,8 @@ void CudaExecutor::runThen(const std::vector<ArgRef> &args, const std::function<
   if (profiling)
     ++calls;
   for (auto [result, argument] : carries)
-    std::swap(pointers[prog.results[result]], kept[argument]);
+    if (prog.results[result] != prog.arguments[argument]) // in place: nothing to swap
+      std::swap(pointers[prog.results[result]], kept[argument]);
   uint64_t error[2] = {0, 0};
   check(a.cuMemcpyDtoHAsync(error, s.errorWord, sizeof(error), s.stream), "reading the error word");
   check(a.cuStreamSynchronize(s.stream), "running the program");

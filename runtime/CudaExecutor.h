@@ -105,6 +105,7 @@ private:
   std::unique_ptr<State> state;
   std::vector<uint64_t> pointers; ///< device address of every buffer
   std::vector<uint64_t> slots;    ///< per argument: its own place in the arena
+  std::vector<bool> written;      ///< per argument: a kernel writes it in place
   std::vector<uint64_t> kept;     ///< per argument: its value if persistent
   std::vector<std::pair<size_t, size_t>> carries;
   /// poisonSchedule(prog) when poisoning dead buffers (steps then run

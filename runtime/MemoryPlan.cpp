@@ -181,11 +181,7 @@ uint64_t tilefuse::liveBytesLowerBound(const Program &program, uint64_t alignmen
 }
 
 uint64_t tilefuse::unplannedBytes(const Program &program, uint64_t alignment) {
-  uint64_t total = 0;
-  for (const BufferInfo &b : program.buffers)
-    if (b.role != Role::Argument)
-      total = checkedAdd(total, arenaBytes(b, alignment));
-  return total;
+  return separateBuffers(program, alignment).bytes;
 }
 
 void tilefuse::scheduleSteps(Program &program) {
@@ -287,9 +283,29 @@ void tilefuse::scheduleSteps(Program &program) {
     program.steps = std::move(scheduled.steps);
 }
 
+MemoryPlan tilefuse::separateBuffers(const Program &program, uint64_t alignment) {
+  MemoryPlan plan;
+  plan.alignment = alignment;
+  plan.offsets.assign(program.buffers.size(), MemoryPlan::kNotInArena);
+  for (size_t b = 0; b < program.buffers.size(); ++b)
+    if (program.buffers[b].role != Role::Argument) {
+      plan.offsets[b] = plan.bytes;
+      plan.bytes = checkedAdd(plan.bytes, arenaBytes(program.buffers[b], alignment));
+    }
+  return plan;
+}
+
 void tilefuse::planProgramMemory(Program &program) {
-  scheduleSteps(program);
-  program.plan = planMemory(program);
+  const char *mode = std::getenv("TILEFUSE_MEMORY_PLAN");
+  if (mode && std::strcmp(mode, "none") == 0) {
+    program.plan = separateBuffers(program);
+  } else {
+    if (mode && *mode)
+      throw CompileError("TILEFUSE_MEMORY_PLAN=" + std::string(mode) +
+                         " is not a memory plan mode; unset it, or set it to none");
+    scheduleSteps(program);
+    program.plan = planMemory(program);
+  }
   checkMemoryPlan(program, program.plan);
 }
 

@@ -71,8 +71,14 @@ uint64_t unplannedBytes(const Program &program, uint64_t alignment = kPlanAlignm
 /// when that plans smaller. Clears any plan the program had.
 void scheduleSteps(Program &program);
 
+/// Every non-argument buffer a range of its own, in buffer order: the
+/// layout without planning (what unplannedBytes counts), for comparisons.
+MemoryPlan separateBuffers(const Program &program, uint64_t alignment = kPlanAlignment);
+
 /// scheduleSteps, then planMemory into program.plan: what the compiler
-/// does to every Program it builds.
+/// does to every Program it builds. With TILEFUSE_MEMORY_PLAN=none in the
+/// environment, the steps keep their order and every buffer gets its own
+/// range (separateBuffers): the unplanned baseline benchmarks compare with.
 void planProgramMemory(Program &program);
 
 /// Poisoning: when TILEFUSE_POISON_ARENA is set (and not "0"), executors

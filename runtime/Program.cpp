@@ -42,6 +42,15 @@ std::vector<int> tilefuse::stepReads(const Step &step) {
   return out;
 }
 
+bool Program::writesArgument(size_t argument) const {
+  int b = arguments.at(argument);
+  for (const Step &s : steps)
+    for (int w : stepWrites(s))
+      if (w == b)
+        return true;
+  return false;
+}
+
 std::vector<int> tilefuse::stepWrites(const Step &step) {
   std::vector<int> out;
   for (size_t i = 0; i < step.buffers.size(); ++i)
@@ -221,6 +230,17 @@ void Program::validate() const {
                            " by " + std::to_string(s.k) + "x" + std::to_string(s.n));
     }
   }
+  // Steps write arguments only where a carried result is computed in
+  // place (a parameter's next value over the parameter).
+  for (size_t i = 0; i < steps.size(); ++i)
+    for (int b : stepWrites(steps[i]))
+      if (buffers[b].role == BufferInfo::Role::Argument &&
+          std::none_of(aliases.begin(), aliases.end(), [&](std::pair<int, int> ra) {
+            return results[ra.first] == b && arguments[ra.second] == b;
+          }))
+        throw CompileError("corrupt program: step " + std::to_string(i) + " (" + steps[i].source +
+                           ") writes argument buffer " + buffers[b].name +
+                           ", which is not a carried result computed in place");
   for (size_t k = 0; k < kernels.size(); ++k)
     if (launches[k] == 0)
       throw CompileError("corrupt program: kernel " + kernels[k].name + " is launched by no step");

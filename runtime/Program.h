@@ -94,7 +94,9 @@ struct Program {
   std::vector<int> results;   ///< buffer of each function result
   /// (result, argument): the result is the argument's next value (a
   /// training step's parameters and optimizer state), so a runtime may keep
-  /// the argument on its device and carry the result into it.
+  /// the argument on its device and carry the result into it. Where the
+  /// result's buffer is the argument's own, a kernel computes it in place
+  /// (the only way a step may write an argument) and nothing is carried.
   std::vector<std::pair<int, int>> aliases;
   /// The arena layout the compiler planned; executors plan one themselves
   /// when it is empty and check it (checkMemoryPlan) when it is not.
@@ -104,6 +106,9 @@ struct Program {
   /// kernel launched by one step, GPU threads per block); throws
   /// CompileError naming the first problem.
   void validate() const;
+  /// Whether a step writes argument `argument` in place: a caller's data
+  /// for it must be copied before a run, never written.
+  bool writesArgument(size_t argument) const;
 };
 
 /// The buffers `step` reads and the buffers it writes, in step order.

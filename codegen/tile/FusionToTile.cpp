@@ -22,6 +22,7 @@
 #include "mlir/Dialect/Vector/IR/VectorOps.h"
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/Matchers.h"
+#include "llvm/ADT/SmallPtrSet.h"
 
 #include <array>
 #include <limits>
@@ -351,7 +352,8 @@ private:
   Value accumulated(Operation *op, Value acc);
 
   // --- stores -----------------------------------------------------------------
-  LogicalResult store(unsigned output, const Coords &c);
+  /// Stores result `output` at `c`: `computed` when given, else computed here.
+  LogicalResult store(unsigned output, const Coords &c, Value computed = {});
   /// Element offset of lane 0 (or per-lane offsets in `vecOffsets`); `align`
   /// receives a number of elements known to divide it.
   Value offsetOf(const Coords &c, ArrayRef<int64_t> shape, int64_t &stride,
@@ -1242,9 +1244,9 @@ Coords KernelEmitter::matchUnitDims(const Coords &from,
   return out;
 }
 
-LogicalResult KernelEmitter::store(unsigned output, const Coords &c) {
+LogicalResult KernelEmitter::store(unsigned output, const Coords &c, Value computed) {
   Value result = fusion.getBody().front().getTerminator()->getOperand(output);
-  FailureOr<Value> v = value(result, c);
+  FailureOr<Value> v = computed ? FailureOr<Value>(computed) : value(result, c);
   if (failed(v))
     return failure();
   Type dt = dtypeOf(result), st = storageType(dt);
@@ -1509,11 +1511,19 @@ LogicalResult KernelEmitter::emit() {
         return failure();
   Operation *yield = body.getTerminator();
   SmallVector<unsigned> domainOutputs;
+  // Every per-program result is computed before any is stored: a kernel
+  // reads all its inputs at an element before it writes there, which is
+  // what lets a result overwrite an input it reads only at that element
+  // (inPlaceCandidates).
+  SmallVector<std::tuple<unsigned, Coords, Value>> computed;
   for (unsigned i = 0; i < yield->getNumOperands(); ++i) {
     auto s = shapeOf(yield->getOperand(i));
     if (squeezed(s) == squeezed(keptShape)) {
-      if (failed(store(i, keptCoords(s))))
+      Coords oc = keptCoords(s);
+      FailureOr<Value> v = value(yield->getOperand(i), oc);
+      if (failed(v))
         return failure();
+      computed.emplace_back(i, std::move(oc), *v);
     } else if (squeezed(s) == squeezed(domain) || numel(s) == numel(domain)) {
       domainOutputs.push_back(i);
     } else if (numel(s) == numel(keptShape)) {
@@ -1526,6 +1536,9 @@ LogicalResult KernelEmitter::emit() {
              << "], which is neither the kernel's domain nor its reduced shape";
     }
   }
+  for (auto &[i, oc, v] : computed)
+    if (failed(store(i, oc, v)))
+      return failure();
   if (domainOutputs.empty())
     return success();
 
@@ -1674,6 +1687,44 @@ bool independentReductions(Block &body, Accept accept, SmallVectorImpl<Operation
   return true;
 }
 } // namespace
+
+SmallVector<std::pair<unsigned, unsigned>> tilefuse::inPlaceCandidates(FusionOp fusion) {
+  SmallVector<std::pair<unsigned, unsigned>> pairs;
+  if (fusion.getKind() != "pointwise" || !fusion.getReduced().empty())
+    return pairs;
+  SmallVector<int64_t> domain(fusion.getDomain());
+  Block &body = fusion.getBody().front();
+  Operation *yield = body.getTerminator();
+  for (BlockArgument arg : body.getArguments()) {
+    auto argType = llvm::dyn_cast<RankedTensorType>(arg.getType());
+    if (!argType || SmallVector<int64_t>(argType.getShape()) != domain)
+      continue;
+    // Every op that reads the input, directly or through other such ops,
+    // must read its operands at the coordinates it computes.
+    SmallVector<Value> work = {arg};
+    llvm::SmallPtrSet<Operation *, 16> seen;
+    bool sameIndex = true;
+    while (!work.empty() && sameIndex) {
+      Value v = work.pop_back_val();
+      for (Operation *user : v.getUsers()) {
+        if (user == yield || !seen.insert(user).second)
+          continue;
+        if (!readsOperandsInPlace(user) || user->getNumResults() != 1 ||
+            shapeOf(user->getResult(0)) != domain) {
+          sameIndex = false;
+          break;
+        }
+        work.push_back(user->getResult(0));
+      }
+    }
+    if (!sameIndex)
+      continue;
+    for (unsigned r = 0; r < yield->getNumOperands(); ++r)
+      if (yield->getOperand(r).getType() == arg.getType())
+        pairs.emplace_back(r, arg.getArgNumber());
+  }
+  return pairs;
+}
 
 SmallVector<Operation *> tilefuse::splittableReductions(FusionOp fusion) {
   SmallVector<Operation *> none, reductions;

@@ -94,6 +94,9 @@ PYBIND11_MODULE(_core, m) {
       .def("value_and_grad", &Graph::valueAndGrad, py::arg("wrt"))
       .def("compile", &Graph::compile, py::arg("device") = "cpu")
       .def("cuda_source", &Graph::cudaSource, py::arg("target") = "cuda:sm_90")
+      .def("memory_plan", [](const Graph &g, const std::string &target) {
+        return programMemoryPlan(g.plannedProgram(target));
+      }, py::arg("target") = "cpu")
       .def("compile_artifact", [](const Graph &g, const std::string &target,
                                   const std::string &metadata) {
         return py::bytes(g.compileArtifact(target, metadata));

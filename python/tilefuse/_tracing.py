@@ -1059,6 +1059,14 @@ class Graph:
         return CompiledFunction(self, self._graph.compile(dev), self._in_spec,
                                 self._out_spec, dev)
 
+    def memory_plan(self, target="cpu"):
+        """The memory plan this graph compiles into for `target` ("cpu" or
+        "cuda:sm_XX"), without compiling its kernels: a
+        `tilefuse.memory_plan.MemoryPlan` (the same as
+        `graph.compile().memory_plan()` on that target)."""
+        from .memory_plan import MemoryPlan
+        return MemoryPlan(self._graph.memory_plan(target))
+
     def export(self, path, target="cpu"):
         """Writes an ahead-of-time artifact of this graph for `target`
         ("cpu": a kernel library for this machine's CPU; "cuda:sm_XX":

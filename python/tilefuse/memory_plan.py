@@ -78,7 +78,8 @@ class MemoryPlan:
     def save_png(self, path, title=None):
         """Draws the plan: steps on x, arena offset on y, one rectangle per
         buffer over its live range, coloured by the phase of the step that
-        writes it; a line marks the lower bound. Needs matplotlib."""
+        writes it; a line marks the lower bound. `title` goes above the
+        peak, bound and ratio. Needs matplotlib."""
         try:
             import matplotlib
             matplotlib.use("Agg")
@@ -100,9 +101,9 @@ class MemoryPlan:
         ax.set_ylim(0, max(self.peak, 1) / mib * 1.05)
         ax.set_xlabel("step")
         ax.set_ylabel("arena offset (MiB)")
-        ax.set_title(title or (f"peak {self.peak / mib:.1f} MiB, lower bound "
-                               f"{self.lower_bound / mib:.1f} MiB (ratio {self.ratio:.3f}), "
-                               f"unplanned {self.unplanned / mib:.1f} MiB"))
+        summary = (f"peak {self.peak / mib:.1f} MiB, lower bound {self.lower_bound / mib:.1f} "
+                   f"MiB (ratio {self.ratio:.3f}), unplanned {self.unplanned / mib:.1f} MiB")
+        ax.set_title(f"{title}\n{summary}" if title else summary)
         phases = [p for p in PHASE_COLOURS if any(b.phase == p for b in self.buffers)]
         handles = [Patch(color=PHASE_COLOURS[p], label=p) for p in phases]
         handles.append(plt.Line2D([], [], color="red", linestyle="--", label="lower bound"))

@@ -317,6 +317,32 @@ TEST_F(FakeCuda, DeviceArgumentsAreReadInPlace) {
   EXPECT_EQ(static_cast<const float *>(copy.get())[0], 3.0f);
 }
 
+TEST_F(FakeCuda, InPlaceCarriesUpdateTheKeptValueAndNeverTheCallersTensor) {
+  // x <- 2x written over x itself: one set of addresses, so one graph.
+  Program p = scaleProgram(64, 2);
+  p.steps[0].buffers = {0, 0};
+  p.results = {0};
+  p.aliases = {{0, 0}};
+  p.buffers.pop_back(); // y is gone
+  CudaExecutor gpu(p, fakeCubins(p));
+  HostTensor start = random(DType::F32, {64}, 11);
+  gpu.makePersistent(0, start.bytes.data());
+  gpu.carry(0, 0);
+  for (int call = 1; call <= 4; ++call) {
+    gpu.run(std::vector<ArgRef>{ArgRef{}});
+    auto *now = static_cast<const float *>(gpu.persistent(0));
+    for (int i = 0; i < 64; ++i)
+      ASSERT_EQ(now[i], float(start.getDouble(i) * std::pow(2.0, call))) << call << " " << i;
+  }
+  EXPECT_EQ(gpu.graphsCaptured(), 1);
+  // A caller's device tensor is copied before the kernel writes over it.
+  CudaExecutor other(p, fakeCubins(p));
+  std::vector<float> onDevice(64, 1.5f);
+  other.run({ArgRef{onDevice.data(), true}});
+  EXPECT_EQ(static_cast<const float *>(other.result(0))[63], 3.0f);
+  EXPECT_EQ(onDevice[63], 1.5f);
+}
+
 TEST_F(FakeCuda, OutOfRangeGatherIndicesAreReported) {
   Program p;
   int table = buffer(p, "table", {6, 4}, BufferInfo::Role::Argument);

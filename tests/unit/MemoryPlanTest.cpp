@@ -274,3 +274,49 @@ TEST(MemoryPlan, FormatNamesPeakBoundAndWriters) {
   EXPECT_NE(text.find("| 0..1 | forward | k0 (model.py:7)"), std::string::npos) << text;
   EXPECT_NE(text.find("| 2..end | forward | k2"), std::string::npos) << text;
 }
+
+namespace {
+/// x[i] = 2 x[i] over 16 floats: one buffer read and written.
+void doubleInPlaceKernel(void **buffers, int64_t, int64_t) {
+  auto *in = static_cast<const float *>(buffers[0]);
+  auto *out = static_cast<float *>(buffers[1]);
+  for (int i = 0; i < 16; ++i)
+    out[i] = 2 * in[i];
+}
+
+/// x <- 2x computed in place: result 0 is argument 0's own buffer.
+Program inPlaceProgram() {
+  Program p;
+  p.buffers = {f32Buffer("x", 16, BufferInfo::Role::Argument)};
+  p.arguments = {0};
+  kernelStep(p, {0, 0});
+  p.results = {0};
+  p.aliases = {{0, 0}};
+  return p;
+}
+} // namespace
+
+TEST(MemoryPlan, InPlaceCarriesNeedNoArenaAndNeverWriteTheCallersArray) {
+  Program p = inPlaceProgram();
+  EXPECT_TRUE(p.writesArgument(0));
+  MemoryPlan plan = planMemory(p);
+  EXPECT_EQ(plan.bytes, 0u); // nothing lives in the arena
+  std::vector<float> x(16, 3.0f);
+  {
+    // A persistent argument doubles where it is kept, call after call.
+    CpuExecutor exe(p, {&doubleInPlaceKernel}, nullptr);
+    exe.makePersistent(0, x.data());
+    exe.carry(0, 0);
+    for (int call = 0; call < 3; ++call)
+      exe.run(std::vector<ArgRef>{ArgRef{}});
+    EXPECT_EQ(static_cast<const float *>(exe.persistent(0))[7], 24.0f);
+    EXPECT_EQ(static_cast<const float *>(exe.result(0))[7], 24.0f);
+  }
+  {
+    // The caller's array is read, never written: the kernel works on a copy.
+    CpuExecutor exe(p, {&doubleInPlaceKernel}, nullptr);
+    exe.run(std::vector<ArgRef>{ArgRef{x.data()}});
+    EXPECT_EQ(static_cast<const float *>(exe.result(0))[0], 6.0f);
+    EXPECT_EQ(x[0], 3.0f);
+  }
+}

@@ -167,11 +167,25 @@ TEST(Program, ValidateNamesTheCorruption) {
         << e.what();
   }
   p.buffers[1].data.resize(16);
+  p.buffers.push_back(buffer("c", DType::F32, {2, 2}));
   Step g;
   g.kind = Step::Kind::Gemm;
   g.m = 2, g.n = 2, g.k = 2;
-  g.buffers = {0, 1, 0};
+  g.buffers = {0, 1, 2};
   p.steps.push_back(g);
+  EXPECT_NO_THROW(p.validate());
+  // A step writes an argument only as a carried result computed in place.
+  p.steps[0].buffers = {0, 1, 0};
+  try {
+    p.validate();
+    FAIL() << "a GEMM writing its argument was accepted";
+  } catch (const CompileError &e) {
+    EXPECT_NE(std::string(e.what()).find("writes argument buffer x, which is not a carried "
+                                         "result computed in place"),
+              std::string::npos)
+        << e.what();
+  }
+  p.aliases = {{0, 0}}; // result 0 is buffer 0: x's next value, in place
   EXPECT_NO_THROW(p.validate());
   p.steps[0].k = 3;
   EXPECT_THROW(p.validate(), CompileError);
