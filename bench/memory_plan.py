@@ -5,7 +5,8 @@ in step time.
     PYTHONPATH=build/python python3 bench/memory_plan.py plans [--no-gpt2-small] [--png out.png]
     PYTHONPATH=build/python python3 bench/memory_plan.py time [--steps 30] [--rounds 3]
 
-`plans` prints, per training step (AdamW; mlp_mnist: Adam), the planned
+`plans` prints, per training step (AdamW; mlp_mnist: Adam; `_ckpt`: each
+transformer block under tilefuse.checkpoint), the planned
 arena (peak), the lower bound (the most bytes live at one step), their
 ratio, the arena without planning (every buffer its own range, as before
 the planner), and the parameters, optimizer state and batch that live
@@ -17,7 +18,8 @@ below; no GPU is needed for either number).
 
 `time` runs each CPU workload's step with the plan and with
 TILEFUSE_MEMORY_PLAN=none (the unplanned layout, same kernels), alternating
-fresh processes, and reports the median step times and their ratio.
+fresh processes, and reports the median step times and their ratio. (Both
+rematerialize: the kernels are the same; the layout is what differs.)
 """
 import argparse
 import json
@@ -49,10 +51,15 @@ def workloads(gpt2_small):
         "deepfm": (W.deepfm_config(), W.deepfm_init, W.deepfm_batch, W.deepfm_loss, adamw,
                    "cpu"),
     }
+    out["gpt2_mini_ckpt"] = (W.gpt2_mini_config(checkpoint=True), W.gpt2_mini_init,
+                             W.gpt2_mini_batch, W.gpt2_mini_loss, adamw, "cpu")
     if gpt2_small:
         import torch_models
         out["gpt2_small"] = (torch_models.gpt2_small_config(), W.gpt2_mini_init,
                              W.gpt2_mini_batch, W.gpt2_mini_loss, adamw, "cuda:sm_90")
+        out["gpt2_small_ckpt"] = (torch_models.gpt2_small_config(checkpoint=True),
+                                  W.gpt2_mini_init, W.gpt2_mini_batch, W.gpt2_mini_loss, adamw,
+                                  "cuda:sm_90")
     return out
 
 
@@ -120,7 +127,7 @@ def plans(args):
             plan.save_png(args.png, title="gpt2_mini training step (AdamW, f32), CPU, "
                           "bench/memory_plan.py plans")
             print(f"  picture: {args.png}")
-        if name == "gpt2_small":
+        if name.startswith("gpt2_small"):
             est = torch_eager_estimate(cfg, n_params)
             row["torch_eager_estimate"] = est
             print(f"  GPT-2 small, batch {cfg['batch']}: tilefuse arena + params + AdamW "
@@ -153,7 +160,7 @@ def time_one(name, steps):
 
 def timing(args):
     results = {}
-    for name in ("gpt2_mini", "mlp_mnist", "deepfm"):
+    for name in ("gpt2_mini", "gpt2_mini_ckpt", "mlp_mnist", "deepfm"):
         samples = {"planned": [], "none": []}
         peaks = {}
         for _ in range(args.rounds):

@@ -153,12 +153,18 @@ private:
         t.setInt(0, int64_t(f.getValue().convertToDouble()));
       return constant(op, std::move(t.bytes), /*splat=*/true);
     }
+    if (auto barrier = llvm::dyn_cast<graph::RecomputeBarrierOp>(op)) {
+      // Only orders the ops that read it (fusion placed them after
+      // `after`); its value is its operand's buffer.
+      buffers[barrier.getResult()] = bufferOf(barrier.getOperand());
+      return success();
+    }
     if (auto g = llvm::dyn_cast<graph::GatherOp>(op)) {
       Step s;
       s.kind = Step::Kind::Gather;
       // A gather that checks another op's indices is named after it.
-      auto name = llvm::dyn_cast<NameLoc>(g.getLoc());
-      s.source = name ? name.getName().str() : "graph.gather";
+      std::string name = graph::locationName(g.getLoc());
+      s.source = name.empty() ? "graph.gather" : name;
       s.buffers = {bufferOf(g.getTable()), bufferOf(g.getIndices()), result(op)};
       prog.steps.push_back(s);
       return success();

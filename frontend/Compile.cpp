@@ -283,8 +283,13 @@ std::shared_ptr<Executable> Graph::compile(const std::string &device) const {
   std::unique_ptr<TargetInfo> target = TargetInfo::get(targetName);
   // The CPU kernels are compiled for TILEFUSE_CPU's CPU when it is set.
   const char *cpu = targetName == "cpu" ? std::getenv("TILEFUSE_CPU") : nullptr;
-  std::string key = targetName + (cpu ? std::string("/") + cpu : "") + "\n@" + impl_->entry +
-                    "\n" + mlir();
+  // Settings the compile reads from the environment are part of the key.
+  std::string settings;
+  for (const char *name : {"TILEFUSE_REMATERIALIZE", "TILEFUSE_MEMORY_PLAN"})
+    if (const char *v = std::getenv(name))
+      settings += std::string(" ") + name + "=" + v;
+  std::string key = targetName + (cpu ? std::string("/") + cpu : "") + settings + "\n@" +
+                    impl_->entry + "\n" + mlir();
   CompileCache &cache = compileCache();
   std::lock_guard<std::mutex> lock(cache.mutex);
   // (one compile at a time: the MLIR context is single-threaded)

@@ -32,6 +32,9 @@ MLIRContext &tilefuse::globalContext() {
 }
 
 std::string tilefuse::formatLocation(Location loc) {
+  if (auto name = llvm::dyn_cast<NameLoc>(loc))
+    if (name.getName().getValue().starts_with(graph::kCheckpointLocPrefix))
+      return formatLocation(name.getChildLoc());
   if (auto file = llvm::dyn_cast<FileLineColLoc>(loc))
     return file.getFilename().str() + ":" + std::to_string(file.getLine()) +
            (file.getColumn() ? ":" + std::to_string(file.getColumn()) : "");

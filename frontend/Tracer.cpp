@@ -64,6 +64,18 @@ struct Tracer::Impl {
   OwningOpRef<ModuleOp> module;
   func::FuncOp func;
   Location loc = UnknownLoc::get(&globalContext());
+  /// The user's source location; `loc` is it, marked with the innermost
+  /// open checkpoint region.
+  Location source = UnknownLoc::get(&globalContext());
+  std::vector<int64_t> checkpoints;
+  int64_t nextCheckpoint = 0;
+  void updateLocation() {
+    loc = checkpoints.empty()
+              ? source
+              : Location(NameLoc::get(StringAttr::get(&ctx(), graph::kCheckpointLocPrefix.str() +
+                                                               std::to_string(checkpoints.back())),
+                                      source));
+  }
   std::vector<Value> values;
   int64_t nextDropoutStream = 0;
   bool finished = false;
@@ -71,9 +83,9 @@ struct Tracer::Impl {
   MLIRContext &ctx() { return globalContext(); }
 
   std::string where() const {
-    if (llvm::isa<UnknownLoc>(loc))
+    if (llvm::isa<UnknownLoc>(source))
       return "";
-    return " (at " + formatLocation(loc) + ")";
+    return " (at " + formatLocation(source) + ")";
   }
   [[noreturn]] void fail(const std::string &msg) const {
     throw CompileError(msg + where());
@@ -205,10 +217,26 @@ Tracer::Tracer(const std::string &functionName)
 Tracer::~Tracer() = default;
 
 void Tracer::setLocation(const std::string &file, int line) {
-  impl_->loc = FileLineColLoc::get(&impl_->ctx(), file, line, 0);
+  impl_->source = FileLineColLoc::get(&impl_->ctx(), file, line, 0);
+  impl_->updateLocation();
 }
 
-void Tracer::clearLocation() { impl_->loc = UnknownLoc::get(&impl_->ctx()); }
+void Tracer::clearLocation() {
+  impl_->source = UnknownLoc::get(&impl_->ctx());
+  impl_->updateLocation();
+}
+
+void Tracer::beginCheckpoint() {
+  impl_->checkpoints.push_back(impl_->nextCheckpoint++);
+  impl_->updateLocation();
+}
+
+void Tracer::endCheckpoint() {
+  if (impl_->checkpoints.empty())
+    throw CompileError("endCheckpoint without a beginCheckpoint");
+  impl_->checkpoints.pop_back();
+  impl_->updateLocation();
+}
 
 ValueId Tracer::argument(DType dtype, const Shape &shape) {
   for (int64_t d : shape)

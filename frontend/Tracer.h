@@ -33,6 +33,12 @@ public:
   /// Location attached to the ops built from now on (the user's source).
   void setLocation(const std::string &file, int line);
   void clearLocation();
+  /// Ops built between beginCheckpoint() and the matching endCheckpoint()
+  /// form a checkpointed region: differentiation recomputes them in the
+  /// backward pass instead of keeping their results (tilefuse.checkpoint).
+  /// Regions nest; the innermost marks the ops.
+  void beginCheckpoint();
+  void endCheckpoint();
 
   ValueId argument(DType dtype, const Shape &shape);
   DType dtype(ValueId v) const;

@@ -23,9 +23,12 @@
 #include "passes/Passes.h"
 
 #include "mlir/IR/Builders.h"
+#include "mlir/IR/IRMapping.h"
+#include "llvm/ADT/DenseSet.h"
 #include "llvm/ADT/TypeSwitch.h"
 
 #include <cmath>
+#include <map>
 
 using namespace mlir;
 using namespace tilefuse;
@@ -63,6 +66,9 @@ public:
   }
 
   void accumulate(Value v, Value g) {
+    // A recomputed value's cotangent belongs to the value it recomputes.
+    for (auto it = recomputes.find(v); it != recomputes.end(); it = recomputes.find(v))
+      v = it->second;
     if (!needsCotangent(v))
       return;
     auto it = adjoints.find(v);
@@ -72,6 +78,9 @@ public:
       it->second = e.add(it->second, g);
   }
   Value adjoint(Value v) const { return adjoints.lookup(v); }
+  /// `copy` recomputes `value` (a checkpointed region's op rerun in the
+  /// backward pass, or a recompute barrier's result).
+  void noteRecomputed(Value copy, Value value) { recomputes[copy] = value; }
   /// The backward ops of a forward op carry its location (the user's line).
   void at(Location l) { e.setLocation(l); }
 
@@ -88,6 +97,7 @@ private:
 
   GraphEmitter e;
   llvm::DenseMap<Value, Value> adjoints;
+  llvm::DenseMap<Value, Value> recomputes;
 };
 
 void ReverseBuilder::minMax(Value a, Value b, Value g, bool isMax) {
@@ -307,6 +317,7 @@ LogicalResult ReverseBuilder::visit(Operation *op, Value g) {
         accumulate(a, ta ? e.matmul(b, g, tb, true) : e.matmul(g, b, false, !tb));
         accumulate(b, tb ? e.matmul(g, a, true, ta) : e.matmul(a, g, !ta, false));
       })
+      .Case([&](RecomputeBarrierOp o) { accumulate(o.getOperand(), g); })
       .Case([&](GatherOp o) {
         Value table = o.getTable();
         if (needsCotangent(table))
@@ -331,6 +342,33 @@ LogicalResult ReverseBuilder::visit(Operation *op, Value g) {
                      "decomposition: run decompose-composites first"
                    : "");
   return success();
+}
+
+/// Reruns the ops of a checkpointed region at `b`'s insertion point (where
+/// the backward pass reaches the region, `token` being the cotangent that
+/// got there), so their VJPs read recomputed values and the forward ones
+/// die in the forward pass (torch.utils.checkpoint). The region's inputs
+/// pass through recompute barriers after `token`: canonicalization and CSE
+/// cannot merge the rerun back, nor fusion move it into the forward pass.
+void recomputeRegion(OpBuilder &b, ArrayRef<Operation *> ops, Value token,
+                     ReverseBuilder &reverse, llvm::DenseMap<Operation *, Operation *> &rerun) {
+  llvm::DenseSet<Operation *> inRegion(ops.begin(), ops.end());
+  IRMapping map;
+  for (Operation *op : ops) {
+    for (Value v : op->getOperands()) {
+      Operation *def = v.getDefiningOp();
+      if (map.contains(v) || (def && inRegion.contains(def)) ||
+          (def && llvm::isa<FullOp, ConstantOp, IotaOp>(def)))
+        continue; // recomputed already, or a constant used as it is
+      auto barrier = b.create<RecomputeBarrierOp>(v.getLoc(), v, token);
+      reverse.noteRecomputed(barrier.getResult(), v);
+      map.map(v, barrier.getResult());
+    }
+    Operation *copy = b.clone(*op, map);
+    rerun[op] = copy;
+    for (auto [c, o] : llvm::zip(copy->getResults(), op->getResults()))
+      reverse.noteRecomputed(c, o);
+  }
 }
 
 } // namespace
@@ -372,8 +410,15 @@ FailureOr<func::FuncOp> tilefuse::buildValueAndGrad(func::FuncOp primal,
   Value loss = ret.getOperand(0);
   reverse.accumulate(loss, GraphEmitter(b, loss.getLoc()).fullLike(loss, 1.0));
   SmallVector<Operation *> forward;
-  for (Operation &op : body.without_terminator())
+  std::map<int64_t, SmallVector<Operation *>> regions; // checkpointed ops, in order
+  for (Operation &op : body.without_terminator()) {
     forward.push_back(&op);
+    int64_t region = checkpointRegionOf(op.getLoc());
+    if (region >= 0)
+      regions[region].push_back(&op);
+  }
+  // Forward op of a checkpointed region -> its copy in the backward pass.
+  llvm::DenseMap<Operation *, Operation *> rerun;
   for (Operation *op : llvm::reverse(forward)) {
     if (op->getNumResults() != 1)
       return op->emitOpError("has no differentiation rule");
@@ -382,7 +427,10 @@ FailureOr<func::FuncOp> tilefuse::buildValueAndGrad(func::FuncOp primal,
       continue;
     b.setInsertionPoint(ret);
     reverse.at(op->getLoc());
-    if (failed(reverse.visit(op, g))) {
+    int64_t region = checkpointRegionOf(op->getLoc());
+    if (region >= 0 && !rerun.count(op))
+      recomputeRegion(b, regions[region], g, reverse, rerun);
+    if (failed(reverse.visit(region >= 0 ? rerun.lookup(op) : op, g))) {
       grad.erase();
       return failure();
     }

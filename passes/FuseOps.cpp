@@ -37,7 +37,10 @@ bool isGenerator(Operation *op) {
   return llvm::isa<FullOp, IotaOp, ConstantOp>(op);
 }
 bool isLibraryCall(Operation *op) {
-  return llvm::isa<MatmulOp, GatherOp, ScatterAddOp>(op);
+  // A recompute barrier is no call, but like one it stays out of kernels
+  // (ProgramBuilder gives it its operand's buffer): what reads it runs
+  // after its `after` value, in the backward pass.
+  return llvm::isa<MatmulOp, GatherOp, ScatterAddOp, RecomputeBarrierOp>(op);
 }
 bool isReduction(Operation *op) {
   return llvm::isa<ReduceSumOp, ReduceMaxOp, ReduceMinOp, ArgmaxOp>(op);
@@ -115,10 +118,6 @@ bool onlyUnitDimsChange(ArrayRef<int64_t> a, ArrayRef<int64_t> b) {
   return x == y;
 }
 
-/// The most ops one kernel takes. Beyond a few hundred chained ops a kernel
-/// saves little memory traffic but costs LLVM superlinear time (a 2,000-op
-/// chain took 12.6 s as one kernel).
-constexpr size_t kMaxKernelOps = 256;
 
 /// Recomputed chains (views, cheap ops of leaves) are cloned into every
 /// kernel that reads them; past this depth the op is computed once in a
@@ -738,5 +737,7 @@ LogicalResult tilefuse::fuseFunction(func::FuncOp func, const TargetInfo &target
       return op.emitOpError("is a composite; run decompose-composites before "
                             "fusion");
   }
-  return Fuser(func, target, remarks).run();
+  if (failed(Fuser(func, target, remarks).run()))
+    return failure();
+  return rematerializeFunction(func);
 }

@@ -8,11 +8,24 @@ namespace tilefuse {
 
 class TargetInfo;
 
+/// The most ops one kernel takes. Beyond a few hundred chained ops a kernel
+/// saves little memory traffic but costs LLVM superlinear time (a 2,000-op
+/// chain took 12.6 s as one kernel).
+constexpr size_t kMaxKernelOps = 256;
+
 /// Groups the primitive graph ops of `func` into graph.fusion kernels (see
 /// FuseOpsPass in Passes.td). With `remarks`, every refused fusion is
 /// reported as a remark naming the reason.
 mlir::LogicalResult fuseFunction(mlir::func::FuncOp func,
                                  const TargetInfo &target, bool remarks);
+
+/// Recomputes a kernel's saved outputs inside the later kernel of the same
+/// iteration space that reads them, where that frees more bytes across
+/// the step than it keeps alive (see RematerializePass in Passes.td).
+/// fuseFunction ends with it. TILEFUSE_REMATERIALIZE sets the share of
+/// the function's bytes moved it may add, in percent (default 5; 0: off);
+/// a value that is not such a share fails with an error on `func`.
+mlir::LogicalResult rematerializeFunction(mlir::func::FuncOp func);
 
 } // namespace tilefuse
 

@@ -86,4 +86,27 @@ def FuseOpsPass : Pass<"fuse", "mlir::ModuleOp"> {
   let dependentDialects = ["::tilefuse::graph::GraphDialect"];
 }
 
+def RematerializePass : Pass<"rematerialize", "mlir::ModuleOp"> {
+  let summary = "Recompute saved kernel outputs inside the later kernel that reads them";
+  let description = [{
+    Runs on fused functions (the fuse pass ends with it). For a kernel F
+    and the last later kernel B that reads F's outputs over the same
+    iteration space (the same domain, and the same reduced dimensions when
+    F reduces), B is rebuilt to compute F's body from F's inputs. Reads of
+    F's outputs after B take B's recomputed values; reads before B that B
+    does not depend on (a backward GEMM that needs the probabilities) move
+    after B; reads B depends on (the forward pass) stay on F, and F keeps
+    only the outputs still read. Applied when the bytes of F's outputs that
+    no longer live until B exceed the bytes of F's inputs that now must:
+    attention's softmax then saves its scores instead of exp(s - max) and
+    the probabilities. No kernel is added, and the bytes F and B move beyond
+    what they moved before come out of a budget of 5% of the bytes all the
+    function's kernels and library calls move (the softmax's backward
+    kernel writes the probabilities again for the GEMM that needs them).
+    TILEFUSE_REMATERIALIZE=N sets that share to N percent (0 turns the
+    pass off; compile_train_step(memory_budget=...) raises it to fit).
+  }];
+  let dependentDialects = ["::tilefuse::graph::GraphDialect"];
+}
+
 #endif // TILEFUSE_PASSES

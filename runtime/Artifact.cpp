@@ -64,12 +64,19 @@ struct Reader {
   }
 };
 
-/// The library kept loaded for the life of the executor.
+/// The library kept loaded for the life of the executor, with the
+/// anonymous file it was loaded from: dlopen knows a library by its path,
+/// and /proc/self/fd/N names another library once N is closed and reused,
+/// so a second artifact loaded while this one lives would get this one's
+/// code. The file stays open (its number taken) until the library goes.
 struct LoadedLibrary {
   void *handle = nullptr;
+  int fd = -1;
   ~LoadedLibrary() {
     if (handle)
       dlclose(handle);
+    if (fd >= 0)
+      ::close(fd);
   }
 };
 
@@ -226,7 +233,11 @@ std::unique_ptr<CpuExecutor> tilefuse::loadCpuArtifact(const Artifact &a) {
   if (written)
     lib->handle = dlopen(path, RTLD_NOW | RTLD_LOCAL);
   std::string error = lib->handle ? "" : (written ? dlerror() : "short write");
-  ::close(fd);
+  if (anonymous && lib->handle) {
+    lib->fd = fd;
+  } else {
+    ::close(fd);
+  }
   if (!anonymous)
     std::remove(path);
   if (!lib->handle)

@@ -105,6 +105,7 @@ public:
         .Case([&](Expm1Op o) { return un(o, UK::Expm1); })
         .Case([&](FloorOp o) { return un(o, UK::Floor); })
         .Case([&](StopGradientOp o) { return get(o.getOperand()); })
+        .Case([&](RecomputeBarrierOp o) { return get(o.getOperand()); })
         .Case([&](SelectOp o) {
           return ref::select(get(o.getCond()), get(o.getOnTrue()),
                              get(o.getOnFalse()));
@@ -161,9 +162,9 @@ public:
                              o.getTransposeLhs(), o.getTransposeRhs());
         })
         .Case([&](GatherOp o) {
-          auto name = llvm::dyn_cast<NameLoc>(o.getLoc());
+          std::string name = locationName(o.getLoc());
           return ref::gather(get(o.getTable()), get(o.getIndices()),
-                             name ? name.getName().str() : "graph.gather");
+                             name.empty() ? "graph.gather" : name);
         })
         .Case([&](ScatterAddOp o) {
           return ref::scatterAdd(get(o.getBase()), get(o.getIndices()),

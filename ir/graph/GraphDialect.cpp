@@ -101,3 +101,26 @@ std::string tilefuse::graph::tensorSizeError(Type type) {
      << "no tensor of this shape can exist (check the shape computation)";
   return s;
 }
+
+int64_t tilefuse::graph::checkpointRegionOf(mlir::Location loc) {
+  int64_t id = -1;
+  loc->walk([&](mlir::Location inner) {
+    if (auto name = llvm::dyn_cast<mlir::NameLoc>(inner)) {
+      llvm::StringRef text = name.getName().getValue();
+      int64_t v = 0;
+      if (text.consume_front(kCheckpointLocPrefix) && !text.getAsInteger(10, v))
+        id = v;
+    }
+    return mlir::WalkResult::advance();
+  });
+  return id;
+}
+
+std::string tilefuse::graph::locationName(mlir::Location loc) {
+  while (auto name = llvm::dyn_cast<mlir::NameLoc>(loc)) {
+    if (!name.getName().getValue().starts_with(kCheckpointLocPrefix))
+      return name.getName().str();
+    loc = name.getChildLoc();
+  }
+  return "";
+}

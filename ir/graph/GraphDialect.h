@@ -39,6 +39,16 @@ mlir::ParseResult parseElementwiseOp(mlir::OpAsmParser &parser,
                                      mlir::OperationState &result);
 void printElementwiseOp(mlir::OpAsmPrinter &printer, mlir::Operation *op);
 
+/// Ops traced inside `tilefuse.checkpoint` carry a NameLoc named
+/// "<kCheckpointLocPrefix><region id>" around their source location; the
+/// autodiff pass recomputes such a region in the backward pass.
+inline constexpr llvm::StringLiteral kCheckpointLocPrefix = "tilefuse.checkpoint.";
+/// The checkpoint region `loc` belongs to, or -1.
+int64_t checkpointRegionOf(mlir::Location loc);
+/// The name an op's location gives it (a NameLoc that is not a checkpoint
+/// marker), or "".
+std::string locationName(mlir::Location loc);
+
 } // namespace tilefuse::graph
 
 #include "ir/graph/GraphDialect.h.inc"

@@ -144,6 +144,27 @@ def Graph_StopGradientOp : Graph_UnaryOp<"stop_gradient", "Arithmetic",
     the derivative (the max shift of softmax); fusion removes it.
   }]>;
 
+def Graph_RecomputeBarrierOp : Graph_Op<"recompute_barrier",
+    [AllTypesMatch<["operand", "result"]>]> {
+  let summary = "a value, available only once another exists";
+  let description = [{
+    `operand` unchanged, but only after `after` has been computed. A
+    checkpointed region (`tilefuse.checkpoint`) is recomputed in the
+    backward pass from its inputs passed through this op, with the region's
+    cotangent as `after`: canonicalization and CSE cannot merge the
+    recomputation back into the forward pass, and fusion cannot move it
+    there. It runs no code: its result is its operand's buffer.
+
+    Example:
+    ```mlir
+    %r = graph.recompute_barrier %x after %g : tensor<4x8xf32>, tensor<4x8xf32>
+    ```
+  }];
+  let arguments = (ins Graph_Tensor:$operand, Graph_Tensor:$after);
+  let results = (outs Graph_Tensor:$result);
+  let assemblyFormat = "$operand `after` $after attr-dict `:` type($operand) `,` type($after)";
+}
+
 //===----------------------------------------------------------------------===//
 // Composite elementwise ops (removed by --decompose).
 //===----------------------------------------------------------------------===//

@@ -194,6 +194,8 @@ PYBIND11_MODULE(_core, m) {
       .def(py::init<const std::string &>(), py::arg("name") = "main")
       .def("set_location", &Tracer::setLocation)
       .def("clear_location", &Tracer::clearLocation)
+      .def("begin_checkpoint", &Tracer::beginCheckpoint)
+      .def("end_checkpoint", &Tracer::endCheckpoint)
       .def("argument", [](Tracer &t, const std::string &dt, const Shape &s) {
         return t.argument(dtypeArg(dt), s);
       })

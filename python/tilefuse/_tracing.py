@@ -523,6 +523,26 @@ def where(cond, a, b):
     return Tensor(tr, tr.where(c._id, x._id, y._id))
 
 
+def checkpoint(fn, *args, **kwargs):
+    """`fn(*args, **kwargs)`, with its activations recomputed in the backward
+    pass instead of kept from the forward pass (torch.utils.checkpoint):
+    differentiation reruns the ops `fn` traced where the backward pass
+    reaches them, so only the region's inputs live across the step. Use it
+    around a transformer block to trade a second forward of the block for
+    its activations' memory. Outside a trace (no traced tensor among the
+    arguments) it just calls `fn`."""
+    leaves, _ = _pytree.flatten([list(args), dict(kwargs)])
+    base = next((x for x in leaves if isinstance(x, Tensor)), None)
+    if base is None:
+        return fn(*args, **kwargs)
+    tr = base._tracer
+    tr.begin_checkpoint()
+    try:
+        return fn(*args, **kwargs)
+    finally:
+        tr.end_checkpoint()
+
+
 def cat(tensors, dim=0):
     tensors = list(tensors)
     base = next((x for x in tensors if isinstance(x, Tensor)), None)

@@ -164,17 +164,84 @@ class TrainStep:
         self._seed = int(seed)
 
 
-def compile_train_step(loss_fn, params, example_batch, optimizer, device="auto", seed=0):
+def compile_train_step(loss_fn, params, example_batch, optimizer, device="auto", seed=0,
+                       memory_budget=None):
     """Compiles loss_fn(params, batch) or loss_fn(params, batch, seed) into one
     training step. `params` and `example_batch` are (nested) dicts of numpy
     arrays; `seed` (when loss_fn takes it) is a 0-d int64 tensor equal to
-    `seed + t - 1` at step t, for dropout."""
+    `seed + t - 1` at step t, for dropout.
+
+    `memory_budget` (bytes): the most the step may allocate: its arena
+    (`step.memory_plan().peak`), the parameters and optimizer state it
+    keeps, and on a GPU the batch's copy. Over it, the step is compiled
+    again with rematerialization allowed to add more bytes moved (25%, then
+    100% of the step's, instead of 5%); if it still does not fit,
+    CompileError says by how much and what is live at the peak (then:
+    a smaller batch, or `tilefuse.checkpoint` around blocks)."""
     device = resolve_device(device)
     graph, names, param_leaves, batch_spec, uses_seed = _build_train_step(
         loss_fn, params, example_batch, optimizer, seed)
-    return TrainStep(graph, names, [p.copy() for p in param_leaves],
-                     optimizer.state_names(), batch_spec, optimizer.lr, seed, uses_seed,
-                     device, optimizer._config()["kind"])
+
+    def build():
+        return TrainStep(graph, names, [p.copy() for p in param_leaves],
+                         optimizer.state_names(), batch_spec, optimizer.lr, seed, uses_seed,
+                         device, optimizer._config()["kind"])
+    if memory_budget is None:
+        return build()
+    return _fit_memory_budget(build, int(memory_budget), param_leaves, optimizer,
+                              example_batch, device)
+
+
+# Shares of the step's bytes moved that rematerialization may add, tried in
+# turn until a step fits its memory budget (the compiler's default first).
+_REMAT_SHARES = (None, "25", "100")
+
+
+def _fit_memory_budget(build, budget, param_leaves, optimizer, example_batch, device):
+    import os
+    if budget <= 0:
+        raise CompileError(f"memory_budget must be a positive number of bytes, got {budget}")
+    kept = sum(p.nbytes for p in param_leaves) * (1 + len(optimizer.state_names()))
+    batch_leaves, _ = _pytree.flatten(example_batch)
+    batch = sum(np.asarray(b).nbytes for b in batch_leaves) if device == "cuda" else 0
+    previous = os.environ.get("TILEFUSE_REMATERIALIZE")
+    tried = []
+    try:
+        for share in _REMAT_SHARES:
+            if share is None:
+                if previous is None:
+                    os.environ.pop("TILEFUSE_REMATERIALIZE", None)
+                else:
+                    os.environ["TILEFUSE_REMATERIALIZE"] = previous
+            else:
+                os.environ["TILEFUSE_REMATERIALIZE"] = share
+            step = build()
+            plan = step.memory_plan()
+            need = plan.peak + kept + batch
+            tried.append((share or previous or "5", need))
+            if need <= budget:
+                return step
+    finally:
+        if previous is None:
+            os.environ.pop("TILEFUSE_REMATERIALIZE", None)
+        else:
+            os.environ["TILEFUSE_REMATERIALIZE"] = previous
+    live = plan.live_bytes()
+    at = max(range(len(live)), key=live.__getitem__) - 1
+    biggest = sorted((b for b in plan.buffers if b.first <= at <= b.last),
+                     key=lambda b: -b.bytes)[:5]
+    mib = float(1 << 20)
+    rows = "; ".join(f"{b.name} {b.dtype}{list(b.shape)} {b.bytes / mib:.1f} MiB ({b.phase}, "
+                     f"{b.op}{' at ' + b.line if b.line else ''})" for b in biggest)
+    where = plan.step_phases[at] if 0 <= at < plan.steps else "the results"
+    raise CompileError(
+        f"the training step needs {need} bytes, {need - budget} ({(need - budget) / mib:.1f} MiB) "
+        f"more than memory_budget={budget}: arena {plan.peak} (its lower bound "
+        f"{plan.lower_bound}), parameters and optimizer state {kept}"
+        + (f", the batch {batch}" if batch else "")
+        + f"; rematerialization tried at {', '.join(s + '%' for s, _ in tried)} of the bytes "
+        f"moved. Live at the peak (step {at}, {where}): {rows}. Use a smaller batch or "
+        "tilefuse.checkpoint around blocks")
 
 
 def train_step_graph(loss_fn, params, example_batch, optimizer, seed=0):

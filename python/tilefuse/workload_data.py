@@ -33,10 +33,11 @@ def gpt2_mini_config(**overrides):
 
     Keys: n_layer, d_model, n_head, seq (tokens per sequence fed to the
     model), vocab, batch, dropout (probability, used everywhere dropout is
-    applied), layer_norm_eps.
+    applied), layer_norm_eps, checkpoint (True: each block runs under
+    tilefuse.checkpoint, its activations recomputed in the backward pass).
     """
     defaults = dict(n_layer=2, d_model=128, n_head=4, seq=128, vocab=1024, batch=4,
-                    dropout=0.1, layer_norm_eps=1e-5)
+                    dropout=0.1, layer_norm_eps=1e-5, checkpoint=False)
     cfg = _config(defaults, overrides)
     if cfg["d_model"] % cfg["n_head"]:
         raise ValueError("gpt2_mini: d_model must be a multiple of n_head")

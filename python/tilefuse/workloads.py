@@ -98,12 +98,17 @@ def gpt2_mini_logits(params, inputs, seed, config, training=False):
     d = config["d_model"]
     x = F.embedding(inputs, params["wte"]) + params["wpe"][:T]
     x = F.dropout(x, config["dropout"], training, seed=seed)
-    for i in range(config["n_layer"]):
-        h = f"h{i}."
+    def block(x, h):
         a = F.layer_norm(x, d, params[h + "ln1.w"], params[h + "ln1.b"], eps)
         x = x + _causal_self_attention(a, params, h + "attn.", seed, config, training)
         m = F.layer_norm(x, d, params[h + "ln2.w"], params[h + "ln2.b"], eps)
-        x = x + _mlp(m, params, h + "mlp.", seed, config, training)
+        return x + _mlp(m, params, h + "mlp.", seed, config, training)
+
+    for i in range(config["n_layer"]):
+        if config.get("checkpoint"):
+            x = tilefuse.checkpoint(block, x, f"h{i}.")
+        else:
+            x = block(x, f"h{i}.")
     x = F.layer_norm(x, d, params["lnf.w"], params["lnf.b"], eps)
     return F.linear(x, params["wte"])
 

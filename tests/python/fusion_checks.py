@@ -154,7 +154,9 @@ def check_coverage(fused, source_ops, what=""):
     """Every op kind of the unfused lowered function is computed by some
     kernel (or library call) and no kernel computes a kind the source does
     not have; an op that is neither cheap nor a 1-element value is computed
-    exactly once (counted per kind and size)."""
+    at least once and at most twice (counted per kind and size): once by
+    the fuser, once more where rematerialization recomputes a saved value
+    in the backward kernel that reads it (passes/Rematerialize.cpp)."""
     rows = fused.report()
     computed = Counter(op for r in rows for op in r["ops"])
     # stop_gradient only marks a value for differentiation; fusion removes it.
@@ -167,9 +169,12 @@ def check_coverage(fused, source_ops, what=""):
     once = lambda ops: Counter((k, n) for k, n in ops
                                if k not in CHEAP and k not in GENERATORS and n > 1
                                and k != "stop_gradient")
-    assert once(fused_ops) == once(source_ops), (
-        f"{what}: expensive ops duplicated or lost: fused {once(fused_ops) - once(source_ops)}, "
-        f"unfused {once(source_ops) - once(fused_ops)}")
+    fused_counts, source_counts = once(fused_ops), once(source_ops)
+    lost = source_counts - fused_counts
+    repeated = Counter({k: n for k, n in fused_counts.items() if n > 2 * source_counts[k]})
+    assert not lost and not repeated, (
+        f"{what}: expensive ops lost: {lost}; computed more than twice as often as in the "
+        f"unfused graph: {repeated} (unfused {source_counts})")
 
 
 def top_level(lines):

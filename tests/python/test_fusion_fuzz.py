@@ -31,7 +31,10 @@ or standardisation of data that is exactly constant in exact arithmetic
 1/sqrt(eps); a GEMM with FMAs and the exact interpreter round differently
 there, and no float64 run shows it. Graphs run in a child process, so a crash
 (segmentation fault) or a hang in the compiler fails the test with the
-graph that caused it, and the fuzzing goes on after it.
+graph that caused it, and the fuzzing goes on after it. The compiled graphs
+run with TILEFUSE_POISON_ARENA=1 (the workers and the reproducer below set
+it): executors fill every arena buffer outside its planned live range with
+0xFF (NaN), so a wrong memory plan gives a wrong answer, not a lucky one.
 
 Environment:
     TILEFUSE_FUZZ_GRAPHS=N   number of graphs (default 1000, ~15 s: the CI budget)
@@ -934,7 +937,10 @@ def fuzz(seed, indices, per_graph_timeout):
 # Tests
 # ---------------------------------------------------------------------------
 
-def test_fused_equals_unfused_on_random_graphs():
+def test_fused_equals_unfused_on_random_graphs(monkeypatch):
+    # The workers inherit it: every executor fills dead arena buffers with
+    # NaN, so a wrong live range is a wrong answer, not a lucky one.
+    monkeypatch.setenv("TILEFUSE_POISON_ARENA", "1")
     seed, indices, per_graph_timeout = _config()
     failures, seconds = fuzz(seed, indices, per_graph_timeout)
     print(f"fusion fuzz: {len(indices)} graphs, seed {seed}, {len(failures)} failing, "
@@ -1220,6 +1226,8 @@ def _main(argv):
     ap.add_argument("--minimize", action="store_true",
                     help="delta-minimize the failing graph's MLIR (child processes)")
     a = ap.parse_args(argv)
+    # As the test runs them: with the arena poisoned (see the test).
+    os.environ.setdefault("TILEFUSE_POISON_ARENA", "1")
     if a.worker:
         _worker(a.seed, [int(i) for i in a.indices.split(",")], a.progress, a.results, a.timeout)
         return 0

@@ -1,0 +1,406 @@
+//===- Rematerialize.cpp - recompute saved kernel outputs where they are read -===//
+//
+// A training step saves forward values for backward. When a forward kernel
+// F and a later kernel B iterate over the same domain, B can compute F's
+// body itself from F's inputs instead of reading F's saved outputs; F's
+// outputs then die in the forward pass. Done where that shortens live
+// ranges by more bytes than it lengthens F's inputs': attention's softmax
+// saves exp(s - max) and the probabilities, two [B, H, T, T] tensors, where
+// its backward kernel can recompute both from the scores alone. No kernel
+// is added, and what F and B move beyond their bytes before comes out of a
+// budget of 5% of the step's bytes moved.
+//
+//===----------------------------------------------------------------------===//
+#include "passes/FuseOps.h"
+
+#include "ir/graph/GraphDialect.h"
+#include "passes/Passes.h"
+
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/IRMapping.h"
+#include "llvm/ADT/DenseSet.h"
+#include "llvm/ADT/SetVector.h"
+
+#include <cstdlib>
+#include <cstring>
+
+namespace tilefuse {
+#define GEN_PASS_DEF_REMATERIALIZEPASS
+#include "passes/Passes.h.inc"
+} // namespace tilefuse
+
+using namespace mlir;
+using namespace tilefuse;
+using namespace tilefuse::graph;
+
+namespace {
+
+int64_t bytesOf(Value v) {
+  auto t = llvm::cast<RankedTensorType>(v.getType());
+  int64_t n = 1;
+  for (int64_t d : t.getShape())
+    n *= d;
+  unsigned bits = t.getElementType().getIntOrFloatBitWidth();
+  return n * std::max<int64_t>(1, bits / 8);
+}
+
+/// One rematerialization of F into B, planned before anything changes.
+struct Plan {
+  FusionOp f, b;
+  /// Ops (outside F and B) that read F's outputs before B without feeding
+  /// B: they move after B and read B's recomputed values.
+  SmallVector<Operation *> sink;
+  int64_t gain = 0;
+  /// Bytes F and B move beyond what they moved before.
+  int64_t extraBytes = 0;
+};
+
+/// The share of a step's bytes moved that rematerialization may add,
+/// unless TILEFUSE_REMATERIALIZE says another.
+constexpr int64_t kBandwidthBudgetPercent = 5;
+
+class Rematerializer {
+public:
+  Rematerializer(func::FuncOp func, int64_t percent)
+      : block(func.getBody().front()), percent(percent) {}
+
+  void run() {
+    // Bytes every kernel and library call reads and writes: the step's
+    // traffic, of which rematerialization may add a few percent.
+    int64_t traffic = 0;
+    for (Operation &op : block.without_terminator())
+      if (llvm::isa<FusionOp, MatmulOp, GatherOp, ScatterAddOp>(op)) {
+        for (Value v : op.getOperands())
+          traffic += bytesOf(v);
+        for (Value v : op.getResults())
+          traffic += bytesOf(v);
+      }
+    budget = traffic / 100 * percent;
+    SmallVector<FusionOp> kernels(block.getOps<FusionOp>());
+    for (FusionOp f : kernels) {
+      if (erased.contains(f.getOperation()))
+        continue;
+      std::optional<Plan> plan = planFor(f);
+      if (!plan)
+        continue;
+      budget -= plan->extraBytes;
+      apply(*plan);
+    }
+  }
+
+private:
+  void number() {
+    position.clear();
+    unsigned i = 0;
+    for (Operation &op : block)
+      position[&op] = i++;
+  }
+
+  /// Whether B can compute F's body: the same iteration space, and B reads
+  /// F's outputs only at the element it computes (no view remaps them; a
+  /// per-row value broadcast over its row counts as read in place), so F's
+  /// body runs at B's own coordinates (a row reduction once per row).
+  static bool compatible(FusionOp f, FusionOp b) {
+    if (f.getKind() == "matmul" || b.getKind() == "matmul")
+      return false;
+    if (f.getDomain() != b.getDomain())
+      return false;
+    if (f.getKind() != "pointwise" && f.getReduced() != b.getReduced())
+      return false;
+    Block &body = b.getBody().front();
+    if (f.getBody().front().getOperations().size() + body.getOperations().size() >
+        kMaxKernelOps)
+      return false;
+    // A per-row value (keepdim shape: the domain with the reduced
+    // dimensions 1) broadcast back over its row is read at its own row.
+    SmallVector<int64_t> rowShape(f.getDomain());
+    for (int64_t d : f.getReduced())
+      rowShape[size_t(d)] = 1;
+    auto readsOwnRow = [&](BroadcastInDimOp bc) {
+      auto in = llvm::cast<RankedTensorType>(bc.getOperand().getType()).getShape();
+      if (SmallVector<int64_t>(in) != rowShape ||
+          llvm::cast<RankedTensorType>(bc.getType()).getShape() != f.getDomain())
+        return false;
+      for (auto [i, d] : llvm::enumerate(bc.getDims()))
+        if (int64_t(i) != d)
+          return false;
+      return true;
+    };
+    for (auto [arg, in] : llvm::zip(body.getArguments(), b.getInputs()))
+      if (in.getDefiningOp() == f.getOperation())
+        for (Operation *user : arg.getUsers()) {
+          auto bc = llvm::dyn_cast<BroadcastInDimOp>(user);
+          if ((bc && !readsOwnRow(bc)) ||
+              llvm::isa<TransposeOp, SliceOp, ReshapeOp, ConcatOp>(user))
+            return false;
+        }
+    return true;
+  }
+
+  /// The ops B depends on (its backward slice in this block).
+  llvm::DenseSet<Operation *> sliceOf(Operation *b) {
+    llvm::DenseSet<Operation *> slice;
+    SmallVector<Operation *> work = {b};
+    while (!work.empty()) {
+      Operation *op = work.pop_back_val();
+      for (Value v : op->getOperands())
+        if (Operation *def = v.getDefiningOp())
+          if (def->getBlock() == &block && slice.insert(def).second)
+            work.push_back(def);
+    }
+    return slice;
+  }
+
+  std::optional<Plan> planFor(FusionOp f) {
+    if (f.getKind() == "matmul")
+      return std::nullopt;
+    number();
+    // B: the last kernel reading F's outputs over the same space.
+    FusionOp b;
+    for (Value r : f.getResults())
+      for (Operation *user : r.getUsers())
+        if (auto k = llvm::dyn_cast<FusionOp>(user))
+          if (compatible(f, k) && (!b || position[k] > position[b]))
+            b = k;
+    if (!b)
+      return std::nullopt;
+    unsigned at = position[b];
+    llvm::DenseSet<Operation *> slice = sliceOf(b);
+    Plan plan{f, b, {}, 0};
+    llvm::SetVector<Operation *> sink;
+    // Each output: which reads stay on F, and whether it is then free
+    // before B.
+    for (Value r : f.getResults()) {
+      bool longLived = false, stays = false;
+      for (Operation *user : r.getUsers()) {
+        if (position[user] >= at)
+          longLived = true;
+        if (user == b || position[user] > at)
+          continue; // B recomputes it; later reads take B's value
+        if (slice.contains(user)) {
+          stays = true; // B needs what this read produces: it stays before B
+          continue;
+        }
+        longLived = true;
+        // This read and everything before B that reads its results move
+        // after B; none of them may feed B.
+        SmallVector<Operation *> work = {user};
+        while (!work.empty()) {
+          Operation *op = work.pop_back_val();
+          if (position[op] > at || !sink.insert(op))
+            continue;
+          if (slice.contains(op) || llvm::isa<func::ReturnOp>(op))
+            return std::nullopt;
+          for (Operation *next : op->getUsers())
+            work.push_back(next);
+        }
+      }
+      (void)stays;
+      if (longLived)
+        plan.gain += bytesOf(r);
+    }
+    // F's inputs that died before B now live until B.
+    for (Value in : f.getInputs()) {
+      bool readAtOrAfterB = llvm::any_of(in.getUsers(), [&](Operation *user) {
+        return user->getBlock() == &block && position[user] >= at;
+      });
+      bool argument = llvm::isa<BlockArgument>(in);
+      if (!readAtOrAfterB && !argument)
+        plan.gain -= bytesOf(in);
+    }
+    if (plan.gain <= 0)
+      return std::nullopt;
+    // Bytes moved: what F and B read and write more than before comes out
+    // of the step's budget.
+    auto bytes = [](ValueRange values) {
+      int64_t total = 0;
+      for (Value v : values)
+        total += bytesOf(v);
+      return total;
+    };
+    int64_t before = bytes(f.getInputs()) + bytes(f.getResults()) + bytes(b.getInputs()) +
+                     bytes(b.getResults());
+    llvm::SetVector<Value> newInputs;
+    for (Value in : b.getInputs())
+      if (in.getDefiningOp() != f.getOperation())
+        newInputs.insert(in);
+    newInputs.insert(f.getInputs().begin(), f.getInputs().end());
+    int64_t after = bytes(b.getResults());
+    for (Value in : newInputs)
+      after += bytesOf(in);
+    bool fStays = false;
+    for (Value r : f.getResults()) {
+      bool staysOnF = false, leaves = false;
+      for (Operation *user : r.getUsers()) {
+        if (user != b.getOperation() && position[user] < at && !sink.contains(user))
+          staysOnF = true;
+        if (user != b.getOperation() && (position[user] > at || sink.contains(user)))
+          leaves = true;
+      }
+      if (staysOnF)
+        after += bytesOf(r);
+      if (leaves)
+        after += bytesOf(r); // B writes it too
+      fStays |= staysOnF;
+    }
+    if (fStays)
+      after += bytes(f.getInputs());
+    plan.extraBytes = std::max<int64_t>(0, after - before);
+    if (plan.extraBytes > budget)
+      return std::nullopt;
+    plan.sink.assign(sink.begin(), sink.end());
+    llvm::sort(plan.sink, [&](Operation *x, Operation *y) { return position[x] < position[y]; });
+    return plan;
+  }
+
+  void apply(Plan &plan) {
+    FusionOp f = plan.f, b = plan.b;
+    // Inputs of the new B: B's own except F's outputs, then F's.
+    llvm::SetVector<Value> inputs;
+    for (Value in : b.getInputs())
+      if (in.getDefiningOp() != f.getOperation())
+        inputs.insert(in);
+    for (Value in : f.getInputs())
+      inputs.insert(in);
+    // F's outputs read after B (or by reads that move there) come out of B.
+    SmallVector<unsigned> reexported;
+    llvm::DenseSet<Operation *> moving(plan.sink.begin(), plan.sink.end());
+    number();
+    unsigned at = position[b];
+    for (auto [i, r] : llvm::enumerate(f.getResults()))
+      if (llvm::any_of(r.getUsers(), [&](Operation *user) {
+            return user != b.getOperation() && (position[user] > at || moving.contains(user));
+          }))
+        reexported.push_back(unsigned(i));
+
+    OpBuilder builder(b);
+    SmallVector<Type> types(b.getResultTypes());
+    for (unsigned i : reexported)
+      types.push_back(f.getResult(i).getType());
+    auto fused = builder.create<FusionOp>(b.getLoc(), types, b.getKernelNameAttr(),
+                                          inputs.getArrayRef(), b.getKindAttr(),
+                                          b.getDomainAttr(), b.getReducedAttr());
+    Block *body = builder.createBlock(&fused.getBody());
+    IRMapping outer; // value outside -> block argument
+    for (Value in : inputs)
+      outer.map(in, body->addArgument(in.getType(), in.getLoc()));
+    OpBuilder inner = OpBuilder::atBlockEnd(body);
+    // F's body on F's inputs.
+    IRMapping fMap;
+    Block &fBody = f.getBody().front();
+    for (auto [arg, in] : llvm::zip(fBody.getArguments(), f.getInputs()))
+      fMap.map(arg, outer.lookup(in));
+    for (Operation &op : fBody.without_terminator())
+      inner.clone(op, fMap);
+    SmallVector<Value> fValues;
+    for (Value y : fBody.getTerminator()->getOperands())
+      fValues.push_back(fMap.lookupOrDefault(y));
+    // B's body, reading F's values where it read F's outputs.
+    IRMapping bMap;
+    Block &bBody = b.getBody().front();
+    for (auto [arg, in] : llvm::zip(bBody.getArguments(), b.getInputs())) {
+      if (in.getDefiningOp() == f.getOperation())
+        bMap.map(arg, fValues[llvm::cast<OpResult>(in).getResultNumber()]);
+      else
+        bMap.map(arg, outer.lookup(in));
+    }
+    for (Operation &op : bBody.without_terminator())
+      inner.clone(op, bMap);
+    SmallVector<Value> yielded;
+    for (Value y : bBody.getTerminator()->getOperands())
+      yielded.push_back(bMap.lookupOrDefault(y));
+    for (unsigned i : reexported)
+      yielded.push_back(fValues[i]);
+    inner.create<YieldOp>(b.getLoc(), yielded);
+
+    // Reads that moved go after the new B, in their order.
+    Operation *insertAfter = fused.getOperation();
+    for (Operation *op : plan.sink) {
+      op->moveAfter(insertAfter);
+      insertAfter = op;
+    }
+    for (unsigned i = 0; i < b.getNumResults(); ++i)
+      b.getResult(i).replaceAllUsesWith(fused.getResult(i));
+    number();
+    unsigned newAt = position[fused];
+    for (auto [k, i] : llvm::enumerate(reexported))
+      f.getResult(i).replaceUsesWithIf(fused.getResult(b.getNumResults() + k),
+                                       [&](OpOperand &use) {
+                                         Operation *owner = use.getOwner();
+                                         return owner != b.getOperation() &&
+                                                position[owner] > newAt;
+                                       });
+    b.erase();
+    erased.insert(b.getOperation());
+    shrink(f);
+  }
+
+  /// F without the outputs nobody reads any more (or gone entirely).
+  void shrink(FusionOp f) {
+    SmallVector<unsigned> live;
+    for (auto [i, r] : llvm::enumerate(f.getResults()))
+      if (!r.use_empty())
+        live.push_back(unsigned(i));
+    erased.insert(f.getOperation());
+    if (live.empty()) {
+      f.erase();
+      return;
+    }
+    if (live.size() == f.getNumResults()) {
+      erased.erase(f.getOperation());
+      return;
+    }
+    OpBuilder builder(f);
+    SmallVector<Type> types;
+    for (unsigned i : live)
+      types.push_back(f.getResult(i).getType());
+    auto smaller = builder.create<FusionOp>(f.getLoc(), types, f.getKernelNameAttr(),
+                                            f.getInputs(), f.getKindAttr(), f.getDomainAttr(),
+                                            f.getReducedAttr());
+    smaller.getBody().takeBody(f.getBody());
+    Operation *yield = smaller.getBody().front().getTerminator();
+    SmallVector<Value> kept;
+    for (unsigned i : live)
+      kept.push_back(yield->getOperand(i));
+    OpBuilder atYield(yield);
+    atYield.create<YieldOp>(yield->getLoc(), kept);
+    yield->erase();
+    for (auto [k, i] : llvm::enumerate(live))
+      f.getResult(i).replaceAllUsesWith(smaller.getResult(unsigned(k)));
+    f.erase();
+  }
+
+  Block &block;
+  /// Bytes moved rematerialization may still add, and its share of the
+  /// step's traffic in percent.
+  int64_t budget = 0;
+  int64_t percent;
+  llvm::DenseMap<Operation *, unsigned> position;
+  llvm::DenseSet<Operation *> erased;
+};
+
+struct RematerializePass : tilefuse::impl::RematerializePassBase<RematerializePass> {
+  void runOnOperation() override {
+    for (auto func : getOperation().getOps<func::FuncOp>())
+      if (failed(rematerializeFunction(func)))
+        return signalPassFailure();
+  }
+};
+
+} // namespace
+
+LogicalResult tilefuse::rematerializeFunction(func::FuncOp func) {
+  int64_t percent = kBandwidthBudgetPercent;
+  if (const char *v = std::getenv("TILEFUSE_REMATERIALIZE"); v && *v) {
+    char *end = nullptr;
+    long n = std::strtol(v, &end, 10);
+    if (*end != '\0' || n < 0 || n > 1000)
+      return func.emitError("TILEFUSE_REMATERIALIZE=")
+             << v << " is not a share of the bytes moved in percent (0: off, 0..1000; "
+             << "unset: " << kBandwidthBudgetPercent << ")";
+    percent = n;
+  }
+  if (percent > 0)
+    Rematerializer(func, percent).run();
+  return success();
+}

@@ -1,0 +1,133 @@
+// RUN: tilefuse-opt %s --rematerialize --split-input-file | FileCheck %s
+// RUN: env TILEFUSE_REMATERIALIZE=0 tilefuse-opt %s --rematerialize --split-input-file | FileCheck %s --check-prefix=OFF
+
+// Attention's shape in small: a softmax kernel (F) saves exp(s - max) and
+// the probabilities; the forward GEMM reads the probabilities, a backward
+// GEMM (dv) reads them again, and the backward softmax kernel (B) reads
+// exp(s - max). B recomputes F's body from the scores: F keeps only the
+// probabilities the forward GEMM needs, B also yields them for dv, which
+// moves after B.
+// CHECK-LABEL: func.func @softmax_saved_for_backward
+// CHECK: %[[F:.+]] = graph.fusion "kernel0"(%arg0) {{.*}} : (tensor<4x8xf32>) -> tensor<4x8xf32> {
+// CHECK: %[[Y:.+]] = graph.matmul %[[F]], %arg1
+// The pointwise kernel making dp folds into B as well (dp is read by B alone).
+// CHECK-NOT: "kernel1"
+// CHECK: %[[B:.+]]:2 = graph.fusion "kernel2"(%arg0, %arg2, %[[Y]]) {{.*}} -> (tensor<4x8xf32>, tensor<4x8xf32>) {
+// CHECK: graph.reduce_max
+// CHECK: graph.exp
+// CHECK: graph.reduce_sum
+// CHECK: %[[DV:.+]] = graph.matmul %[[B]]#1, %arg2 {transpose_lhs = true}
+// CHECK: return %[[Y]], %[[DV]], %[[B]]#0
+// OFF-LABEL: func.func @softmax_saved_for_backward
+// OFF: graph.fusion "kernel0"(%arg0) {{.*}} -> (tensor<4x8xf32>, tensor<4x8xf32>)
+func.func @softmax_saved_for_backward(%s: tensor<4x8xf32>, %v: tensor<8x8xf32>, %dy: tensor<4x8xf32>)
+    -> (tensor<4x8xf32>, tensor<8x8xf32>, tensor<4x8xf32>) {
+  %f:2 = graph.fusion "kernel0"(%s) {domain = array<i64: 4, 8>, kind = "reduction", reduced = array<i64: 1>}
+      : (tensor<4x8xf32>) -> (tensor<4x8xf32>, tensor<4x8xf32>) {
+  ^bb0(%a: tensor<4x8xf32>):
+    %m = graph.reduce_max %a {dims = array<i64: 1>, keepdim = true} : (tensor<4x8xf32>) -> tensor<4x1xf32>
+    %mb = graph.broadcast_in_dim %m {dims = array<i64: 0, 1>} : (tensor<4x1xf32>) -> tensor<4x8xf32>
+    %d = graph.sub %a, %mb : tensor<4x8xf32>
+    %e = graph.exp %d : tensor<4x8xf32>
+    %sum = graph.reduce_sum %e {dims = array<i64: 1>, keepdim = true} : (tensor<4x8xf32>) -> tensor<4x1xf32>
+    %sb = graph.broadcast_in_dim %sum {dims = array<i64: 0, 1>} : (tensor<4x1xf32>) -> tensor<4x8xf32>
+    %p = graph.div %e, %sb : tensor<4x8xf32>
+    graph.yield %e, %p : tensor<4x8xf32>, tensor<4x8xf32>
+  }
+  %y = graph.matmul %f#1, %v : (tensor<4x8xf32>, tensor<8x8xf32>) -> tensor<4x8xf32>
+  %dp = graph.fusion "kernel1"(%dy, %y) {domain = array<i64: 4, 8>, kind = "pointwise", reduced = array<i64>}
+      : (tensor<4x8xf32>, tensor<4x8xf32>) -> tensor<4x8xf32> {
+  ^bb0(%a: tensor<4x8xf32>, %b: tensor<4x8xf32>):
+    %0 = graph.mul %a, %b : tensor<4x8xf32>
+    graph.yield %0 : tensor<4x8xf32>
+  }
+  %dv = graph.matmul %f#1, %dy {transpose_lhs = true} : (tensor<4x8xf32>, tensor<4x8xf32>) -> tensor<8x8xf32>
+  %dx = graph.fusion "kernel2"(%f#0, %dp) {domain = array<i64: 4, 8>, kind = "reduction", reduced = array<i64: 1>}
+      : (tensor<4x8xf32>, tensor<4x8xf32>) -> tensor<4x8xf32> {
+  ^bb0(%e: tensor<4x8xf32>, %g: tensor<4x8xf32>):
+    %0 = graph.mul %g, %e : tensor<4x8xf32>
+    %1 = graph.reduce_sum %0 {dims = array<i64: 1>, keepdim = true} : (tensor<4x8xf32>) -> tensor<4x1xf32>
+    %2 = graph.broadcast_in_dim %1 {dims = array<i64: 0, 1>} : (tensor<4x1xf32>) -> tensor<4x8xf32>
+    %3 = graph.sub %g, %2 : tensor<4x8xf32>
+    %4 = graph.mul %e, %3 : tensor<4x8xf32>
+    graph.yield %4 : tensor<4x8xf32>
+  }
+  return %y, %dv, %dx : tensor<4x8xf32>, tensor<8x8xf32>, tensor<4x8xf32>
+}
+
+// -----
+
+// Recomputing would keep x (a GEMM's result, as large as the saved value)
+// alive instead: no gain, nothing changes.
+// CHECK-LABEL: func.func @no_gain
+// CHECK: %[[X:.+]] = graph.matmul
+// CHECK: %[[T:.+]] = graph.fusion "kernel0"(%[[X]])
+// CHECK: graph.fusion "kernel1"(%arg2, %[[T]])
+// CHECK-NOT: graph.exp
+// CHECK: return
+func.func @no_gain(%a: tensor<8x8xf32>, %w: tensor<8x8xf32>, %y: tensor<8x8xf32>) -> tensor<8x8xf32> {
+  %x = graph.matmul %a, %w : (tensor<8x8xf32>, tensor<8x8xf32>) -> tensor<8x8xf32>
+  %t = graph.fusion "kernel0"(%x) {domain = array<i64: 8, 8>, kind = "pointwise", reduced = array<i64>}
+      : (tensor<8x8xf32>) -> tensor<8x8xf32> {
+  ^bb0(%v: tensor<8x8xf32>):
+    %0 = graph.exp %v : tensor<8x8xf32>
+    graph.yield %0 : tensor<8x8xf32>
+  }
+  %u = graph.fusion "kernel1"(%y, %t) {domain = array<i64: 8, 8>, kind = "pointwise", reduced = array<i64>}
+      : (tensor<8x8xf32>, tensor<8x8xf32>) -> tensor<8x8xf32> {
+  ^bb0(%p: tensor<8x8xf32>, %q: tensor<8x8xf32>):
+    %0 = graph.mul %p, %q : tensor<8x8xf32>
+    graph.yield %0 : tensor<8x8xf32>
+  }
+  return %u : tensor<8x8xf32>
+}
+
+// -----
+
+// B reads F's output transposed: F's body would run at other coordinates
+// than B's. Nothing changes.
+// CHECK-LABEL: func.func @remapped_read
+// CHECK: %[[T:.+]] = graph.fusion "kernel0"(%arg0)
+// CHECK: graph.fusion "kernel1"(%arg1, %[[T]])
+// CHECK: graph.transpose
+func.func @remapped_read(%x: tensor<8x8xf32>, %y: tensor<8x8xf32>) -> tensor<8x8xf32> {
+  %t = graph.fusion "kernel0"(%x) {domain = array<i64: 8, 8>, kind = "pointwise", reduced = array<i64>}
+      : (tensor<8x8xf32>) -> tensor<8x8xf32> {
+  ^bb0(%v: tensor<8x8xf32>):
+    %0 = graph.exp %v : tensor<8x8xf32>
+    graph.yield %0 : tensor<8x8xf32>
+  }
+  %u = graph.fusion "kernel1"(%y, %t) {domain = array<i64: 8, 8>, kind = "pointwise", reduced = array<i64>}
+      : (tensor<8x8xf32>, tensor<8x8xf32>) -> tensor<8x8xf32> {
+  ^bb0(%p: tensor<8x8xf32>, %q: tensor<8x8xf32>):
+    %0 = graph.transpose %q {perm = array<i64: 1, 0>} : (tensor<8x8xf32>) -> tensor<8x8xf32>
+    %1 = graph.mul %p, %0 : tensor<8x8xf32>
+    graph.yield %1 : tensor<8x8xf32>
+  }
+  return %u : tensor<8x8xf32>
+}
+
+// -----
+
+// F's only reader is B and F reads an argument: B simply computes F's body
+// and F goes away (one kernel less).
+// CHECK-LABEL: func.func @producer_folds_into_consumer
+// CHECK-NOT: "kernel0"
+// CHECK: graph.fusion "kernel1"(%arg1, %arg0)
+// CHECK: graph.exp
+// CHECK: graph.mul
+func.func @producer_folds_into_consumer(%x: tensor<64xf32>, %y: tensor<64xf32>) -> tensor<64xf32> {
+  %t = graph.fusion "kernel0"(%x) {domain = array<i64: 64>, kind = "pointwise", reduced = array<i64>}
+      : (tensor<64xf32>) -> tensor<64xf32> {
+  ^bb0(%a: tensor<64xf32>):
+    %0 = graph.exp %a : tensor<64xf32>
+    graph.yield %0 : tensor<64xf32>
+  }
+  %u = graph.fusion "kernel1"(%y, %t) {domain = array<i64: 64>, kind = "pointwise", reduced = array<i64>}
+      : (tensor<64xf32>, tensor<64xf32>) -> tensor<64xf32> {
+  ^bb0(%a: tensor<64xf32>, %b: tensor<64xf32>):
+    %0 = graph.mul %a, %b : tensor<64xf32>
+    graph.yield %0 : tensor<64xf32>
+  }
+  return %u : tensor<64xf32>
+}
