@@ -64,8 +64,9 @@ struct Tracer::Impl {
   OwningOpRef<ModuleOp> module;
   func::FuncOp func;
   Location loc = UnknownLoc::get(&globalContext());
-  /// The user's source location; `loc` is it, marked with the innermost
-  /// open checkpoint region.
+  /// The user's source location; `loc` is it, marked with the outermost
+  /// open checkpoint region (a region inside another is part of the outer
+  /// one's rerun).
   Location source = UnknownLoc::get(&globalContext());
   std::vector<int64_t> checkpoints;
   int64_t nextCheckpoint = 0;
@@ -73,7 +74,7 @@ struct Tracer::Impl {
     loc = checkpoints.empty()
               ? source
               : Location(NameLoc::get(StringAttr::get(&ctx(), graph::kCheckpointLocPrefix.str() +
-                                                               std::to_string(checkpoints.back())),
+                                                               std::to_string(checkpoints.front())),
                                       source));
   }
   std::vector<Value> values;

@@ -36,7 +36,8 @@ public:
   /// Ops built between beginCheckpoint() and the matching endCheckpoint()
   /// form a checkpointed region: differentiation recomputes them in the
   /// backward pass instead of keeping their results (tilefuse.checkpoint).
-  /// Regions nest; the innermost marks the ops.
+  /// Regions nest: the outermost marks the ops (the inner ones rerun as
+  /// part of it).
   void beginCheckpoint();
   void endCheckpoint();
 

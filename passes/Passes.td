@@ -99,7 +99,9 @@ def RematerializePass : Pass<"rematerialize", "mlir::ModuleOp"> {
     only the outputs still read. Applied when the bytes of F's outputs that
     no longer live until B exceed the bytes of F's inputs that now must:
     attention's softmax then saves its scores instead of exp(s - max) and
-    the probabilities. No kernel is added, and the bytes F and B move beyond
+    the probabilities. Each rematerialization is tried on a copy of the
+    function and kept only if the most bytes live at once (over the op
+    order) do not grow. No kernel is added, and the bytes F and B move beyond
     what they moved before come out of a budget of 5% of the bytes all the
     function's kernels and library calls move (the softmax's backward
     kernel writes the probabilities again for the GEMM that needs them).

@@ -59,36 +59,80 @@ struct Plan {
 /// unless TILEFUSE_REMATERIALIZE says another.
 constexpr int64_t kBandwidthBudgetPercent = 5;
 
-class Rematerializer {
-public:
-  Rematerializer(func::FuncOp func, int64_t percent)
-      : block(func.getBody().front()), percent(percent) {}
-
-  void run() {
-    // Bytes every kernel and library call reads and writes: the step's
-    // traffic, of which rematerialization may add a few percent.
-    int64_t traffic = 0;
-    for (Operation &op : block.without_terminator())
-      if (llvm::isa<FusionOp, MatmulOp, GatherOp, ScatterAddOp>(op)) {
-        for (Value v : op.getOperands())
-          traffic += bytesOf(v);
-        for (Value v : op.getResults())
-          traffic += bytesOf(v);
+/// The most bytes live at once over `block`'s op order: every value a
+/// top-level op defines lives from its op to its last reader (a recompute
+/// barrier's result is its operand's bytes), results to the end. The
+/// Program's lower bound before scheduling, in small.
+int64_t livePeak(Block &block) {
+  llvm::DenseMap<Operation *, unsigned> position;
+  unsigned n = 0;
+  for (Operation &op : block)
+    position[&op] = n++;
+  std::vector<int64_t> delta(n + 2, 0);
+  for (Operation &op : block.without_terminator()) {
+    if (llvm::isa<RecomputeBarrierOp>(op))
+      continue;
+    for (Value v : op.getResults()) {
+      unsigned last = position[&op];
+      SmallVector<Value> aliases = {v};
+      while (!aliases.empty()) {
+        Value a = aliases.pop_back_val();
+        for (Operation *user : a.getUsers()) {
+          last = std::max(last, position[user]);
+          if (auto barrier = llvm::dyn_cast<RecomputeBarrierOp>(user))
+            if (barrier.getOperand() == a)
+              aliases.push_back(barrier.getResult());
+        }
       }
-    budget = traffic / 100 * percent;
-    SmallVector<FusionOp> kernels(block.getOps<FusionOp>());
-    for (FusionOp f : kernels) {
-      if (erased.contains(f.getOperation()))
-        continue;
-      std::optional<Plan> plan = planFor(f);
-      if (!plan)
-        continue;
-      budget -= plan->extraBytes;
-      apply(*plan);
+      delta[position[&op]] += bytesOf(v);
+      delta[last + 1] -= bytesOf(v);
     }
   }
+  int64_t live = 0, most = 0;
+  for (int64_t d : delta)
+    most = std::max(most, live += d);
+  return most;
+}
 
-private:
+/// Bytes every kernel and library call of `block` reads and writes.
+int64_t traffic(Block &block) {
+  int64_t total = 0;
+  for (Operation &op : block.without_terminator())
+    if (llvm::isa<FusionOp, MatmulOp, GatherOp, ScatterAddOp>(op)) {
+      for (Value v : op.getOperands())
+        total += bytesOf(v);
+      for (Value v : op.getResults())
+        total += bytesOf(v);
+    }
+  return total;
+}
+
+FusionOp kernelNamed(Block &block, StringRef name) {
+  for (FusionOp f : block.getOps<FusionOp>())
+    if (f.getKernelName() == name)
+      return f;
+  return {};
+}
+
+class Rematerializer {
+public:
+  explicit Rematerializer(Block &block) : block(block) {}
+
+  /// `plan` (made for this block) for the same ops of `other`, a clone of
+  /// this block's function.
+  Plan mapTo(const Plan &plan, Block &other) {
+    number();
+    std::vector<Operation *> ops;
+    for (Operation &op : other)
+      ops.push_back(&op);
+    Plan mapped = plan;
+    mapped.f = llvm::cast<FusionOp>(ops[position[plan.f]]);
+    mapped.b = llvm::cast<FusionOp>(ops[position[plan.b]]);
+    for (Operation *&op : mapped.sink)
+      op = ops[position[op]];
+    return mapped;
+  }
+
   void number() {
     position.clear();
     unsigned i = 0;
@@ -151,7 +195,9 @@ private:
     return slice;
   }
 
-  std::optional<Plan> planFor(FusionOp f) {
+  /// What rematerializing F would do, if it is worth it and `budget`
+  /// bytes moved pay for it.
+  std::optional<Plan> planFor(FusionOp f, int64_t budget) {
     if (f.getKind() == "matmul")
       return std::nullopt;
     number();
@@ -253,6 +299,7 @@ private:
     return plan;
   }
 
+  /// Rebuilds B to recompute F, moves the reads after it, shrinks F.
   void apply(Plan &plan) {
     FusionOp f = plan.f, b = plan.b;
     // Inputs of the new B: B's own except F's outputs, then F's.
@@ -331,25 +378,22 @@ private:
                                                 position[owner] > newAt;
                                        });
     b.erase();
-    erased.insert(b.getOperation());
     shrink(f);
   }
 
+private:
   /// F without the outputs nobody reads any more (or gone entirely).
   void shrink(FusionOp f) {
     SmallVector<unsigned> live;
     for (auto [i, r] : llvm::enumerate(f.getResults()))
       if (!r.use_empty())
         live.push_back(unsigned(i));
-    erased.insert(f.getOperation());
     if (live.empty()) {
       f.erase();
       return;
     }
-    if (live.size() == f.getNumResults()) {
-      erased.erase(f.getOperation());
+    if (live.size() == f.getNumResults())
       return;
-    }
     OpBuilder builder(f);
     SmallVector<Type> types;
     for (unsigned i : live)
@@ -371,13 +415,9 @@ private:
   }
 
   Block &block;
-  /// Bytes moved rematerialization may still add, and its share of the
-  /// step's traffic in percent.
-  int64_t budget = 0;
-  int64_t percent;
   llvm::DenseMap<Operation *, unsigned> position;
-  llvm::DenseSet<Operation *> erased;
 };
+
 
 struct RematerializePass : tilefuse::impl::RematerializePassBase<RematerializePass> {
   void runOnOperation() override {
@@ -395,12 +435,38 @@ LogicalResult tilefuse::rematerializeFunction(func::FuncOp func) {
     char *end = nullptr;
     long n = std::strtol(v, &end, 10);
     if (*end != '\0' || n < 0 || n > 1000)
-      return func.emitError("TILEFUSE_REMATERIALIZE=")
-             << v << " is not a share of the bytes moved in percent (0: off, 0..1000; "
-             << "unset: " << kBandwidthBudgetPercent << ")";
+      return emitError(func.getLoc())
+             << "TILEFUSE_REMATERIALIZE=" << v
+             << " is not a share of the bytes moved in percent (0: off, 0..1000; unset: "
+             << kBandwidthBudgetPercent << ")";
     percent = n;
   }
-  if (percent > 0)
-    Rematerializer(func, percent).run();
+  if (percent == 0)
+    return success();
+  int64_t budget = traffic(func.getBody().front()) / 100 * percent;
+  SmallVector<std::string> names;
+  for (FusionOp f : func.getBody().front().getOps<FusionOp>())
+    names.push_back(f.getKernelName().str());
+  for (const std::string &name : names) {
+    Block &block = func.getBody().front();
+    FusionOp f = kernelNamed(block, name);
+    if (!f)
+      continue; // folded into a later kernel already
+    Rematerializer here(block);
+    std::optional<Plan> plan = here.planFor(f, budget);
+    if (!plan)
+      continue;
+    // Tried on a copy first: kept only where the most bytes live at once
+    // do not grow (live ranges that shrink elsewhere can still meet at a
+    // new peak: the recomputing kernel's inputs, outputs and operands).
+    OwningOpRef<func::FuncOp> trial(func.clone());
+    Block &trialBlock = trial->getBody().front();
+    Plan mapped = here.mapTo(*plan, trialBlock);
+    Rematerializer(trialBlock).apply(mapped);
+    if (livePeak(trialBlock) > livePeak(block))
+      continue;
+    func.getBody().takeBody(trial->getBody());
+    budget -= plan->extraBytes;
+  }
   return success();
 }

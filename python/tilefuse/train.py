@@ -197,6 +197,14 @@ def compile_train_step(loss_fn, params, example_batch, optimizer, device="auto",
 _REMAT_SHARES = (None, "25", "100")
 
 
+def _size(n):
+    """Bytes for people: 300 bytes, 12.0 KiB, 3.2 MiB, 1.5 GiB."""
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= scale:
+            return f"{n / scale:.1f} {unit}"
+    return f"{n} bytes"
+
+
 def _fit_memory_budget(build, budget, param_leaves, optimizer, example_batch, device):
     import os
     if budget <= 0:
@@ -206,6 +214,7 @@ def _fit_memory_budget(build, budget, param_leaves, optimizer, example_batch, de
     batch = sum(np.asarray(b).nbytes for b in batch_leaves) if device == "cuda" else 0
     previous = os.environ.get("TILEFUSE_REMATERIALIZE")
     tried = []
+    best = None  # (need, plan) of the smallest step tried
     try:
         for share in _REMAT_SHARES:
             if share is None:
@@ -221,27 +230,30 @@ def _fit_memory_budget(build, budget, param_leaves, optimizer, example_batch, de
             tried.append((share or previous or "5", need))
             if need <= budget:
                 return step
+            if best is None or need < best[0]:
+                best = (need, plan)
     finally:
         if previous is None:
             os.environ.pop("TILEFUSE_REMATERIALIZE", None)
         else:
             os.environ["TILEFUSE_REMATERIALIZE"] = previous
+    need, plan = best
     live = plan.live_bytes()
     at = max(range(len(live)), key=live.__getitem__) - 1
     biggest = sorted((b for b in plan.buffers if b.first <= at <= b.last),
                      key=lambda b: -b.bytes)[:5]
-    mib = float(1 << 20)
-    rows = "; ".join(f"{b.name} {b.dtype}{list(b.shape)} {b.bytes / mib:.1f} MiB ({b.phase}, "
+    rows = "; ".join(f"{b.name} {b.dtype}{list(b.shape)} {_size(b.bytes)} ({b.phase}, "
                      f"{b.op}{' at ' + b.line if b.line else ''})" for b in biggest)
     where = plan.step_phases[at] if 0 <= at < plan.steps else "the results"
     raise CompileError(
-        f"the training step needs {need} bytes, {need - budget} ({(need - budget) / mib:.1f} MiB) "
+        f"the training step needs {need} bytes, {need - budget} ({_size(need - budget)}) "
         f"more than memory_budget={budget}: arena {plan.peak} (its lower bound "
         f"{plan.lower_bound}), parameters and optimizer state {kept}"
         + (f", the batch {batch}" if batch else "")
-        + f"; rematerialization tried at {', '.join(s + '%' for s, _ in tried)} of the bytes "
-        f"moved. Live at the peak (step {at}, {where}): {rows}. Use a smaller batch or "
-        "tilefuse.checkpoint around blocks")
+        + f"; rematerialization tried at "
+        f"{', '.join(f'{s}% ({n} bytes)' for s, n in tried)} of the bytes moved, the "
+        f"smallest shown. Live at the peak (step {at}, {where}): {rows}. Use a smaller "
+        "batch or tilefuse.checkpoint around blocks")
 
 
 def train_step_graph(loss_fn, params, example_batch, optimizer, seed=0):
