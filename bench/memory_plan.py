@@ -16,10 +16,11 @@ vocab 50257, batch 8, f32) is planned for cuda:sm_90 and compared with an
 estimate of PyTorch eager's peak for the same model (torch_eager_estimate
 below; no GPU is needed for either number).
 
-`time` runs each CPU workload's step with the plan and with
-TILEFUSE_MEMORY_PLAN=none (the unplanned layout, same kernels), alternating
-fresh processes, and reports the median step times and their ratio. (Both
-rematerialize: the kernels are the same; the layout is what differs.)
+`time` runs each CPU workload's step planned (the defaults), unplanned
+(TILEFUSE_MEMORY_PLAN=none: the same kernels, every buffer its own range)
+and as before the planner (unplanned and TILEFUSE_REMATERIALIZE=0),
+alternating fresh processes, and reports median step times and the
+ratios to the planned one (above 1: planned is faster).
 """
 import argparse
 import json
@@ -158,28 +159,39 @@ def time_one(name, steps):
     return statistics.median(times), step.memory_plan().peak
 
 
+# The layouts `time` compares: today's defaults, the same kernels without
+# the plan, and neither the plan nor rematerialization (the step as it was
+# before the memory planner).
+MODES = {
+    "planned": {},
+    "unplanned": {"TILEFUSE_MEMORY_PLAN": "none"},
+    "before": {"TILEFUSE_MEMORY_PLAN": "none", "TILEFUSE_REMATERIALIZE": "0"},
+}
+
+
 def timing(args):
     results = {}
     for name in ("gpt2_mini", "gpt2_mini_ckpt", "mlp_mnist", "deepfm"):
-        samples = {"planned": [], "none": []}
+        samples = {mode: [] for mode in MODES}
         peaks = {}
         for _ in range(args.rounds):
-            for mode in ("planned", "none"):
+            for mode, settings in MODES.items():
                 env = dict(os.environ)
-                env.pop("TILEFUSE_MEMORY_PLAN", None)
-                if mode == "none":
-                    env["TILEFUSE_MEMORY_PLAN"] = "none"
+                for key in ("TILEFUSE_MEMORY_PLAN", "TILEFUSE_REMATERIALIZE"):
+                    env.pop(key, None)
+                env.update(settings)
                 out = subprocess.run([sys.executable, __file__, "_time_one", name,
                                       str(args.steps)], env=env, capture_output=True,
                                      text=True, check=True).stdout.split()
                 samples[mode].append(float(out[0]))
                 peaks[mode] = int(out[1])
-        planned, none = statistics.median(samples["planned"]), statistics.median(samples["none"])
-        results[name] = {"planned_s": planned, "unplanned_s": none,
-                         "planned_arena": peaks["planned"], "unplanned_arena": peaks["none"]}
-        print(f"{name:10s} step planned {planned * 1e3:8.3f} ms  unplanned {none * 1e3:8.3f} ms  "
-              f"unplanned / planned {none / planned:.3f}  arena {peaks['planned'] / MIB:.1f} "
-              f"vs {peaks['none'] / MIB:.1f} MiB", flush=True)
+        med = {mode: statistics.median(v) for mode, v in samples.items()}
+        results[name] = {"median_s": med, "arena": peaks}
+        print(f"{name:14s} step ms: planned {med['planned'] * 1e3:7.3f}  unplanned "
+              f"{med['unplanned'] * 1e3:7.3f} ({med['unplanned'] / med['planned']:.3f}x)  "
+              f"before {med['before'] * 1e3:7.3f} ({med['before'] / med['planned']:.3f}x);  "
+              f"arena MiB: planned {peaks['planned'] / MIB:.1f}, unplanned "
+              f"{peaks['unplanned'] / MIB:.1f}, before {peaks['before'] / MIB:.1f}", flush=True)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=1)

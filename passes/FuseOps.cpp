@@ -739,5 +739,5 @@ LogicalResult tilefuse::fuseFunction(func::FuncOp func, const TargetInfo &target
   }
   if (failed(Fuser(func, target, remarks).run()))
     return failure();
-  return rematerializeFunction(func);
+  return rematerializeFunction(func, target);
 }

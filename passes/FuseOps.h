@@ -25,7 +25,9 @@ mlir::LogicalResult fuseFunction(mlir::func::FuncOp func,
 /// fuseFunction ends with it. TILEFUSE_REMATERIALIZE sets the share of
 /// the function's bytes moved it may add, in percent (default 5; 0: off);
 /// a value that is not such a share fails with an error on `func`.
-mlir::LogicalResult rematerializeFunction(mlir::func::FuncOp func);
+/// Kernels that reduce are recomputed where `target` says it pays, or
+/// with a share above the default.
+mlir::LogicalResult rematerializeFunction(mlir::func::FuncOp func, const TargetInfo &target);
 
 } // namespace tilefuse
 

@@ -101,13 +101,20 @@ def RematerializePass : Pass<"rematerialize", "mlir::ModuleOp"> {
     attention's softmax then saves its scores instead of exp(s - max) and
     the probabilities. Each rematerialization is tried on a copy of the
     function and kept only if the most bytes live at once (over the op
-    order) do not grow. No kernel is added, and the bytes F and B move beyond
+    order) drop, or do not grow and F disappears into B. No kernel is added, and the bytes F and B move beyond
     what they moved before come out of a budget of 5% of the bytes all the
     function's kernels and library calls move (the softmax's backward
     kernel writes the probabilities again for the GEMM that needs them).
     TILEFUSE_REMATERIALIZE=N sets that share to N percent (0 turns the
     pass off; compile_train_step(memory_budget=...) raises it to fit).
+    Kernels that reduce (F of kind reduction) are recomputed on targets
+    whose kernels are memory-bound (TargetInfo::rematerializesReductions:
+    CUDA), on the CPU only with a share above the default.
   }];
+  let options = [
+    Option<"target", "target", "std::string", /*default=*/"\"cpu\"",
+           "cpu or cuda[:sm_XX]">,
+  ];
   let dependentDialects = ["::tilefuse::graph::GraphDialect"];
 }
 

@@ -15,6 +15,7 @@
 
 #include "ir/graph/GraphDialect.h"
 #include "passes/Passes.h"
+#include "passes/TargetInfo.h"
 
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/IRMapping.h"
@@ -116,7 +117,8 @@ FusionOp kernelNamed(Block &block, StringRef name) {
 
 class Rematerializer {
 public:
-  explicit Rematerializer(Block &block) : block(block) {}
+  /// `reductions`: whether kernels that reduce may be recomputed.
+  Rematerializer(Block &block, bool reductions) : block(block), reductions(reductions) {}
 
   /// `plan` (made for this block) for the same ops of `other`, a clone of
   /// this block's function.
@@ -199,6 +201,8 @@ public:
   /// bytes moved pay for it.
   std::optional<Plan> planFor(FusionOp f, int64_t budget) {
     if (f.getKind() == "matmul")
+      return std::nullopt;
+    if (!reductions && f.getKind() != "pointwise")
       return std::nullopt;
     number();
     // B: the last kernel reading F's outputs over the same space.
@@ -415,21 +419,28 @@ private:
   }
 
   Block &block;
+  bool reductions;
   llvm::DenseMap<Operation *, unsigned> position;
 };
 
 
 struct RematerializePass : tilefuse::impl::RematerializePassBase<RematerializePass> {
+  using RematerializePassBase::RematerializePassBase;
   void runOnOperation() override {
+    std::unique_ptr<TargetInfo> info = TargetInfo::get(target);
+    if (!info) {
+      getOperation().emitError("unknown target '") << target << "'; expected cpu or cuda[:sm_XX]";
+      return signalPassFailure();
+    }
     for (auto func : getOperation().getOps<func::FuncOp>())
-      if (failed(rematerializeFunction(func)))
+      if (failed(rematerializeFunction(func, *info)))
         return signalPassFailure();
   }
 };
 
 } // namespace
 
-LogicalResult tilefuse::rematerializeFunction(func::FuncOp func) {
+LogicalResult tilefuse::rematerializeFunction(func::FuncOp func, const TargetInfo &target) {
   int64_t percent = kBandwidthBudgetPercent;
   if (const char *v = std::getenv("TILEFUSE_REMATERIALIZE"); v && *v) {
     char *end = nullptr;
@@ -443,6 +454,7 @@ LogicalResult tilefuse::rematerializeFunction(func::FuncOp func) {
   }
   if (percent == 0)
     return success();
+  bool reductions = target.rematerializesReductions() || percent > kBandwidthBudgetPercent;
   int64_t budget = traffic(func.getBody().front()) / 100 * percent;
   SmallVector<std::string> names;
   for (FusionOp f : func.getBody().front().getOps<FusionOp>())
@@ -452,18 +464,23 @@ LogicalResult tilefuse::rematerializeFunction(func::FuncOp func) {
     FusionOp f = kernelNamed(block, name);
     if (!f)
       continue; // folded into a later kernel already
-    Rematerializer here(block);
+    Rematerializer here(block, reductions);
     std::optional<Plan> plan = here.planFor(f, budget);
     if (!plan)
       continue;
-    // Tried on a copy first: kept only where the most bytes live at once
-    // do not grow (live ranges that shrink elsewhere can still meet at a
-    // new peak: the recomputing kernel's inputs, outputs and operands).
+    // Tried on a copy first. Kept where the most bytes live at once drop
+    // (live ranges that shrink elsewhere can still meet at a new peak: the
+    // recomputing kernel's inputs, outputs and operands), or do not grow
+    // and F is gone (B computes what F did: nothing is computed twice).
+    // Recomputing for nothing costs time: a dropout mask's Philox rerun
+    // cost mlp_mnist's CPU step 5%.
     OwningOpRef<func::FuncOp> trial(func.clone());
     Block &trialBlock = trial->getBody().front();
     Plan mapped = here.mapTo(*plan, trialBlock);
-    Rematerializer(trialBlock).apply(mapped);
-    if (livePeak(trialBlock) > livePeak(block))
+    Rematerializer(trialBlock, reductions).apply(mapped);
+    int64_t before = livePeak(block), after = livePeak(trialBlock);
+    bool folded = !kernelNamed(trialBlock, name);
+    if (after > before || (after == before && !folded))
       continue;
     func.getBody().takeBody(trial->getBody());
     budget -= plan->extraBytes;

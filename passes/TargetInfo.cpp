@@ -96,6 +96,7 @@ public:
   int64_t threadsPerProgram(int64_t) const override { return 0; }
   /// The thread pool's chunks: up to 32 cores.
   int64_t fullReductionSlices() const override { return 32; }
+  bool rematerializesReductions() const override { return false; }
 };
 
 /// CUDA: cuBLASLt adds a column bias itself, for f32, f16 and bf16 GEMMs
@@ -124,6 +125,7 @@ public:
   /// slices left three quarters of an H200 idle. The combine kernel folds
   /// the 512 partial values in one block of 128 threads.
   int64_t fullReductionSlices() const override { return 512; }
+  bool rematerializesReductions() const override { return true; }
 
 private:
   std::string n;

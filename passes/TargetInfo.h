@@ -47,6 +47,13 @@ public:
   /// Slices a large full reduction is split into (programs of its partial
   /// kernel): enough to keep every core or SM streaming.
   virtual int64_t fullReductionSlices() const = 0;
+  /// Whether rematerialization by default recomputes kernels that reduce
+  /// (a softmax's max and sum, with its exp) in the kernels that read
+  /// their outputs: where kernels are memory-bound (GPUs) the recompute is
+  /// nearly free; on CPU cores exp and reductions are compute-bound (it
+  /// cost gpt2_mini's step 7%), so they are recomputed only when a larger
+  /// bandwidth share is asked for (memory_budget).
+  virtual bool rematerializesReductions() const = 0;
 
   /// "cpu" or "cuda[:sm_XX]"; null for an unknown name.
   static std::unique_ptr<TargetInfo> get(const std::string &name);

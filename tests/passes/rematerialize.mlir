@@ -1,5 +1,17 @@
-// RUN: tilefuse-opt %s --rematerialize --split-input-file | FileCheck %s
-// RUN: env TILEFUSE_REMATERIALIZE=0 tilefuse-opt %s --rematerialize --split-input-file | FileCheck %s --check-prefix=OFF
+// RUN: tilefuse-opt %s --rematerialize=target=cuda:sm_90 --split-input-file | FileCheck %s
+// RUN: env TILEFUSE_REMATERIALIZE=25 tilefuse-opt %s --rematerialize --split-input-file | FileCheck %s
+// RUN: env TILEFUSE_REMATERIALIZE=0 tilefuse-opt %s --rematerialize=target=cuda:sm_90 --split-input-file | FileCheck %s --check-prefix=OFF
+// RUN: tilefuse-opt %s --rematerialize --split-input-file | FileCheck %s --check-prefix=CPU
+// RUN: env TILEFUSE_REMATERIALIZE=x5 not tilefuse-opt %s --rematerialize 2>&1 | FileCheck %s --check-prefix=BAD
+// BAD: TILEFUSE_REMATERIALIZE=x5 is not a share of the bytes moved in percent
+
+// On the CPU (compute-bound exp and reductions) a kernel that reduces is
+// recomputed only with a share above the default 5%; pointwise ones are.
+// CPU-LABEL: func.func @softmax_saved_for_backward
+// CPU: graph.fusion "kernel0"(%arg0) {{.*}} -> (tensor<4x8xf32>, tensor<4x8xf32>)
+// CPU-LABEL: func.func @producer_folds_into_consumer
+// CPU-NOT: "kernel0"
+// CPU: graph.fusion "kernel1"(%arg1, %arg0)
 
 // Attention's shape in small: a softmax kernel (F) saves exp(s - max) and
 // the probabilities; the forward GEMM reads the probabilities, a backward
