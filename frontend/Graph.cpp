@@ -3,6 +3,7 @@
 
 #include "codegen/reference/Interpreter.h"
 #include "ir/graph/GraphDialect.h"
+#include "passes/Autocast.h"
 #include "passes/Autodiff.h"
 #include "passes/FuseOps.h"
 #include "passes/TargetInfo.h"
@@ -33,7 +34,7 @@ MLIRContext &tilefuse::globalContext() {
 
 std::string tilefuse::formatLocation(Location loc) {
   if (auto name = llvm::dyn_cast<NameLoc>(loc))
-    if (name.getName().getValue().starts_with(graph::kCheckpointLocPrefix))
+    if (name.getName().getValue().starts_with("tilefuse."))
       return formatLocation(name.getChildLoc());
   if (auto file = llvm::dyn_cast<FileLineColLoc>(loc))
     return file.getFilename().str() + ":" + std::to_string(file.getLine()) +
@@ -226,6 +227,21 @@ std::shared_ptr<Graph> deriveGraph(
   return std::make_shared<Graph>(std::move(impl));
 }
 } // namespace
+
+std::shared_ptr<Graph> Graph::autocast(const std::string &precision,
+                                       const std::vector<std::string> &keepFloat32) const {
+  auto impl = std::make_unique<Graph::Impl>();
+  impl->module = OwningOpRef<ModuleOp>(impl_->module->clone());
+  impl->entry = impl_->entry;
+  std::string what = "cannot autocast @" + impl_->entry + " to " + precision;
+  runCapturingDiagnostics(what, [&]() -> LogicalResult {
+    func::FuncOp f = impl->module->lookupSymbol<func::FuncOp>(impl->entry);
+    if (failed(autocastFunction(f, precision, keepFloat32)))
+      return failure();
+    return mlir::verify(*impl->module);
+  });
+  return std::make_shared<Graph>(std::move(impl));
+}
 
 std::shared_ptr<Graph> Graph::valueAndGrad(const std::vector<unsigned> &wrt) const {
   return deriveGraph(*impl_, "cannot differentiate @" + impl_->entry,

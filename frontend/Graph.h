@@ -85,6 +85,14 @@ public:
   /// again in this process reuses the kernels.
   std::shared_ptr<Executable> compile(const std::string &device = "cpu") const;
 
+  /// This graph under the mixed-precision policy `precision` ("fp32",
+  /// "bf16", "fp16"; see AutocastPass): GEMMs in low precision, sensitive
+  /// ops in f32, the rest following their operands; `keepFloat32` op kinds
+  /// forced to f32. Apply before value_and_grad / trainStep (the policy
+  /// sees softmax, layer_norm and the losses whole).
+  std::shared_ptr<Graph> autocast(const std::string &precision,
+                                  const std::vector<std::string> &keepFloat32 = {}) const;
+
   /// The runtime Program this graph compiles into for `target` ("cpu" or
   /// "cuda:sm_XX"), with its memory plan, without compiling any kernel:
   /// what a compile would allocate, known in a fraction of its time.

@@ -7,6 +7,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "frontend/Tracer.h"
+#include "passes/Autocast.h"
 
 #include "frontend/GraphImpl.h"
 #include "ir/graph/GraphDialect.h"
@@ -70,12 +71,15 @@ struct Tracer::Impl {
   Location source = UnknownLoc::get(&globalContext());
   std::vector<int64_t> checkpoints;
   int64_t nextCheckpoint = 0;
+  bool autocastOff = false;
   void updateLocation() {
-    loc = checkpoints.empty()
-              ? source
-              : Location(NameLoc::get(StringAttr::get(&ctx(), graph::kCheckpointLocPrefix.str() +
-                                                               std::to_string(checkpoints.front())),
-                                      source));
+    loc = source;
+    if (autocastOff)
+      loc = NameLoc::get(StringAttr::get(&ctx(), kAutocastOffLocName), loc);
+    if (!checkpoints.empty())
+      loc = NameLoc::get(StringAttr::get(&ctx(), graph::kCheckpointLocPrefix.str() +
+                                                     std::to_string(checkpoints.front())),
+                         loc);
   }
   std::vector<Value> values;
   int64_t nextDropoutStream = 0;
@@ -225,6 +229,13 @@ void Tracer::setLocation(const std::string &file, int line) {
 void Tracer::clearLocation() {
   impl_->source = UnknownLoc::get(&impl_->ctx());
   impl_->updateLocation();
+}
+
+void Tracer::setAutocast(bool enabled) {
+  if (impl_->autocastOff != !enabled) {
+    impl_->autocastOff = !enabled;
+    impl_->updateLocation();
+  }
 }
 
 void Tracer::beginCheckpoint() {

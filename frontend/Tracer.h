@@ -40,6 +40,9 @@ public:
   /// part of it).
   void beginCheckpoint();
   void endCheckpoint();
+  /// Whether the ops built from now on follow the autocast policy; false
+  /// inside `tilefuse.autocast(False)`, whose ops autocast keeps in f32.
+  void setAutocast(bool enabled);
 
   ValueId argument(DType dtype, const Shape &shape);
   DType dtype(ValueId v) const;

@@ -86,6 +86,31 @@ def FuseOpsPass : Pass<"fuse", "mlir::ModuleOp"> {
   let dependentDialects = ["::tilefuse::graph::GraphDialect"];
 }
 
+def AutocastPass : Pass<"autocast", "mlir::ModuleOp"> {
+  let summary = "Mixed precision: GEMMs in bf16/f16, sensitive ops in f32";
+  let description = [{
+    Runs on graphs of composite ops, before decompose-composites and
+    autodiff. Under `precision=bf16|fp16`: matmul and linear take operands
+    cast to the low precision (kernels and GEMM libraries accumulate in
+    f32) and produce it; softmax, log_softmax, layer_norm, exp, log,
+    log1p, expm1, pow, sqrt, rsqrt, reduce_sum and every loss run in f32;
+    every other op follows its widest floating-point operand, splat fills
+    and constants (Python scalars) taking the others' type. Ops in a
+    `tilefuse.autocast(False)` region (NameLoc "tilefuse.autocast.off") and
+    op kinds in `keep-fp32` run in f32. Function arguments (f32 master
+    weights) and results keep their types; f64 work is left alone; every
+    cast is a graph.cast, which fusion puts into the neighbouring kernels.
+    `precision=fp32` changes nothing.
+  }];
+  let options = [
+    Option<"precision", "precision", "std::string", /*default=*/"\"bf16\"",
+           "fp32, bf16 or fp16">,
+    ListOption<"keepFloat32", "keep-fp32", "std::string",
+               "Op kinds (graph op names without 'graph.') to run in f32">,
+  ];
+  let dependentDialects = ["::tilefuse::graph::GraphDialect"];
+}
+
 def RematerializePass : Pass<"rematerialize", "mlir::ModuleOp"> {
   let summary = "Recompute saved kernel outputs inside the later kernel that reads them";
   let description = [{

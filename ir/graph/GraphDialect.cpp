@@ -118,7 +118,8 @@ int64_t tilefuse::graph::checkpointRegionOf(mlir::Location loc) {
 
 std::string tilefuse::graph::locationName(mlir::Location loc) {
   while (auto name = llvm::dyn_cast<mlir::NameLoc>(loc)) {
-    if (!name.getName().getValue().starts_with(kCheckpointLocPrefix))
+    // tilefuse.checkpoint.<id>, tilefuse.autocast.off: region markers
+    if (!name.getName().getValue().starts_with("tilefuse."))
       return name.getName().str();
     loc = name.getChildLoc();
   }

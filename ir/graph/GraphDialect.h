@@ -45,8 +45,8 @@ void printElementwiseOp(mlir::OpAsmPrinter &printer, mlir::Operation *op);
 inline constexpr llvm::StringLiteral kCheckpointLocPrefix = "tilefuse.checkpoint.";
 /// The checkpoint region `loc` belongs to, or -1.
 int64_t checkpointRegionOf(mlir::Location loc);
-/// The name an op's location gives it (a NameLoc that is not a checkpoint
-/// marker), or "".
+/// The name an op's location gives it (a NameLoc that is not a region
+/// marker "tilefuse.*"), or "".
 std::string locationName(mlir::Location loc);
 
 } // namespace tilefuse::graph

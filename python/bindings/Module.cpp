@@ -94,6 +94,8 @@ PYBIND11_MODULE(_core, m) {
       .def("value_and_grad", &Graph::valueAndGrad, py::arg("wrt"))
       .def("compile", &Graph::compile, py::arg("device") = "cpu")
       .def("cuda_source", &Graph::cudaSource, py::arg("target") = "cuda:sm_90")
+      .def("autocast", &Graph::autocast, py::arg("precision"),
+           py::arg("keep_fp32") = std::vector<std::string>{})
       .def("memory_plan", [](const Graph &g, const std::string &target) {
         return programMemoryPlan(g.plannedProgram(target));
       }, py::arg("target") = "cpu")
@@ -195,6 +197,7 @@ PYBIND11_MODULE(_core, m) {
       .def("set_location", &Tracer::setLocation)
       .def("clear_location", &Tracer::clearLocation)
       .def("begin_checkpoint", &Tracer::beginCheckpoint)
+      .def("set_autocast", &Tracer::setAutocast)
       .def("end_checkpoint", &Tracer::endCheckpoint)
       .def("argument", [](Tracer &t, const std::string &dt, const Shape &s) {
         return t.argument(dtypeArg(dt), s);

@@ -28,7 +28,7 @@ __all__ = ["CompileError", "HAVE_COMPILER", "LoadedFunction", "LoadedTrainStep",
 
 if HAVE_COMPILER:
     from ._dtypes import bfloat16, bool_, float16, float32, float64, int32, int64
-    from ._tracing import Graph, Tensor, cat, checkpoint, parse, stack, trace, where
+    from ._tracing import Graph, Tensor, autocast, cat, checkpoint, parse, stack, trace, where
     from ._composites import (chunk, clamp, cumsum, detach, expm1, flip, floor_divide, fmod,
                               log1p, logsumexp, remainder, split, std, var)
     from .runtime import load_state_dict, save
@@ -39,7 +39,8 @@ if HAVE_COMPILER:
     from .train import TrainStep, compile_train_step, train_step_graph
 
     __all__ += [
-        "CompiledFunction", "Graph", "compile", "Tensor", "TrainStep", "cat", "checkpoint",
+        "CompiledFunction", "Graph", "compile", "Tensor", "TrainStep", "autocast", "cat",
+        "checkpoint",
         "compile_train_step", "train_step_graph", "functional", "optim", "parse", "stack", "trace", "where",
         "float32", "float16", "bfloat16", "float64", "int32", "int64", "bool_",
         "chunk", "clamp", "clip", "cumsum", "detach", "expm1", "flip", "floor_divide", "fmod",

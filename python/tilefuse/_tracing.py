@@ -5,6 +5,7 @@ import json
 import math
 import os
 import sys
+import threading
 
 import numpy as np
 
@@ -26,8 +27,38 @@ def _user_frame():
     return frame
 
 
+# Depth of open `tilefuse.autocast(False)` regions (per thread: traces are
+# per thread).
+_AUTOCAST = threading.local()
+
+
+def _autocast_enabled():
+    return getattr(_AUTOCAST, "off", 0) == 0
+
+
+class autocast:
+    """`with tilefuse.autocast(False):` keeps the ops traced inside in f32
+    when the graph is compiled with a low precision (`precision="bf16"`),
+    as `torch.autocast(enabled=False)`. `autocast(True)` inside such a
+    region turns the policy back on for its own ops."""
+
+    def __init__(self, enabled=True):
+        self.enabled = bool(enabled)
+
+    def __enter__(self):
+        self._saved = getattr(_AUTOCAST, "off", 0)
+        _AUTOCAST.off = 0 if self.enabled else self._saved + 1
+        return self
+
+    def __exit__(self, *exc):
+        _AUTOCAST.off = self._saved
+        return False
+
+
 def _user_location(tracer):
-    """Tags the next ops with the user's file and line."""
+    """Tags the next ops with the user's file and line (and whether
+    autocast applies to them)."""
+    tracer.set_autocast(_autocast_enabled())
     frame = _user_frame()
     if frame is None:
         tracer.clear_location()
@@ -1078,6 +1109,18 @@ class Graph:
         dev = resolve_device(device)
         return CompiledFunction(self, self._graph.compile(dev), self._in_spec,
                                 self._out_spec, dev)
+
+    def autocast(self, precision="bf16", keep_fp32=()):
+        """This graph under the mixed-precision policy `precision` ("fp32",
+        "bf16" or "fp16"): matmul and linear in the low precision (f32
+        accumulation), softmax, layer_norm, exp/log, sums and the losses in
+        f32, every other op in its widest operand's type; `keep_fp32` op
+        kinds ("gelu", "matmul", ...) and ops traced under
+        `tilefuse.autocast(False)` in f32. Arguments and results keep their
+        types; the casts are visible in `.mlir()`. Apply it to the
+        forward/loss graph, before value_and_grad."""
+        return Graph(self._graph.autocast(str(precision), [str(k) for k in keep_fp32]),
+                     self._in_spec, self._out_spec, self._interface)
 
     def memory_plan(self, target="cpu"):
         """The memory plan this graph compiles into for `target` ("cpu" or

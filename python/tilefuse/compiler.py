@@ -114,12 +114,16 @@ class CompiledFunction:
         return self._exe.cache_hit
 
 
-def compile(fn, *example_args, device="auto"):
+def compile(fn, *example_args, device="auto", precision="fp32", keep_fp32=()):
     """Traces fn(*example_args) and compiles it into fused kernels for
     `device` ("auto", "cpu" or "cuda"). The compiled function takes numpy
     arrays (and, on CUDA, DLPack tensors such as torch CUDA tensors without
-    a copy); with out="dlpack" it returns device arrays."""
+    a copy); with out="dlpack" it returns device arrays. `precision`
+    ("fp32", "bf16", "fp16") applies the mixed-precision policy
+    (Graph.autocast) before compiling."""
     from ._tracing import trace
     dev = resolve_device(device)
     graph = fn if hasattr(fn, "_graph") else trace(fn, *example_args)
+    if precision != "fp32" or keep_fp32:
+        graph = graph.autocast(precision, keep_fp32)
     return graph.compile(dev)

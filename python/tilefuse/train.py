@@ -165,7 +165,7 @@ class TrainStep:
 
 
 def compile_train_step(loss_fn, params, example_batch, optimizer, device="auto", seed=0,
-                       memory_budget=None):
+                       memory_budget=None, precision="fp32", keep_fp32=()):
     """Compiles loss_fn(params, batch) or loss_fn(params, batch, seed) into one
     training step. `params` and `example_batch` are (nested) dicts of numpy
     arrays; `seed` (when loss_fn takes it) is a 0-d int64 tensor equal to
@@ -177,10 +177,15 @@ def compile_train_step(loss_fn, params, example_batch, optimizer, device="auto",
     again with rematerialization allowed to add more bytes moved (25%, then
     100% of the step's, instead of 5%); if it still does not fit,
     CompileError says by how much and what is live at the peak (then:
-    a smaller batch, or `tilefuse.checkpoint` around blocks)."""
+    a smaller batch, or `tilefuse.checkpoint` around blocks).
+
+    `precision` ("fp32", "bf16", "fp16"): the mixed-precision policy of
+    Graph.autocast applied to the loss before differentiation; parameters
+    and optimizer state stay f32 (master weights), their gradients come
+    back in f32. `keep_fp32`: op kinds to keep in f32."""
     device = resolve_device(device)
     graph, names, param_leaves, batch_spec, uses_seed = _build_train_step(
-        loss_fn, params, example_batch, optimizer, seed)
+        loss_fn, params, example_batch, optimizer, seed, precision, keep_fp32)
 
     def build():
         return TrainStep(graph, names, [p.copy() for p in param_leaves],
@@ -256,15 +261,18 @@ def _fit_memory_budget(build, budget, param_leaves, optimizer, example_batch, de
         "batch or tilefuse.checkpoint around blocks")
 
 
-def train_step_graph(loss_fn, params, example_batch, optimizer, seed=0):
+def train_step_graph(loss_fn, params, example_batch, optimizer, seed=0, precision="fp32",
+                     keep_fp32=()):
     """The training-step Graph compile_train_step compiles, without
     compiling it (for Graph.export): arguments (parameters, optimizer state
     per parameter and state name, batch leaves, [seed,] step, lr), results
     (loss, new parameters, new state)."""
-    return _build_train_step(loss_fn, params, example_batch, optimizer, seed)[0]
+    return _build_train_step(loss_fn, params, example_batch, optimizer, seed, precision,
+                             keep_fp32)[0]
 
 
-def _build_train_step(loss_fn, params, example_batch, optimizer, seed):
+def _build_train_step(loss_fn, params, example_batch, optimizer, seed, precision="fp32",
+                      keep_fp32=()):
     if not hasattr(optimizer, "_config"):
         raise CompileError(f"optimizer must be a tilefuse.optim optimizer, got {optimizer!r}")
     config = optimizer._config()
@@ -281,6 +289,8 @@ def _build_train_step(loss_fn, params, example_batch, optimizer, seed):
     _, batch_spec = _pytree.flatten(example_batch)
     args = [params, example_batch] + ([np.int64(seed)] if uses_seed else [])
     loss_graph = trace(loss_fn, *args)
+    if precision != "fp32" or keep_fp32:
+        loss_graph = loss_graph.autocast(precision, keep_fp32)
     graph = loss_graph._graph.train_step(len(param_leaves), **config)
     from ._tracing import Graph
 

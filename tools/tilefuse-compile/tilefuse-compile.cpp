@@ -1,7 +1,7 @@
 //===- tilefuse-compile.cpp - graph-dialect .mlir -> .tfa artifact --------===//
 //
 //   tilefuse-compile model.mlir --target=cpu|cuda:sm_90 -o model.tfa
-//       [--entry=NAME] [--train --num-params=N --optimizer=sgd|adam|adamw
+//       [--entry=NAME] [--precision=fp32|bf16|fp16] [--train --num-params=N --optimizer=sgd|adam|adamw
 //        --weight-decay=W --momentum=M --clip-norm=C]
 //
 // The same pipeline as tilefuse.compile (Graph::compileArtifact). With
@@ -30,14 +30,14 @@ namespace {
 int usage(const std::string &why) {
   std::cerr << "tilefuse-compile: " << why << "\n"
             << "usage: tilefuse-compile model.mlir --target=cpu|cuda:sm_XX -o out.tfa "
-               "[--entry=NAME] [--train --num-params=N --optimizer=sgd|adam|adamw "
-               "--weight-decay=W --momentum=M --clip-norm=C]\n";
+               "[--entry=NAME] [--precision=fp32|bf16|fp16] [--train --num-params=N "
+               "--optimizer=sgd|adam|adamw --weight-decay=W --momentum=M --clip-norm=C]\n";
   return 2;
 }
 } // namespace
 
 int main(int argc, char **argv) {
-  std::string input, output, target = "cpu", entry, optimizer = "adamw";
+  std::string input, output, target = "cpu", entry, optimizer = "adamw", precision = "fp32";
   bool train = false;
   long numParams = -1;
   double weightDecay = 0, momentum = 0, clipNorm = 0;
@@ -61,6 +61,7 @@ int main(int argc, char **argv) {
     if (a == "-o" && i + 1 < argc) output = argv[++i];
     else if (const char *v = value("--target=")) target = v;
     else if (const char *v = value("--entry=")) entry = v;
+    else if (const char *v = value("--precision=")) precision = v;
     else if (a == "--train") train = true;
     else if (const char *v = value("--num-params=")) {
       std::optional<long> n = parseIntegerFlag(v, 0, 1L << 30);
@@ -87,6 +88,9 @@ int main(int argc, char **argv) {
   text << in.rdbuf();
   try {
     std::shared_ptr<Graph> g = Graph::parse(text.str(), entry, input);
+    // The policy sees the model's composites, before differentiation.
+    if (precision != "fp32")
+      g = g->autocast(precision);
     if (train) {
       if (numParams < 0)
         return usage("--train needs --num-params=N");

@@ -161,7 +161,7 @@ void printHelp() {
       << "  --help-mlir         every option of the MLIR driver and LLVM\n\n"
       << "tilefuse passes and pipelines:\n";
   // tilefuse's passes (passes/Passes.td, codegen/Passes.td) and pipelines.
-  for (const char *name : {"decompose-composites", "autodiff", "build-train-step", "fuse", "rematerialize",
+  for (const char *name : {"autocast", "decompose-composites", "autodiff", "build-train-step", "fuse", "rematerialize",
                            "tilefuse-lower-to-tile", "tilefuse-tile-to-llvm", "tilefuse-primitive",
                            "tilefuse-fused", "canonicalize", "cse"}) {
     const mlir::PassRegistryEntry *entry = mlir::PassInfo::lookup(name);
