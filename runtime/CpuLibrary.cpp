@@ -134,12 +134,37 @@ void gemmF64(const Step &s, const double *a, const double *b, double *c) {
   gemmParallel(s, a, b, c, Blas::get().dgemm);
 }
 
-std::vector<float> widen(DType t, const void *p, int64_t n) {
-  std::vector<float> out(n);
+/// f16/bf16 -> f32 over the thread pool (a GEMM's operands are large).
+void widen(DType t, const void *p, int64_t n, float *out) {
   auto *h = static_cast<const uint16_t *>(p);
-  for (int64_t i = 0; i < n; ++i)
-    out[i] = t == DType::F16 ? halfToFloat(h[i]) : bf16ToFloat(h[i]);
+  ThreadPool::global().parallelFor(n, 1 << 16, [&](int64_t first, int64_t end) {
+    if (t == DType::F16)
+      for (int64_t i = first; i < end; ++i)
+        out[i] = halfToFloat(h[i]);
+    else
+      for (int64_t i = first; i < end; ++i)
+        out[i] = bf16ToFloat(h[i]);
+  });
+}
+
+std::vector<float> widen(DType t, const void *p, int64_t n) {
+  std::vector<float> out(size_t(std::max<int64_t>(0, n)));
+  widen(t, p, n, out.data());
   return out;
+}
+
+/// Scratch of at least `n` floats, kept per thread between calls (a step
+/// runs the same GEMMs every call: no allocation, no page faults), up to
+/// kKeptScratch floats: larger ones are given back after the call.
+constexpr int64_t kKeptScratch = int64_t(1) << 24; // 64 MiB
+float *scratch(std::vector<float> &buffer, int64_t n) {
+  if (int64_t(buffer.size()) < n)
+    buffer.resize(size_t(n));
+  return buffer.data();
+}
+void trim(std::vector<float> &buffer) {
+  if (int64_t(buffer.size()) > kKeptScratch)
+    std::vector<float>().swap(buffer);
 }
 
 } // namespace
@@ -156,13 +181,24 @@ void cpu::gemm(const Step &s, DType dtype, const void *a, const void *b, void *c
                    static_cast<double *>(c));
   case DType::F16:
   case DType::BF16: {
-    auto wa = widen(dtype, a, s.batch * s.m * s.k);
-    auto wb = widen(dtype, b, s.batch * s.k * s.n);
-    std::vector<float> wc(s.batch * s.m * s.n);
-    gemmF32(s, wa.data(), wb.data(), wc.data());
+    // No f16/bf16 GEMM in the BLAS: operands widened to f32, sgemm (f32
+    // accumulation), the product rounded once.
+    thread_local std::vector<float> bufA, bufB, bufC;
+    int64_t na = s.batch * s.m * s.k, nb = s.batch * s.k * s.n, nc = s.batch * s.m * s.n;
+    float *wa = scratch(bufA, na), *wb = scratch(bufB, nb), *wc = scratch(bufC, nc);
+    widen(dtype, a, na, wa);
+    widen(dtype, b, nb, wb);
+    gemmF32(s, wa, wb, wc);
     auto *out = static_cast<uint16_t *>(c);
-    for (size_t i = 0; i < wc.size(); ++i)
-      out[i] = dtype == DType::F16 ? floatToHalf(wc[i]) : floatToBF16(wc[i]);
+    ThreadPool::global().parallelFor(nc, 1 << 16, [&](int64_t first, int64_t end) {
+      if (dtype == DType::F16)
+        for (int64_t i = first; i < end; ++i)
+          out[i] = floatToHalf(wc[i]);
+      else
+        for (int64_t i = first; i < end; ++i)
+          out[i] = floatToBF16(wc[i]);
+    });
+    trim(bufA), trim(bufB), trim(bufC);
     return;
   }
   default:
