@@ -108,6 +108,17 @@ int64_t traffic(Block &block) {
   return total;
 }
 
+/// Clones the ops of a fusion body (its arguments mapped in `map`
+/// already) at `b`; returns the values it yields.
+SmallVector<Value> cloneBody(Block &body, IRMapping &map, OpBuilder &b) {
+  for (Operation &op : body.without_terminator())
+    b.clone(op, map);
+  SmallVector<Value> yields;
+  for (Value y : body.getTerminator()->getOperands())
+    yields.push_back(map.lookupOrDefault(y));
+  return yields;
+}
+
 FusionOp kernelNamed(Block &block, StringRef name) {
   for (FusionOp f : block.getOps<FusionOp>())
     if (f.getKernelName() == name)
@@ -341,11 +352,7 @@ public:
     Block &fBody = f.getBody().front();
     for (auto [arg, in] : llvm::zip(fBody.getArguments(), f.getInputs()))
       fMap.map(arg, outer.lookup(in));
-    for (Operation &op : fBody.without_terminator())
-      inner.clone(op, fMap);
-    SmallVector<Value> fValues;
-    for (Value y : fBody.getTerminator()->getOperands())
-      fValues.push_back(fMap.lookupOrDefault(y));
+    SmallVector<Value> fValues = cloneBody(fBody, fMap, inner);
     // B's body, reading F's values where it read F's outputs.
     IRMapping bMap;
     Block &bBody = b.getBody().front();
@@ -355,11 +362,7 @@ public:
       else
         bMap.map(arg, outer.lookup(in));
     }
-    for (Operation &op : bBody.without_terminator())
-      inner.clone(op, bMap);
-    SmallVector<Value> yielded;
-    for (Value y : bBody.getTerminator()->getOperands())
-      yielded.push_back(bMap.lookupOrDefault(y));
+    SmallVector<Value> yielded = cloneBody(bBody, bMap, inner);
     for (unsigned i : reexported)
       yielded.push_back(fValues[i]);
     inner.create<YieldOp>(b.getLoc(), yielded);

@@ -30,6 +30,24 @@ def out_of_tolerance(got, want, rtol, atol, magnitude=None):
     return ~(err <= bound), err, bound
 
 
+def assert_close_to_scale(got, want, rtol, atol, what, names=("got", "want")):
+    """Elementwise |got - want| <= rtol |want| + atol * max(1, max |want|)
+    (NaN and infinities matched exactly); the error names the worst element
+    with `names` for the two sides."""
+    got, want = np.asarray(got), np.asarray(want)
+    w = want.astype(np.float64)
+    finite = np.isfinite(w)
+    scale = max(1.0, float(np.abs(w[finite]).max())) if finite.any() else 1.0
+    bad, err, bound = out_of_tolerance(got, want, rtol, atol * scale)
+    if bad.any():
+        k = int(np.argmax(np.where(bad, err / bound, 0.0)))
+        at = np.unravel_index(k, got.shape) if got.ndim else ()
+        raise AssertionError(
+            f"{what}: {int(bad.sum())} of {got.size} element(s) exceed rtol={rtol:g}, "
+            f"atol={atol:g}*{scale:.3g}; worst at {[int(j) for j in at]}: {names[0]} "
+            f"{got[at]!r}, {names[1]} {want[at]!r} (err {err[at]:.3g}, bound {bound[at]:.3g})")
+
+
 def run_both(fn, *args):
     """{backend: result} for the interpreter and the compiled CPU function."""
     graph = tilefuse.trace(fn, *args)

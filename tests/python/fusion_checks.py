@@ -6,6 +6,8 @@ from collections import Counter
 
 import numpy as np
 
+from backend_checks import assert_close_to_scale
+
 import tilefuse
 from tilefuse import _pytree
 
@@ -235,19 +237,5 @@ def assert_compiled_close(got, want, what=""):
                     f"interpreted {b[at]!r}")
             continue
         rtol, atol = COMPILED_TOLERANCES[a.dtype]
-        x, y = a.astype(np.float64), b.astype(np.float64)
-        finite = np.isfinite(y)
-        scale = max(1.0, float(np.abs(y[finite]).max())) if finite.any() else 1.0
-        special = (np.isnan(x) & np.isnan(y)) | (np.isinf(y) & (x == y))
-        with np.errstate(invalid="ignore"):
-            err = np.where(special, 0.0, np.abs(x - y))
-            err = np.where(np.isnan(err), np.inf, err)
-        bound = atol * scale + rtol * np.where(finite, np.abs(y), 0.0)
-        bad = ~(err <= bound)
-        if bad.any():
-            k = int(np.argmax(np.where(bad, err / bound, 0.0)))
-            at = np.unravel_index(k, a.shape) if a.ndim else ()
-            raise AssertionError(
-                f"{what}: result {i} ({a.dtype}{list(a.shape)}): {int(bad.sum())} element(s) "
-                f"exceed rtol={rtol:g}, atol={atol:g}*{scale:.3g}; worst at "
-                f"{[int(j) for j in at]}: compiled {x[at]!r}, interpreted {y[at]!r}")
+        assert_close_to_scale(a, b, rtol, atol, f"{what}: result {i} ({a.dtype}{list(a.shape)})",
+                              names=("compiled", "interpreted"))

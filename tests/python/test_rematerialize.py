@@ -39,6 +39,7 @@ import tilefuse.functional as F
 from tilefuse import workloads as W
 
 from fusion_checks import assert_compiled_close, entry_body
+from test_autodiff import fd_gradient
 from test_memory_plan import check_plan
 
 ENV = "TILEFUSE_REMATERIALIZE"
@@ -136,24 +137,6 @@ def test_checkpoint_gives_the_same_values_and_gradients(rng):
                            "compiled, checkpointed vs not")
 
 
-def _fd_gradient(graph, args, i, h=1e-3):
-    """Fourth-order central differences (as test_autodiff.py) of the scalar
-    forward graph with respect to args[i]."""
-    x = np.asarray(args[i], np.float64)
-    grad = np.zeros_like(x)
-
-    def f(j, delta):
-        xp = x.copy()
-        xp[j] += delta
-        a = list(args)
-        a[i] = xp
-        return float(graph.interpret(*a))
-
-    for j in np.ndindex(x.shape):
-        grad[j] = (8 * (f(j, h) - f(j, -h)) - (f(j, 2 * h) - f(j, -2 * h))) / (12 * h)
-    return grad
-
-
 def test_checkpoint_gradients_match_finite_differences(rng):
     """float64, tiny: the checkpointed gradients (interpreted and compiled)
     against central differences of the forward graph. Tolerance as
@@ -165,7 +148,7 @@ def test_checkpoint_gradients_match_finite_differences(rng):
     assert np.asarray(got[0]).dtype == np.float64
     np.testing.assert_allclose(got[0], forward.interpret(*args), rtol=1e-14)
     for i in range(len(args)):
-        fd = _fd_gradient(forward, args, i)
+        fd = fd_gradient(forward, args, i)
         np.testing.assert_allclose(got[1 + i], fd, rtol=1e-8, atol=1e-9,
                                    err_msg=f"gradient of argument {i} vs finite differences")
     assert_compiled_close(ck.compile("cpu")(*args), got, "float64 checkpointed, compiled")
