@@ -1,6 +1,7 @@
 //===- CpuLibrary.cpp -----------------------------------------------------===//
 #include "runtime/CpuLibrary.h"
 
+#include "runtime/CpuDnnl.h"
 #include "runtime/ThreadPool.h"
 
 #include <cstring>
@@ -181,6 +182,8 @@ void cpu::gemm(const Step &s, DType dtype, const void *a, const void *b, void *c
                    static_cast<double *>(c));
   case DType::F16:
   case DType::BF16: {
+    if (dnnlGemm(s, dtype, a, b, c))
+      return;
     // No f16/bf16 GEMM in the BLAS: operands widened to f32, sgemm (f32
     // accumulation), the product rounded once.
     thread_local std::vector<float> bufA, bufB, bufC;

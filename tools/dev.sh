@@ -23,7 +23,7 @@ log() { printf '\n== %s\n' "$*"; }
 install_debian_packages() {
   local wanted=(cmake ninja-build ccache g++ git pkg-config
                 llvm-19-dev llvm-19-tools libmlir-19-dev mlir-19-tools
-                libgtest-dev libgmock-dev libbenchmark-dev libopenblas-dev
+                libgtest-dev libgmock-dev libbenchmark-dev libopenblas-dev libdnnl-dev
                 python3 python3-dev python3-pip)
   local missing=()
   for p in "${wanted[@]}"; do

@@ -6,6 +6,7 @@
 //===----------------------------------------------------------------------===//
 #include "runtime/Artifact.h"
 #include "runtime/CpuExecutor.h"
+#include "runtime/CpuDnnl.h"
 #include "runtime/CpuLibrary.h"
 #include "runtime/ProgramIO.h"
 #include "runtime/ThreadPool.h"
@@ -13,6 +14,9 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <cmath>
+#include <random>
+#include <tuple>
 
 using namespace tilefuse;
 
@@ -395,4 +399,42 @@ TEST(ProgramIO, ChecksumsAreStandardFnv1a64) {
   EXPECT_EQ(fnv1a64("", 0), 0xcbf29ce484222325ull);
   EXPECT_EQ(fnv1a64("a", 1), 0xaf63dc4c8601ec8cull);
   EXPECT_EQ(fnv1a64("foobar", 6), 0x85944171f73967e8ull);
+}
+
+TEST(CpuLibrary, Bf16GemmsThroughOneDnnMatchTheWideningPath) {
+  if (cpu::dnnlStatus() != "loaded")
+    GTEST_SKIP() << "oneDNN bf16 GEMMs: " << cpu::dnnlStatus();
+  // Batched, transposed and odd sizes: oneDNN (f32 accumulation, one
+  // rounding) against the f32 GEMM of the widened operands, rounded once.
+  std::mt19937 gen(7);
+  std::uniform_real_distribution<float> dist(-1, 1);
+  for (auto [batch, m, n, k, ta, tb] :
+       std::vector<std::tuple<int64_t, int64_t, int64_t, int64_t, bool, bool>>{
+           {1, 33, 17, 65, false, false}, {3, 8, 40, 16, true, false},
+           {2, 5, 7, 129, false, true}, {1, 64, 64, 64, true, true}}) {
+    Step s;
+    s.kind = Step::Kind::Gemm;
+    s.batch = batch, s.m = m, s.n = n, s.k = k, s.transposeA = ta, s.transposeB = tb;
+    std::vector<uint16_t> a(size_t(batch * m * k)), b(size_t(batch * k * n)),
+        c(size_t(batch * m * n));
+    for (uint16_t &v : a)
+      v = floatToBF16(dist(gen));
+    for (uint16_t &v : b)
+      v = floatToBF16(dist(gen));
+    ASSERT_TRUE(cpu::dnnlGemm(s, DType::BF16, a.data(), b.data(), c.data()));
+    for (int64_t i = 0; i < batch; ++i)
+      for (int64_t r = 0; r < m; ++r)
+        for (int64_t col = 0; col < n; ++col) {
+          double want = 0;
+          for (int64_t l = 0; l < k; ++l) {
+            int64_t ai = ta ? (i * k + l) * m + r : (i * m + r) * k + l;
+            int64_t bi = tb ? (i * n + col) * k + l : (i * k + l) * n + col;
+            want += double(bf16ToFloat(a[size_t(ai)])) * bf16ToFloat(b[size_t(bi)]);
+          }
+          double got = bf16ToFloat(c[size_t((i * m + r) * n + col)]);
+          ASSERT_NEAR(got, want, std::ldexp(std::abs(want), -7) + 1e-5)
+              << "batch " << i << " row " << r << " col " << col << " of " << batch << "x" << m
+              << "x" << n << "x" << k << (ta ? " A^T" : "") << (tb ? " B^T" : "");
+        }
+  }
 }
