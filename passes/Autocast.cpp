@@ -125,19 +125,16 @@ private:
   void retype(Operation *op) {
     if (llvm::isa<CastOp>(op))
       return; // an explicit conversion of the user's: kept as written
+    // The float type the op was traced in (results of that type follow the
+    // op's new precision); ops without float operands and f64 work keep
+    // theirs.
+    Type original = originalTypes.lookup(op);
+    if (!original || original.isF64())
+      return;
     SmallVector<unsigned> floats;
     for (auto [i, v] : llvm::enumerate(op->getOperands()))
       if (isFloat(v.getType()))
         floats.push_back(unsigned(i));
-    if (floats.empty())
-      return;
-    // The float type the op was traced in (results of that type follow the
-    // op's new precision); f64 work keeps its precision.
-    Type original = originalTypes.lookup(op);
-    if (!original)
-      return;
-    if (original.isF64())
-      return;
     Type target;
     switch (ruleOf(op, keepFloat32)) {
     case Rule::LowPrecision:

@@ -108,6 +108,17 @@ int64_t traffic(Block &block) {
   return total;
 }
 
+/// The inputs of B rebuilt to compute F: B's own except F's outputs, then
+/// F's.
+llvm::SetVector<Value> mergedInputs(FusionOp f, FusionOp b) {
+  llvm::SetVector<Value> inputs;
+  for (Value in : b.getInputs())
+    if (in.getDefiningOp() != f.getOperation())
+      inputs.insert(in);
+  inputs.insert(f.getInputs().begin(), f.getInputs().end());
+  return inputs;
+}
+
 /// Clones the ops of a fusion body (its arguments mapped in `map`
 /// already) at `b`; returns the values it yields.
 SmallVector<Value> cloneBody(Block &body, IRMapping &map, OpBuilder &b) {
@@ -232,16 +243,14 @@ public:
     // Each output: which reads stay on F, and whether it is then free
     // before B.
     for (Value r : f.getResults()) {
-      bool longLived = false, stays = false;
+      bool longLived = false;
       for (Operation *user : r.getUsers()) {
         if (position[user] >= at)
           longLived = true;
         if (user == b || position[user] > at)
           continue; // B recomputes it; later reads take B's value
-        if (slice.contains(user)) {
-          stays = true; // B needs what this read produces: it stays before B
-          continue;
-        }
+        if (slice.contains(user))
+          continue; // B needs what this read produces: it stays on F
         longLived = true;
         // This read and everything before B that reads its results move
         // after B; none of them may feed B.
@@ -256,7 +265,6 @@ public:
             work.push_back(next);
         }
       }
-      (void)stays;
       if (longLived)
         plan.gain += bytesOf(r);
     }
@@ -281,13 +289,8 @@ public:
     };
     int64_t before = bytes(f.getInputs()) + bytes(f.getResults()) + bytes(b.getInputs()) +
                      bytes(b.getResults());
-    llvm::SetVector<Value> newInputs;
-    for (Value in : b.getInputs())
-      if (in.getDefiningOp() != f.getOperation())
-        newInputs.insert(in);
-    newInputs.insert(f.getInputs().begin(), f.getInputs().end());
     int64_t after = bytes(b.getResults());
-    for (Value in : newInputs)
+    for (Value in : mergedInputs(f, b))
       after += bytesOf(in);
     bool fStays = false;
     for (Value r : f.getResults()) {
@@ -318,12 +321,7 @@ public:
   void apply(Plan &plan) {
     FusionOp f = plan.f, b = plan.b;
     // Inputs of the new B: B's own except F's outputs, then F's.
-    llvm::SetVector<Value> inputs;
-    for (Value in : b.getInputs())
-      if (in.getDefiningOp() != f.getOperation())
-        inputs.insert(in);
-    for (Value in : f.getInputs())
-      inputs.insert(in);
+    llvm::SetVector<Value> inputs = mergedInputs(f, b);
     // F's outputs read after B (or by reads that move there) come out of B.
     SmallVector<unsigned> reexported;
     llvm::DenseSet<Operation *> moving(plan.sink.begin(), plan.sink.end());

@@ -66,28 +66,10 @@ void CpuExecutor::makePersistent(size_t argument, const void *initial) {
 }
 
 void CpuExecutor::carry(size_t result, size_t argument) {
-  if (result >= prog.results.size() || argument >= prog.arguments.size() || !kept[argument])
+  prog.checkCarry(result, argument);
+  if (!kept[argument])
     throw CompileError("carry: result " + std::to_string(result) + " -> argument " +
                        std::to_string(argument) + " needs a persistent argument");
-  const BufferInfo &r = prog.buffers[prog.results[result]];
-  const BufferInfo &a = prog.buffers[prog.arguments[argument]];
-  if (r.dtype != a.dtype || r.shape != a.shape)
-    throw CompileError("carry: result " + std::to_string(result) + " is " +
-                       dtypeName(r.dtype) + shapeToString(r.shape) + ", argument " +
-                       std::to_string(argument) + " is " + dtypeName(a.dtype) +
-                       shapeToString(a.shape));
-  bool inPlace = prog.results[result] == prog.arguments[argument];
-  if ((r.role != BufferInfo::Role::Intermediate && !inPlace) ||
-      std::count(prog.results.begin(), prog.results.end(), prog.results[result]) != 1)
-    throw CompileError("carry: result " + std::to_string(result) +
-                       " is not a buffer of its own");
-  // The plan pins only declared carries: any other result shares its
-  // bytes with buffers of the next call.
-  if (std::find(prog.aliases.begin(), prog.aliases.end(),
-                std::pair<int, int>(int(result), int(argument))) == prog.aliases.end())
-    throw CompileError("carry: the program does not declare result " + std::to_string(result) +
-                       " as argument " + std::to_string(argument) +
-                       "'s next value (Program::aliases), so its memory is not kept");
   carries.emplace_back(result, argument);
 }
 

@@ -524,23 +524,10 @@ void CudaExecutor::makePersistent(size_t argument, const void *initial) {
 
 void CudaExecutor::carry(size_t result, size_t argument) {
   std::lock_guard<std::mutex> lock(runMutex);
-  if (result >= prog.results.size() || argument >= prog.arguments.size() || !kept[argument])
+  prog.checkCarry(result, argument);
+  if (!kept[argument])
     throw CompileError("carry: result " + std::to_string(result) + " -> argument " +
                        std::to_string(argument) + " needs a persistent argument");
-  const BufferInfo &r = prog.buffers[prog.results[result]];
-  const BufferInfo &arg = prog.buffers[prog.arguments[argument]];
-  bool inPlace = prog.results[result] == prog.arguments[argument];
-  if (r.dtype != arg.dtype || r.shape != arg.shape ||
-      (r.role != BufferInfo::Role::Intermediate && !inPlace) ||
-      std::count(prog.results.begin(), prog.results.end(), prog.results[result]) != 1)
-    throw CompileError("carry: result " + std::to_string(result) +
-                       " cannot become argument " + std::to_string(argument));
-  // The plan pins only declared carries (see CpuExecutor::carry).
-  if (std::find(prog.aliases.begin(), prog.aliases.end(),
-                std::pair<int, int>(int(result), int(argument))) == prog.aliases.end())
-    throw CompileError("carry: the program does not declare result " + std::to_string(result) +
-                       " as argument " + std::to_string(argument) +
-                       "'s next value (Program::aliases), so its memory is not kept");
   carries.emplace_back(result, argument);
 }
 

@@ -359,59 +359,77 @@ std::vector<std::string> tilefuse::stepPhases(const Program &program) {
   return phases;
 }
 
-std::string tilefuse::formatMemoryPlan(const Program &program) {
-  MemoryPlan plan = program.plan.empty() ? planMemory(program) : program.plan;
+PlanReport tilefuse::reportMemoryPlan(const Program &program) {
+  PlanReport report;
+  report.plan = program.plan.empty() ? planMemory(program) : program.plan;
+  const MemoryPlan &plan = report.plan;
   std::vector<LiveRange> ranges = liveRanges(program);
-  std::vector<std::string> phases = stepPhases(program);
-  uint64_t bound = liveBytesLowerBound(program, plan.alignment);
-  uint64_t unplanned = unplannedBytes(program, plan.alignment);
-  uint64_t argumentBytes = 0;
-  for (const BufferInfo &b : program.buffers)
-    if (b.role == Role::Argument)
-      argumentBytes += b.byteSize();
+  report.stepPhases = stepPhases(program);
+  report.lowerBound = liveBytesLowerBound(program, plan.alignment);
+  report.unplanned = unplannedBytes(program, plan.alignment);
   // The step that writes each buffer first.
   std::vector<int> writer(program.buffers.size(), -1);
   for (size_t i = program.steps.size(); i-- > 0;)
     for (int b : stepWrites(program.steps[i]))
       writer[size_t(b)] = int(i);
+  for (size_t b = 0; b < program.buffers.size(); ++b) {
+    const BufferInfo &info = program.buffers[b];
+    if (info.role == Role::Argument) {
+      report.argumentBytes += info.byteSize();
+      continue;
+    }
+    PlanReport::Buffer row;
+    row.index = int(b);
+    row.offset = plan.offsets[b];
+    row.arenaBytes = arenaBytes(info, plan.alignment);
+    row.live = ranges[b];
+    row.phase = "constant";
+    if (int w = writer[b]; w >= 0 && info.role != Role::Constant) {
+      const Step &s = program.steps[size_t(w)];
+      row.phase = report.stepPhases[size_t(w)];
+      row.op = s.source;
+      row.line = s.sourceLines.empty() ? "" : s.sourceLines.front();
+    }
+    report.buffers.push_back(std::move(row));
+  }
+  std::stable_sort(report.buffers.begin(), report.buffers.end(),
+                   [](const PlanReport::Buffer &a, const PlanReport::Buffer &b) {
+                     return a.offset < b.offset;
+                   });
+  return report;
+}
 
+std::string tilefuse::formatMemoryPlan(const Program &program) {
+  PlanReport report = reportMemoryPlan(program);
+  uint64_t peak = report.plan.bytes, bound = report.lowerBound;
   std::ostringstream os;
   char ratio[32];
-  std::snprintf(ratio, sizeof ratio, "%.3f", bound ? double(plan.bytes) / double(bound) : 1.0);
+  std::snprintf(ratio, sizeof ratio, "%.3f", bound ? double(peak) / double(bound) : 1.0);
   os << "memory plan: " << program.steps.size() << " steps\n"
-     << "  peak (arena)  " << plan.bytes << " bytes (" << mib(plan.bytes) << ")\n"
+     << "  peak (arena)  " << peak << " bytes (" << mib(peak) << ")\n"
      << "  lower bound   " << bound << " bytes (" << mib(bound) << "), peak / bound " << ratio
      << "\n"
-     << "  unplanned     " << unplanned << " bytes (" << mib(unplanned)
+     << "  unplanned     " << report.unplanned << " bytes (" << mib(report.unplanned)
      << "), every buffer its own range\n"
-     << "  arguments     " << argumentBytes << " bytes (" << mib(argumentBytes)
+     << "  arguments     " << report.argumentBytes << " bytes (" << mib(report.argumentBytes)
      << "), outside the arena\n"
      << "  buffer | dtype[shape] | bytes | offset | live | phase | written by\n";
-  std::vector<int> order;
-  for (size_t b = 0; b < program.buffers.size(); ++b)
-    if (program.buffers[b].role != Role::Argument)
-      order.push_back(int(b));
-  std::stable_sort(order.begin(), order.end(), [&](int a, int b) {
-    return plan.offsets[size_t(a)] < plan.offsets[size_t(b)];
-  });
-  for (int b : order) {
-    const BufferInfo &info = program.buffers[size_t(b)];
-    const LiveRange &r = ranges[size_t(b)];
+  for (const PlanReport::Buffer &row : report.buffers) {
+    const BufferInfo &info = program.buffers[size_t(row.index)];
+    const LiveRange &r = row.live;
     os << "  " << info.name << " | " << dtypeName(info.dtype) << shapeToString(info.shape)
-       << " | " << info.byteSize() << " | " << plan.offsets[size_t(b)] << " | ";
+       << " | " << info.byteSize() << " | " << row.offset << " | ";
     if (r.pinned)
       os << "pinned";
     else
       os << r.first << ".." << (r.last == int(program.steps.size()) ? "end" : std::to_string(r.last));
-    int w = writer[size_t(b)];
-    if (info.role == Role::Constant || w < 0) {
+    if (row.op.empty()) {
       os << " | - | " << (info.role == Role::Constant ? "constant" : "nothing") << "\n";
       continue;
     }
-    const Step &s = program.steps[size_t(w)];
-    os << " | " << phases[size_t(w)] << " | " << s.source;
-    if (!s.sourceLines.empty())
-      os << " (" << s.sourceLines.front() << ")";
+    os << " | " << row.phase << " | " << row.op;
+    if (!row.line.empty())
+      os << " (" << row.line << ")";
     os << "\n";
   }
   return os.str();

@@ -99,6 +99,25 @@ std::vector<std::vector<int>> poisonSchedule(const Program &program);
 /// is "forward".
 std::vector<std::string> stepPhases(const Program &program);
 
+/// A program's plan as people read it (formatMemoryPlan, memory_plan() in
+/// Python): the totals, then every arena buffer by offset.
+struct PlanReport {
+  struct Buffer {
+    int index = 0; ///< into Program::buffers
+    uint64_t offset = 0, arenaBytes = 0;
+    LiveRange live;
+    /// The step that writes it first: its phase, source op and first
+    /// source line; phase "constant" and op "" for constants and buffers
+    /// nothing writes.
+    std::string phase, op, line;
+  };
+  MemoryPlan plan; ///< the program's, or planMemory's where it has none
+  uint64_t lowerBound = 0, unplanned = 0, argumentBytes = 0;
+  std::vector<std::string> stepPhases;
+  std::vector<Buffer> buffers;
+};
+PlanReport reportMemoryPlan(const Program &program);
+
 /// The plan as a table for people: peak, lower bound, their ratio, the
 /// unplanned size, then per arena buffer its size, offset, live range,
 /// phase and the step (and source line) that writes it.

@@ -42,6 +42,29 @@ std::vector<int> tilefuse::stepReads(const Step &step) {
   return out;
 }
 
+void Program::checkCarry(size_t result, size_t argument) const {
+  if (result >= results.size() || argument >= arguments.size())
+    throw CompileError("carry: no result " + std::to_string(result) + " or no argument " +
+                       std::to_string(argument));
+  const BufferInfo &r = buffers[results[result]];
+  const BufferInfo &a = buffers[arguments[argument]];
+  if (r.dtype != a.dtype || r.shape != a.shape)
+    throw CompileError("carry: result " + std::to_string(result) + " is " +
+                       dtypeName(r.dtype) + shapeToString(r.shape) + ", argument " +
+                       std::to_string(argument) + " is " + dtypeName(a.dtype) +
+                       shapeToString(a.shape));
+  bool inPlace = results[result] == arguments[argument];
+  if ((r.role != BufferInfo::Role::Intermediate && !inPlace) ||
+      std::count(results.begin(), results.end(), results[result]) != 1)
+    throw CompileError("carry: result " + std::to_string(result) +
+                       " is not a buffer of its own");
+  if (std::find(aliases.begin(), aliases.end(),
+                std::pair<int, int>(int(result), int(argument))) == aliases.end())
+    throw CompileError("carry: the program does not declare result " + std::to_string(result) +
+                       " as argument " + std::to_string(argument) +
+                       "'s next value (Program::aliases), so its memory is not kept");
+}
+
 bool Program::writesArgument(size_t argument) const {
   int b = arguments.at(argument);
   for (const Step &s : steps)

@@ -106,6 +106,12 @@ struct Program {
   /// kernel launched by one step, GPU threads per block); throws
   /// CompileError naming the first problem.
   void validate() const;
+  /// Throws CompileError unless result `result` may become argument
+  /// `argument`'s next value after every run (Executor::carry): the same
+  /// dtype and shape, a buffer of its own (or the argument's, computed in
+  /// place), and declared in `aliases` (the plan pins only those: any other
+  /// result shares its bytes with buffers of the next call).
+  void checkCarry(size_t result, size_t argument) const;
   /// Whether a step writes argument `argument` in place: a caller's data
   /// for it must be copied before a run, never written.
   bool writesArgument(size_t argument) const;

@@ -348,48 +348,33 @@ py::list tilefuse::python::programKernels(const Program &p) {
 }
 
 py::dict tilefuse::python::programMemoryPlan(const Program &p) {
-  MemoryPlan plan = p.plan.empty() ? planMemory(p) : p.plan;
-  std::vector<LiveRange> ranges = liveRanges(p);
-  std::vector<std::string> phases = stepPhases(p);
-  std::vector<int> writer(p.buffers.size(), -1);
-  for (size_t i = p.steps.size(); i-- > 0;)
-    for (int b : stepWrites(p.steps[i]))
-      writer[size_t(b)] = int(i);
+  PlanReport report = reportMemoryPlan(p);
   py::list buffers;
-  uint64_t argumentBytes = 0;
-  for (size_t b = 0; b < p.buffers.size(); ++b) {
-    const BufferInfo &info = p.buffers[b];
-    if (info.role == BufferInfo::Role::Argument) {
-      argumentBytes += info.byteSize();
-      continue;
-    }
+  for (const PlanReport::Buffer &b : report.buffers) {
+    const BufferInfo &info = p.buffers[size_t(b.index)];
     py::dict row;
     row["name"] = info.name;
     row["dtype"] = dtypeName(info.dtype);
     row["shape"] = py::tuple(py::cast(info.shape));
     row["bytes"] = info.byteSize();
-    row["arena_bytes"] = arenaBytes(info, plan.alignment);
-    row["offset"] = plan.offsets[b];
-    row["first"] = ranges[b].first;
-    row["last"] = ranges[b].last;
-    row["pinned"] = ranges[b].pinned;
-    int w = writer[b];
-    bool constant = info.role == BufferInfo::Role::Constant;
-    row["phase"] = constant || w < 0 ? std::string("constant") : phases[size_t(w)];
-    row["op"] = constant || w < 0 ? std::string() : p.steps[size_t(w)].source;
-    row["line"] = constant || w < 0 || p.steps[size_t(w)].sourceLines.empty()
-                      ? std::string()
-                      : p.steps[size_t(w)].sourceLines.front();
+    row["arena_bytes"] = b.arenaBytes;
+    row["offset"] = b.offset;
+    row["first"] = b.live.first;
+    row["last"] = b.live.last;
+    row["pinned"] = b.live.pinned;
+    row["phase"] = b.phase;
+    row["op"] = b.op;
+    row["line"] = b.line;
     buffers.append(row);
   }
   py::dict out;
-  out["peak"] = plan.bytes;
-  out["lower_bound"] = liveBytesLowerBound(p, plan.alignment);
-  out["unplanned"] = unplannedBytes(p, plan.alignment);
-  out["argument_bytes"] = argumentBytes;
-  out["alignment"] = plan.alignment;
+  out["peak"] = report.plan.bytes;
+  out["lower_bound"] = report.lowerBound;
+  out["unplanned"] = report.unplanned;
+  out["argument_bytes"] = report.argumentBytes;
+  out["alignment"] = report.plan.alignment;
   out["steps"] = p.steps.size();
-  out["step_phases"] = phases;
+  out["step_phases"] = report.stepPhases;
   out["buffers"] = buffers;
   out["text"] = formatMemoryPlan(p);
   return out;
