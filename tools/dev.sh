@@ -52,6 +52,9 @@ install_python_packages() {
   python3 -c "import lit" 2>/dev/null || missing+=(lit)
   # The independent reference that gradient tests compare against.
   python3 -c "import jax" 2>/dev/null || missing+=(jax)
+  # The reference that mixed-precision and PyTorch-import tests compare
+  # against (CPU use).
+  python3 -c "import torch" 2>/dev/null || missing+=(torch)
   # Draws memory plans (MemoryPlan.save_png).
   python3 -c "import matplotlib" 2>/dev/null || missing+=(matplotlib)
   if [ "${#missing[@]}" -gt 0 ]; then
