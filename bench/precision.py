@@ -14,12 +14,26 @@ The CPU's f16/bf16 GEMM widens its operands to f32 and calls the BLAS
 sgemm (no AVX512-BF16 GEMM yet), so bf16 saves memory, not GEMM time.
 
 `--trajectory N`: gpt2_mini (AdamW lr 1e-3, wd 0.01) and mlp_mnist (batch
-64, Adam lr 2e-4) trained N steps in bf16 and in f32 from the same
-parameters over the same 5 batches in turn: the largest and the mean
-relative difference of the losses.
+64, Adam lr 2e-4), both with dropout 0 (so every run computes the same
+function), trained N steps from the same parameters over the same 5
+batches in turn, four ways: tilefuse `compile_train_step` in f32 and with
+precision="bf16", and PyTorch (tests/python/torch_reference.py:
+torch.optim.Adam/AdamW, same hyperparameters) in f32 and with the forward
+pass and loss under torch.autocast("cpu", torch.bfloat16). For each
+workload: the losses of each run, then the largest (with its step) and the
+mean relative difference |a - b| / |b| of the loss trajectories of
+tilefuse bf16 vs PyTorch bf16, tilefuse bf16 vs tilefuse f32, PyTorch bf16
+vs PyTorch f32 and tilefuse f32 vs PyTorch f32. The two bf16 policies
+differ: matmul/linear (and the tied LM head) are bf16 and the losses f32
+in both, but tilefuse runs softmax, log_softmax and layer_norm in f32 while
+PyTorch's CPU autocast keeps them in their input's dtype, so gpt2_mini's
+attention softmax and mlp_mnist's log_softmax (both fed by a bf16 matmul)
+are bf16 there. Needs torch.
 """
 import argparse
+import os
 import statistics
+import sys
 import time
 
 import numpy as np
@@ -46,27 +60,49 @@ def median_time(fn, steps):
     return statistics.median(times)
 
 
+def _rel(a, b):
+    """(max, argmax, mean) of |a - b| / |b|, elementwise over the steps."""
+    rel = np.abs(np.asarray(a) - np.asarray(b)) / np.abs(np.asarray(b))
+    return rel.max(), int(rel.argmax()), rel.mean()
+
+
 def trajectory(n):
-    runs = {
-        "gpt2_mini": (W.gpt2_mini_config(), W.gpt2_mini_init, W.gpt2_mini_batch,
-                      W.gpt2_mini_loss, lambda: tilefuse.optim.AdamW(lr=1e-3, weight_decay=0.01)),
-        "mlp_mnist": (W.mlp_mnist_config(batch=64), W.mlp_mnist_init, W.mlp_mnist_batch,
-                      W.mlp_mnist_loss, lambda: tilefuse.optim.Adam(lr=2e-4)),
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir,
+                                    "tests", "python"))
+    import torch
+    import torch_reference as TR
+
+    runs = {  # config, init, batch, tilefuse loss, torch loss, optimizer, lr, weight decay
+        "gpt2_mini": (W.gpt2_mini_config(dropout=0.0), W.gpt2_mini_init, W.gpt2_mini_batch,
+                      W.gpt2_mini_loss, TR.gpt2_mini_loss, "adamw", 1e-3, 0.01),
+        "mlp_mnist": (W.mlp_mnist_config(batch=64, dropout=0.0), W.mlp_mnist_init,
+                      W.mlp_mnist_batch, W.mlp_mnist_loss, TR.mlp_mnist_loss, "adam", 2e-4, 0.0),
     }
-    for name, (cfg, init, batch_fn, loss, optimizer) in runs.items():
+    optimizers = {"adam": tilefuse.optim.Adam, "adamw": tilefuse.optim.AdamW}
+    for name, (cfg, init, batch_fn, loss, torch_loss, opt, lr, wd) in runs.items():
         losses = {}
+        params = init(cfg, seed=0)
+        batches = [batch_fn(cfg, seed=s) for s in range(1, 6)]
         for precision in ("fp32", "bf16"):
-            params = init(cfg, seed=0)
-            batches = [batch_fn(cfg, seed=s) for s in range(1, 6)]
             step = tilefuse.compile_train_step(
                 lambda p, b, s: loss(p, b, s, cfg, True), params, batches[0],
-                optimizer=optimizer(), device="cpu", precision=precision)
-            losses[precision] = np.array([step(batches[i % 5]) for i in range(n)])
-        a, b = losses["fp32"], losses["bf16"]
-        rel = np.abs(a - b) / np.abs(a)
-        print(f"{name}: {n} steps, loss f32 {a[0]:.4f} -> {a[-1]:.4f}, bf16 {b[0]:.4f} -> "
-              f"{b[-1]:.4f}; relative difference max {rel.max():.3%} (step {rel.argmax()}), "
-              f"mean {rel.mean():.3%}")
+                optimizer=optimizers[opt](lr=lr, weight_decay=wd), device="cpu",
+                precision=precision)
+            losses["tilefuse " + precision] = np.array(
+                [step(batches[i % 5]) for i in range(n)])
+        for precision, dtype in (("fp32", None), ("bf16", torch.bfloat16)):
+            losses["pytorch " + precision] = np.array(TR.torch_trajectory(
+                lambda p, b: torch_loss(p, b, None, cfg, True), params, batches, opt, lr, wd,
+                n, autocast_dtype=dtype))
+        print(f"{name}: {n} steps ({opt} lr {lr:g}, weight decay {wd:g}, dropout 0); loss "
+              + ", ".join(f"{k.replace('fp32', 'f32')} {v[0]:.4f} -> {v[-1]:.4f}"
+                          for k, v in losses.items()))
+        for a, b in (("tilefuse bf16", "pytorch bf16"), ("tilefuse bf16", "tilefuse fp32"),
+                     ("pytorch bf16", "pytorch fp32"), ("tilefuse fp32", "pytorch fp32")):
+            top, at, mean = _rel(losses[a], losses[b])
+            what = f"{a} vs {b}".replace("fp32", "f32")
+            print(f"  {what:30s} relative difference max {top:.2e} (step {at}), "
+                  f"mean {mean:.2e}", flush=True)
 
 
 def main():

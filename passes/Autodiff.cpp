@@ -375,7 +375,8 @@ void recomputeRegion(OpBuilder &b, ArrayRef<Operation *> ops, Value token,
 
 FailureOr<func::FuncOp> tilefuse::buildValueAndGrad(func::FuncOp primal,
                                                     ArrayRef<unsigned> wrt,
-                                                    StringRef name) {
+                                                    StringRef name,
+                                                    bool seedArgument) {
   if (failed(verifyGraphFunction(primal)))
     return failure();
   auto fnType = primal.getFunctionType();
@@ -408,7 +409,15 @@ FailureOr<func::FuncOp> tilefuse::buildValueAndGrad(func::FuncOp primal,
 
   ReverseBuilder reverse(b, grad.getLoc());
   Value loss = ret.getOperand(0);
-  reverse.accumulate(loss, GraphEmitter(b, loss.getLoc()).fullLike(loss, 1.0));
+  Value seed;
+  if (seedArgument) {
+    unsigned n = grad.getNumArguments();
+    grad.insertArgument(n, loss.getType(), {}, grad.getLoc());
+    seed = grad.getArgument(n);
+  } else {
+    seed = GraphEmitter(b, loss.getLoc()).fullLike(loss, 1.0);
+  }
+  reverse.accumulate(loss, seed);
   SmallVector<Operation *> forward;
   std::map<int64_t, SmallVector<Operation *>> regions; // checkpointed ops, in order
   for (Operation &op : body.without_terminator()) {
@@ -445,7 +454,7 @@ FailureOr<func::FuncOp> tilefuse::buildValueAndGrad(func::FuncOp primal,
   b.create<func::ReturnOp>(ret.getLoc(), results);
   ret.erase();
   grad.setFunctionType(
-      b.getFunctionType(fnType.getInputs(), ValueRange(results).getTypes()));
+      b.getFunctionType(body.getArgumentTypes(), ValueRange(results).getTypes()));
   // The primal results keep their attributes; the gradients have none.
   SmallVector<DictionaryAttr> resultAttrs;
   for (unsigned i = 0; i < results.size(); ++i)

@@ -12,9 +12,14 @@ namespace tilefuse {
 /// `primal` must hold only primitive graph ops (run decompose-composites
 /// first). Emits a diagnostic and fails on an integer `wrt` argument, a
 /// non-scalar loss or an op without a VJP rule.
+///
+/// With `seedArgument`, the function takes one more argument, last: the
+/// loss's cotangent (a 0-d tensor of the loss's type) that seeds the
+/// reverse pass in place of 1, so the gradients come out multiplied by it
+/// (loss scaling).
 mlir::FailureOr<mlir::func::FuncOp>
 buildValueAndGrad(mlir::func::FuncOp primal, llvm::ArrayRef<unsigned> wrt,
-                  llvm::StringRef name);
+                  llvm::StringRef name, bool seedArgument = false);
 
 } // namespace tilefuse
 

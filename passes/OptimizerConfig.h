@@ -6,9 +6,24 @@
 #ifndef TILEFUSE_PASSES_OPTIMIZERCONFIG_H
 #define TILEFUSE_PASSES_OPTIMIZERCONFIG_H
 
+#include <cmath>
+#include <cstdint>
 #include <string>
 
 namespace tilefuse {
+
+/// Dynamic loss scaling with torch.amp.GradScaler's semantics, inside the
+/// step: the backward pass is seeded with the scale, gradients are
+/// unscaled, and a step whose gradients are not all finite changes nothing
+/// but the scale (times `backoffFactor`); after `growthInterval` finite
+/// steps in a row the scale grows by `growthFactor`. The scale itself is
+/// state, not a field here: its initial value is the caller's.
+struct LossScaleConfig {
+  bool dynamic = false;
+  double growthFactor = 2.0;
+  double backoffFactor = 0.5;
+  int64_t growthInterval = 2000;
+};
 
 /// PyTorch semantics (torch.optim.SGD / Adam / AdamW). The learning rate and
 /// the step count are operands of the train step, not fields here, so a
@@ -23,6 +38,29 @@ struct OptimizerConfig {
   double eps = 1e-8;        ///< Adam, AdamW
   double weightDecay = 0.0; ///< L2 for SGD/Adam, decoupled for AdamW
   double clipNorm = 0.0;    ///< > 0: clip gradients to this global norm
+  LossScaleConfig lossScale;
+
+  /// Step-wide state tensors after the per-parameter ones: with dynamic
+  /// loss scaling the scale, the finite-step run length and the count of
+  /// applied updates (Adam's bias correction counts those, not calls).
+  unsigned globalState() const { return lossScale.dynamic ? 3 : 0; }
+
+  /// Empty if every field is in range, else what is wrong.
+  std::string validate() const {
+    if (!(momentum >= 0) || !(weightDecay >= 0) || !(clipNorm >= 0) || !(eps >= 0))
+      return "momentum, weight_decay, clip_norm and eps must be >= 0";
+    if (!(beta1 >= 0 && beta1 < 1) || !(beta2 >= 0 && beta2 < 1))
+      return "betas must be in [0, 1)";
+    if (nesterov && (kind != Kind::SGD || momentum == 0))
+      return "nesterov needs SGD with momentum > 0";
+    if (lossScale.dynamic &&
+        (!(lossScale.growthFactor > 1) || !std::isfinite(lossScale.growthFactor) ||
+         !(lossScale.backoffFactor > 0 && lossScale.backoffFactor < 1) ||
+         lossScale.growthInterval < 1))
+      return "loss scaling needs growth_factor > 1, 0 < backoff_factor < 1 and "
+             "growth_interval >= 1";
+    return "";
+  }
 
   /// Optimizer-state tensors per parameter (momentum buffer; m and v).
   unsigned statePerParam() const {
@@ -50,7 +88,8 @@ struct OptimizerConfig {
     out.eps = eps;
     out.weightDecay = weightDecay;
     out.clipNorm = clipNorm;
-    return true;
+    error = out.validate();
+    return error.empty();
   }
 };
 

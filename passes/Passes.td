@@ -37,8 +37,9 @@ def BuildTrainStepPass : Pass<"build-train-step", "mlir::ModuleOp"> {
   let description = [{
     For the loss function `function` (or the only one) whose first
     `num-params` arguments are parameters, adds `<function>_train_step`:
-    (params, optimizer state, batch, step: tensor<i64>, lr: tensor<f64>) ->
-    (loss, new params, new state). Updated results carry `tilefuse.aliases`,
+    (params, optimizer state, [scale, growth tracker, applied steps,] batch,
+    step: tensor<i64>, lr: tensor<f64>) -> (loss, new params, new state
+    [, new scale, tracker, applied steps]). Updated results carry `tilefuse.aliases`,
     the index of the argument they replace. Needs primitive ops.
   }];
   let options = [
@@ -56,6 +57,11 @@ def BuildTrainStepPass : Pass<"build-train-step", "mlir::ModuleOp"> {
     Option<"weightDecay", "weight-decay", "double", /*default=*/"0.0", "Weight decay">,
     Option<"clipNorm", "clip-norm", "double", /*default=*/"0.0",
            "Clip gradients to this global norm (0: off)">,
+    Option<"dynamicLossScale", "dynamic-loss-scale", "bool", /*default=*/"false",
+           "Dynamic loss scaling (GradScaler semantics): adds the scale, the "
+           "growth tracker and the applied-step count as state">,
+    Option<"growthInterval", "growth-interval", "int64_t", /*default=*/"2000",
+           "Finite steps in a row before the loss scale doubles">,
   ];
   let dependentDialects = ["::tilefuse::graph::GraphDialect"];
 }

@@ -99,6 +99,50 @@ private:
 
 } // namespace
 
+namespace {
+
+/// The step-wide state of dynamic loss scaling and what one step makes of
+/// it (torch.amp.GradScaler: _amp_foreach_non_finite_check_and_unscale_,
+/// _amp_update_scale_).
+struct LossScaler {
+  Value scale;   ///< 0-d f32
+  Value tracker; ///< 0-d i64: finite steps in a row since the last change
+  Value applied; ///< 0-d i64: updates applied so far
+
+  /// Divides every gradient by the scale (times its f32 reciprocal, as
+  /// PyTorch does: exact for powers of two) and returns a 0-d i1 that is
+  /// true when all of them are finite. g * 0 is 0 for a finite g and NaN
+  /// otherwise, so the sum of those is exactly 0 or NaN: no overflow of a
+  /// sum of finite values can flag a step.
+  Value unscale(GraphEmitter &e, MutableArrayRef<Value> grads) {
+    Type f32 = e.builder().getF32Type(), f64 = e.builder().getF64Type();
+    Value inv = e.cast(e.div(e.fullLike(e.cast(scale, f64), 1.0), e.cast(scale, f64)), f32);
+    Value poison;
+    for (Value &g : grads) {
+      auto type = GraphEmitter::typeOf(g);
+      g = e.mul(g, e.splat(e.cast(inv, type.getElementType()), type.getShape()));
+      Value s = e.cast(e.sumAll(e.mul(g, e.fullLike(g, 0.0))), f32);
+      poison = poison ? e.add(poison, s) : s;
+    }
+    return e.eq(poison, poison);
+  }
+
+  /// The state after a step that was applied (`finite`) or skipped.
+  SmallVector<Value> next(GraphEmitter &e, const LossScaleConfig &c, Value finite) {
+    Value run = e.add(tracker, e.fullLike(tracker, 1.0));
+    Value grow = e.eq(run, e.fullLike(run, double(c.growthInterval)));
+    Value grown = e.mulScalar(scale, c.growthFactor);
+    Value grownFinite = e.le(grown, e.fullLike(grown, 3.4028234663852886e38));
+    Value kept = e.select(grow, e.select(grownFinite, grown, scale), scale);
+    Value zero = e.fullLike(tracker, 0.0);
+    return {e.select(finite, kept, e.mulScalar(scale, c.backoffFactor)),
+            e.select(finite, e.select(grow, zero, run), zero),
+            e.add(applied, e.select(finite, e.fullLike(applied, 1.0), zero))};
+  }
+};
+
+} // namespace
+
 FailureOr<func::FuncOp> tilefuse::buildTrainStep(func::FuncOp loss,
                                                  unsigned numParams,
                                                  const OptimizerConfig &config,
@@ -109,10 +153,15 @@ FailureOr<func::FuncOp> tilefuse::buildTrainStep(func::FuncOp loss,
            << loss.getSymName() << " has " << lossType.getNumInputs()
            << " arguments; cannot treat the first " << numParams
            << " as parameters";
+  std::string invalid = config.validate();
+  if (!invalid.empty())
+    return loss.emitError("train step: ") << invalid;
+  bool scaled = config.lossScale.dynamic;
   SmallVector<unsigned> wrt;
   for (unsigned i = 0; i < numParams; ++i)
     wrt.push_back(i);
-  FailureOr<func::FuncOp> grad = buildValueAndGrad(loss, wrt, name);
+  FailureOr<func::FuncOp> grad =
+      buildValueAndGrad(loss, wrt, name, /*seedArgument=*/scaled);
   if (failed(grad))
     return failure();
   func::FuncOp step = *grad;
@@ -121,7 +170,8 @@ FailureOr<func::FuncOp> tilefuse::buildTrainStep(func::FuncOp loss,
   OpBuilder b(ctx);
   Location loc = step.getLoc();
 
-  // Arguments: params, state (inserted after the params), batch, step, lr.
+  // Arguments: params, state (inserted after the params), step-wide state,
+  // batch, step, lr.
   unsigned slots = config.statePerParam();
   SmallVector<Value> state;
   // insertArgument on the function keeps argument attributes in step.
@@ -131,6 +181,22 @@ FailureOr<func::FuncOp> tilefuse::buildTrainStep(func::FuncOp loss,
       step.insertArgument(index, body.getArgument(i).getType(), {}, loc);
       state.push_back(body.getArgument(index));
     }
+  LossScaler scaler;
+  if (scaled) {
+    unsigned at = numParams * (1 + slots);
+    auto scalar = [&](Type t) { return RankedTensorType::get({}, t); };
+    step.insertArgument(at, scalar(b.getF32Type()), {}, loc);
+    step.insertArgument(at + 1, scalar(b.getI64Type()), {}, loc);
+    step.insertArgument(at + 2, scalar(b.getI64Type()), {}, loc);
+    scaler = {body.getArgument(at), body.getArgument(at + 1), body.getArgument(at + 2)};
+    // The backward pass's seed, the last argument, becomes the scale.
+    unsigned seedIndex = step.getNumArguments() - 1;
+    BlockArgument seed = body.getArgument(seedIndex);
+    b.setInsertionPointToStart(&body);
+    seed.replaceAllUsesWith(GraphEmitter(b, loc).cast(
+        scaler.scale, GraphEmitter::typeOf(seed).getElementType()));
+    step.eraseArgument(seedIndex);
+  }
   unsigned end = step.getNumArguments();
   step.insertArgument(end, RankedTensorType::get({}, b.getI64Type()), {}, loc);
   step.insertArgument(end + 1, RankedTensorType::get({}, b.getF64Type()), {}, loc);
@@ -141,27 +207,46 @@ FailureOr<func::FuncOp> tilefuse::buildTrainStep(func::FuncOp loss,
   GraphEmitter e(b, loc);
   unsigned numPrimal = lossType.getNumResults();
   SmallVector<Value> grads(ret.getOperands().drop_front(numPrimal));
+  Value finite;
+  if (scaled) {
+    finite = scaler.unscale(e, grads);
+    // Adam's bias correction counts applied updates (a skipped step is
+    // not one), as torch.optim does when GradScaler skips optimizer.step().
+    stepArg = e.add(scaler.applied, e.fullLike(scaler.applied, 1.0));
+  }
   OptimizerEmitter opt(e, config, stepArg, lrArg);
   if (config.clipNorm > 0)
     opt.clip(grads);
+  // A skipped step keeps every parameter and state tensor as it was.
+  auto keepUnlessFinite = [&](Value updated, Value old) {
+    if (!finite)
+      return updated;
+    auto type = GraphEmitter::typeOf(old);
+    return e.select(e.splat(finite, type.getShape()), updated, old);
+  };
   SmallVector<Value> newParams;
   for (unsigned i = 0; i < numParams; ++i) {
     SmallVector<Value> slotsOfParam;
     for (unsigned s = 0; s < slots; ++s)
       slotsOfParam.push_back(state[s * numParams + i]);
-    newParams.push_back(opt.update(body.getArgument(i), grads[i], slotsOfParam));
+    newParams.push_back(keepUnlessFinite(
+        opt.update(body.getArgument(i), grads[i], slotsOfParam), body.getArgument(i)));
     for (unsigned s = 0; s < slots; ++s)
-      state[s * numParams + i] = slotsOfParam[s];
+      state[s * numParams + i] =
+          keepUnlessFinite(slotsOfParam[s], state[s * numParams + i]);
   }
 
   SmallVector<Value> results = {ret.getOperand(0)};
   llvm::append_range(results, newParams);
   llvm::append_range(results, state);
+  if (scaled)
+    llvm::append_range(results, scaler.next(e, config.lossScale, finite));
   b.create<func::ReturnOp>(ret.getLoc(), results);
   ret.erase();
   step.setFunctionType(
       b.getFunctionType(body.getArgumentTypes(), ValueRange(results).getTypes()));
-  // Result 1 + k replaces argument k (params, then state, are contiguous).
+  // Result 1 + k replaces argument k (params, state and step-wide state
+  // are contiguous); the attribute, not this order, is what consumers read.
   SmallVector<DictionaryAttr> resultAttrs = {DictionaryAttr::get(ctx)};
   for (unsigned k = 0; k + 1 < results.size(); ++k)
     resultAttrs.push_back(DictionaryAttr::get(
@@ -190,6 +275,8 @@ struct BuildTrainStepPass
       getOperation().emitError(error);
       return signalPassFailure();
     }
+    config.lossScale.dynamic = dynamicLossScale;
+    config.lossScale.growthInterval = growthInterval;
     func::FuncOp loss = findFunction(getOperation(), function);
     if (!loss ||
         failed(buildTrainStep(loss, numParams, config,

@@ -15,11 +15,16 @@ constexpr const char *kAliasAttrName = "tilefuse.aliases";
 
 /// From `loss` (args: the first `numParams` are parameters, the rest the
 /// batch; result 0 a 0-d float loss, primitive ops only) builds `name`:
-///   (params..., state..., batch..., step: tensor<i64>, lr: tensor<f64>)
-///     -> (loss, new params..., new state...)
+///   (params..., state..., [scale, tracker, applied,] batch...,
+///    step: tensor<i64>, lr: tensor<f64>)
+///     -> (loss, new params..., new state..., [new scale, tracker, applied])
 /// State is slot-major: all first slots (momentum buffer, or Adam's m), then
 /// all second slots (Adam's v), each shaped like its parameter. `step` is
-/// the 1-based count of this update (Adam's bias correction).
+/// the 1-based count of this update (Adam's bias correction). With dynamic
+/// loss scaling (config.lossScale), the step-wide state follows: the scale
+/// (0-d f32), finite steps in a row (0-d i64) and updates applied (0-d
+/// i64, which then counts for Adam's bias correction in place of `step`);
+/// the loss returned is unscaled.
 mlir::FailureOr<mlir::func::FuncOp>
 buildTrainStep(mlir::func::FuncOp loss, unsigned numParams,
                const OptimizerConfig &config, llvm::StringRef name);

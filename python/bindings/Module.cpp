@@ -75,6 +75,36 @@ py::list interpretGraph(const Graph &g, const py::sequence &args) {
   return out;
 }
 
+/// The optimizer (and loss scaling) of a train step from the dict that
+/// tilefuse.optim builds; an unknown key or a value out of range is a
+/// CompileError naming it.
+OptimizerConfig optimizerConfigFrom(const py::dict &options) {
+  OptimizerConfig c;
+  for (auto [key, value] : options) {
+    std::string k = py::cast<std::string>(key);
+    if (k == "kind") {
+      std::string kind = py::cast<std::string>(value);
+      if (!OptimizerConfig::parseKind(kind, c.kind))
+        throw CompileError("unknown optimizer '" + kind + "'; expected sgd, adam or adamw");
+    } else if (k == "momentum") c.momentum = py::cast<double>(value);
+    else if (k == "nesterov") c.nesterov = py::cast<bool>(value);
+    else if (k == "beta1") c.beta1 = py::cast<double>(value);
+    else if (k == "beta2") c.beta2 = py::cast<double>(value);
+    else if (k == "eps") c.eps = py::cast<double>(value);
+    else if (k == "weight_decay") c.weightDecay = py::cast<double>(value);
+    else if (k == "clip_norm") c.clipNorm = py::cast<double>(value);
+    else if (k == "loss_scale") c.lossScale.dynamic = py::cast<bool>(value);
+    else if (k == "growth_factor") c.lossScale.growthFactor = py::cast<double>(value);
+    else if (k == "backoff_factor") c.lossScale.backoffFactor = py::cast<double>(value);
+    else if (k == "growth_interval") c.lossScale.growthInterval = py::cast<int64_t>(value);
+    else throw CompileError("unknown optimizer option '" + k + "'");
+  }
+  std::string invalid = c.validate();
+  if (!invalid.empty())
+    throw CompileError("optimizer: " + invalid);
+  return c;
+}
+
 } // namespace
 
 PYBIND11_MODULE(_core, m) {
@@ -130,19 +160,9 @@ PYBIND11_MODULE(_core, m) {
         }
         return rows;
       })
-      .def("train_step", [](const Graph &g, unsigned numParams,
-                            const std::string &kind, double momentum,
-                            bool nesterov, double beta1, double beta2,
-                            double eps, double weightDecay, double clipNorm) {
-        OptimizerConfig c;
-        std::string error;
-        if (!OptimizerConfig::fromOptions(kind, momentum, nesterov, beta1, beta2,
-                                          eps, weightDecay, clipNorm, c, error))
-          throw CompileError(error);
-        return g.trainStep(numParams, c);
-      }, py::arg("num_params"), py::arg("kind"), py::arg("momentum"),
-         py::arg("nesterov"), py::arg("beta1"), py::arg("beta2"),
-         py::arg("eps"), py::arg("weight_decay"), py::arg("clip_norm"));
+      .def("train_step", [](const Graph &g, unsigned numParams, const py::dict &options) {
+        return g.trainStep(numParams, optimizerConfigFrom(options));
+      }, py::arg("num_params"), py::arg("config"));
 
   registerExecutorBindings(m);
   py::class_<Executable, std::shared_ptr<Executable>>(m, "Executable")
@@ -159,6 +179,8 @@ PYBIND11_MODULE(_core, m) {
       .def("carry", [](Executable &e, size_t r, size_t a) { e.exec().carry(r, a); },
            py::arg("result"), py::arg("argument"))
       .def("persistent", [](Executable &e, size_t i) { return persistentValue(e.exec(), i); })
+      // (result, argument) pairs: results that are an argument's next value.
+      .def_property_readonly("aliases", [](const Executable &e) { return e.program().aliases; })
       .def("set_profiling", [](Executable &e, bool on) { e.exec().setProfiling(on); })
       .def("step_seconds", [](Executable &e) {
         return std::make_pair(e.exec().stepSeconds(), e.exec().profiledCalls());

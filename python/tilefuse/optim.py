@@ -67,3 +67,41 @@ class AdamW(Adam):
 
     weight_decay: float = 0.01
     _kind = "adamw"
+
+
+@dataclass
+class LossScale:
+    """Dynamic loss scaling with torch.amp.GradScaler's semantics, compiled
+    into the training step (no host round-trip): the loss's gradient is
+    seeded with `scale`, the gradients are divided by it, and a step whose
+    gradients are not all finite is skipped (parameters, optimizer state and
+    Adam's step count unchanged) and halves the scale (`backoff_factor`);
+    `growth_interval` finite steps in a row double it (`growth_factor`).
+    The scale, the run of finite steps and the count of applied updates are
+    state of the step, saved and restored with the rest (state_dict keys
+    "scaler/scale", "scaler/growth_tracker", "scaler/applied_steps")."""
+
+    init_scale: float = 2.0 ** 16
+    growth_factor: float = 2.0
+    backoff_factor: float = 0.5
+    growth_interval: int = 2000
+
+    def _config(self):
+        _check(self.init_scale > 0 and self.init_scale < 3.4e38,
+               f"LossScale: init_scale must be a positive f32, got {self.init_scale}")
+        _check(self.growth_factor > 1 and 0 < self.backoff_factor < 1,
+               f"LossScale: need growth_factor > 1 and 0 < backoff_factor < 1, got {self}")
+        _check(int(self.growth_interval) == self.growth_interval and self.growth_interval >= 1,
+               f"LossScale: growth_interval must be a whole number >= 1, got "
+               f"{self.growth_interval}")
+        return dict(loss_scale=True, growth_factor=float(self.growth_factor),
+                    backoff_factor=float(self.backoff_factor),
+                    growth_interval=int(self.growth_interval))
+
+    # The step-wide state the compiled step keeps, in argument order, with
+    # initial values (the tracker and the applied count start at 0).
+    def _state(self):
+        import numpy as np
+        return [("scaler/scale", np.array(self.init_scale, np.float32)),
+                ("scaler/growth_tracker", np.array(0, np.int64)),
+                ("scaler/applied_steps", np.array(0, np.int64))]

@@ -471,8 +471,13 @@ class LoadedTrainStep(LoadedFunction):
 
     def set_state(self, values):
         """Initial values of the kept arguments (parameters, then optimizer
-        state, in argument order)."""
+        state, then a loss scaler's state, in argument order). A step
+        exported from Python knows its loss scaler's initial state: the
+        parameters and optimizer state alone are then enough."""
         values = list(values)
+        defaults = [np.array(v, dtype=d) for _, v, d in self.interface.get("step_state", [])]
+        if defaults and len(values) == len(self._kept) - len(defaults):
+            values += defaults
         if len(values) != len(self._kept):
             raise CompileError(f"the training step keeps {len(self._kept)} arguments, "
                                f"got {len(values)} values")

@@ -7,9 +7,8 @@ from . import _pytree
 from ._core import CompileError
 from ._tracing import trace
 from .compiler import resolve_device
+from .optim import LossScale
 from .runtime import _check_array, _check_keys, _check_scalar
-
-
 
 
 class TrainStep:
@@ -20,30 +19,40 @@ class TrainStep:
 
     `state_dict()` is everything the next step depends on besides the batch
     and what was compiled in (the loss function, the optimizer's
-    hyperparameters): parameters, optimizer state, step count, lr and seed.
+    hyperparameters): parameters, optimizer state, the loss scaler's state
+    (with loss scaling), step count, lr and seed.
     `load_state_dict()` restores it into a step compiled the same way, which
     then continues bitwise as the saved one would have;
     `tilefuse.runtime.save(step.state_dict(), path)` and
     `tilefuse.runtime.load_state_dict(path)` keep it in an .npz file."""
 
-    def __init__(self, graph, names, params, state_names, batch_spec, lr, seed, uses_seed,
-                 device, optimizer_kind=""):
+    def __init__(self, graph, names, params, state_names, step_state, batch_spec, lr, seed,
+                 uses_seed, device, optimizer_kind=""):
         self._graph = graph
         self.device = device
         self._compiled = graph.compile(device)
         self._names = names
         self._n_params = len(params)
-        self._n_kept = len(params) * (1 + len(state_names))
         exe = self._compiled._exe
-        initial = list(params) + [np.zeros_like(p) for _ in state_names for p in params]
+        # What the step keeps between calls is what its program says: each
+        # (result, argument) alias. Their initial values, in argument order:
+        # parameters, zeroed optimizer state, the step-wide state.
+        aliases = sorted(exe.aliases, key=lambda ra: ra[1])
+        self._kept = [a for _, a in aliases]
+        initial = (list(params) + [np.zeros_like(p) for _ in state_names for p in params] +
+                   [value for _, value in step_state])
+        if len(self._kept) != len(initial):
+            raise CompileError(f"the compiled training step keeps {len(self._kept)} arguments; "
+                               f"its parameters, optimizer and loss scaler need {len(initial)}")
         self._kept_sigs = [(v.shape, v.dtype) for v in initial]
         self._optimizer_kind = optimizer_kind
-        # Arguments 0..n_kept-1 (params, then state) persist; results
-        # 1..n_kept are their new values.
-        for i, value in enumerate(initial):
-            exe.make_persistent(i, value)
-            exe.carry(1 + i, i)
+        for a, value in zip(self._kept, initial):
+            exe.make_persistent(a, value)
+        for r, a in aliases:
+            exe.carry(r, a)
+        self._n_args = len(graph._artifact_interface()["argument_names"])
         self._state_names = state_names
+        self._step_state = [name for name, _ in step_state]
         self._batch_spec = batch_spec
         self._seed = int(seed)
         self._uses_seed = uses_seed
@@ -82,10 +91,12 @@ class TrainStep:
                 "the step was compiled with"
             )
         t = self.step_count + 1
-        args = [None] * self._n_kept + [np.asarray(x) for x in leaves]
+        rest = [np.asarray(x) for x in leaves]
         if self._uses_seed:
-            args.append(np.int64(self._seed + t - 1))
-        args += [np.int64(t), np.float64(self.lr)]
+            rest.append(np.int64(self._seed + t - 1))
+        rest += [np.int64(t), np.float64(self.lr)]
+        kept, it = set(self._kept), iter(rest)
+        args = [None if i in kept else next(it) for i in range(self._n_args)]
         (loss,) = self._compiled._exe.run(args, [0])
         self.step_count = t
         return float(loss)
@@ -94,21 +105,43 @@ class TrainStep:
         """Current parameters, as a dict of numpy arrays (copies)."""
         exe = self._compiled._exe
         return _pytree.unflatten(self._names,
-                                 [exe.persistent(i) for i in range(self._n_params)])
+                                 [exe.persistent(a) for a in self._kept[:self._n_params]])
 
     def state(self):
         """Optimizer state: {slot name: params-shaped dict}."""
         exe, n = self._compiled._exe, self._n_params
         return {
             name: _pytree.unflatten(self._names,
-                                    [exe.persistent(n * (1 + i) + k) for k in range(n)])
+                                    [exe.persistent(a)
+                                     for a in self._kept[n * (1 + i):n * (2 + i)]])
             for i, name in enumerate(self._state_names)
         }
+
+    @property
+    def loss_scale(self):
+        """The current loss scale (a float), None without loss scaling."""
+        if "scaler/scale" not in self._step_state:
+            return None
+        return float(self._step_value("scaler/scale"))
+
+    @property
+    def applied_steps(self):
+        """Updates applied so far: step_count less the steps that loss
+        scaling skipped (without loss scaling, step_count)."""
+        if "scaler/applied_steps" not in self._step_state:
+            return self.step_count
+        return int(self._step_value("scaler/applied_steps"))
+
+    def _step_value(self, name):
+        index = self._kept[len(self._kept) - len(self._step_state) +
+                           self._step_state.index(name)]
+        return self._compiled._exe.persistent(index)
 
     def _state_keys(self):
         """Keys of the kept arguments in argument order: "params/<name>",
         then "<slot>/<name>" per optimizer state slot (names: dotted pytree
-        paths, "l1.w" for params["l1"]["w"])."""
+        paths, "l1.w" for params["l1"]["w"]), then the step-wide state
+        ("scaler/scale", "scaler/growth_tracker", "scaler/applied_steps")."""
         leaf = _pytree.leaf_names(self._names)
         if len(set(leaf)) != len(leaf):
             seen, repeated = set(), []
@@ -122,15 +155,16 @@ class TrainStep:
         keys = []
         for section in ["params"] + list(self._state_names):
             keys += [f"{section}/{n}" if n else section for n in leaf]
-        return keys
+        return keys + self._step_state
 
     def state_dict(self):
         """Parameters, optimizer state, step count, lr, dropout seed base and
         optimizer kind, as {name: numpy array or scalar} (copies):
         "params/<name>", "<slot>/<name>" (momentum; exp_avg, exp_avg_sq),
-        "step", "lr", "seed", "optimizer"."""
+        with loss scaling "scaler/scale", "scaler/growth_tracker" and
+        "scaler/applied_steps", then "step", "lr", "seed", "optimizer"."""
         exe = self._compiled._exe
-        out = {key: exe.persistent(i) for i, key in enumerate(self._state_keys())}
+        out = {key: exe.persistent(a) for a, key in zip(self._kept, self._state_keys())}
         out["step"] = np.int64(self.step_count)
         out["lr"] = np.float64(self.lr)
         out["seed"] = np.int64(self._seed)
@@ -157,15 +191,15 @@ class TrainStep:
         if step < 0:
             raise CompileError(f"{who}: 'step' must be >= 0, got {step}")
         exe = self._compiled._exe
-        for i, value in enumerate(values):
-            exe.make_persistent(i, value)
+        for a, value in zip(self._kept, values):
+            exe.make_persistent(a, value)
         self.step_count = int(step)
         self.lr = float(lr)
         self._seed = int(seed)
 
 
 def compile_train_step(loss_fn, params, example_batch, optimizer, device="auto", seed=0,
-                       memory_budget=None, precision="fp32", keep_fp32=()):
+                       memory_budget=None, precision="fp32", keep_fp32=(), loss_scale="auto"):
     """Compiles loss_fn(params, batch) or loss_fn(params, batch, seed) into one
     training step. `params` and `example_batch` are (nested) dicts of numpy
     arrays; `seed` (when loss_fn takes it) is a 0-d int64 tensor equal to
@@ -182,19 +216,37 @@ def compile_train_step(loss_fn, params, example_batch, optimizer, device="auto",
     `precision` ("fp32", "bf16", "fp16"): the mixed-precision policy of
     Graph.autocast applied to the loss before differentiation; parameters
     and optimizer state stay f32 (master weights), their gradients come
-    back in f32. `keep_fp32`: op kinds to keep in f32."""
+    back in f32. `keep_fp32`: op kinds to keep in f32.
+
+    `loss_scale`: "auto" (dynamic loss scaling for fp16, none otherwise),
+    "dynamic" (tilefuse.optim.LossScale()), a tilefuse.optim.LossScale, or
+    None (off). See LossScale; `step.loss_scale` is the current scale."""
     device = resolve_device(device)
-    graph, names, param_leaves, batch_spec, uses_seed = _build_train_step(
-        loss_fn, params, example_batch, optimizer, seed, precision, keep_fp32)
+    graph, names, param_leaves, batch_spec, uses_seed, step_state = _build_train_step(
+        loss_fn, params, example_batch, optimizer, seed, precision, keep_fp32, loss_scale)
 
     def build():
         return TrainStep(graph, names, [p.copy() for p in param_leaves],
-                         optimizer.state_names(), batch_spec, optimizer.lr, seed, uses_seed,
-                         device, optimizer._config()["kind"])
+                         optimizer.state_names(), step_state, batch_spec, optimizer.lr, seed,
+                         uses_seed, device, optimizer._config()["kind"])
     if memory_budget is None:
         return build()
     return _fit_memory_budget(build, int(memory_budget), param_leaves, optimizer,
                               example_batch, device)
+
+
+def _resolve_loss_scale(loss_scale, precision):
+    """The LossScale a step compiles in, or None."""
+    if isinstance(loss_scale, LossScale):
+        return loss_scale
+    if isinstance(loss_scale, str) and loss_scale == "auto":
+        return LossScale() if str(precision) in ("fp16", "f16", "float16") else None
+    if isinstance(loss_scale, str) and loss_scale == "dynamic":
+        return LossScale()
+    if loss_scale is None or loss_scale is False:
+        return None
+    raise CompileError(f"loss_scale must be 'auto', 'dynamic', a tilefuse.optim.LossScale or "
+                       f"None, got {loss_scale!r}")
 
 
 # Shares of the step's bytes moved that rematerialization may add, tried in
@@ -262,20 +314,25 @@ def _fit_memory_budget(build, budget, param_leaves, optimizer, example_batch, de
 
 
 def train_step_graph(loss_fn, params, example_batch, optimizer, seed=0, precision="fp32",
-                     keep_fp32=()):
+                     keep_fp32=(), loss_scale="auto"):
     """The training-step Graph compile_train_step compiles, without
     compiling it (for Graph.export): arguments (parameters, optimizer state
-    per parameter and state name, batch leaves, [seed,] step, lr), results
-    (loss, new parameters, new state)."""
+    per parameter and state name, [the loss scaler's scale, growth tracker
+    and applied steps,] batch leaves, [seed,] step, lr), results (loss, new
+    parameters, new state[, new scaler state])."""
     return _build_train_step(loss_fn, params, example_batch, optimizer, seed, precision,
-                             keep_fp32)[0]
+                             keep_fp32, loss_scale)[0]
 
 
 def _build_train_step(loss_fn, params, example_batch, optimizer, seed, precision="fp32",
-                      keep_fp32=()):
+                      keep_fp32=(), loss_scale="auto"):
     if not hasattr(optimizer, "_config"):
         raise CompileError(f"optimizer must be a tilefuse.optim optimizer, got {optimizer!r}")
     config = optimizer._config()
+    scaler = _resolve_loss_scale(loss_scale, precision)
+    step_state = scaler._state() if scaler else []
+    if scaler:
+        config.update(scaler._config())
     try:
         n_args = len(inspect.signature(loss_fn).parameters)
     except (TypeError, ValueError):
@@ -291,7 +348,7 @@ def _build_train_step(loss_fn, params, example_batch, optimizer, seed, precision
     loss_graph = trace(loss_fn, *args)
     if precision != "fp32" or keep_fp32:
         loss_graph = loss_graph.autocast(precision, keep_fp32)
-    graph = loss_graph._graph.train_step(len(param_leaves), **config)
+    graph = loss_graph._graph.train_step(len(param_leaves), config)
     from ._tracing import Graph
 
     # The artifact's argument names: the state_dict() keys of TrainStep.
@@ -299,8 +356,14 @@ def _build_train_step(loss_fn, params, example_batch, optimizer, seed, precision
     batch_names = ["batch/" + n if n else "batch" for n in _pytree.leaf_names(batch_spec)]
     argument_names = ([f"params/{n}" for n in param_names] +
                       [f"{slot}/{n}" for slot in optimizer.state_names() for n in param_names] +
+                      [name for name, _ in step_state] +
                       batch_names + (["seed"] if uses_seed else []) + ["step", "lr"])
+    # step_state: the initial values of the step-wide state, so a loaded
+    # artifact's set_state() can take just the parameters and optimizer state.
     interface = {"kind": "train_step", "argument_names": argument_names,
                  "batch_spec": _pytree.spec_to_json(batch_spec), "uses_seed": uses_seed,
-                 "optimizer": config["kind"]}
-    return Graph(graph, interface=interface), names, param_leaves, batch_spec, uses_seed
+                 "optimizer": config["kind"],
+                 "step_state": [[name, value.item(), str(value.dtype)]
+                                for name, value in step_state]}
+    return (Graph(graph, interface=interface), names, param_leaves, batch_spec, uses_seed,
+            step_state)

@@ -2,11 +2,15 @@
 //
 //   tilefuse-compile model.mlir --target=cpu|cuda:sm_90 -o model.tfa
 //       [--entry=NAME] [--precision=fp32|bf16|fp16] [--train --num-params=N --optimizer=sgd|adam|adamw
-//        --weight-decay=W --momentum=M --clip-norm=C]
+//        --weight-decay=W --momentum=M --clip-norm=C --loss-scale=dynamic|none
+//        --growth-interval=N]
 //
 // The same pipeline as tilefuse.compile (Graph::compileArtifact). With
 // --train, the entry function is a loss whose first N arguments are
-// parameters, and the artifact holds the whole training step.
+// parameters, and the artifact holds the whole training step. An f16 step
+// scales its loss dynamically unless --loss-scale=none: the scale, the
+// growth tracker and the applied-step count are then kept arguments after
+// the optimizer state.
 //
 //===----------------------------------------------------------------------===//
 #include "frontend/Graph.h"
@@ -31,7 +35,8 @@ int usage(const std::string &why) {
   std::cerr << "tilefuse-compile: " << why << "\n"
             << "usage: tilefuse-compile model.mlir --target=cpu|cuda:sm_XX -o out.tfa "
                "[--entry=NAME] [--precision=fp32|bf16|fp16] [--train --num-params=N "
-               "--optimizer=sgd|adam|adamw --weight-decay=W --momentum=M --clip-norm=C]\n";
+               "--optimizer=sgd|adam|adamw --weight-decay=W --momentum=M --clip-norm=C "
+               "--loss-scale=dynamic|none --growth-interval=N]\n";
   return 2;
 }
 } // namespace
@@ -39,7 +44,8 @@ int usage(const std::string &why) {
 int main(int argc, char **argv) {
   std::string input, output, target = "cpu", entry, optimizer = "adamw", precision = "fp32";
   bool train = false;
-  long numParams = -1;
+  long numParams = -1, growthInterval = 2000;
+  std::string lossScale; // default: dynamic for fp16, none otherwise
   double weightDecay = 0, momentum = 0, clipNorm = 0;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
@@ -68,6 +74,16 @@ int main(int argc, char **argv) {
       if (!n)
         return usage(std::string("--num-params needs a whole number >= 0, got '") + v + "'");
       numParams = *n;
+    } else if (const char *v = value("--growth-interval=")) {
+      std::optional<long> n = parseIntegerFlag(v, 1, 1L << 40);
+      if (!n)
+        return usage(std::string("--growth-interval needs a whole number >= 1, got '") + v +
+                     "'");
+      growthInterval = *n;
+    } else if (const char *v = value("--loss-scale=")) {
+      lossScale = v;
+      if (lossScale != "dynamic" && lossScale != "none")
+        return usage("--loss-scale must be dynamic or none, got '" + lossScale + "'");
     } else if (const char *v = value("--optimizer=")) optimizer = v;
     else if (const char *v = value("--weight-decay=")) {
       if (!number("--weight-decay", v, weightDecay)) return 2;
@@ -81,6 +97,8 @@ int main(int argc, char **argv) {
   }
   if (input.empty() || output.empty())
     return usage("an input .mlir file and -o OUTPUT are required");
+  if (!train && !lossScale.empty())
+    return usage("--loss-scale applies to training steps: add --train");
   std::ifstream in(input);
   if (!in)
     return usage("cannot read " + input);
@@ -99,6 +117,9 @@ int main(int argc, char **argv) {
       if (!OptimizerConfig::fromOptions(optimizer, momentum, false, 0.9, 0.999, 1e-8,
                                         weightDecay, clipNorm, config, error))
         return usage(error);
+      bool f16 = precision == "fp16" || precision == "f16" || precision == "float16";
+      config.lossScale.dynamic = lossScale.empty() ? f16 : lossScale == "dynamic";
+      config.lossScale.growthInterval = growthInterval;
       g = g->trainStep(unsigned(numParams), config);
     }
     std::string bytes = g->compileArtifact(target);
