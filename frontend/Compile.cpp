@@ -23,6 +23,7 @@
 #ifdef TILEFUSE_HAVE_CUDA_EXECUTOR
 #include "runtime/CudaExecutor.h"
 #endif
+#include "frontend/NumericsProbe.h"
 #include "passes/FuseOps.h"
 #include "passes/TargetInfo.h"
 
@@ -71,8 +72,12 @@ struct ProgramAndKernels {
   OwningOpRef<ModuleOp> kernels;
 };
 using StageHook = std::function<void(const char *, func::FuncOp, ModuleOp)>;
+/// A rewrite of the fused function before it becomes a Program (the
+/// numerics probes).
+using FusedRewrite = std::function<LogicalResult(func::FuncOp)>;
 ProgramAndKernels programFor(const Graph::Impl &g, const TargetInfo &target,
-                             const StageHook &stage = {}) {
+                             const StageHook &stage = {},
+                             const FusedRewrite &afterFusion = {}) {
   OwningOpRef<ModuleOp> module = g.lowerCopy("lowering @" + g.entry + " to primitive ops failed");
   func::FuncOp func = module->lookupSymbol<func::FuncOp>(g.entry);
   ProgramAndKernels out;
@@ -82,6 +87,8 @@ ProgramAndKernels programFor(const Graph::Impl &g, const TargetInfo &target,
   runCapturingDiagnostics("cannot compile @" + g.entry + " for " + target.name(),
                           [&]() -> LogicalResult {
     if (failed(fuseFunction(func, target, /*remarks=*/false)))
+      return failure();
+    if (afterFusion && failed(afterFusion(func)))
       return failure();
     if (stage)
       stage("fuse", func, *out.kernels);
@@ -150,7 +157,8 @@ cudaBinaries(const Graph::Impl &g, const Program &program, ModuleOp kernels, con
 }
 
 std::shared_ptr<const CompiledArtifacts>
-compileArtifacts(const Graph::Impl &g, const TargetInfo &target) {
+compileArtifacts(const Graph::Impl &g, const TargetInfo &target,
+                 const FusedRewrite &afterFusion = {}) {
   auto start = std::chrono::steady_clock::now();
   auto art = std::make_shared<CompiledArtifacts>();
   auto last = start;
@@ -176,7 +184,7 @@ compileArtifacts(const Graph::Impl &g, const TargetInfo &target) {
     if (std::string(name) == "tile")
       art->tileIR = printOp(kernels);
     stage(name);
-  });
+  }, afterFusion);
   art->program = std::move(built.program);
   art->target = target.name();
   progress.stage("machine code", int64_t(art->program.kernels.size()));
@@ -264,22 +272,43 @@ size_t Graph::clearCompileCache() {
   return n;
 }
 
-std::shared_ptr<Executable> Graph::compile(const std::string &device) const {
-  auto start = std::chrono::steady_clock::now();
-  std::string targetName = device;
+namespace {
+/// The compile target of `device` ("cpu", or "cuda": the first GPU's arch).
+std::string targetForDevice(const std::string &device) {
   if (device == "cuda") {
 #ifdef TILEFUSE_HAVE_CUDA_EXECUTOR
     std::string why = cudaUnavailableReason();
     if (!why.empty())
       throw CompileError("device 'cuda' is not available: " + why + "; use device='cpu'");
-    targetName = "cuda:" + cudaDeviceArch(0);
+    return "cuda:" + cudaDeviceArch(0);
 #else
     throw CompileError("device 'cuda' is not available: this build of tilefuse has no CUDA "
                        "executor (the CUDA toolkit was not found when it was built)");
 #endif
-  } else if (device != "cpu") {
-    throw CompileError("unknown device '" + device + "'; expected 'cpu' or 'cuda'");
   }
+  if (device != "cpu")
+    throw CompileError("unknown device '" + device + "'; expected 'cpu' or 'cuda'");
+  return "cpu";
+}
+} // namespace
+
+std::shared_ptr<Executable> Graph::compileNumericsProbe(const std::string &device, bool shadow,
+                                                        NumericsProbeLayout &layout) const {
+  auto start = std::chrono::steady_clock::now();
+  std::unique_ptr<TargetInfo> target = TargetInfo::get(targetForDevice(device));
+  layout = NumericsProbeLayout();
+  std::lock_guard<std::mutex> lock(compileCache().mutex); // one compile at a time
+  auto art = compileArtifacts(*impl_, *target, [&](func::FuncOp fused) {
+    return probeNumerics(fused, shadow, layout);
+  });
+  double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return std::make_shared<Executable>(art, /*cacheHit=*/false, seconds);
+}
+
+std::shared_ptr<Executable> Graph::compile(const std::string &device) const {
+  auto start = std::chrono::steady_clock::now();
+  std::string targetName = targetForDevice(device);
   std::unique_ptr<TargetInfo> target = TargetInfo::get(targetName);
   // The CPU kernels are compiled for TILEFUSE_CPU's CPU when it is set.
   const char *cpu = targetName == "cpu" ? std::getenv("TILEFUSE_CPU") : nullptr;

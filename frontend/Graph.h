@@ -37,6 +37,46 @@ struct KernelInfo {
   int numInputs = 0, numOutputs = 0;
 };
 
+/// One value a kernel computes, as the numerics report sees it.
+struct ProbedValue {
+  std::string kernel;            ///< report()'s kernel name, or the library op
+  std::vector<std::string> ops;  ///< the source ops the kernel computes
+  std::string location;          ///< the first source line among them
+  std::string dtype;             ///< this value's dtype
+  std::string lowest;            ///< "bf16" / "f16": the lowest precision the
+                                 ///< kernel touches; "" if f32 or wider
+  int64_t reductionLength = 1;   ///< longest sum behind one element
+  int output = 0;                ///< which result of its kernel
+};
+
+/// One row of Graph::numericsReport.
+struct NumericsRow : ProbedValue {
+  double error = 0; ///< max|out - f32| / max|f32|
+  double bound = 0; ///< numericsBound(lowest, reductionLength)
+  bool over = false;
+};
+
+/// The error a kernel may have under the precision policy: u * (4 +
+/// sqrt(K)), u the unit roundoff of `lowest` (bf16 2^-8, f16 2^-11, else
+/// f32's 2^-24), K the reduction length. 4u covers rounding the inputs and
+/// the output and the f32 operations between; sqrt(K) u the inputs'
+/// roundings adding up in a sum of K terms, as they do for random signs.
+double numericsBound(const std::string &lowest, int64_t reductionLength);
+
+/// The rows as a table, one line per kernel output, those over their bound
+/// marked OVER with their source line, and a summary line.
+std::string formatNumericsReport(const std::vector<NumericsRow> &rows);
+
+/// What a numerics probe compiled into (Graph::compileNumericsProbe): its
+/// results are the graph's `numResults` results, then `values`; the
+/// isolated probe's arguments are the graph's, then one per `cutArguments`
+/// entry (the index in `values` of the value it stands for).
+struct NumericsProbeLayout {
+  size_t numResults = 0;
+  std::vector<ProbedValue> values;
+  std::vector<int> cutArguments;
+};
+
 class Graph {
 public:
   struct Impl;
@@ -84,6 +124,20 @@ public:
   /// program, its tile kernels, machine code. Compiling the same graph
   /// again in this process reuses the kernels.
   std::shared_ptr<Executable> compile(const std::string &device = "cpu") const;
+
+  /// This graph fused for `device` as compile() fuses it, then rewritten to
+  /// expose every kernel's values (frontend/NumericsProbe.h): in f32 (the
+  /// `shadow`), or with each kernel's inputs from other kernels made
+  /// arguments. Compiled outside the compile cache.
+  std::shared_ptr<Executable> compileNumericsProbe(const std::string &device, bool shadow,
+                                                   NumericsProbeLayout &layout) const;
+
+  /// The numerics contract: each kernel of this graph compiled for
+  /// `device`, fed the f32 shadow's values for its inputs, against the
+  /// shadow's outputs, on `args`. One row per kernel output (integer and i1 ones too: a mask must match exactly), in
+  /// program order; `over` marks those beyond their bound.
+  std::vector<NumericsRow> numericsReport(const std::vector<HostTensor> &args,
+                                          const std::string &device = "cpu") const;
 
   /// This graph under the mixed-precision policy `precision` ("fp32",
   /// "bf16", "fp16"; see AutocastPass): GEMMs in low precision, sensitive

@@ -160,6 +160,29 @@ PYBIND11_MODULE(_core, m) {
         }
         return rows;
       })
+      .def("numerics_report", [](const Graph &g, const py::sequence &args,
+                                 const std::string &device) {
+        std::vector<HostTensor> inputs;
+        for (py::handle a : args)
+          inputs.push_back(toHostTensor(py::array::ensure(a)));
+        py::list rows;
+        std::vector<NumericsRow> report = g.numericsReport(inputs, device);
+        for (const NumericsRow &v : report) {
+          py::dict row;
+          row["kernel"] = v.kernel;
+          row["output"] = v.output;
+          row["ops"] = py::cast(v.ops);
+          row["location"] = v.location;
+          row["dtype"] = v.dtype;
+          row["lowest"] = v.lowest;
+          row["reduction_length"] = v.reductionLength;
+          row["error"] = v.error;
+          row["bound"] = v.bound;
+          row["over"] = v.over;
+          rows.append(row);
+        }
+        return py::make_tuple(rows, formatNumericsReport(report));
+      }, py::arg("args"), py::arg("device") = "cpu")
       .def("train_step", [](const Graph &g, unsigned numParams, const py::dict &options) {
         return g.trainStep(numParams, optimizerConfigFrom(options));
       }, py::arg("num_params"), py::arg("config"));

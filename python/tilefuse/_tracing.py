@@ -1122,6 +1122,19 @@ class Graph:
         return Graph(self._graph.autocast(str(precision), [str(k) for k in keep_fp32]),
                      self._in_spec, self._out_spec, self._interface)
 
+    def numerics_report(self, *args, device="auto"):
+        """Every kernel of this graph, compiled for `device`, against the
+        same kernel computed in f32 on `args` (flat leaves or the traced
+        structure): a `tilefuse.numerics.NumericsReport`, one row per kernel
+        output with its error, the bound the precision policy promises and
+        the kernels over it (see tilefuse.numerics)."""
+        from .compiler import resolve_device
+        from .numerics import numerics_report
+        from . import _pytree
+        leaves, _ = _pytree.flatten(list(args))
+        return numerics_report(self._graph, [np.asarray(x) for x in leaves],
+                               resolve_device(device))
+
     def memory_plan(self, target="cpu"):
         """The memory plan this graph compiles into for `target` ("cpu" or
         "cuda:sm_XX"), without compiling its kernels: a

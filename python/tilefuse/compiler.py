@@ -86,6 +86,12 @@ class CompiledFunction:
         self._exe.set_profiling(bool(on))
         self._profiling = bool(on)
 
+    def numerics_report(self, *args):
+        """The compiled kernels against f32 on these arguments
+        (Graph.numerics_report): one row per kernel output, its error, the
+        bound its precision promises, the kernels over it."""
+        return self.graph.numerics_report(*args, device=self.device)
+
     def memory_plan(self):
         """Where the compiled function's buffers live: a
         `tilefuse.memory_plan.MemoryPlan` (peak, lower bound, ratio, one row

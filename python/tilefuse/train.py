@@ -79,6 +79,31 @@ class TrainStep:
         parameters and optimizer state live beside it."""
         return self._compiled.memory_plan()
 
+    def numerics_report(self, batch):
+        """This step's kernels against f32 on `batch` and the current
+        parameters and state (Graph.numerics_report), without changing
+        them: one row per kernel output of forward, backward and update,
+        its error, the bound its precision promises, those over it."""
+        leaves, spec = _pytree.flatten(batch)
+        if spec != self._batch_spec:
+            raise CompileError("the batch does not have the structure (keys, nesting) of the "
+                               "example batch the step was compiled with")
+        args = self._arguments(leaves)
+        exe = self._compiled._exe
+        for a in self._kept:
+            args[a] = exe.persistent(a)
+        return self._graph.numerics_report(*args, device=self.device)
+
+    def _arguments(self, leaves):
+        """The step's arguments for the next call: None for the kept ones."""
+        t = self.step_count + 1
+        rest = [np.asarray(x) for x in leaves]
+        if self._uses_seed:
+            rest.append(np.int64(self._seed + t - 1))
+        rest += [np.int64(t), np.float64(self.lr)]
+        kept, it = set(self._kept), iter(rest)
+        return [None if i in kept else next(it) for i in range(self._n_args)]
+
     def profile(self, on=True):
         """Times every kernel of the following steps, for report(profile=True)."""
         self._compiled.profile(on)
@@ -90,15 +115,9 @@ class TrainStep:
                 "the batch does not have the structure (keys, nesting) of the example batch "
                 "the step was compiled with"
             )
-        t = self.step_count + 1
-        rest = [np.asarray(x) for x in leaves]
-        if self._uses_seed:
-            rest.append(np.int64(self._seed + t - 1))
-        rest += [np.int64(t), np.float64(self.lr)]
-        kept, it = set(self._kept), iter(rest)
-        args = [None if i in kept else next(it) for i in range(self._n_args)]
+        args = self._arguments(leaves)
         (loss,) = self._compiled._exe.run(args, [0])
-        self.step_count = t
+        self.step_count += 1
         return float(loss)
 
     def params(self):

@@ -3,14 +3,17 @@
 //   tilefuse-compile model.mlir --target=cpu|cuda:sm_90 -o model.tfa
 //       [--entry=NAME] [--precision=fp32|bf16|fp16] [--train --num-params=N --optimizer=sgd|adam|adamw
 //        --weight-decay=W --momentum=M --clip-norm=C --loss-scale=dynamic|none
-//        --growth-interval=N]
+//        --growth-interval=N] [--numerics-report]
 //
 // The same pipeline as tilefuse.compile (Graph::compileArtifact). With
 // --train, the entry function is a loss whose first N arguments are
 // parameters, and the artifact holds the whole training step. An f16 step
 // scales its loss dynamically unless --loss-scale=none: the scale, the
 // growth tracker and the applied-step count are then kept arguments after
-// the optimizer state.
+// the optimizer state. --numerics-report prints every kernel's error against
+// f32 (Graph::numericsReport) on seeded inputs: floats N(0, 0.5^2), integers
+// 0, and for a training step zero optimizer state, the initial loss scale,
+// step 1 and lr 1e-3.
 //
 //===----------------------------------------------------------------------===//
 #include "frontend/Graph.h"
@@ -22,6 +25,7 @@
 #include <fstream>
 #include <iostream>
 #include <optional>
+#include <random>
 #include <sstream>
 
 #include <unistd.h>
@@ -31,19 +35,46 @@
 using namespace tilefuse;
 
 namespace {
+/// Seeded inputs for --numerics-report (see the banner).
+std::vector<HostTensor> reportInputs(const Graph &g, unsigned numParams,
+                                     const OptimizerConfig &config) {
+  std::vector<TensorSignature> sigs = g.inputs();
+  std::vector<HostTensor> args;
+  std::mt19937_64 rng(0);
+  std::normal_distribution<double> normal(0.0, 0.5);
+  size_t state = numParams * (1 + config.statePerParam());
+  for (size_t i = 0; i < sigs.size(); ++i) {
+    HostTensor t(sigs[i].dtype, sigs[i].shape);
+    bool zero = !isFloatDType(t.dtype) || (i >= numParams && i < state);
+    for (int64_t k = 0; k < t.size(); ++k)
+      t.setDouble(k, zero ? 0.0 : normal(rng));
+    args.push_back(std::move(t));
+  }
+  if (numParams > 0) {
+    if (config.lossScale.dynamic) {
+      args.at(state).setDouble(0, 65536.0); // the scale; tracker, applied: 0
+      args.at(state + 1).setDouble(0, 0.0);
+      args.at(state + 2).setDouble(0, 0.0);
+    }
+    args.at(sigs.size() - 2).setDouble(0, 1.0);  // step
+    args.at(sigs.size() - 1).setDouble(0, 1e-3); // lr
+  }
+  return args;
+}
+
 int usage(const std::string &why) {
   std::cerr << "tilefuse-compile: " << why << "\n"
             << "usage: tilefuse-compile model.mlir --target=cpu|cuda:sm_XX -o out.tfa "
                "[--entry=NAME] [--precision=fp32|bf16|fp16] [--train --num-params=N "
                "--optimizer=sgd|adam|adamw --weight-decay=W --momentum=M --clip-norm=C "
-               "--loss-scale=dynamic|none --growth-interval=N]\n";
+               "--loss-scale=dynamic|none --growth-interval=N] [--numerics-report]\n";
   return 2;
 }
 } // namespace
 
 int main(int argc, char **argv) {
   std::string input, output, target = "cpu", entry, optimizer = "adamw", precision = "fp32";
-  bool train = false;
+  bool train = false, numericsReport = false;
   long numParams = -1, growthInterval = 2000;
   std::string lossScale; // default: dynamic for fp16, none otherwise
   double weightDecay = 0, momentum = 0, clipNorm = 0;
@@ -69,6 +100,7 @@ int main(int argc, char **argv) {
     else if (const char *v = value("--entry=")) entry = v;
     else if (const char *v = value("--precision=")) precision = v;
     else if (a == "--train") train = true;
+    else if (a == "--numerics-report") numericsReport = true;
     else if (const char *v = value("--num-params=")) {
       std::optional<long> n = parseIntegerFlag(v, 0, 1L << 30);
       if (!n)
@@ -121,6 +153,11 @@ int main(int argc, char **argv) {
       config.lossScale.dynamic = lossScale.empty() ? f16 : lossScale == "dynamic";
       config.lossScale.growthInterval = growthInterval;
       g = g->trainStep(unsigned(numParams), config);
+      if (numericsReport)
+        std::cout << formatNumericsReport(g->numericsReport(
+            reportInputs(*g, unsigned(numParams), config)));
+    } else if (numericsReport) {
+      std::cout << formatNumericsReport(g->numericsReport(reportInputs(*g, 0, {})));
     }
     std::string bytes = g->compileArtifact(target);
     // A temporary file beside, then a rename: a failed or full-disk write
