@@ -127,15 +127,22 @@ struct LossScaler {
     return e.eq(poison, poison);
   }
 
+  /// The scale times `factor`, rounded once to f32 (PyTorch multiplies the
+  /// f32 scale by the double factor): 1.1 must not be rounded first.
+  Value times(GraphEmitter &e, double factor) {
+    Type f32 = e.builder().getF32Type(), f64 = e.builder().getF64Type();
+    return e.cast(e.mulScalar(e.cast(scale, f64), factor), f32);
+  }
+
   /// The state after a step that was applied (`finite`) or skipped.
   SmallVector<Value> next(GraphEmitter &e, const LossScaleConfig &c, Value finite) {
     Value run = e.add(tracker, e.fullLike(tracker, 1.0));
     Value grow = e.eq(run, e.fullLike(run, double(c.growthInterval)));
-    Value grown = e.mulScalar(scale, c.growthFactor);
+    Value grown = times(e, c.growthFactor);
     Value grownFinite = e.le(grown, e.fullLike(grown, 3.4028234663852886e38));
     Value kept = e.select(grow, e.select(grownFinite, grown, scale), scale);
     Value zero = e.fullLike(tracker, 0.0);
-    return {e.select(finite, kept, e.mulScalar(scale, c.backoffFactor)),
+    return {e.select(finite, kept, times(e, c.backoffFactor)),
             e.select(finite, e.select(grow, zero, run), zero),
             e.add(applied, e.select(finite, e.fullLike(applied, 1.0), zero))};
   }

@@ -87,13 +87,18 @@ class LossScale:
     growth_interval: int = 2000
 
     def _config(self):
-        _check(self.init_scale > 0 and self.init_scale < 3.4e38,
-               f"LossScale: init_scale must be a positive f32, got {self.init_scale}")
+        import numpy as np
+        with np.errstate(over="ignore"):
+            as_f32 = np.float32(self.init_scale)
+        _check(self.init_scale > 0 and as_f32 > 0 and np.isfinite(as_f32),
+               f"LossScale: init_scale must be a positive finite f32 (nonzero once rounded "
+               f"to f32), got init_scale={self.init_scale}")
         _check(self.growth_factor > 1 and 0 < self.backoff_factor < 1,
                f"LossScale: need growth_factor > 1 and 0 < backoff_factor < 1, got {self}")
-        _check(int(self.growth_interval) == self.growth_interval and self.growth_interval >= 1,
-               f"LossScale: growth_interval must be a whole number >= 1, got "
-               f"{self.growth_interval}")
+        _check(int(self.growth_interval) == self.growth_interval and
+               1 <= self.growth_interval <= 2 ** 62,
+               f"LossScale: growth_interval must be a whole number in [1, 2^62], got "
+               f"growth_interval={self.growth_interval}")
         return dict(loss_scale=True, growth_factor=float(self.growth_factor),
                     backoff_factor=float(self.backoff_factor),
                     growth_interval=int(self.growth_interval))

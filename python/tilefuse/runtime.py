@@ -326,7 +326,8 @@ def _check_array(state, key, shape, dtype, who):
     if a.shape != tuple(shape) or a.dtype != np.dtype(dtype):
         raise CompileError(f"{who}: '{key}' is {_describe(a)}, the step holds "
                            f"{np.dtype(dtype)}{tuple(shape)}")
-    return np.ascontiguousarray(a)
+    # (np.ascontiguousarray would make a 0-d array 1-d)
+    return np.require(a, requirements="C")
 
 
 def _check_scalar(state, key, kinds, who):
@@ -482,7 +483,7 @@ class LoadedTrainStep(LoadedFunction):
             raise CompileError(f"the training step keeps {len(self._kept)} arguments, "
                                f"got {len(values)} values")
         for a, v in zip(self._kept, values):
-            self._program.make_persistent(a, v)
+            self._program.make_persistent(a, np.asarray(v))
         if not self._ready:
             for r, a in self._aliases:
                 self._program.carry(r, a)

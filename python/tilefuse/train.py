@@ -349,9 +349,9 @@ def _build_train_step(loss_fn, params, example_batch, optimizer, seed, precision
         raise CompileError(f"optimizer must be a tilefuse.optim optimizer, got {optimizer!r}")
     config = optimizer._config()
     scaler = _resolve_loss_scale(loss_scale, precision)
-    step_state = scaler._state() if scaler else []
     if scaler:
-        config.update(scaler._config())
+        config.update(scaler._config())  # (checks the fields first)
+    step_state = scaler._state() if scaler else []
     try:
         n_args = len(inspect.signature(loss_fn).parameters)
     except (TypeError, ValueError):

@@ -363,11 +363,6 @@ def test_f32_custom_factors_match_torch_gradscaler():
     assert len({r[3] for r in rows}) == 2, f"want both skipped and applied steps: {rows}"
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG: a growth/backoff factor that is not exact in f32 is rounded to f32 before the "
-    "multiplication; PyTorch's _amp_update_scale_ multiplies the f32 scale by the double "
-    "factor and rounds once (LossScale(init_scale=3.0, growth_factor=1.1, growth_interval=1): "
-    "after one finite step tilefuse 3.3000001907348633, PyTorch 3.299999952316284)"))
 def test_inexact_growth_factor_rounds_like_torch():
     loss_fn, params, batch = _small_regression()
     step = tilefuse.compile_train_step(
@@ -584,8 +579,12 @@ def test_exported_step_state_dict_round_trip(tmp_path):
     (LossScale(backoff_factor=1.5), ["backoff_factor", "backoff_factor=1.5"]),
     (LossScale(growth_interval=0), ["growth_interval", "0"]),
     (LossScale(init_scale=0), ["init_scale", "0"]),
+    # Positive, but 0 once rounded to f32: every step would be skipped.
+    (LossScale(init_scale=1e-50), ["init_scale", "1e-50"]),
+    (LossScale(init_scale=1e39), ["init_scale", "1e+39"]),
     ("bogus", ["loss_scale", "'bogus'"]),
-], ids=["growth_factor", "backoff_factor", "growth_interval", "init_scale", "bogus"])
+], ids=["growth_factor", "backoff_factor", "growth_interval", "init_scale",
+        "init_scale_underflows_f32", "init_scale_overflows_f32", "bogus"])
 def test_bad_loss_scale_is_a_compile_error_naming_the_field(loss_scale, names):
     loss_fn, params, batch = _small_regression()
     opt = tilefuse.optim.SGD(lr=0.1)
@@ -602,10 +601,6 @@ def test_bad_loss_scale_is_a_compile_error_naming_the_field(loss_scale, names):
         assert not missing, f"{what}: the error does not name {missing}: {msg!r}"
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG: LossScale(growth_interval=2**63) passes the Python check and fails in the "
-    "binding with RuntimeError 'Unable to cast Python instance of type <class 'int'>' "
-    "instead of a CompileError naming growth_interval"))
 def test_huge_growth_interval_is_a_compile_error():
     loss_fn, params, batch = _small_regression()
     with pytest.raises(tilefuse.CompileError, match="growth_interval"):
@@ -688,11 +683,12 @@ def test_cli_refuses_an_unknown_loss_scale(cli_loss, tmp_path):
 
 
 @needs_tools
-@pytest.mark.parametrize("value", ["dynamic", "none"])
-def test_cli_refuses_loss_scale_without_train(cli_loss, tmp_path, value):
+@pytest.mark.parametrize("flag", ["--loss-scale=dynamic", "--loss-scale=none",
+                                  "--growth-interval=5"])
+def test_cli_refuses_loss_scale_without_train(cli_loss, tmp_path, flag):
     out = tmp_path / "s.tfa"
-    _assert_refused(_cli(cli_loss, f"--loss-scale={value}", "-o", out),
-                    "--loss-scale applies to training steps: add --train", out)
+    _assert_refused(_cli(cli_loss, flag, "-o", out),
+                    "--loss-scale and --growth-interval apply to training steps: add --train", out)
 
 
 @needs_tools

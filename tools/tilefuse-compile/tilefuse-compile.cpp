@@ -76,6 +76,7 @@ int main(int argc, char **argv) {
   std::string input, output, target = "cpu", entry, optimizer = "adamw", precision = "fp32";
   bool train = false, numericsReport = false;
   long numParams = -1, growthInterval = 2000;
+  bool growthIntervalGiven = false;
   std::string lossScale; // default: dynamic for fp16, none otherwise
   double weightDecay = 0, momentum = 0, clipNorm = 0;
   for (int i = 1; i < argc; ++i) {
@@ -112,6 +113,7 @@ int main(int argc, char **argv) {
         return usage(std::string("--growth-interval needs a whole number >= 1, got '") + v +
                      "'");
       growthInterval = *n;
+      growthIntervalGiven = true;
     } else if (const char *v = value("--loss-scale=")) {
       lossScale = v;
       if (lossScale != "dynamic" && lossScale != "none")
@@ -129,8 +131,8 @@ int main(int argc, char **argv) {
   }
   if (input.empty() || output.empty())
     return usage("an input .mlir file and -o OUTPUT are required");
-  if (!train && !lossScale.empty())
-    return usage("--loss-scale applies to training steps: add --train");
+  if (!train && (!lossScale.empty() || growthIntervalGiven))
+    return usage("--loss-scale and --growth-interval apply to training steps: add --train");
   std::ifstream in(input);
   if (!in)
     return usage("cannot read " + input);
