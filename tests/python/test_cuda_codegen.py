@@ -39,6 +39,11 @@ def _workload_graphs():
     out["gpt2_mini forward"] = tilefuse.trace(loss, p, b, np.int64(0))
     out["gpt2_mini AdamW step"] = tilefuse.compile_train_step(
         loss, p, b, tilefuse.optim.AdamW(lr=1e-3, weight_decay=0.01)).graph
+    # Mixed precision: bf16, and f16 with its in-graph loss scaling.
+    for precision in ("bf16", "fp16"):
+        out[f"gpt2_mini AdamW step {precision}"] = tilefuse.train_step_graph(
+            loss, p, b, tilefuse.optim.AdamW(lr=1e-3, weight_decay=0.01),
+            precision=precision)
     cfg = W.mlp_mnist_config()
     p, b = W.mlp_mnist_init(cfg, seed=0), W.mlp_mnist_batch(cfg, seed=1)
     loss = lambda p, b, s: W.mlp_mnist_loss(p, b, s, cfg, True)  # noqa: E731
@@ -89,6 +94,7 @@ def test_every_kernel_names_its_source_ops(name):
 @needs_nvrtc
 @pytest.mark.parametrize("arch", ARCHS)
 @pytest.mark.parametrize("name", ["gpt2_mini forward", "gpt2_mini AdamW step",
+                                  "gpt2_mini AdamW step bf16", "gpt2_mini AdamW step fp16",
                                   "mlp_mnist Adam step", "deepfm AdamW step", "op mix"])
 def test_corpus_compiles_without_spills(name, arch):
     graph = corpus()[name]
@@ -183,6 +189,28 @@ def test_contiguous_blocks_become_128_bit_loads_and_stores():
     assert "st.global.v4.f32" in ptx, ptx[-3000:]
     rows = tilefuse.trace(lambda x: F.softmax(x, -1), x)._graph.cuda_ptx("cuda:sm_90")
     assert "v4.f32" in rows and "shfl.sync.bfly.b32" in rows
+
+
+@needs_nvrtc
+@pytest.mark.parametrize("dtype", ["bf16", "f16"])
+def test_contiguous_half_precision_blocks_are_packed_64_bit_accesses(dtype):
+    """Four 16-bit lanes per thread move as one 8-byte access (two
+    bf16x2/half2 words); the arithmetic between runs in f32."""
+    t = f"tensor<1024x1024x{dtype}>"
+    text = (f"func.func @f(%a: {t}, %b: {t}) -> {t} {{\n"
+            f"  %0 = graph.mul %a, %b : {t}\n"
+            f"  %1 = graph.tanh %0 : {t}\n"
+            f"  return %1 : {t}\n}}\n")
+    g = tilefuse._core.parse(text)
+    ptx = g.cuda_ptx("cuda:sm_90")
+    assert ptx.count("ld.global.nc.v4.u16") >= 2, ptx[-3000:]
+    assert "st.global.v4.u16" in ptx, ptx[-3000:]
+    src = g.cuda_source("cuda:sm_90")
+    ctype = "__nv_bfloat16" if dtype == "bf16" else "__half"
+    assert f"tf_load<{ctype}, 4, 1>" in src and "tanhf(" in src, src
+    for arch in ARCHS:
+        for k in g.compile_cuda(arch):
+            assert k["spill_stores"] == 0 and k["spill_loads"] == 0, (arch, k)
 
 
 @needs_nvrtc
