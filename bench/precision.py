@@ -2,7 +2,8 @@
 """Mixed precision on the CPU: bf16 against f32, same run.
 
     PYTHONPATH=build/python python3 bench/precision.py [--steps 20] [--rounds 3]
-    PYTHONPATH=build/python python3 bench/precision.py --trajectory 100
+    PYTHONPATH=build/python python3 bench/precision.py --trajectory 100 [--seeds 0,1,2,3]
+    PYTHONPATH=build/python python3 bench/precision.py --numerics-report
 
 For gpt2_mini (AdamW) and a GPT-2-small-shaped layer (1 block, d=768, 12
 heads, seq 1024, batch 1, vocab 1024, no dropout): median step time and
@@ -10,10 +11,15 @@ the planned arena of `compile_train_step(..., precision="bf16")` against
 the f32 step, from the same parameters and batch, alternating the two in
 one process; and a 2048^3 matmul compiled with precision="bf16" (operands
 cast in, the product cast out) against f32, as GFLOP/s of the whole call.
-The CPU's f16/bf16 GEMM widens its operands to f32 and calls the BLAS
-sgemm (no AVX512-BF16 GEMM yet), so bf16 saves memory, not GEMM time.
+bf16 GEMMs run through oneDNN's matmul (AVX512-BF16 where the CPU has it;
+TILEFUSE_DNNL=none widens them to f32 for the BLAS sgemm, as f16 GEMMs
+always are).
 
-`--trajectory N`: gpt2_mini (AdamW lr 1e-3, wd 0.01) and mlp_mnist (batch
+`--numerics-report`: gpt2_mini's bf16 step (SGD, then AdamW) after one
+step: kernel outputs, those over their bound, the largest error/bound.
+
+`--trajectory N` (`--seeds`: the parameter seeds, batches from 10*seed+1..5):
+gpt2_mini (AdamW lr 1e-3, wd 0.01) and mlp_mnist (batch
 64, Adam lr 2e-4), both with dropout 0 (so every run computes the same
 function), trained N steps from the same parameters over the same 5
 batches in turn, four ways: tilefuse `compile_train_step` in f32 and with
@@ -66,7 +72,7 @@ def _rel(a, b):
     return rel.max(), int(rel.argmax()), rel.mean()
 
 
-def trajectory(n):
+def trajectory(n, seeds=(0,)):
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir,
                                     "tests", "python"))
     import torch
@@ -79,10 +85,11 @@ def trajectory(n):
                       W.mlp_mnist_batch, W.mlp_mnist_loss, TR.mlp_mnist_loss, "adam", 2e-4, 0.0),
     }
     optimizers = {"adam": tilefuse.optim.Adam, "adamw": tilefuse.optim.AdamW}
-    for name, (cfg, init, batch_fn, loss, torch_loss, opt, lr, wd) in runs.items():
+    for (name, (cfg, init, batch_fn, loss, torch_loss, opt, lr, wd)), seed in (
+            (run, seed) for run in runs.items() for seed in seeds):
         losses = {}
-        params = init(cfg, seed=0)
-        batches = [batch_fn(cfg, seed=s) for s in range(1, 6)]
+        params = init(cfg, seed=seed)
+        batches = [batch_fn(cfg, seed=10 * seed + s) for s in range(1, 6)]
         for precision in ("fp32", "bf16"):
             step = tilefuse.compile_train_step(
                 lambda p, b, s: loss(p, b, s, cfg, True), params, batches[0],
@@ -94,7 +101,8 @@ def trajectory(n):
             losses["pytorch " + precision] = np.array(TR.torch_trajectory(
                 lambda p, b: torch_loss(p, b, None, cfg, True), params, batches, opt, lr, wd,
                 n, autocast_dtype=dtype))
-        print(f"{name}: {n} steps ({opt} lr {lr:g}, weight decay {wd:g}, dropout 0); loss "
+        print(f"{name} (seed {seed}): {n} steps ({opt} lr {lr:g}, weight decay {wd:g}, "
+              "dropout 0); loss "
               + ", ".join(f"{k.replace('fp32', 'f32')} {v[0]:.4f} -> {v[-1]:.4f}"
                           for k, v in losses.items()))
         for a, b in (("tilefuse bf16", "pytorch bf16"), ("tilefuse bf16", "tilefuse fp32"),
@@ -105,14 +113,38 @@ def trajectory(n):
                   f"mean {mean:.2e}", flush=True)
 
 
+def numerics():
+    """The numerics report of gpt2_mini's bf16 step (SGD and AdamW), after
+    one step from the initial parameters."""
+    cfg = W.gpt2_mini_config(dropout=0.0)
+    params, batch = W.gpt2_mini_init(cfg, seed=0), W.gpt2_mini_batch(cfg, seed=1)
+    for opt in (tilefuse.optim.SGD(lr=1e-2), tilefuse.optim.AdamW(lr=1e-3, weight_decay=0.01)):
+        step = tilefuse.compile_train_step(
+            lambda p, b, s: W.gpt2_mini_loss(p, b, s, cfg, True), params, batch,
+            optimizer=opt, device="cpu", precision="bf16")
+        step(batch)
+        report = step.numerics_report(batch)
+        worst = max(report.rows, key=lambda r: r["error"] / r["bound"])
+        print(f"gpt2_mini bf16 {type(opt).__name__} step: {len(report)} kernel outputs, "
+              f"{len(report.over)} over their bound; largest error/bound "
+              f"{worst['error'] / worst['bound']:.2f} ({worst['kernel']}.{worst['output']})")
+        for r in report.over:
+            print(f"  over: {r['kernel']}.{r['output']} {r['dtype']} error {r['error']:.2e} "
+                  f"bound {r['bound']:.2e} ops {','.join(r['ops'][:6])}...")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--trajectory", type=int, metavar="N")
+    ap.add_argument("--seeds", default="0", help="parameter seeds of --trajectory: 0,1,2")
+    ap.add_argument("--numerics-report", action="store_true")
     args = ap.parse_args()
     if args.trajectory:
-        return trajectory(args.trajectory)
+        return trajectory(args.trajectory, [int(s) for s in args.seeds.split(",")])
+    if args.numerics_report:
+        return numerics()
     for name, cfg in configs().items():
         params, batch = W.gpt2_mini_init(cfg, seed=0), W.gpt2_mini_batch(cfg, seed=1)
         steps, samples = {}, {"fp32": [], "bf16": []}
