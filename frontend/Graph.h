@@ -39,9 +39,9 @@ struct KernelInfo {
 
 /// One value a kernel computes, as the numerics report sees it.
 struct ProbedValue {
-  std::string kernel;            ///< report()'s kernel name, or the library op
+  std::string kernel;            ///< the fusion's name (as --emit=fused), or the library op
   std::vector<std::string> ops;  ///< the source ops the kernel computes
-  std::string location;          ///< the first source line among them
+  std::string location;          ///< the first source line among them ("file:line")
   std::string dtype;             ///< this value's dtype
   std::string lowest;            ///< "bf16" / "f16": the lowest precision the
                                  ///< kernel touches; "" if f32 or wider

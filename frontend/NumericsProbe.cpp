@@ -88,16 +88,24 @@ int64_t reductionLength(Operation *op) {
   return k;
 }
 
+/// "file:line" of the first op in `op` (or `op` itself) whose location
+/// holds a source file, looking through names and fused locations;
+/// "(no source line)" when none does (casts and updates the compiler added).
 std::string firstFileLocation(Operation *op) {
   std::string found;
-  op->walk([&](Operation *inner) {
-    if (!found.empty() || inner == op)
-      return;
-    std::string s = formatLocation(inner->getLoc());
-    if (s.find(".py:") != std::string::npos || s.find(".mlir:") != std::string::npos)
-      found = s;
+  op->walk<WalkOrder::PreOrder>([&](Operation *inner) {
+    if (!found.empty())
+      return WalkResult::interrupt();
+    inner->getLoc()->walk([&](Location loc) {
+      if (auto file = llvm::dyn_cast<FileLineColLoc>(loc)) {
+        found = file.getFilename().str() + ":" + std::to_string(file.getLine());
+        return WalkResult::interrupt();
+      }
+      return WalkResult::advance();
+    });
+    return found.empty() ? WalkResult::advance() : WalkResult::interrupt();
   });
-  return found.empty() ? formatLocation(op->getLoc()) : found;
+  return found.empty() ? "(no source line)" : found;
 }
 
 /// `type` with f16/bf16 elements made f32.
