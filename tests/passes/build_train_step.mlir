@@ -64,7 +64,7 @@ func.func @loss(%w: tensor<3x2xf32>, %b: tensor<2xf32>, %x: tensor<4x3xf32>, %y:
 // SCALED:         graph.select %{{.+}}, %{{.+}}, %arg0 : (tensor<3x2xi1>, tensor<3x2xf32>, tensor<3x2xf32>)
 // SCALED:         %[[INTERVAL:.+]] = graph.full 3.000000e+00 : tensor<i64>
 // SCALED:         graph.eq %{{.+}}, %[[INTERVAL]] : tensor<i64>
-// SCALED:         %[[BACKOFF:.+]] = graph.full 5.000000e-01 : tensor<f32>
+// SCALED:         %[[BACKOFF:.+]] = graph.full 5.000000e-01 : tensor<f64>
 // SCALED:         graph.select %[[FINITE]], %{{.+}}, %{{.+}} : (tensor<i1>, tensor<f32>, tensor<f32>)
 // SCALED:         return
 // SCALED-NOT:     %arg11
