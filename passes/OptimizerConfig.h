@@ -9,6 +9,8 @@
 #include <cmath>
 #include <cstdint>
 #include <string>
+#include <vector>
+#include <algorithm>
 
 namespace tilefuse {
 
@@ -39,6 +41,24 @@ struct OptimizerConfig {
   double weightDecay = 0.0; ///< L2 for SGD/Adam, decoupled for AdamW
   double clipNorm = 0.0;    ///< > 0: clip gradients to this global norm
   LossScaleConfig lossScale;
+  /// Parameter groups (torch.optim param_groups): parameter i belongs to
+  /// group `paramGroup[i]` and decays by `paramWeightDecay[i]`; each group
+  /// has its own learning-rate operand. Empty: one group, `weightDecay`.
+  std::vector<unsigned> paramGroup;
+  std::vector<double> paramWeightDecay;
+
+  unsigned numGroups() const {
+    unsigned n = 1;
+    for (unsigned g : paramGroup)
+      n = std::max(n, g + 1);
+    return n;
+  }
+  double weightDecayOf(unsigned param) const {
+    return param < paramWeightDecay.size() ? paramWeightDecay[param] : weightDecay;
+  }
+  unsigned groupOf(unsigned param) const {
+    return param < paramGroup.size() ? paramGroup[param] : 0;
+  }
 
   /// Step-wide state tensors after the per-parameter ones: with dynamic
   /// loss scaling the scale, the finite-step run length and the count of
@@ -51,6 +71,9 @@ struct OptimizerConfig {
       return "momentum, weight_decay, clip_norm and eps must be >= 0";
     if (!(beta1 >= 0 && beta1 < 1) || !(beta2 >= 0 && beta2 < 1))
       return "betas must be in [0, 1)";
+    for (double wd : paramWeightDecay)
+      if (!(wd >= 0))
+        return "every parameter group's weight_decay must be >= 0";
     if (nesterov && (kind != Kind::SGD || momentum == 0))
       return "nesterov needs SGD with momentum > 0";
     if (lossScale.dynamic &&

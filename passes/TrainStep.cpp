@@ -24,9 +24,8 @@ namespace {
 /// Emits the optimizer update of every parameter.
 class OptimizerEmitter {
 public:
-  OptimizerEmitter(GraphEmitter &e, const OptimizerConfig &config, Value step,
-                   Value lr)
-      : e(e), c(config), step(step), lr(lr) {}
+  OptimizerEmitter(GraphEmitter &e, const OptimizerConfig &config, Value step)
+      : e(e), c(config), step(step) {}
 
   /// Global-norm clipping: every gradient times min(1, c / (norm + 1e-6)).
   void clip(MutableArrayRef<Value> grads) {
@@ -43,13 +42,15 @@ public:
       g = e.mul(g, scalarFor(scale, g));
   }
 
-  /// New parameter; `state` holds this parameter's slots, updated in place.
-  Value update(Value p, Value g, MutableArrayRef<Value> state) {
+  /// New parameter; `state` holds this parameter's slots, updated in place;
+  /// `lr` and `weightDecay` are its group's.
+  Value update(Value p, Value g, MutableArrayRef<Value> state, Value lr,
+               double weightDecay) {
     Value lrP = scalarFor(lr, p);
     switch (c.kind) {
     case OptimizerConfig::Kind::SGD: {
-      if (c.weightDecay != 0)
-        g = e.add(g, e.mulScalar(p, c.weightDecay));
+      if (weightDecay != 0)
+        g = e.add(g, e.mulScalar(p, weightDecay));
       if (c.momentum != 0) {
         state[0] = e.add(e.mulScalar(state[0], c.momentum), g);
         g = c.nesterov ? e.add(g, e.mulScalar(state[0], c.momentum)) : state[0];
@@ -59,10 +60,10 @@ public:
     case OptimizerConfig::Kind::Adam:
     case OptimizerConfig::Kind::AdamW: {
       bool decoupled = c.kind == OptimizerConfig::Kind::AdamW;
-      if (c.weightDecay != 0 && !decoupled)
-        g = e.add(g, e.mulScalar(p, c.weightDecay));
-      if (c.weightDecay != 0 && decoupled) // p *= 1 - lr * wd
-        p = e.sub(p, e.mul(e.mulScalar(lrP, c.weightDecay), p));
+      if (weightDecay != 0 && !decoupled)
+        g = e.add(g, e.mulScalar(p, weightDecay));
+      if (weightDecay != 0 && decoupled) // p *= 1 - lr * wd
+        p = e.sub(p, e.mul(e.mulScalar(lrP, weightDecay), p));
       state[0] = e.add(e.mulScalar(state[0], c.beta1),
                        e.mulScalar(g, 1.0 - c.beta1));
       state[1] = e.add(e.mulScalar(state[1], c.beta2),
@@ -94,7 +95,7 @@ private:
 
   GraphEmitter &e;
   const OptimizerConfig &c;
-  Value step, lr;
+  Value step;
 };
 
 } // namespace
@@ -163,6 +164,11 @@ FailureOr<func::FuncOp> tilefuse::buildTrainStep(func::FuncOp loss,
   std::string invalid = config.validate();
   if (!invalid.empty())
     return loss.emitError("train step: ") << invalid;
+  if ((!config.paramGroup.empty() && config.paramGroup.size() != numParams) ||
+      (!config.paramWeightDecay.empty() && config.paramWeightDecay.size() != numParams))
+    return loss.emitError("train step: parameter groups name ")
+           << config.paramGroup.size() << " parameters (weight decays: "
+           << config.paramWeightDecay.size() << "); the loss has " << numParams;
   bool scaled = config.lossScale.dynamic;
   SmallVector<unsigned> wrt;
   for (unsigned i = 0; i < numParams; ++i)
@@ -204,10 +210,14 @@ FailureOr<func::FuncOp> tilefuse::buildTrainStep(func::FuncOp loss,
         scaler.scale, GraphEmitter::typeOf(seed).getElementType()));
     step.eraseArgument(seedIndex);
   }
-  unsigned end = step.getNumArguments();
+  unsigned end = step.getNumArguments(), groups = config.numGroups();
   step.insertArgument(end, RankedTensorType::get({}, b.getI64Type()), {}, loc);
-  step.insertArgument(end + 1, RankedTensorType::get({}, b.getF64Type()), {}, loc);
-  Value stepArg = body.getArgument(end), lrArg = body.getArgument(end + 1);
+  SmallVector<Value> lrs; // one learning rate per parameter group
+  for (unsigned g = 0; g < groups; ++g) {
+    step.insertArgument(end + 1 + g, RankedTensorType::get({}, b.getF64Type()), {}, loc);
+    lrs.push_back(body.getArgument(end + 1 + g));
+  }
+  Value stepArg = body.getArgument(end);
 
   auto ret = llvm::cast<func::ReturnOp>(body.getTerminator());
   b.setInsertionPoint(ret);
@@ -221,7 +231,7 @@ FailureOr<func::FuncOp> tilefuse::buildTrainStep(func::FuncOp loss,
     // not one), as torch.optim does when GradScaler skips optimizer.step().
     stepArg = e.add(scaler.applied, e.fullLike(scaler.applied, 1.0));
   }
-  OptimizerEmitter opt(e, config, stepArg, lrArg);
+  OptimizerEmitter opt(e, config, stepArg);
   if (config.clipNorm > 0)
     opt.clip(grads);
   // A skipped step keeps every parameter and state tensor as it was.
@@ -237,7 +247,9 @@ FailureOr<func::FuncOp> tilefuse::buildTrainStep(func::FuncOp loss,
     for (unsigned s = 0; s < slots; ++s)
       slotsOfParam.push_back(state[s * numParams + i]);
     newParams.push_back(keepUnlessFinite(
-        opt.update(body.getArgument(i), grads[i], slotsOfParam), body.getArgument(i)));
+        opt.update(body.getArgument(i), grads[i], slotsOfParam, lrs[config.groupOf(i)],
+                   config.weightDecayOf(i)),
+        body.getArgument(i)));
     for (unsigned s = 0; s < slots; ++s)
       state[s * numParams + i] =
           keepUnlessFinite(slotsOfParam[s], state[s * numParams + i]);

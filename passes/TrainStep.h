@@ -16,7 +16,7 @@ constexpr const char *kAliasAttrName = "tilefuse.aliases";
 /// From `loss` (args: the first `numParams` are parameters, the rest the
 /// batch; result 0 a 0-d float loss, primitive ops only) builds `name`:
 ///   (params..., state..., [scale, tracker, applied,] batch...,
-///    step: tensor<i64>, lr: tensor<f64>)
+///    step: tensor<i64>, lr: tensor<f64> (one per parameter group))
 ///     -> (loss, new params..., new state..., [new scale, tracker, applied])
 /// State is slot-major: all first slots (momentum buffer, or Adam's m), then
 /// all second slots (Adam's v), each shaped like its parameter. `step` is

@@ -37,11 +37,12 @@ if HAVE_COMPILER:
     from . import functional, optim
     from .compiler import CompiledFunction, compile
     from .train import TrainStep, compile_train_step, train_step_graph
+    from .torch_integration import explain, from_torch
 
     __all__ += [
         "CompiledFunction", "Graph", "compile", "Tensor", "TrainStep", "autocast", "cat",
         "checkpoint",
-        "compile_train_step", "train_step_graph", "functional", "optim", "parse", "stack", "trace", "where",
+        "compile_train_step", "train_step_graph", "explain", "from_torch", "functional", "optim", "parse", "stack", "trace", "where",
         "float32", "float16", "bfloat16", "float64", "int32", "int64", "bool_",
         "chunk", "clamp", "clip", "cumsum", "detach", "expm1", "flip", "floor_divide", "fmod",
         "log1p", "logsumexp", "remainder", "split", "std", "var", "save", "load_state_dict", "clear_cache",

@@ -15,8 +15,54 @@ def _check(cond, msg):
         raise CompileError(msg)
 
 
+class _Groups:
+    """torch.optim-style parameter groups: `param_groups` is a list of dicts,
+    each with "params" (parameter names, dotted paths as in state_dict(),
+    or a predicate f(name, array) -> bool) and optionally "lr" and
+    "weight_decay" (default: the optimizer's). Every parameter belongs to
+    exactly one group; each group's learning rate is an operand of the
+    step (`step.param_groups[i]["lr"]`), its weight decay compiled in."""
+
+    def _resolve_groups(self, names, leaves):
+        """(group of each parameter, weight decay of each, lr of each group,
+        names of each group); None without param_groups."""
+        groups = getattr(self, "param_groups", None)
+        if not groups:
+            return None
+        _check(isinstance(groups, (list, tuple)) and all(isinstance(g, dict) for g in groups),
+               f"{type(self).__name__}: param_groups must be a list of dicts, got {groups!r}")
+        member = [None] * len(names)
+        for gi, g in enumerate(groups):
+            unknown = set(g) - {"params", "lr", "weight_decay"}
+            _check(not unknown, f"{type(self).__name__}: param_groups[{gi}] has unknown keys "
+                                f"{sorted(unknown)}; expected params, lr, weight_decay")
+            _check("params" in g, f"{type(self).__name__}: param_groups[{gi}] has no 'params'")
+            sel = g["params"]
+            if callable(sel):
+                hits = [i for i, (n, a) in enumerate(zip(names, leaves)) if sel(n, a)]
+            else:
+                sel = [sel] if isinstance(sel, str) else list(sel)
+                missing = [n for n in sel if n not in names]
+                _check(not missing, f"{type(self).__name__}: param_groups[{gi}] names "
+                                    f"{missing}, which are not parameters ({names[:8]}...)")
+                hits = [names.index(n) for n in sel]
+            for i in hits:
+                _check(member[i] is None, f"{type(self).__name__}: parameter {names[i]!r} is "
+                                          f"in param_groups[{member[i]}] and [{gi}]")
+                member[i] = gi
+        orphans = [n for n, m in zip(names, member) if m is None]
+        _check(not orphans, f"{type(self).__name__}: parameters {orphans} are in no parameter "
+                            "group; every parameter must be in exactly one")
+        wd = [float(groups[m].get("weight_decay", self.weight_decay)) for m in member]
+        _check(all(w >= 0 for w in wd), f"{type(self).__name__}: weight_decay must be >= 0")
+        lrs = [float(g.get("lr", self.lr)) for g in groups]
+        _check(all(v >= 0 for v in lrs), f"{type(self).__name__}: lr must be >= 0")
+        return member, wd, lrs, [[n for n, m in zip(names, member) if m == gi]
+                                 for gi in range(len(groups))]
+
+
 @dataclass
-class SGD:
+class SGD(_Groups):
     """torch.optim.SGD: L2 weight decay, momentum buffer buf = m*buf + g,
     Nesterov g + m*buf."""
 
@@ -25,6 +71,7 @@ class SGD:
     nesterov: bool = False
     weight_decay: float = 0.0
     clip_grad_norm: Optional[float] = None
+    param_groups: Optional[list] = None
 
     def _config(self):
         _check(self.lr >= 0 and self.momentum >= 0 and self.weight_decay >= 0,
@@ -39,7 +86,7 @@ class SGD:
 
 
 @dataclass
-class Adam:
+class Adam(_Groups):
     """torch.optim.Adam: L2 weight decay added to the gradient."""
 
     lr: float
@@ -47,6 +94,7 @@ class Adam:
     eps: float = 1e-8
     weight_decay: float = 0.0
     clip_grad_norm: Optional[float] = None
+    param_groups: Optional[list] = None
     _kind = "adam"
 
     def _config(self):

@@ -26,7 +26,7 @@ class TrainStep:
     `tilefuse.runtime.save(step.state_dict(), path)` and
     `tilefuse.runtime.load_state_dict(path)` keep it in an .npz file."""
 
-    def __init__(self, graph, names, params, state_names, step_state, batch_spec, lr, seed,
+    def __init__(self, graph, names, params, state_names, step_state, batch_spec, groups, seed,
                  uses_seed, device, optimizer_kind=""):
         self._graph = graph
         self.device = device
@@ -56,7 +56,10 @@ class TrainStep:
         self._batch_spec = batch_spec
         self._seed = int(seed)
         self._uses_seed = uses_seed
-        self.lr = float(lr)
+        # torch.optim-style: [{"params": names, "lr": float, "weight_decay":
+        # float}]; each group's "lr" is read at every call (a schedule sets
+        # it), its weight decay was compiled in.
+        self.param_groups = [dict(g) for g in groups]
         self.step_count = 0
 
     @property
@@ -100,7 +103,7 @@ class TrainStep:
         rest = [np.asarray(x) for x in leaves]
         if self._uses_seed:
             rest.append(np.int64(self._seed + t - 1))
-        rest += [np.int64(t), np.float64(self.lr)]
+        rest += [np.int64(t)] + [np.float64(g["lr"]) for g in self.param_groups]
         kept, it = set(self._kept), iter(rest)
         return [None if i in kept else next(it) for i in range(self._n_args)]
 
@@ -135,6 +138,21 @@ class TrainStep:
                                      for a in self._kept[n * (1 + i):n * (2 + i)]])
             for i, name in enumerate(self._state_names)
         }
+
+    @property
+    def lr(self):
+        """The learning rate (of the first parameter group); setting it sets
+        every group's."""
+        return self.param_groups[0]["lr"]
+
+    @lr.setter
+    def lr(self, value):
+        for g in self.param_groups:
+            g["lr"] = float(value)
+
+    def _lrs(self):
+        lrs = [float(g["lr"]) for g in self.param_groups]
+        return np.float64(lrs[0]) if len(lrs) == 1 else np.array(lrs, np.float64)
 
     @property
     def loss_scale(self):
@@ -185,7 +203,7 @@ class TrainStep:
         exe = self._compiled._exe
         out = {key: exe.persistent(a) for a, key in zip(self._kept, self._state_keys())}
         out["step"] = np.int64(self.step_count)
-        out["lr"] = np.float64(self.lr)
+        out["lr"] = self._lrs()  # one per parameter group when there are several
         out["seed"] = np.int64(self._seed)
         out["optimizer"] = np.str_(self._optimizer_kind)
         return out
@@ -201,7 +219,10 @@ class TrainStep:
         values = [_check_array(state, key, shape, dtype, who)
                   for key, (shape, dtype) in zip(keys, self._kept_sigs)]
         step = _check_scalar(state, "step", "iu", who)
-        lr = _check_scalar(state, "lr", "fiu", who)
+        if len(self.param_groups) == 1:
+            lrs = [_check_scalar(state, "lr", "fiu", who)]
+        else:
+            lrs = _check_array(state, "lr", (len(self.param_groups),), np.float64, who)
         seed = _check_scalar(state, "seed", "iu", who)
         kind = _check_scalar(state, "optimizer", "U", who)
         if kind != self._optimizer_kind:
@@ -213,12 +234,14 @@ class TrainStep:
         for a, value in zip(self._kept, values):
             exe.make_persistent(a, value)
         self.step_count = int(step)
-        self.lr = float(lr)
+        for g, lr in zip(self.param_groups, lrs):
+            g["lr"] = float(lr)
         self._seed = int(seed)
 
 
 def compile_train_step(loss_fn, params, example_batch, optimizer, device="auto", seed=0,
-                       memory_budget=None, precision="fp32", keep_fp32=(), loss_scale="auto"):
+                       memory_budget=None, precision="fp32", keep_fp32=(), loss_scale="auto",
+                       accumulate=1):
     """Compiles loss_fn(params, batch) or loss_fn(params, batch, seed) into one
     training step. `params` and `example_batch` are (nested) dicts of numpy
     arrays; `seed` (when loss_fn takes it) is a 0-d int64 tensor equal to
@@ -239,14 +262,21 @@ def compile_train_step(loss_fn, params, example_batch, optimizer, device="auto",
 
     `loss_scale`: "auto" (dynamic loss scaling for fp16, none otherwise),
     "dynamic" (tilefuse.optim.LossScale()), a tilefuse.optim.LossScale, or
-    None (off). See LossScale; `step.loss_scale` is the current scale."""
+    None (off). See LossScale; `step.loss_scale` is the current scale.
+
+    `accumulate=k`: gradient accumulation in one step. Every batch leaf
+    stacks k micro-batches along a new first dimension ([k, b, ...]); the
+    step's loss is the mean of their losses, its gradients the mean of
+    theirs (as k backward passes of loss / k in PyTorch), and the optimizer
+    updates once."""
     device = resolve_device(device)
-    graph, names, param_leaves, batch_spec, uses_seed, step_state = _build_train_step(
-        loss_fn, params, example_batch, optimizer, seed, precision, keep_fp32, loss_scale)
+    graph, names, param_leaves, batch_spec, uses_seed, step_state, groups = _build_train_step(
+        loss_fn, params, example_batch, optimizer, seed, precision, keep_fp32, loss_scale,
+        accumulate)
 
     def build():
         return TrainStep(graph, names, [p.copy() for p in param_leaves],
-                         optimizer.state_names(), step_state, batch_spec, optimizer.lr, seed,
+                         optimizer.state_names(), step_state, batch_spec, groups, seed,
                          uses_seed, device, optimizer._config()["kind"])
     if memory_budget is None:
         return build()
@@ -333,18 +363,47 @@ def _fit_memory_budget(build, budget, param_leaves, optimizer, example_batch, de
 
 
 def train_step_graph(loss_fn, params, example_batch, optimizer, seed=0, precision="fp32",
-                     keep_fp32=(), loss_scale="auto"):
+                     keep_fp32=(), loss_scale="auto", accumulate=1):
     """The training-step Graph compile_train_step compiles, without
     compiling it (for Graph.export): arguments (parameters, optimizer state
     per parameter and state name, [the loss scaler's scale, growth tracker
     and applied steps,] batch leaves, [seed,] step, lr), results (loss, new
     parameters, new state[, new scaler state])."""
     return _build_train_step(loss_fn, params, example_batch, optimizer, seed, precision,
-                             keep_fp32, loss_scale)[0]
+                             keep_fp32, loss_scale, accumulate)[0]
+
+
+def _accumulating(loss_fn, k, example_batch, uses_seed):
+    """loss_fn over k micro-batches stacked along a new leading dimension
+    of every batch leaf: the mean of the k losses, so the gradients are the
+    mean of the micro-batches' (PyTorch's loss / k per backward, summed).
+    Micro-batch i of a seeded loss gets seed * k + i."""
+    if not (isinstance(k, int) and k >= 1):
+        raise CompileError(f"accumulate must be a whole number >= 1, got {k!r}")
+    leaves, spec = _pytree.flatten(example_batch)
+    for leaf in leaves:
+        shape = np.shape(leaf)
+        if not shape or shape[0] != k:
+            raise CompileError(f"accumulate={k}: every batch leaf must stack the {k} "
+                               f"micro-batches along its first dimension, got shape "
+                               f"{tuple(shape)}")
+
+    def accumulated(params, batch, *seed):
+        flat, _ = _pytree.flatten(batch)
+        total = None
+        for i in range(k):
+            micro = _pytree.unflatten(spec, [leaf[i] for leaf in flat])
+            extra = (seed[0] * k + i,) if uses_seed else ()
+            loss = loss_fn(params, micro, *extra)
+            total = loss if total is None else total + loss
+        return total / k
+    if not uses_seed:
+        return lambda params, batch: accumulated(params, batch)
+    return accumulated
 
 
 def _build_train_step(loss_fn, params, example_batch, optimizer, seed, precision="fp32",
-                      keep_fp32=(), loss_scale="auto"):
+                      keep_fp32=(), loss_scale="auto", accumulate=1):
     if not hasattr(optimizer, "_config"):
         raise CompileError(f"optimizer must be a tilefuse.optim optimizer, got {optimizer!r}")
     config = optimizer._config()
@@ -363,6 +422,19 @@ def _build_train_step(loss_fn, params, example_batch, optimizer, seed, precision
         if p.dtype.kind != "f":
             raise CompileError(f"parameters must be floating point, got a {p.dtype} array")
     _, batch_spec = _pytree.flatten(example_batch)
+    param_names = _pytree.leaf_names(names)
+    resolved = optimizer._resolve_groups(param_names, param_leaves)
+    if resolved is None:
+        groups = [{"params": param_names, "lr": float(optimizer.lr),
+                   "weight_decay": float(optimizer.weight_decay)}]
+    else:
+        member, decay, lrs, group_names = resolved
+        config.update(param_group=member, param_weight_decay=decay)
+        groups = [{"params": n, "lr": lr, "weight_decay": float(
+            optimizer.param_groups[i].get("weight_decay", optimizer.weight_decay))}
+            for i, (n, lr) in enumerate(zip(group_names, lrs))]
+    if accumulate != 1:
+        loss_fn = _accumulating(loss_fn, accumulate, example_batch, uses_seed)
     args = [params, example_batch] + ([np.int64(seed)] if uses_seed else [])
     loss_graph = trace(loss_fn, *args)
     if precision != "fp32" or keep_fp32:
@@ -371,12 +443,12 @@ def _build_train_step(loss_fn, params, example_batch, optimizer, seed, precision
     from ._tracing import Graph
 
     # The artifact's argument names: the state_dict() keys of TrainStep.
-    param_names = _pytree.leaf_names(names)
     batch_names = ["batch/" + n if n else "batch" for n in _pytree.leaf_names(batch_spec)]
     argument_names = ([f"params/{n}" for n in param_names] +
                       [f"{slot}/{n}" for slot in optimizer.state_names() for n in param_names] +
                       [name for name, _ in step_state] +
-                      batch_names + (["seed"] if uses_seed else []) + ["step", "lr"])
+                      batch_names + (["seed"] if uses_seed else []) + ["step"] +
+                      (["lr"] if len(groups) == 1 else [f"lr/{i}" for i in range(len(groups))]))
     # step_state: the initial values of the step-wide state, so a loaded
     # artifact's set_state() can take just the parameters and optimizer state.
     interface = {"kind": "train_step", "argument_names": argument_names,
@@ -385,4 +457,4 @@ def _build_train_step(loss_fn, params, example_batch, optimizer, seed, precision
                  "step_state": [[name, value.item(), str(value.dtype)]
                                 for name, value in step_state]}
     return (Graph(graph, interface=interface), names, param_leaves, batch_spec, uses_seed,
-            step_state)
+            step_state, groups)

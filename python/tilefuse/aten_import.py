@@ -1,0 +1,600 @@
+"""ATen FX graphs -> tilefuse graphs: one table of ATen op -> traced ops.
+
+`run_fx(gm, inputs)` executes a torch.fx GraphModule whose nodes are ATen
+ops (from make_fx, torch.export or aot_autograd) on tilefuse's traced
+tensors, so the FX graph becomes a tilefuse graph as any Python function
+does. The ATen semantics are kept strictly: every node's result is checked
+against the dtype and shape PyTorch recorded for it (`node.meta["val"]`),
+and cast to PyTorch's dtype where tilefuse's numpy-style promotion chose
+another (0-d tensors and Python scalars promote differently in PyTorch).
+
+An op missing from `CONVERSIONS` raises `UnsupportedOp` naming it; the
+torch.compile backend then runs that part of the graph in PyTorch.
+"""
+import math
+import operator
+import sys
+
+import numpy as np
+import torch
+import torch.fx
+
+from . import functional as F
+from ._core import CompileError
+from ._dtypes import dtype_name
+from ._tracing import Tensor, _lift, cat, stack, where
+
+aten = torch.ops.aten
+
+
+class UnsupportedOp(CompileError):
+    """An ATen op (or an argument of one) that the importer cannot convert."""
+
+    def __init__(self, op, why=""):
+        self.op = str(op)
+        super().__init__(f"tilefuse cannot convert {self.op}" + (f": {why}" if why else ""))
+
+
+def torch_dtype_name(dtype):
+    """tilefuse's name of a torch dtype ("f32" for torch.float32)."""
+    try:
+        return dtype_name(str(dtype).replace("torch.", ""))
+    except CompileError:
+        raise UnsupportedOp(f"dtype {dtype}") from None
+
+
+CONVERSIONS = {}
+
+
+def converts(*ops):
+    """Registers a conversion for each op (an OpOverload or an overload
+    packet: every overload of it)."""
+    def register(fn):
+        for op in ops:
+            CONVERSIONS[op] = fn
+        return fn
+    return register
+
+
+def _conversion(target):
+    fn = CONVERSIONS.get(target)
+    if fn is None and hasattr(target, "overloadpacket"):
+        fn = CONVERSIONS.get(target.overloadpacket)
+    return fn
+
+
+def is_supported(node):
+    """Whether the importer converts this FX node (placeholders, outputs and
+    attributes always; calls when their target is in the table)."""
+    if node.op != "call_function":
+        return True
+    return node.target is operator.getitem or _conversion(node.target) is not None
+
+
+# ---------------------------------------------------------------------------
+# The table
+# ---------------------------------------------------------------------------
+
+def _scalar_like(x, v):
+    return v if isinstance(v, Tensor) else _lift(x._tracer, v, like=x)
+
+
+@converts(aten.add.Tensor, aten.add.Scalar)
+def _add(a, b, alpha=1):
+    return a + (b if alpha == 1 else b * alpha)
+
+
+@converts(aten.sub.Tensor, aten.sub.Scalar)
+def _sub(a, b, alpha=1):
+    return a - (b if alpha == 1 else b * alpha)
+
+
+@converts(aten.rsub.Scalar, aten.rsub.Tensor)
+def _rsub(a, b, alpha=1):
+    return b - (a if alpha == 1 else a * alpha)
+
+
+@converts(aten.mul.Tensor, aten.mul.Scalar)
+def _mul(a, b):
+    return a * b
+
+
+@converts(aten.div.Tensor, aten.div.Scalar)
+def _div(a, b):
+    return a / b
+
+
+@converts(aten.div.Tensor_mode, aten.div.Scalar_mode)
+def _div_mode(a, b, rounding_mode=None):
+    q = a / b
+    if rounding_mode == "floor":
+        return q.floor()
+    if rounding_mode == "trunc":
+        return q.trunc()
+    return q
+
+
+def _unary(name):
+    return lambda x: getattr(x, name)()
+
+
+for _op, _name in [(aten.neg, "neg"), (aten.exp, "exp"), (aten.log, "log"),
+                   (aten.tanh, "tanh"), (aten.sqrt, "sqrt"), (aten.rsqrt, "rsqrt"),
+                   (aten.abs, "abs"), (aten.sigmoid, "sigmoid"), (aten.relu, "relu"),
+                   (aten.erf, "erf"), (aten.log1p, "log1p"), (aten.expm1, "expm1"),
+                   (aten.floor, "floor"), (aten.ceil, "ceil"), (aten.trunc, "trunc")]:
+    CONVERSIONS[_op] = _unary(_name)
+
+
+@converts(aten.reciprocal)
+def _reciprocal(x):
+    return 1.0 / x
+
+
+@converts(aten.pow.Tensor_Scalar, aten.pow.Tensor_Tensor)
+def _pow(a, b):
+    if b == 2 and not isinstance(b, Tensor):
+        return a * a
+    return a ** b
+
+
+@converts(aten.pow.Scalar)
+def _pow_scalar(a, b):
+    return _scalar_like(b, a) ** b
+
+
+@converts(aten.maximum)
+def _maximum(a, b):
+    return a.maximum(b)
+
+
+@converts(aten.minimum)
+def _minimum(a, b):
+    return a.minimum(b)
+
+
+@converts(aten.clamp, aten.clamp_min, aten.clamp_max)
+def _clamp(x, min=None, max=None):
+    return x.clamp(min, max)
+
+
+@converts(aten.clamp_min)
+def _clamp_min(x, min):
+    return x.clamp(min, None)
+
+
+@converts(aten.clamp_max)
+def _clamp_max(x, max):
+    return x.clamp(None, max)
+
+
+for _op, _fn in [(aten.eq, operator.eq), (aten.ne, operator.ne), (aten.lt, operator.lt),
+                 (aten.le, operator.le), (aten.gt, operator.gt), (aten.ge, operator.ge)]:
+    CONVERSIONS[_op] = (lambda fn: lambda a, b: fn(a, b))(_fn)
+
+
+@converts(aten.logical_not, aten.bitwise_not)
+def _logical_not(x):
+    return x == False  # noqa: E712 (i1 == false)
+
+
+@converts(aten.logical_and, aten.bitwise_and.Tensor)
+def _logical_and(a, b):
+    return where(a, b != 0, False)
+
+
+@converts(aten.logical_or, aten.bitwise_or.Tensor)
+def _logical_or(a, b):
+    return where(a, True, b != 0)
+
+
+@converts(aten.where.self, aten.where.ScalarSelf, aten.where.ScalarOther, aten.where.Scalar)
+def _where(cond, a, b):
+    return where(cond, a, b)
+
+
+@converts(aten.masked_fill.Scalar, aten.masked_fill.Tensor)
+def _masked_fill(x, mask, value):
+    return where(mask, value, x)
+
+
+# -- creation (static shapes: built as constants or fills) --------------------
+
+def _dtype_of(kwargs_dtype, default="f32"):
+    return torch_dtype_name(kwargs_dtype) if kwargs_dtype is not None else default
+
+
+@converts(aten.scalar_tensor)
+def _scalar_tensor(value, dtype=None, layout=None, device=None, pin_memory=None):
+    return _Importer.current.constant(np.array(value), _dtype_of(dtype))
+
+
+@converts(aten.full)
+def _full(size, value, dtype=None, layout=None, device=None, pin_memory=None):
+    return _Importer.current.constant(np.full(tuple(size), value), _dtype_of(dtype))
+
+
+@converts(aten.full_like)
+def _full_like(x, value, dtype=None, layout=None, device=None, pin_memory=None,
+               memory_format=None):
+    return _Importer.current.constant(np.full(x.shape, value), _dtype_of(dtype, x.dtype))
+
+
+@converts(aten.zeros_like)
+def _zeros_like(x, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None):
+    return _full_like(x, 0, dtype)
+
+
+@converts(aten.ones_like)
+def _ones_like(x, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None):
+    return _full_like(x, 1, dtype)
+
+
+@converts(aten.zeros, aten.ones)
+def _zeros(size, dtype=None, layout=None, device=None, pin_memory=None):
+    raise AssertionError("replaced below")
+
+
+CONVERSIONS[aten.zeros] = lambda size, dtype=None, **kw: _full(size, 0, dtype)
+CONVERSIONS[aten.ones] = lambda size, dtype=None, **kw: _full(size, 1, dtype)
+
+
+@converts(aten.arange.start_step, aten.arange.start, aten.arange.default)
+def _arange(*args, dtype=None, layout=None, device=None, pin_memory=None):
+    values = np.arange(*args)
+    default = "i64" if all(isinstance(a, int) for a in args) else "f32"
+    return _Importer.current.constant(values, _dtype_of(dtype, default))
+
+
+# -- views and copies ------------------------------------------------------------
+
+@converts(aten.view, aten._unsafe_view, aten.reshape)
+def _view(x, shape):
+    return x.reshape(*shape)
+
+
+@converts(aten.permute)
+def _permute(x, dims):
+    return x.permute(*dims)
+
+
+@converts(aten.transpose.int)
+def _transpose(x, d0, d1):
+    return x.transpose(d0, d1)
+
+
+@converts(aten.t)
+def _t(x):
+    return x if x.ndim < 2 else x.transpose(0, 1)
+
+
+@converts(aten.expand)
+def _expand(x, size, implicit=False):
+    lead = len(size) - x.ndim
+    full = [x.shape[i - lead] if s == -1 else s for i, s in enumerate(size)]
+    return x.expand(*full)
+
+
+@converts(aten.unsqueeze)
+def _unsqueeze(x, dim):
+    return x.unsqueeze(dim)
+
+
+@converts(aten.squeeze.dim, aten.squeeze.dims, aten.squeeze.default)
+def _squeeze(x, dim=None):
+    if dim is None:
+        return x.squeeze()
+    dims = [dim] if isinstance(dim, int) else list(dim)
+    dims = sorted({d % max(1, x.ndim) for d in dims if x.shape[d % max(1, x.ndim)] == 1},
+                  reverse=True)
+    for d in dims:
+        x = x.squeeze(d)
+    return x
+
+
+@converts(aten.clone, aten.alias, aten.detach, aten.lift_fresh_copy, aten.contiguous)
+def _identity(x, memory_format=None):
+    return x
+
+
+@converts(aten._to_copy)
+def _to_copy(x, dtype=None, layout=None, device=None, pin_memory=None, non_blocking=False,
+             memory_format=None):
+    return x if dtype is None else x.to(torch_dtype_name(dtype))
+
+
+@converts(aten.slice.Tensor)
+def _slice(x, dim=0, start=None, end=None, step=1):
+    n = x.shape[dim]
+    start = 0 if start is None else start
+    end = n if end is None or end >= sys.maxsize // 2 else end
+    key = [slice(None)] * x.ndim
+    key[dim] = slice(start, end, step)
+    return x[tuple(key)]
+
+
+@converts(aten.select.int)
+def _select(x, dim, index):
+    key = [slice(None)] * x.ndim
+    key[dim] = index
+    return x[tuple(key)]
+
+
+@converts(aten.split.Tensor, aten.split_with_sizes)
+def _split(x, sizes, dim=0):
+    return list(x.split(sizes, dim))
+
+
+@converts(aten.cat)
+def _cat(tensors, dim=0):
+    return cat(list(tensors), dim)
+
+
+@converts(aten.stack)
+def _stack(tensors, dim=0):
+    return stack(list(tensors), dim)
+
+
+# -- linear algebra ---------------------------------------------------------------
+
+@converts(aten.mm, aten.bmm, aten.matmul)
+def _mm(a, b):
+    return a @ b
+
+
+@converts(aten.addmm)
+def _addmm(bias, a, b, beta=1, alpha=1):
+    prod = a @ b
+    if alpha != 1:
+        prod = prod * alpha
+    return prod + (bias if beta == 1 else bias * beta)
+
+
+@converts(aten.embedding)
+def _embedding(weight, indices, padding_idx=-1, scale_grad_by_freq=False, sparse=False):
+    if scale_grad_by_freq or sparse:
+        raise UnsupportedOp(aten.embedding, "scale_grad_by_freq and sparse are not supported")
+    return F.embedding(indices, weight)
+
+
+# -- reductions ---------------------------------------------------------------------
+
+def _dims(x, dim):
+    if dim is None or (isinstance(dim, (list, tuple)) and len(dim) == 0):
+        return None
+    return tuple(dim) if isinstance(dim, (list, tuple)) else (dim,)
+
+
+@converts(aten.sum.dim_IntList, aten.sum.default)
+def _sum(x, dim=None, keepdim=False, dtype=None):
+    if dtype is not None:
+        x = x.to(torch_dtype_name(dtype))
+    return x.sum(_dims(x, dim), keepdim)
+
+
+@converts(aten.mean.dim, aten.mean.default)
+def _mean(x, dim=None, keepdim=False, dtype=None):
+    if dtype is not None:
+        x = x.to(torch_dtype_name(dtype))
+    return x.mean(_dims(x, dim), keepdim)
+
+
+@converts(aten.amax)
+def _amax(x, dim=(), keepdim=False):
+    return x.amax(tuple(dim), keepdim)
+
+
+@converts(aten.amin)
+def _amin(x, dim=(), keepdim=False):
+    return x.amin(tuple(dim), keepdim)
+
+
+@converts(aten.max.dim)
+def _max_dim(x, dim, keepdim=False):
+    return tuple(x.max(dim, keepdim))
+
+
+@converts(aten.min.dim)
+def _min_dim(x, dim, keepdim=False):
+    return tuple(x.min(dim, keepdim))
+
+
+@converts(aten.cumsum)
+def _cumsum(x, dim, dtype=None):
+    if dtype is not None:
+        x = x.to(torch_dtype_name(dtype))
+    return x.cumsum(dim)
+
+
+@converts(aten.flip)
+def _flip(x, dims):
+    return x.flip(list(dims))
+
+
+@converts(aten.argmax)
+def _argmax(x, dim=None, keepdim=False):
+    return x.argmax(dim, keepdim)
+
+
+@converts(aten.var.correction)
+def _var(x, dim=None, correction=None, keepdim=False):
+    return x.var(_dims(x, dim), keepdim=keepdim, correction=1 if correction is None else correction)
+
+
+# -- neural-network ops ---------------------------------------------------------------
+
+@converts(aten._softmax)
+def _softmax(x, dim, half_to_float=False):
+    return F.softmax(x, dim)
+
+
+@converts(aten._log_softmax)
+def _log_softmax(x, dim, half_to_float=False):
+    return F.log_softmax(x, dim)
+
+
+@converts(aten.gelu)
+def _gelu(x, approximate="none"):
+    return F.gelu(x, approximate=approximate)
+
+
+@converts(aten.silu)
+def _silu(x):
+    return F.silu(x)
+
+
+@converts(aten.native_layer_norm)
+def _native_layer_norm(x, normalized_shape, weight, bias, eps):
+    out = F.layer_norm(x, tuple(normalized_shape), weight, bias, eps)
+    dims = tuple(range(x.ndim - len(normalized_shape), x.ndim))
+    # mean and rstd are what the backward of PyTorch's kernel saves: kept
+    # for graphs that return them (unused ones are dead code).
+    mean = x.mean(dims, keepdim=True)
+    var = ((x - mean) * (x - mean)).mean(dims, keepdim=True)
+    return out, mean, (var + eps).rsqrt()
+
+
+_REDUCTIONS = {0: "none", 1: "mean", 2: "sum"}  # at::Reduction
+
+
+@converts(aten.nll_loss_forward)
+def _nll_loss_forward(x, target, weight, reduction, ignore_index):
+    loss = F.nll_loss(x, target, weight, ignore_index=ignore_index,
+                      reduction=_REDUCTIONS[reduction])
+    valid = (target != ignore_index).to(x.dtype)
+    if weight is not None:
+        valid = valid * F.embedding(where(target != ignore_index, target, 0), weight)
+    return loss, valid.sum()
+
+
+@converts(aten.nll_loss_backward)
+def _nll_loss_backward(grad, x, target, weight, reduction, ignore_index, total_weight):
+    """d loss / d x: -grad (/ total_weight for "mean") at each row's target
+    class, weighted, 0 elsewhere and on ignored rows."""
+    classes = x.shape[1] if x.ndim >= 2 else x.shape[0]
+    class_dim = 1 if x.ndim >= 2 else 0
+    iota_shape = [1] * x.ndim
+    iota_shape[class_dim] = classes
+    iota = _Importer.current.constant(np.arange(classes).reshape(iota_shape), target.dtype)
+    keep = target != ignore_index
+    t = target.unsqueeze(class_dim) if x.ndim >= 2 else target
+    scale = -grad
+    if _REDUCTIONS[reduction] == "mean":
+        scale = scale / total_weight
+    if _REDUCTIONS[reduction] == "none" and x.ndim >= 2:
+        scale = scale.unsqueeze(class_dim)
+    per_row = where(keep, 1.0, 0.0).to(x.dtype)
+    if weight is not None:
+        per_row = per_row * F.embedding(where(keep, target, 0), weight)
+    if x.ndim >= 2:
+        per_row = per_row.unsqueeze(class_dim)
+    return where(t == iota, scale * per_row, 0.0).to(x.dtype)
+
+
+@converts(aten.embedding_dense_backward)
+def _embedding_dense_backward(grad, indices, num_weights, padding_idx, scale_grad_by_freq):
+    """The embedding table's gradient: each row of `grad` added at its index
+    (graph.scatter_add), rows of padding_idx left 0."""
+    if scale_grad_by_freq:
+        raise UnsupportedOp(aten.embedding_dense_backward, "scale_grad_by_freq")
+    width = grad.shape[indices.ndim:]
+    if padding_idx is not None and padding_idx >= 0:
+        grad = where((indices != padding_idx).reshape(*indices.shape, *[1] * len(width)),
+                     grad, 0.0)
+    base = _Importer.current.constant(np.zeros((num_weights, *width)), grad.dtype)
+    return grad._wrap(grad._tracer.scatter_add(base._id, indices._id, grad._id))
+
+
+@converts(aten.gather)
+def _gather(x, dim, index, sparse_grad=False):
+    """out[.., i, ..] = x[.., index[.., i, ..], ..] along `dim`: a one-hot
+    select and sum over x's extent along dim (PyTorch's cross-entropy
+    decomposition gathers one element per row)."""
+    dim %= x.ndim
+    n = x.shape[dim]
+    if any(s != t for d, (s, t) in enumerate(zip(index.shape, x.shape)) if d != dim):
+        raise UnsupportedOp(aten.gather, f"index {list(index.shape)} differs from the input "
+                                         f"{list(x.shape)} outside dim {dim}")
+    iota_shape = [1] * (x.ndim + 1)
+    iota_shape[dim + 1] = n
+    iota = _Importer.current.constant(np.arange(n).reshape(iota_shape), index.dtype)
+    hit = index.unsqueeze(dim + 1) == iota            # [.., k, n, ..]
+    picked = where(hit, x.unsqueeze(dim), 0)
+    return picked.sum(dim + 1)
+
+
+# ---------------------------------------------------------------------------
+# Running a graph
+# ---------------------------------------------------------------------------
+
+class _Importer(torch.fx.Interpreter):
+    """Executes an FX graph's nodes on traced tensors, checking each result
+    against the dtype and shape PyTorch recorded."""
+
+    current = None
+
+    def __init__(self, gm, tracer_like):
+        super().__init__(gm, garbage_collect_values=False)
+        self._like = tracer_like
+
+    def constant(self, value, dtype):
+        return _lift(self._like._tracer, np.asarray(value), like=None).to(dtype) \
+            if dtype_name(dtype) != _lift(self._like._tracer, np.asarray(value)).dtype \
+            else _lift(self._like._tracer, np.asarray(value))
+
+    def run_node(self, n):
+        try:
+            out = super().run_node(n)
+        except UnsupportedOp:
+            raise
+        except CompileError as e:
+            raise CompileError(f"{n.target} ({n.name}, {n.format_node()}): {e}") from None
+        if n.op == "call_function":
+            out = _conform(n, out)
+        return out
+
+    def get_attr(self, target, args, kwargs):
+        value = super().get_attr(target, args, kwargs)
+        if isinstance(value, torch.Tensor):
+            return self.constant(value.detach().cpu().numpy(), torch_dtype_name(value.dtype))
+        return value
+
+    def call_function(self, target, args, kwargs):
+        if target is operator.getitem:
+            return args[0][args[1]]
+        fn = _conversion(target)
+        if fn is None:
+            raise UnsupportedOp(target)
+        return fn(*args, **kwargs)
+
+
+def _conform(node, out):
+    """`out` with PyTorch's dtype for `node`; its shape must be PyTorch's."""
+    val = node.meta.get("val")
+    if isinstance(out, (list, tuple)) and isinstance(val, (list, tuple)):
+        return type(out)(_conform_one(node, o, v) for o, v in zip(out, val))
+    return _conform_one(node, out, val)
+
+
+def _conform_one(node, out, val):
+    if not isinstance(out, Tensor) or not isinstance(val, torch.Tensor):
+        return out
+    want = torch_dtype_name(val.dtype)
+    if tuple(out.shape) != tuple(val.shape):
+        raise CompileError(f"{node.target} ({node.name}) made {out} where PyTorch makes "
+                           f"{want}{list(val.shape)}")
+    return out if out.dtype == want else out.to(want)
+
+
+def run_fx(gm, inputs):
+    """The outputs of FX graph `gm` run on `inputs` (traced tensors, or
+    anything tilefuse lifts), as the graph's output structure."""
+    like = next((x for x in inputs if isinstance(x, Tensor)), None)
+    if like is None:
+        raise CompileError("an FX graph needs at least one traced tensor input")
+    importer = _Importer(gm, like)
+    previous, _Importer.current = _Importer.current, importer
+    try:
+        return importer.run(*inputs)
+    finally:
+        _Importer.current = previous

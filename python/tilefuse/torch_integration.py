@@ -1,0 +1,546 @@
+"""PyTorch in, PyTorch out: whole training steps from nn.Modules.
+
+`from_torch(module, example_inputs, optimizer)` captures the module's
+forward pass and loss as an ATen graph (make_fx over torch.func's
+functional_call, parameters and buffers by their state_dict names), turns
+it into a tilefuse graph (aten_import) and compiles one training step of
+it (forward, backward by tilefuse's autodiff, the optimizer) with
+compile_train_step. Parameters live in the runtime; `step(*inputs)` runs
+one step and returns the loss.
+"""
+import numpy as np
+
+from ._core import CompileError
+
+
+def _torch():
+    try:
+        import torch
+    except ImportError:
+        raise CompileError("tilefuse's PyTorch integration needs PyTorch (pip install torch)") \
+            from None
+    return torch
+
+
+def _numpy(x):
+    torch = _torch()
+    if isinstance(x, torch.Tensor):
+        t = x.detach()
+        if t.device.type != "cpu":
+            t = t.cpu()
+        if t.dtype == torch.bfloat16:
+            t = t.float()
+        return t.numpy()
+    return np.asarray(x)
+
+
+class _LossModule:
+    """Calls loss_fn(module, *inputs), or module(*inputs)."""
+
+    def __init__(self, module, loss_fn):
+        torch = _torch()
+
+        class Wrapper(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.m = module
+
+            def forward(self, *inputs):
+                return loss_fn(self.m, *inputs) if loss_fn else self.m(*inputs)
+
+        self.wrapper = Wrapper()
+
+
+def capture(module, example_inputs, loss_fn=None):
+    """(gm, names, buffers): the ATen FX graph of the module's loss, whose
+    placeholders are the parameters (in `names` order, tied ones once),
+    then the inputs; buffers are captured as constants."""
+    torch = _torch()
+    from torch.fx.experimental.proxy_tensor import make_fx
+    from torch.func import functional_call
+
+    params = dict(module.named_parameters())
+    buffers = dict(module.named_buffers())
+    names = list(params)
+    wrapper = _LossModule(module, loss_fn).wrapper
+    n = len(names)
+
+    def loss(*flat):
+        state = {"m." + k: v for k, v in zip(names, flat[:n])}
+        state.update({"m." + k: v for k, v in buffers.items()})
+        return functional_call(wrapper, state, tuple(flat[n:]))
+
+    with torch.no_grad():
+        example = [p.detach() for p in params.values()] + list(example_inputs)
+        gm = make_fx(loss)(*example)
+        out = loss(*example)
+    if not isinstance(out, torch.Tensor) or out.ndim != 0 or not out.dtype.is_floating_point:
+        raise CompileError(
+            "from_torch: module(*inputs) must return the scalar loss (a 0-d float tensor), got "
+            f"{type(out).__name__}{list(out.shape) if isinstance(out, torch.Tensor) else ''}; "
+            "pass loss_fn=lambda module, *inputs: ... for modules that return something else")
+    return gm, names, buffers
+
+
+class TorchTrainStep:
+    """A compiled training step of an nn.Module (from_torch). `step(*inputs)`
+    runs forward, backward and the update and returns the loss (a float)
+    computed before the update. `state_dict()` holds the module's current
+    parameters (and its buffers) under its own names, so
+    `module.load_state_dict(step.state_dict())` or `step.copy_to(module)`
+    brings them back; `train_step` is the tilefuse TrainStep underneath
+    (optimizer state, report(), memory_plan(), numerics_report())."""
+
+    def __init__(self, module, train_step, names):
+        self.train_step = train_step
+        self._names = names
+        # Every state_dict key of the module -> its parameter's name (tied
+        # weights share one), or None for buffers.
+        torch = _torch()
+        by_id = {id(p): n for n, p in module.named_parameters()}
+        self._keys = {}
+        for key, value in module.state_dict(keep_vars=True).items():
+            self._keys[key] = by_id.get(id(value))
+        self._buffers = {k: v.detach().clone() for k, v in module.state_dict().items()
+                         if self._keys[k] is None}
+        self._torch = torch
+
+    def __call__(self, *inputs):
+        return self.train_step(tuple(_numpy(x) for x in inputs))
+
+    @property
+    def lr(self):
+        return self.train_step.lr
+
+    @lr.setter
+    def lr(self, value):
+        self.train_step.lr = float(value)
+
+    @property
+    def param_groups(self):
+        """[{"params": names, "lr": ..., "weight_decay": ...}]: set a
+        group's "lr" between steps for a schedule."""
+        return self.train_step.param_groups
+
+    def parameters(self):
+        """{parameter name: numpy array} (copies; tied weights once)."""
+        return self.train_step.params()
+
+    def state_dict(self):
+        """The module's state_dict keys -> torch tensors: the current
+        parameters (a tied weight under each of its names) and the
+        buffers."""
+        params = self.train_step.params()
+        out = {}
+        for key, name in self._keys.items():
+            if name is None:
+                out[key] = self._buffers[key].clone()
+            else:
+                out[key] = self._torch.from_numpy(np.array(params[name]))
+        return out
+
+    def copy_to(self, module):
+        """Writes the current parameters into `module` (in place)."""
+        module.load_state_dict(self.state_dict())
+        return module
+
+    def report(self, profile=False):
+        return self.train_step.report(profile)
+
+    def memory_plan(self):
+        return self.train_step.memory_plan()
+
+
+def optimizer_from_torch(optimizer, module):
+    """The tilefuse.optim optimizer doing what torch.optim `optimizer`
+    (SGD, Adam or AdamW over `module`'s parameters) does, its param_groups
+    kept (by parameter name: lr and weight_decay per group). Options that
+    differ between groups other than those, and options tilefuse does not
+    have (amsgrad, maximize, dampening, ...), are a CompileError."""
+    from . import optim
+    torch = _torch()
+    kinds = {torch.optim.SGD: "sgd", torch.optim.Adam: "adam", torch.optim.AdamW: "adamw"}
+    kind = kinds.get(type(optimizer))
+    if kind is None:
+        raise CompileError(f"from_torch converts torch.optim.SGD, Adam and AdamW, not "
+                           f"{type(optimizer).__name__}")
+    names = {id(p): n for n, p in module.named_parameters()}
+    groups, shared = [], {}
+    same = {"sgd": ("momentum", "nesterov"), "adam": ("betas", "eps"),
+            "adamw": ("betas", "eps")}[kind]
+    refused = {"amsgrad": False, "maximize": False, "dampening": 0, "differentiable": False}
+    for i, g in enumerate(optimizer.param_groups):
+        for key, ok in refused.items():
+            if key in g and g[key] != ok:
+                raise CompileError(f"from_torch: param_groups[{i}] has {key}={g[key]!r}, "
+                                   "which tilefuse's optimizers do not support")
+        for key in same:
+            if shared.setdefault(key, g[key]) != g[key]:
+                raise CompileError(f"from_torch: param_groups differ in {key} "
+                                   f"({shared[key]!r} and {g[key]!r}); tilefuse's groups "
+                                   "differ only in lr and weight_decay")
+        missing = [p for p in g["params"] if id(p) not in names]
+        if missing:
+            raise CompileError(f"from_torch: param_groups[{i}] holds {len(missing)} tensors "
+                               "that are not parameters of the module")
+        groups.append({"params": [names[id(p)] for p in g["params"]], "lr": float(g["lr"]),
+                       "weight_decay": float(g["weight_decay"])})
+    if kind == "sgd":
+        return optim.SGD(lr=groups[0]["lr"], momentum=shared["momentum"],
+                         nesterov=shared["nesterov"], param_groups=groups)
+    cls = optim.Adam if kind == "adam" else optim.AdamW
+    return cls(lr=groups[0]["lr"], betas=tuple(shared["betas"]), eps=shared["eps"],
+               param_groups=groups)
+
+
+def from_torch(module, example_inputs, optimizer, loss_fn=None, device="auto", seed=0,
+               precision="fp32", memory_budget=None, loss_scale="auto", accumulate=1):
+    """One compiled training step of `module`: `module(*example_inputs)`
+    returns the scalar loss (or `loss_fn(module, *inputs)` does). The
+    forward pass and loss are captured as ATen ops, converted into a
+    tilefuse graph, differentiated by tilefuse and followed by
+    `optimizer` (a tilefuse.optim optimizer) in one step; parameters and
+    optimizer state stay in the runtime. Buffers are constants of the step.
+    `optimizer` may also be a torch.optim SGD/Adam/AdamW over the module's
+    parameters (its param_groups kept: optimizer_from_torch). The keyword
+    arguments are compile_train_step's; with `accumulate=k` the example
+    inputs are one micro-batch (what the module takes) and each call takes
+    k of them stacked along a new first dimension."""
+    from . import aten_import
+    from .train import compile_train_step
+
+    torch = _torch()
+    if not isinstance(module, torch.nn.Module):
+        raise CompileError(f"from_torch needs a torch.nn.Module, got {type(module).__name__}")
+    if not isinstance(example_inputs, (tuple, list)):
+        example_inputs = (example_inputs,)
+    if isinstance(optimizer, torch.optim.Optimizer):
+        optimizer = optimizer_from_torch(optimizer, module)
+    gm, names, _ = capture(module, example_inputs, loss_fn)
+    unsupported = sorted({str(n.target) for n in gm.graph.nodes
+                          if not aten_import.is_supported(n)})
+    if unsupported:
+        raise CompileError(f"from_torch: tilefuse cannot convert {', '.join(unsupported)} "
+                           "(tilefuse.explain lists where they come from)")
+    params = {n: _numpy(p) for n, p in module.named_parameters()}
+    batch = tuple(_numpy(x) for x in example_inputs)
+    if accumulate != 1:
+        batch = tuple(np.stack([x] * int(accumulate)) for x in batch)
+
+    def loss(p, b):
+        (out,) = [aten_import.run_fx(gm, [p[n] for n in names] + list(b))]
+        return out
+
+    step = compile_train_step(loss, params, batch, optimizer, device=device, seed=seed,
+                              memory_budget=memory_budget, precision=precision,
+                              loss_scale=loss_scale, accumulate=accumulate)
+    return TorchTrainStep(module, step, names)
+
+
+# ---------------------------------------------------------------------------
+# torch.compile(model, backend="tilefuse")
+# ---------------------------------------------------------------------------
+
+import logging
+
+_log = logging.getLogger("tilefuse")
+
+# ATen ops whose PyTorch decompositions tilefuse does not want: it converts
+# them whole (its fused composites are faster than their pieces).
+_KEPT_WHOLE = ("nll_loss_forward", "nll_loss_backward", "_log_softmax", "_softmax",
+               "native_layer_norm", "gelu", "embedding", "embedding_dense_backward")
+
+
+class _Stats:
+    """What the backend did in this process: graphs it was given (Dynamo
+    calls it again for every new shape: a recompilation), graphs compiled
+    whole, partitioned or left to PyTorch, and the ops it could not convert
+    (each logged once)."""
+
+    def __init__(self):
+        self.reset()
+
+    def reset(self):
+        self.graphs = 0          # Dynamo graphs handed to the backend
+        self.recompiles = 0      # of those, the same code again with new shapes
+        self.compiled = 0        # ATen graphs (forward or backward) compiled whole
+        self.partitioned = 0     # ATen graphs split between tilefuse and PyTorch
+        self.eager = 0           # ATen graphs left to PyTorch entirely
+        self.unsupported = {}    # op -> number of nodes
+        self._seen_code = set()
+
+    def __repr__(self):
+        return (f"tilefuse backend: {self.graphs} graphs ({self.recompiles} recompilations), "
+                f"ATen graphs compiled {self.compiled}, partitioned {self.partitioned}, "
+                f"left to PyTorch {self.eager}; unsupported ops "
+                f"{dict(sorted(self.unsupported.items())) or 'none'}")
+
+
+stats = _Stats()
+
+
+def _note_unsupported(ops):
+    for op in ops:
+        if op not in stats.unsupported:
+            _log.warning("tilefuse: %s is not supported; that part of the graph runs in "
+                         "PyTorch", op)
+        stats.unsupported[op] = stats.unsupported.get(op, 0) + 1
+
+
+def _numpy_dtype(torch_dtype):
+    """The numpy dtype tilefuse exchanges a torch dtype's values in (bf16 as
+    float32)."""
+    torch = _torch()
+    table = {torch.float32: np.float32, torch.float16: np.float16, torch.bfloat16: np.float32,
+             torch.float64: np.float64, torch.int32: np.int32, torch.int64: np.int64,
+             torch.bool: np.bool_}
+    if torch_dtype not in table:
+        from .aten_import import UnsupportedOp
+        raise UnsupportedOp(f"dtype {torch_dtype}")
+    return np.dtype(table[torch_dtype])
+
+
+def _val(node):
+    return node.meta.get("val", node.meta.get("example_value"))
+
+
+def _compiled_callable(gm, device):
+    """A callable running FX graph `gm` (every node supported) through
+    tilefuse, taking and returning torch tensors (CPU tensors share memory
+    with the arrays tilefuse reads and returns)."""
+    from . import aten_import
+    from ._tracing import trace
+    torch = _torch()
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    examples = []
+    for n in placeholders:
+        v = _val(n)
+        if not isinstance(v, torch.Tensor):
+            raise aten_import.UnsupportedOp(f"a non-tensor input ({n.name}: {type(v).__name__})")
+        examples.append(np.zeros(tuple(v.shape), dtype=_numpy_dtype(v.dtype)))
+    out_node = next(n for n in gm.graph.nodes if n.op == "output")
+    outs = out_node.args[0]
+    single = not isinstance(outs, (list, tuple))
+    outs = [outs] if single else list(outs)
+    # A backward graph returns None for inputs without a gradient.
+    present = [i for i, o in enumerate(outs) if o is not None]
+    out_vals = [_val(outs[i]) for i in present]
+    if any(not isinstance(o, torch.Tensor) for o in out_vals):
+        raise aten_import.UnsupportedOp("a graph output that is not a tensor")
+
+    def fn(*xs):
+        result = aten_import.run_fx(gm, list(xs))
+        result = [result] if single else list(result)
+        return tuple(result[i] for i in present)
+
+    graph = trace(fn, *examples)
+    compiled = graph.compile(device)
+    exe = compiled._exe
+    want = [o.dtype for o in out_vals]
+
+    def run(*args):
+        arrays = []
+        for a in args:
+            t = a.detach()
+            if t.dtype == torch.bfloat16:
+                t = t.float()
+            arrays.append(t.contiguous().cpu().numpy())
+        results = exe.run(arrays, None, "numpy")
+        full = [None] * len(outs)
+        for i, r, w in zip(present, results, want):
+            o = torch.from_numpy(np.asarray(r))
+            full[i] = o.to(w) if o.dtype != w else o
+        return full[0] if single else full
+    run.tilefuse_compiled = compiled
+    return run
+
+
+class _Support:
+    """torch.fx OperatorSupport: the nodes aten_import converts."""
+
+    def is_node_supported(self, submodules, node):
+        from . import aten_import
+        if node.op != "call_function":
+            return False
+        v = _val(node)
+        torch = _torch()
+        tensors = v if isinstance(v, (list, tuple)) else [v]
+        if not all(isinstance(t, torch.Tensor) for t in tensors):
+            return node.target.__name__ == "getitem" if hasattr(node.target, "__name__") \
+                else False
+        return aten_import.is_supported(node)
+
+
+def _compile_aten_graph(gm, example_inputs, device):
+    """One ATen graph from aot_autograd: compiled whole when every op
+    converts, else split (torch.fx's capability-based partitioner) so the
+    converted parts run in tilefuse and the rest in PyTorch."""
+    from . import aten_import
+    calls = [n for n in gm.graph.nodes if n.op == "call_function"]
+    missing = sorted({str(n.target) for n in calls if not aten_import.is_supported(n)})
+    if not missing:
+        try:
+            fn = _compiled_callable(gm, device)
+            stats.compiled += 1
+            return _boxed(fn)
+        except aten_import.UnsupportedOp as e:
+            missing = [e.op]
+        except CompileError as e:
+            _log.warning("tilefuse: could not compile a graph, it runs in PyTorch: %s", e)
+            stats.eager += 1
+            return _boxed(gm.forward)
+    _note_unsupported(missing)
+    from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
+    support = _Support()
+    from torch.fx.passes.operator_support import OperatorSupportBase
+
+    class Support(OperatorSupportBase):
+        def is_node_supported(self, submodules, node):
+            return support.is_node_supported(submodules, node)
+
+    partitioner = CapabilityBasedPartitioner(gm, Support(), allows_single_node_partition=False)
+    partitions = partitioner.propose_partitions()
+    if not partitions:
+        stats.eager += 1
+        return _boxed(gm.forward)
+    fused = partitioner.fuse_partitions(partitions)
+    converted = 0
+    for name, sub in list(fused.named_children()):
+        try:
+            setattr(fused, name, _Callable(_compiled_callable(sub, device)))
+            converted += 1
+        except (aten_import.UnsupportedOp, CompileError) as e:
+            _log.info("tilefuse: a partition stays in PyTorch: %s", e)
+    fused.recompile()
+    if converted:
+        stats.partitioned += 1
+    else:
+        stats.eager += 1
+    return _boxed(fused.forward)
+
+
+def _Callable(fn):
+    """A compiled partition standing where its submodule was (an
+    nn.Module, as FX's call_module needs)."""
+    torch = _torch()
+
+    class Compiled(torch.nn.Module):
+        def forward(self, *args):
+            return fn(*args)
+    return Compiled()
+
+
+def _boxed(fn):
+    """aot_autograd's calling convention: one list of arguments, cleared."""
+    def run(args):
+        args = list(args)
+        return fn(*args)
+    run._boxed_call = True
+    return run
+
+
+def tilefuse_backend(gm, example_inputs, device="cpu"):
+    """The torch.compile backend (`torch.compile(model, backend="tilefuse")`,
+    registered as a torch_dynamo_backends entry point). Dynamo captures,
+    aot_autograd makes forward and backward ATen graphs with PyTorch's
+    decompositions (except the ops in _KEPT_WHOLE, which tilefuse converts
+    whole), and tilefuse compiles each graph for `device`. An op the
+    importer cannot convert runs in PyTorch (see `stats` and the log)."""
+    torch = _torch()
+    from torch._dynamo.backends.common import aot_autograd
+    from torch._decomp import core_aten_decompositions
+
+    key = gm.code
+    stats.graphs += 1
+    if key in stats._seen_code:
+        stats.recompiles += 1
+        _log.info("tilefuse: recompiling a graph for new input shapes (%d so far)",
+                  stats.recompiles)
+    stats._seen_code.add(key)
+    kept = {getattr(torch.ops.aten, name) for name in _KEPT_WHOLE}
+    decompositions = {op: fn for op, fn in core_aten_decompositions().items()
+                      if getattr(op, "overloadpacket", op) not in kept}
+
+    def compiler(aten_gm, inputs):
+        return _compile_aten_graph(aten_gm, inputs, device)
+
+    return aot_autograd(fw_compiler=compiler, bw_compiler=compiler,
+                        decompositions=decompositions)(gm, example_inputs)
+
+
+class Explanation:
+    """What `explain` found: `graphs`, one dict per ATen graph PyTorch made
+    (kind "forward"/"backward", ops: its op count, unsupported: {op: [source
+    lines]}); `unsupported_ops` over all of them; `print()` summarises."""
+
+    def __init__(self, graphs):
+        self.graphs = graphs
+
+    @property
+    def unsupported_ops(self):
+        ops = {}
+        for g in self.graphs:
+            for op, lines in g["unsupported"].items():
+                ops.setdefault(op, []).extend(lines)
+        return ops
+
+    @property
+    def ok(self):
+        return not self.unsupported_ops
+
+    def __str__(self):
+        rows = [f"{len(self.graphs)} ATen graphs; "
+                + ("every op converts" if self.ok else
+                   f"{len(self.unsupported_ops)} ops do not convert (they run in PyTorch)")]
+        for i, g in enumerate(self.graphs):
+            bad = g["unsupported"]
+            rows.append(f"  graph {i} ({g['kind']}): {g['ops']} ops, "
+                        + ("all convert" if not bad else "not converted: " + ", ".join(
+                            f"{op} x{len(lines)}" for op, lines in sorted(bad.items()))))
+            for op, lines in sorted(bad.items()):
+                for line in sorted(set(lines))[:3]:
+                    rows.append(f"      {op} from {line}")
+        return "\n".join(rows)
+
+    __repr__ = __str__
+
+
+def explain(model, *inputs):
+    """Runs `model(*inputs)` (and its backward when it returns a scalar that
+    needs a gradient) under torch.compile with the tilefuse backend's
+    capture, converting nothing, and lists per ATen graph the ops the
+    importer cannot convert, with the source lines they come from."""
+    torch = _torch()
+    from torch._dynamo.backends.common import aot_autograd
+    from torch._decomp import core_aten_decompositions
+    from . import aten_import
+
+    graphs = []
+    kept = {getattr(torch.ops.aten, name) for name in _KEPT_WHOLE}
+    decompositions = {op: fn for op, fn in core_aten_decompositions().items()
+                      if getattr(op, "overloadpacket", op) not in kept}
+
+    def recorder(kind):
+        def compiler(gm, example_inputs):
+            bad = {}
+            calls = [n for n in gm.graph.nodes if n.op == "call_function"]
+            for n in calls:
+                if not aten_import.is_supported(n):
+                    trace = (n.meta.get("stack_trace") or "").strip().splitlines()
+                    where = next((t.strip() for t in reversed(trace) if t.strip().startswith(
+                        "File")), "(no source line)")
+                    bad.setdefault(str(n.target), []).append(where)
+            graphs.append({"kind": kind, "ops": len(calls), "unsupported": bad})
+            return _boxed(gm.forward)
+        return compiler
+
+    backend = aot_autograd(fw_compiler=recorder("forward"), bw_compiler=recorder("backward"),
+                           decompositions=decompositions)
+    torch._dynamo.reset()
+    try:
+        out = torch.compile(model, backend=backend, dynamic=False)(*inputs)
+        if isinstance(out, torch.Tensor) and out.ndim == 0 and out.requires_grad:
+            out.backward()
+    finally:
+        torch._dynamo.reset()
+    return Explanation(graphs)
