@@ -246,6 +246,54 @@ def _arange(*args, dtype=None, layout=None, device=None, pin_memory=None):
     return _Importer.current.constant(values, _dtype_of(dtype, default))
 
 
+@converts(aten.empty_like, aten.empty_permuted, aten.empty.memory_format)
+def _empty(*args, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None,
+           **kw):
+    """Uninitialised memory: only ever overwritten (bernoulli_), so zeros."""
+    if isinstance(args[0], Tensor):
+        shape, default = args[0].shape, args[0].dtype
+    else:
+        shape, default = tuple(args[0]), "f32"
+    return _Importer.current.constant(np.zeros(shape), _dtype_of(dtype, default))
+
+
+# -- random numbers (Philox, from the graph's seed) -------------------------------
+
+@converts(aten.rand)
+def _rand(size, dtype=None, layout=None, device=None, pin_memory=None, generator=None):
+    return _Importer.current.uniform(tuple(size), _dtype_of(dtype))
+
+
+@converts(aten.bernoulli.p, aten.bernoulli_.float)
+def _bernoulli(x, p=0.5, generator=None):
+    return (_Importer.current.uniform(x.shape, "f32") < p).to(x.dtype)
+
+
+@converts(aten.native_dropout)
+def _native_dropout(x, p, train):
+    if not train or p == 0:
+        return x, _Importer.current.constant(np.ones(x.shape, bool), "i1")
+    keep = _Importer.current.uniform(x.shape, "f32") >= p
+    return where(keep, x * (1.0 / (1.0 - p)), 0.0).to(x.dtype), keep
+
+
+# In-place forms, converted functionally: run_node checks that nothing
+# reads the mutated tensor afterwards.
+IN_PLACE = {aten.div_.Scalar: aten.div.Scalar, aten.div_.Tensor: aten.div.Tensor,
+            aten.mul_.Tensor: aten.mul.Tensor, aten.mul_.Scalar: aten.mul.Scalar,
+            aten.add_.Tensor: aten.add.Tensor, aten.bernoulli_.float: aten.bernoulli_.float}
+for _inplace, _functional in IN_PLACE.items():
+    CONVERSIONS.setdefault(_inplace, CONVERSIONS.get(_functional))
+
+RANDOM_OPS = (aten.rand.default, aten.bernoulli.p, aten.bernoulli_.float,
+              aten.native_dropout.default)
+
+
+def uses_random(gm):
+    """Whether graph `gm` draws random numbers (then it needs a seed)."""
+    return any(n.op == "call_function" and n.target in RANDOM_OPS for n in gm.graph.nodes)
+
+
 # -- views and copies ------------------------------------------------------------
 
 @converts(aten.view, aten._unsafe_view, aten.reshape)
@@ -532,10 +580,29 @@ class _Importer(torch.fx.Interpreter):
     against the dtype and shape PyTorch recorded."""
 
     current = None
+    # Philox streams of the importer's random ops, apart from those that
+    # F.dropout numbers from 0 in the same graph.
+    FIRST_STREAM = 1 << 20
 
-    def __init__(self, gm, tracer_like):
+    def __init__(self, gm, tracer_like, seed=None):
         super().__init__(gm, garbage_collect_values=False)
         self._like = tracer_like
+        self._seed = seed
+        self._stream = self.FIRST_STREAM
+        order = {n: i for i, n in enumerate(gm.graph.nodes)}
+        self._order = order
+
+    def uniform(self, shape, dtype):
+        """U[0, 1) of `shape` from the graph's seed, a new stream per call."""
+        if self._seed is None:
+            raise UnsupportedOp("random numbers (rand, bernoulli, dropout)",
+                                "the graph has no seed input")
+        seed = self._seed if isinstance(self._seed, Tensor) else _lift(self._like._tracer,
+                                                                       np.int64(self._seed))
+        self._stream += 1
+        t = self._like._tracer
+        return Tensor(t, t.random_uniform(seed._id, dtype_name(dtype), list(shape),
+                                          self._stream))
 
     def constant(self, value, dtype):
         return _lift(self._like._tracer, np.asarray(value), like=None).to(dtype) \
@@ -543,6 +610,13 @@ class _Importer(torch.fx.Interpreter):
             else _lift(self._like._tracer, np.asarray(value))
 
     def run_node(self, n):
+        if n.op == "call_function" and n.target in IN_PLACE and n.args:
+            mutated = n.args[0]
+            later = [u for u in getattr(mutated, "users", ())
+                     if u is not n and self._order.get(u, -1) > self._order[n]]
+            if later:
+                raise UnsupportedOp(n.target, f"{mutated} is read after it is updated in place "
+                                              f"(by {later[0].name})")
         try:
             out = super().run_node(n)
         except UnsupportedOp:
@@ -586,13 +660,14 @@ def _conform_one(node, out, val):
     return out if out.dtype == want else out.to(want)
 
 
-def run_fx(gm, inputs):
+def run_fx(gm, inputs, seed=None):
     """The outputs of FX graph `gm` run on `inputs` (traced tensors, or
-    anything tilefuse lifts), as the graph's output structure."""
+    anything tilefuse lifts), as the graph's output structure. `seed` (a
+    traced 0-d int64) feeds its random ops (uses_random)."""
     like = next((x for x in inputs if isinstance(x, Tensor)), None)
     if like is None:
         raise CompileError("an FX graph needs at least one traced tensor input")
-    importer = _Importer(gm, like)
+    importer = _Importer(gm, like, seed)
     previous, _Importer.current = _Importer.current, importer
     try:
         return importer.run(*inputs)

@@ -227,9 +227,12 @@ def from_torch(module, example_inputs, optimizer, loss_fn=None, device="auto", s
     if accumulate != 1:
         batch = tuple(np.stack([x] * int(accumulate)) for x in batch)
 
-    def loss(p, b):
-        (out,) = [aten_import.run_fx(gm, [p[n] for n in names] + list(b))]
-        return out
+    if aten_import.uses_random(gm):  # dropout: a seed per step (seed + t - 1)
+        def loss(p, b, step_seed):
+            return aten_import.run_fx(gm, [p[n] for n in names] + list(b), seed=step_seed)
+    else:
+        def loss(p, b):
+            return aten_import.run_fx(gm, [p[n] for n in names] + list(b))
 
     step = compile_train_step(loss, params, batch, optimizer, device=device, seed=seed,
                               memory_budget=memory_budget, precision=precision,
@@ -328,12 +331,17 @@ def _compiled_callable(gm, device):
     if any(not isinstance(o, torch.Tensor) for o in out_vals):
         raise aten_import.UnsupportedOp("a graph output that is not a tensor")
 
+    random = aten_import.uses_random(gm)
+
     def fn(*xs):
-        result = aten_import.run_fx(gm, list(xs))
+        # With random ops, the last input is a seed drawn per call from
+        # torch's generator (so torch.manual_seed makes runs repeatable).
+        seed = xs[-1] if random else None
+        result = aten_import.run_fx(gm, list(xs[:-1] if random else xs), seed=seed)
         result = [result] if single else list(result)
         return tuple(result[i] for i in present)
 
-    graph = trace(fn, *examples)
+    graph = trace(fn, *(examples + ([np.int64(0)] if random else [])))
     compiled = graph.compile(device)
     exe = compiled._exe
     want = [o.dtype for o in out_vals]
@@ -345,6 +353,8 @@ def _compiled_callable(gm, device):
             if t.dtype == torch.bfloat16:
                 t = t.float()
             arrays.append(t.contiguous().cpu().numpy())
+        if random:
+            arrays.append(np.int64(torch.randint(0, 2 ** 62, ()).item()))
         results = exe.run(arrays, None, "numpy")
         full = [None] * len(outs)
         for i, r, w in zip(present, results, want):

@@ -1,0 +1,118 @@
+#!/usr/bin/env python3
+"""A GPT-2-style nn.Module's training step four ways, same run, CPU.
+
+    PYTHONPATH=build/python python3 bench/torch_step.py [--steps 20] [--rounds 3] [--threads 2]
+
+The model (tests/python/torch_zoo.py's GPT at gpt2_mini's sizes: vocab 1024,
+seq 128, d 128, 4 heads, 2 layers, batch 4, tied LM head, dropout 0) and
+AdamW (lr 1e-3, decay 0.1 on 2-d weights, 0 on the rest), from the same
+parameters and batch:
+
+- eager: PyTorch forward, backward, torch.optim.AdamW (foreach);
+- inductor: torch.compile(model) (forward and backward by Inductor), the
+  same optimizer step;
+- backend=tilefuse: torch.compile(model, backend="tilefuse"), the same
+  optimizer step;
+- from_torch: tilefuse.from_torch(model, inputs, optimizer): the whole step
+  (forward, backward, AdamW) as one compiled tilefuse step.
+
+Per path: the cold compile (first call, compile included) and the median
+step time over --rounds rounds of --steps steps, taken in turn so noise
+hits all alike, with each path's time relative to from_torch.
+"""
+import argparse
+import os
+import statistics
+import sys
+import time
+
+import torch
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir,
+                                "tests", "python"))
+import torch_zoo  # noqa: E402
+
+import tilefuse  # noqa: E402
+
+
+def groups(model):
+    decay = [p for p in model.parameters() if p.dim() >= 2]
+    rest = [p for p in model.parameters() if p.dim() < 2]
+    return [{"params": decay, "weight_decay": 0.1}, {"params": rest, "weight_decay": 0.0}]
+
+
+def torch_path(model, compile_backend=None):
+    """(step function, cold seconds) of forward + backward + AdamW."""
+    net = torch.compile(model, backend=compile_backend, dynamic=False) if compile_backend \
+        else model
+    opt = torch.optim.AdamW(groups(model), lr=1e-3)
+
+    def step(idx, targets):
+        opt.zero_grad(set_to_none=True)
+        loss = net(idx, targets)
+        loss.backward()
+        opt.step()
+        return loss.item()
+    return step
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--skip-inductor", action="store_true",
+                    help="leave out torch.compile's default backend (its cold compile is slow)")
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+    os.environ.setdefault("OMP_NUM_THREADS", str(args.threads))
+    torch.manual_seed(0)
+    cfg = dict(vocab=1024, seq=128, d=128, heads=4, layers=2)
+    base = torch_zoo.GPT(**cfg)
+    idx = torch.randint(0, cfg["vocab"], (4, cfg["seq"]))
+    targets = torch.randint(0, cfg["vocab"], (4, cfg["seq"]))
+
+    def fresh():
+        m = torch_zoo.GPT(**cfg)
+        m.load_state_dict(base.state_dict())
+        return m
+
+    steps, cold = {}, {}
+    paths = [("eager", None), ("backend=tilefuse", "tilefuse")]
+    if not args.skip_inductor:
+        paths.insert(1, ("inductor", "inductor"))
+    for name, backend in paths:
+        fn = torch_path(fresh(), backend)
+        t = time.perf_counter()
+        fn(idx, targets)
+        cold[name] = time.perf_counter() - t
+        steps[name] = (lambda f: lambda: f(idx, targets))(fn)
+    model = fresh()
+    t = time.perf_counter()
+    step = tilefuse.from_torch(model, (idx, targets), torch.optim.AdamW(groups(model), lr=1e-3),
+                               device="cpu")
+    step(idx, targets)
+    cold["from_torch"] = time.perf_counter() - t
+    steps["from_torch"] = lambda: step(idx, targets)
+
+    samples = {k: [] for k in steps}
+    for _ in range(args.rounds):
+        for name, fn in steps.items():
+            fn()
+            times = []
+            for _ in range(args.steps):
+                t = time.perf_counter()
+                fn()
+                times.append(time.perf_counter() - t)
+            samples[name].append(statistics.median(times))
+    ref = statistics.median(samples["from_torch"])
+    print(f"GPT-2-style step (gpt2_mini sizes), {args.threads} threads, torch "
+          f"{torch.__version__}")
+    print(f"{'path':18s} {'cold compile s':>15s} {'step ms':>9s} {'/ from_torch':>13s}")
+    for name in steps:
+        t = statistics.median(samples[name])
+        print(f"{name:18s} {cold[name]:15.2f} {t * 1e3:9.2f} {t / ref:13.2f}")
+
+
+if __name__ == "__main__":
+    main()
