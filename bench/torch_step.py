@@ -67,13 +67,15 @@ def main():
     torch.set_num_threads(args.threads)
     os.environ.setdefault("OMP_NUM_THREADS", str(args.threads))
     torch.manual_seed(0)
-    cfg = dict(vocab=1024, seq=128, d=128, heads=4, layers=2)
-    base = torch_zoo.GPT(**cfg)
-    idx = torch.randint(0, cfg["vocab"], (4, cfg["seq"]))
-    targets = torch.randint(0, cfg["vocab"], (4, cfg["seq"]))
+
+    class GPT(torch_zoo.GPT):  # gpt2_mini's sizes
+        vocab, seq, d, n_head, n_layer, batch = 1024, 128, 128, 4, 2, 4
+
+    base = GPT()
+    idx, targets = GPT.make_inputs(1)
 
     def fresh():
-        m = torch_zoo.GPT(**cfg)
+        m = GPT()
         m.load_state_dict(base.state_dict())
         return m
 
