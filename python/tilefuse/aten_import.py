@@ -28,10 +28,13 @@ aten = torch.ops.aten
 
 
 class UnsupportedOp(CompileError):
-    """An ATen op (or an argument of one) that the importer cannot convert."""
+    """An ATen op (or an argument of one) that the importer cannot convert;
+    `node` names the FX node where it happened, when known."""
 
-    def __init__(self, op, why=""):
+    def __init__(self, op, why="", node=None):
         self.op = str(op)
+        self.why = why
+        self.node = node
         super().__init__(f"tilefuse cannot convert {self.op}" + (f": {why}" if why else ""))
 
 
@@ -437,14 +440,20 @@ def _amin(x, dim=(), keepdim=False):
     return x.amin(tuple(dim), keepdim)
 
 
+def _via_int(x, fn):
+    """fn on a bool tensor widened to i32 (the graph's reductions take no
+    i1), its float/int results as PyTorch gives them (_conform casts)."""
+    return fn(x.to("i32") if x.dtype == "i1" else x)
+
+
 @converts(aten.max.dim)
 def _max_dim(x, dim, keepdim=False):
-    return tuple(x.max(dim, keepdim))
+    return tuple(_via_int(x, lambda v: v.max(dim, keepdim)))
 
 
 @converts(aten.min.dim)
 def _min_dim(x, dim, keepdim=False):
-    return tuple(x.min(dim, keepdim))
+    return tuple(_via_int(x, lambda v: v.min(dim, keepdim)))
 
 
 @converts(aten.cumsum)
@@ -616,13 +625,17 @@ class _Importer(torch.fx.Interpreter):
                      if u is not n and self._order.get(u, -1) > self._order[n]]
             if later:
                 raise UnsupportedOp(n.target, f"{mutated} is read after it is updated in place "
-                                              f"(by {later[0].name})")
+                                              f"(by {later[0].name})", node=n.name)
         try:
             out = super().run_node(n)
-        except UnsupportedOp:
+        except UnsupportedOp as e:
+            if e.node is None:
+                e.node = n.name
             raise
         except CompileError as e:
-            raise CompileError(f"{n.target} ({n.name}, {n.format_node()}): {e}") from None
+            # A conversion in the table that fails on these arguments: the
+            # op does not convert here (the caller leaves it to PyTorch).
+            raise UnsupportedOp(n.target, f"{n.format_node()}: {e}", node=n.name) from None
         if n.op == "call_function":
             out = _conform(n, out)
         return out

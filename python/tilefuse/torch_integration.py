@@ -307,10 +307,11 @@ def _val(node):
     return node.meta.get("val", node.meta.get("example_value"))
 
 
-def _compiled_callable(gm, device):
+def _compiled_callable(gm, device, compile=True):
     """A callable running FX graph `gm` (every node supported) through
     tilefuse, taking and returning torch tensors (CPU tensors share memory
-    with the arrays tilefuse reads and returns)."""
+    with the arrays tilefuse reads and returns). With compile=False the
+    graph is only converted (explain), and None is returned."""
     from . import aten_import
     from ._tracing import trace
     torch = _torch()
@@ -330,7 +331,6 @@ def _compiled_callable(gm, device):
     out_vals = [_val(outs[i]) for i in present]
     if any(not isinstance(o, torch.Tensor) for o in out_vals):
         raise aten_import.UnsupportedOp("a graph output that is not a tensor")
-
     random = aten_import.uses_random(gm)
 
     def fn(*xs):
@@ -342,6 +342,8 @@ def _compiled_callable(gm, device):
         return tuple(result[i] for i in present)
 
     graph = trace(fn, *(examples + ([np.int64(0)] if random else [])))
+    if not compile:
+        return None
     compiled = graph.compile(device)
     exe = compiled._exe
     want = [o.dtype for o in out_vals]
@@ -365,68 +367,105 @@ def _compiled_callable(gm, device):
     return run
 
 
-class _Support:
-    """torch.fx OperatorSupport: the nodes aten_import converts."""
+def _statically_supported(node):
+    """A call_function node the table converts and whose values are tensors
+    (or a getitem of such a node)."""
+    from . import aten_import
+    torch = _torch()
+    if node.op != "call_function":
+        return False
+    v = _val(node)
+    tensors = v if isinstance(v, (list, tuple)) else [v]
+    if not all(isinstance(t, torch.Tensor) for t in tensors):
+        return False
+    return aten_import.is_supported(node)
 
-    def is_node_supported(self, submodules, node):
-        from . import aten_import
-        if node.op != "call_function":
-            return False
-        v = _val(node)
-        torch = _torch()
-        tensors = v if isinstance(v, (list, tuple)) else [v]
-        if not all(isinstance(t, torch.Tensor) for t in tensors):
-            return node.target.__name__ == "getitem" if hasattr(node.target, "__name__") \
-                else False
-        return aten_import.is_supported(node)
+
+def _split_graph(gm, device, compile=True):
+    """(callable, {op: [node names]} left to PyTorch) for one ATen graph:
+    compiled whole when every node converts, else split by torch.fx's
+    capability-based partitioner so the converted parts run in tilefuse and
+    the rest in PyTorch. A node whose conversion fails on its arguments
+    (UnsupportedOp from the importer) joins the excluded ones and the graph
+    is split again, so what is reported is what runs. With compile=False
+    nothing is compiled (explain) and the callable is None."""
+    import copy
+    import operator
+    from . import aten_import
+    from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
+    from torch.fx.passes.operator_support import OperatorSupportBase
+    original = gm
+    calls = [n for n in gm.graph.nodes if n.op == "call_function"]
+    excluded = {n.name: str(n.target) for n in calls
+                if not aten_import.is_supported(n) and n.target is not operator.getitem}
+
+    def left_out():
+        ops = {}
+        for name, op in excluded.items():
+            ops.setdefault(op, []).append(name)
+        return ops
+
+    for _ in range(len(calls) + 1):
+        # Partitioning rewrites its module in place: each try starts afresh
+        # (node names survive the copy).
+        gm = copy.deepcopy(original)
+        if not excluded:
+            try:
+                return _compiled_callable(gm, device, compile), {}
+            except aten_import.UnsupportedOp as e:
+                if e.node is None or e.node in excluded:
+                    raise
+                excluded[e.node] = e.op
+                continue
+
+        class Support(OperatorSupportBase):
+            def is_node_supported(self, submodules, node):
+                return node.name not in excluded and _statically_supported(node)
+
+        partitioner = CapabilityBasedPartitioner(gm, Support(),
+                                                 allows_single_node_partition=False)
+        partitions = partitioner.propose_partitions()
+        if not partitions:
+            return (original.forward if compile else None), left_out()
+        fused = partitioner.fuse_partitions(partitions)
+        retry = False
+        for name, sub in list(fused.named_children()):
+            try:
+                run = _compiled_callable(sub, device, compile)
+            except aten_import.UnsupportedOp as e:
+                if e.node is None or e.node in excluded:
+                    raise
+                excluded[e.node] = e.op
+                retry = True
+                break
+            if compile:
+                setattr(fused, name, _Callable(run))
+        if retry:
+            continue
+        if compile:
+            fused.recompile()
+        return (fused.forward if compile else None), left_out()
+    raise CompileError("tilefuse: the graph did not settle into partitions")
 
 
 def _compile_aten_graph(gm, example_inputs, device):
-    """One ATen graph from aot_autograd: compiled whole when every op
-    converts, else split (torch.fx's capability-based partitioner) so the
-    converted parts run in tilefuse and the rest in PyTorch."""
-    from . import aten_import
-    calls = [n for n in gm.graph.nodes if n.op == "call_function"]
-    missing = sorted({str(n.target) for n in calls if not aten_import.is_supported(n)})
-    if not missing:
-        try:
-            fn = _compiled_callable(gm, device)
-            stats.compiled += 1
-            return _boxed(fn)
-        except aten_import.UnsupportedOp as e:
-            missing = [e.op]
-        except CompileError as e:
-            _log.warning("tilefuse: could not compile a graph, it runs in PyTorch: %s", e)
-            stats.eager += 1
-            return _boxed(gm.forward)
-    _note_unsupported(missing)
-    from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
-    support = _Support()
-    from torch.fx.passes.operator_support import OperatorSupportBase
-
-    class Support(OperatorSupportBase):
-        def is_node_supported(self, submodules, node):
-            return support.is_node_supported(submodules, node)
-
-    partitioner = CapabilityBasedPartitioner(gm, Support(), allows_single_node_partition=False)
-    partitions = partitioner.propose_partitions()
-    if not partitions:
+    """One ATen graph from aot_autograd, compiled whole or split
+    (_split_graph); the ops left to PyTorch are logged once and counted."""
+    try:
+        run, left = _split_graph(gm, device)
+    except CompileError as e:
+        _log.warning("tilefuse: could not compile a graph, it runs in PyTorch: %s", e)
         stats.eager += 1
         return _boxed(gm.forward)
-    fused = partitioner.fuse_partitions(partitions)
-    converted = 0
-    for name, sub in list(fused.named_children()):
-        try:
-            setattr(fused, name, _Callable(_compiled_callable(sub, device)))
-            converted += 1
-        except (aten_import.UnsupportedOp, CompileError) as e:
-            _log.info("tilefuse: a partition stays in PyTorch: %s", e)
-    fused.recompile()
-    if converted:
-        stats.partitioned += 1
+    if left:
+        _note_unsupported(sorted(left))
+        if run is gm.forward or getattr(run, "__self__", None) is gm:
+            stats.eager += 1
+        else:
+            stats.partitioned += 1
     else:
-        stats.eager += 1
-    return _boxed(fused.forward)
+        stats.compiled += 1
+    return _boxed(run)
 
 
 def _Callable(fn):
@@ -518,12 +557,12 @@ class Explanation:
 def explain(model, *inputs):
     """Runs `model(*inputs)` (and its backward when it returns a scalar that
     needs a gradient) under torch.compile with the tilefuse backend's
-    capture, converting nothing, and lists per ATen graph the ops the
-    importer cannot convert, with the source lines they come from."""
+    capture and partitioning, converting each graph but compiling nothing
+    (the model runs in PyTorch), and lists per ATen graph the ops left to
+    PyTorch, with the source lines they come from."""
     torch = _torch()
     from torch._dynamo.backends.common import aot_autograd
     from torch._decomp import core_aten_decompositions
-    from . import aten_import
 
     graphs = []
     kept = {getattr(torch.ops.aten, name) for name in _KEPT_WHOLE}
@@ -534,12 +573,19 @@ def explain(model, *inputs):
         def compiler(gm, example_inputs):
             bad = {}
             calls = [n for n in gm.graph.nodes if n.op == "call_function"]
-            for n in calls:
-                if not aten_import.is_supported(n):
-                    trace = (n.meta.get("stack_trace") or "").strip().splitlines()
-                    where = next((t.strip() for t in reversed(trace) if t.strip().startswith(
-                        "File")), "(no source line)")
-                    bad.setdefault(str(n.target), []).append(where)
+            by_name = {n.name: n for n in calls}
+            try:
+                _, left = _split_graph(gm, "cpu", compile=False)
+            except CompileError as e:
+                left = {f"the whole graph ({e})": []}
+            for op, names in left.items():
+                for name in names or [None]:
+                    n = by_name.get(name)
+                    trace = ((n.meta.get("stack_trace") if n is not None else "") or ""
+                             ).strip().splitlines()
+                    where = next((t.strip() for t in reversed(trace)
+                                  if t.strip().startswith("File")), "(no source line)")
+                    bad.setdefault(op, []).append(where)
             graphs.append({"kind": kind, "ops": len(calls), "unsupported": bad})
             return _boxed(gm.forward)
         return compiler

@@ -99,6 +99,17 @@ class TrainStep:
 
     def _arguments(self, leaves):
         """The step's arguments for the next call: None for the kept ones."""
+        shapes = self._graph._artifact_interface().get("batch_shapes")
+        if shapes is not None:
+            names = [n for n in self._graph._artifact_interface()["argument_names"]
+                     if n == "batch" or n.startswith("batch/")]
+            for name, leaf, shape in zip(names, leaves, shapes):
+                if tuple(np.shape(leaf)) != tuple(shape):
+                    raise CompileError(
+                        f"{name} has shape {tuple(np.shape(leaf))}; the step was compiled for "
+                        f"{tuple(shape)}" + (" (with accumulate=k, k micro-batches stacked "
+                                             "along a new first dimension)"
+                                             if len(shape) == np.ndim(leaf) + 1 else ""))
         t = self.step_count + 1
         rest = [np.asarray(x) for x in leaves]
         if self._uses_seed:
@@ -453,6 +464,7 @@ def _build_train_step(loss_fn, params, example_batch, optimizer, seed, precision
     # artifact's set_state() can take just the parameters and optimizer state.
     interface = {"kind": "train_step", "argument_names": argument_names,
                  "batch_spec": _pytree.spec_to_json(batch_spec), "uses_seed": uses_seed,
+                 "batch_shapes": [list(np.shape(x)) for x in _pytree.flatten(example_batch)[0]],
                  "optimizer": config["kind"],
                  "step_state": [[name, value.item(), str(value.dtype)]
                                 for name, value in step_state]}
