@@ -144,6 +144,12 @@ class TorchTrainStep:
         module.load_state_dict(self.state_dict())
         return module
 
+    def export(self, path, target="cpu"):
+        """The whole step as an ahead-of-time artifact (TrainStep.export);
+        `tilefuse.load(path).load_state_dict(step.train_step.kept_state())`
+        continues from the current parameters."""
+        self.train_step.export(path, target)
+
     def report(self, profile=False):
         return self.train_step.report(profile)
 

@@ -82,6 +82,20 @@ class TrainStep:
         parameters and optimizer state live beside it."""
         return self._compiled.memory_plan()
 
+    def export(self, path, target="cpu"):
+        """Writes this step as an ahead-of-time artifact (Graph.export):
+        `tilefuse.load(path)` gives a LoadedTrainStep; its
+        `load_state_dict(step.kept_state())` continues from here, called as
+        `loaded(batch, [seed,] step, lr...)`."""
+        self._graph.export(path, target)
+
+    def kept_state(self):
+        """The kept arguments only (parameters, optimizer state, loss
+        scaler), under the artifact's names: what a LoadedTrainStep of
+        export() takes in load_state_dict."""
+        exe = self._compiled._exe
+        return {key: exe.persistent(a) for a, key in zip(self._kept, self._state_keys())}
+
     def numerics_report(self, batch):
         """This step's kernels against f32 on `batch` and the current
         parameters and state (Graph.numerics_report), without changing

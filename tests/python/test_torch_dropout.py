@@ -6,7 +6,8 @@ torch.compile, and from_torch seeds them per step."""
 import numpy as np
 import pytest
 
-torch = pytest.importorskip("torch")
+# PyTorch is part of the setup (tools/dev.sh): its absence is a failure.
+import torch  # noqa: E402
 
 import tilefuse  # noqa: E402
 from tilefuse import torch_integration  # noqa: E402

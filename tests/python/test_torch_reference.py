@@ -24,7 +24,8 @@ import pytest
 import tilefuse
 from tilefuse import workloads as W
 
-torch = pytest.importorskip("torch")
+# PyTorch is part of the setup (tools/dev.sh): its absence is a failure.
+import torch  # noqa: E402
 import torch_reference as TR  # noqa: E402
 
 LOSS_RTOL = 1e-5
