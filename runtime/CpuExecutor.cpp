@@ -89,6 +89,51 @@ void CpuExecutor::runThen(const std::vector<ArgRef> &args,
   read();
 }
 
+bool CpuExecutor::redirectable(size_t i) const {
+  if (i >= prog.results.size())
+    return false;
+  int b = prog.results[i];
+  const BufferInfo &info = prog.buffers[b];
+  if (info.role == BufferInfo::Role::Argument || info.role == BufferInfo::Role::Constant ||
+      prog.plan.offsets[b] == MemoryPlan::kNotInArena)
+    return false;
+  if (std::count(prog.results.begin(), prog.results.end(), b) != 1)
+    return false;
+  for (auto [result, argument] : carries)
+    if (result == i)
+      return false;
+  for (auto [result, argument] : prog.aliases)
+    if (result == int(i))
+      return false;
+  return true;
+}
+
+void CpuExecutor::runInto(const std::vector<ArgRef> &args, const std::vector<void *> &targets,
+                          const std::function<void()> &read) {
+  std::lock_guard<std::mutex> lock(runMutex);
+  std::vector<std::pair<int, void *>> saved;
+  for (size_t i = 0; i < targets.size() && i < prog.results.size(); ++i) {
+    if (!targets[i])
+      continue;
+    if (!redirectable(i) || reinterpret_cast<uintptr_t>(targets[i]) % 64 != 0)
+      throw CompileError("result " + std::to_string(i) +
+                         " cannot be computed into the caller's memory");
+    int b = prog.results[i];
+    saved.emplace_back(b, pointers[b]);
+    pointers[b] = targets[i];
+  }
+  try {
+    runLocked(args);
+  } catch (...) {
+    for (auto [b, p] : saved)
+      pointers[b] = p;
+    throw;
+  }
+  for (auto [b, p] : saved)
+    pointers[b] = p;
+  read();
+}
+
 void CpuExecutor::runLocked(const std::vector<ArgRef> &args) {
   if (args.size() != prog.arguments.size())
     throw CompileError("expected " + std::to_string(prog.arguments.size()) +

@@ -32,6 +32,15 @@ public:
   std::string device() const override { return "cpu"; }
   const Program &program() const override { return prog; }
   void runThen(const std::vector<ArgRef> &args, const std::function<void()> &read) override;
+  /// As runThen, with result i computed straight into `targets[i]` where
+  /// that is non-null (the caller's memory: 64-byte aligned, the result's
+  /// size, only for results where redirectable(i)), so it needs no copy.
+  void runInto(const std::vector<ArgRef> &args, const std::vector<void *> &targets,
+               const std::function<void()> &read);
+  /// Whether result i can be computed into the caller's memory: a buffer
+  /// the program computes (not an argument or constant), neither carried
+  /// nor returned twice.
+  bool redirectable(size_t i) const;
   using Executor::run;
   const void *result(size_t i) override;
   void *deviceResult(size_t i) override { return const_cast<void *>(result(i)); }

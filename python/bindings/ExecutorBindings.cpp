@@ -3,6 +3,7 @@
 
 #include "python/bindings/Conversions.h"
 #include "runtime/Artifact.h"
+#include "runtime/CpuExecutor.h"
 #include "runtime/CudaDriver.h"
 #include "runtime/MemoryPlan.h"
 #ifdef TILEFUSE_HAVE_CUDA_EXECUTOR
@@ -11,7 +12,10 @@
 
 #include <pybind11/stl.h>
 
+#include <cstdlib>
 #include <cstring>
+#include <map>
+#include <mutex>
 
 namespace py = pybind11;
 using namespace tilefuse;
@@ -168,9 +172,64 @@ const void *importCuda(Executor &e, const py::object &obj, const BufferInfo &wan
 
 } // namespace
 
+namespace {
+
+/// Result buffers handed to numpy: 64-byte aligned (the kernels' streaming
+/// stores need it), returned here when numpy frees the array and given to
+/// the next result of the same size, so repeated calls reuse pages the
+/// process already touched. Keeps at most kKeptPerSize idle buffers a size.
+class ResultPool {
+public:
+  static ResultPool &global() {
+    static auto *pool = new ResultPool(); // outlives every array (never freed)
+    return *pool;
+  }
+  void *take(size_t bytes) {
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      auto it = idle.find(bytes);
+      if (it != idle.end()) {
+        void *p = it->second;
+        idle.erase(it);
+        return p;
+      }
+    }
+    void *p = std::aligned_alloc(64, (std::max<size_t>(bytes, 64) + 63) / 64 * 64);
+    if (!p)
+      throw CompileError("cannot allocate " + std::to_string(bytes) + " bytes for a result");
+    return p;
+  }
+  void give(void *p, size_t bytes) {
+    std::lock_guard<std::mutex> lock(mutex);
+    if (idle.count(bytes) < kKeptPerSize)
+      idle.emplace(bytes, p);
+    else
+      std::free(p);
+  }
+
+private:
+  static constexpr size_t kKeptPerSize = 2;
+  std::mutex mutex;
+  std::multimap<size_t, void *> idle;
+};
+
+/// A numpy array owning `data` (from the pool, returned to it when freed).
+py::array pooledArray(DType dtype, const Shape &shape, void *data, size_t bytes) {
+  auto *owner = new std::pair<void *, size_t>(data, bytes);
+  py::capsule free(owner, [](void *p) {
+    auto *o = static_cast<std::pair<void *, size_t> *>(p);
+    ResultPool::global().give(o->first, o->second);
+    delete o;
+  });
+  return py::array(numpyDType(dtype), std::vector<py::ssize_t>(shape.begin(), shape.end()),
+                   data, free);
+}
+
+} // namespace
+
 py::list tilefuse::python::runExecutor(Executor &e, const py::sequence &args,
                                        const py::object &which, const std::string &out,
-                                       std::shared_ptr<void> self) {
+                                       std::shared_ptr<void> self, const py::object &into) {
   const Program &p = e.program();
   if (out != "numpy" && out != "dlpack" && out != "view")
     throw CompileError("out must be 'numpy', 'dlpack' or 'view', not '" + out + "'");
@@ -256,33 +315,80 @@ py::list tilefuse::python::runExecutor(Executor &e, const py::sequence &args,
     return results;
 #endif
   }
-  // Result arrays exist before the run; the copy into them happens under
-  // the executor's lock (another thread's run cannot slip in between).
+  // Result arrays exist before the run. Where the CPU executor can, it
+  // computes a result straight into its array (`direct`); the others are
+  // copied under the executor's lock (another thread's run cannot slip in
+  // between).
+  std::vector<py::object> given(wanted.size(), py::none());
+  if (!into.is_none()) {
+    auto list = into.cast<py::sequence>();
+    if (py::len(list) != wanted.size())
+      throw CompileError("out: " + std::to_string(py::len(list)) + " arrays for " +
+                         std::to_string(wanted.size()) + " results");
+    for (size_t k = 0; k < wanted.size(); ++k)
+      given[k] = list[k];
+  }
+  auto *cpu = dynamic_cast<CpuExecutor *>(&e);
   std::vector<py::array> arrays;
   std::vector<HostTensor> halves(wanted.size());
+  std::vector<void *> direct(p.results.size(), nullptr);
+  std::vector<void *> targets;
   for (size_t k = 0; k < wanted.size(); ++k) {
     const BufferInfo &info = p.buffers[p.results[wanted[k]]];
-    if (info.dtype == DType::BF16)
+    bool redirect = cpu && cpu->redirectable(wanted[k]) && info.dtype != DType::BF16 &&
+                    !direct[wanted[k]];
+    if (!given[k].is_none()) {
+      py::array a = py::array::ensure(given[k]);
+      Shape shape = a ? Shape(a.shape(), a.shape() + a.ndim()) : Shape();
+      if (!a || !(a.flags() & py::array::c_style) || !a.writeable() ||
+          info.dtype == DType::BF16 || dtypeOfArray(a) != info.dtype || shape != info.shape)
+        throw CompileError("out: result " + std::to_string(wanted[k]) + " is " +
+                           TensorSignature{info.dtype, info.shape}.str() +
+                           "; pass a writeable C-contiguous numpy array of that dtype and "
+                           "shape" + (info.dtype == DType::BF16 ? " (bf16 results cannot be "
+                                                                  "written into an array)"
+                                                                : ""));
+      arrays.push_back(a);
+      redirect = redirect && reinterpret_cast<uintptr_t>(a.mutable_data()) % 64 == 0;
+      if (redirect)
+        direct[wanted[k]] = a.mutable_data();
+      targets.push_back(redirect ? nullptr : a.mutable_data());
+      continue;
+    }
+    if (info.dtype == DType::BF16) {
       halves[k] = HostTensor(info.dtype, info.shape);
+      arrays.emplace_back(numpyDType(info.dtype),
+                          std::vector<py::ssize_t>(info.shape.begin(), info.shape.end()));
+      targets.push_back(halves[k].bytes.data());
+      continue;
+    }
+    if (redirect) {
+      void *data = ResultPool::global().take(info.byteSize());
+      arrays.push_back(pooledArray(info.dtype, info.shape, data, info.byteSize()));
+      direct[wanted[k]] = data;
+      targets.push_back(nullptr);
+      continue;
+    }
     arrays.emplace_back(numpyDType(info.dtype),
                         std::vector<py::ssize_t>(info.shape.begin(), info.shape.end()));
+    targets.push_back(arrays.back().mutable_data());
   }
-  std::vector<void *> targets;
-  for (size_t k = 0; k < wanted.size(); ++k)
-    targets.push_back(p.buffers[p.results[wanted[k]]].dtype == DType::BF16
-                          ? static_cast<void *>(halves[k].bytes.data())
-                          : arrays[k].mutable_data());
+  auto copyTheRest = [&] {
+    for (size_t k = 0; k < wanted.size(); ++k)
+      if (targets[k])
+        copyBytes(targets[k], e.result(wanted[k]), p.buffers[p.results[wanted[k]]].byteSize());
+  };
   {
     py::gil_scoped_release release;
-    e.runThen(ptrs, [&] {
-      for (size_t k = 0; k < wanted.size(); ++k)
-        copyBytes(targets[k], e.result(wanted[k]),
-                    p.buffers[p.results[wanted[k]]].byteSize());
-    });
+    if (cpu)
+      cpu->runInto(ptrs, direct, copyTheRest);
+    else
+      e.runThen(ptrs, copyTheRest);
   }
   for (size_t k = 0; k < wanted.size(); ++k)
-    results.append(p.buffers[p.results[wanted[k]]].dtype == DType::BF16 ? toNumpy(halves[k])
-                                                                        : arrays[k]);
+    results.append(p.buffers[p.results[wanted[k]]].dtype == DType::BF16 && given[k].is_none()
+                       ? toNumpy(halves[k])
+                       : arrays[k]);
   return results;
 }
 
@@ -410,8 +516,11 @@ void tilefuse::python::registerExecutorBindings(py::module_ &m) {
   py::class_<Executor, std::shared_ptr<Executor>>(m, "Program", py::module_local(),
                                                   "A compiled program and its buffers on a device")
       .def("run", [](std::shared_ptr<Executor> e, const py::sequence &args, const py::object &which,
-                     const std::string &out) { return runExecutor(*e, args, which, out, e); },
-           py::arg("args"), py::arg("results") = py::none(), py::arg("out") = "numpy")
+                     const std::string &out, const py::object &into) {
+             return runExecutor(*e, args, which, out, e, into);
+           },
+           py::arg("args"), py::arg("results") = py::none(), py::arg("out") = "numpy",
+           py::arg("into") = py::none())
       .def("kernels", [](const Executor &e) { return programKernels(e.program()); })
       .def("memory_plan", [](const Executor &e) { return programMemoryPlan(e.program()); })
       .def("make_persistent", &makePersistent)

@@ -23,10 +23,15 @@ namespace tilefuse::python {
 /// `which` (None: all) as numpy arrays (out="numpy"), as DLPack-capable
 /// device arrays owning a copy (out="dlpack"), or as device arrays viewing
 /// the executor's buffers until its next call (out="view": no copy; `self`
-/// keeps the executor alive). On the CPU, numpy arrays in every case.
+/// keeps the executor alive). On the CPU, numpy arrays in every case:
+/// results are computed straight into arrays that numpy then owns (from a
+/// pool of 64-byte-aligned buffers they return to, so a steady stream of
+/// calls touches no fresh pages), or into `into`'s arrays (one per wanted
+/// result, or None) where the caller brings them; other results are copied.
 pybind11::list runExecutor(Executor &e, const pybind11::sequence &args,
                            const pybind11::object &which, const std::string &out,
-                           std::shared_ptr<void> self = nullptr);
+                           std::shared_ptr<void> self = nullptr,
+                           const pybind11::object &into = pybind11::none());
 /// One dict per step: name, kind, ops, bytes, launch shape.
 pybind11::list programKernels(const Program &p);
 /// The program's memory plan for people: peak, lower bound, unplanned

@@ -193,10 +193,11 @@ PYBIND11_MODULE(_core, m) {
   registerExecutorBindings(m);
   py::class_<Executable, std::shared_ptr<Executable>>(m, "Executable")
       .def("run", [](std::shared_ptr<Executable> e, const py::sequence &args,
-                     const py::object &which, const std::string &out) {
-             return runExecutor(e->exec(), args, which, out, e);
+                     const py::object &which, const std::string &out, const py::object &into) {
+             return runExecutor(e->exec(), args, which, out, e, into);
            },
-           py::arg("args"), py::arg("results") = py::none(), py::arg("out") = "numpy")
+           py::arg("args"), py::arg("results") = py::none(), py::arg("out") = "numpy",
+           py::arg("into") = py::none())
       .def("kernels", [](const Executable &e) { return programKernels(e.program()); })
       .def("memory_plan", [](const Executable &e) { return programMemoryPlan(e.program()); })
       .def("make_persistent", [](Executable &e, size_t i, const py::array &a) {
@@ -205,6 +206,10 @@ PYBIND11_MODULE(_core, m) {
       .def("carry", [](Executable &e, size_t r, size_t a) { e.exec().carry(r, a); },
            py::arg("result"), py::arg("argument"))
       .def("persistent", [](Executable &e, size_t i) { return persistentValue(e.exec(), i); })
+      .def("result_in_caller_memory", [](Executable &e, size_t i) {
+        auto *cpu = dynamic_cast<CpuExecutor *>(&e.exec());
+        return cpu != nullptr && cpu->redirectable(i);
+      }, "Whether result i is computed straight into the returned array")
       // (result, argument) pairs: results that are an argument's next value.
       .def_property_readonly("aliases", [](const Executable &e) { return e.program().aliases; })
       .def("set_profiling", [](Executable &e, bool on) { e.exec().setProfiling(on); })

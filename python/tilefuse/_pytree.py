@@ -22,18 +22,20 @@ def flatten(tree):
 
 
 def unflatten(spec, leaves):
-    it = iter(leaves)
+    return _build(spec, iter(leaves))
 
-    def build(s):
-        kind, keys, specs = s
-        if kind == "leaf":
-            return next(it)
-        items = [build(sub) for sub in specs]
-        if kind == "dict":
-            return dict(zip(keys, items))
-        return tuple(items) if kind == "tuple" else list(items)
 
-    return build(spec)
+def _build(spec, it):
+    # A module-level function, not a closure: a recursive closure is a
+    # reference cycle that would keep `leaves` (result arrays) alive until
+    # the garbage collector runs.
+    kind, keys, specs = spec
+    if kind == "leaf":
+        return next(it)
+    items = [_build(sub, it) for sub in specs]
+    if kind == "dict":
+        return dict(zip(keys, items))
+    return tuple(items) if kind == "tuple" else list(items)
 
 
 def leaf_names(spec):

@@ -35,7 +35,13 @@ def resolve_device(device):
 
 class CompiledFunction:
     """A graph compiled for a device. Call it with arrays shaped like the
-    example arguments; it returns numpy arrays in the traced structure."""
+    example arguments; it returns numpy arrays in the traced structure.
+
+    On the CPU the results are computed straight into the arrays returned
+    (no copy; their memory is recycled once they are freed), or into the
+    caller's own: `fn(x, out=y)` (`out=` the results' structure of arrays,
+    e.g. a tuple for two results; None entries get new arrays). `out=` may
+    also be "dlpack" or "view" (see Executable.run) for device results."""
 
     def __init__(self, graph, executable, in_spec, out_spec, device):
         self.graph = graph
@@ -54,7 +60,11 @@ class CompiledFunction:
             raise CompileError(
                 "the arguments do not have the structure (nesting, keys) of the example "
                 "arguments the function was compiled with")
-        results = self._exe.run(leaves, out=out)
+        into = None
+        if not isinstance(out, str):  # the caller's arrays, in the results' structure
+            into, _ = _pytree.flatten(out)
+            out = "numpy"
+        results = self._exe.run(leaves, out=out, into=into)
         if self._out_spec is None:
             return results[0] if len(results) == 1 else tuple(results)
         return _pytree.unflatten(self._out_spec, results)
