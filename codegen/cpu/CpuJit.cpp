@@ -236,12 +236,15 @@ FailureOr<CpuCode> tilefuse::jitCpuKernels(ModuleOp module,
   auto target = selectCpuTarget(/*runsHere=*/true);
   if (!target)
     return mlir::emitError(module.getLoc(), "the CPU JIT cannot start: ") << llvm::toString(target.takeError());
+  // Code generation dominates compile time: kernels repeated layer after
+  // layer are compiled once.
+  std::map<std::string, std::string> representative = eraseRepeatedKernels(module);
   if (failed(lowerTileToLLVM(module)))
     return failure();
   // LLVM's code generation dominates compile time: one shard per core
   // (at least 4 kernels each, below that threads cost more than they save).
   size_t cores = std::max(1u, std::thread::hardware_concurrency());
-  size_t n = std::max<size_t>(1, std::min(cores, names.size() / 4));
+  size_t n = std::max<size_t>(1, std::min(cores, (names.size() - representative.size()) / 4));
   std::vector<Shard> shards(n);
   if (failed(splitIntoShards(module, shards)))
     return failure();
@@ -259,7 +262,8 @@ FailureOr<CpuCode> tilefuse::jitCpuKernels(ModuleOp module,
     return mlir::emitError(module.getLoc(), "the CPU JIT failed: ") << llvm::toString(jit.takeError());
   CpuCode code;
   for (const std::string &name : names) {
-    auto address = (*jit)->lookup(name);
+    auto found = representative.find(name);
+    auto address = (*jit)->lookup(found == representative.end() ? name : found->second);
     if (!address)
       return mlir::emitError(module.getLoc(), "no compiled kernel named '")
              << name << "': " << llvm::toString(address.takeError());

@@ -27,6 +27,8 @@
 #include "llvm/TargetParser/Host.h"
 
 #include <cstdio>
+#include "llvm/IR/GlobalAlias.h"
+
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
@@ -39,12 +41,20 @@ using namespace tilefuse;
 FailureOr<CpuSharedLibrary> tilefuse::emitCpuSharedLibrary(ModuleOp module) {
   registerBuiltinDialectTranslation(*module.getContext());
   registerLLVMDialectTranslation(*module.getContext());
+  // Repeated kernels are compiled once; their names become aliases of it.
+  std::map<std::string, std::string> representative = eraseRepeatedKernels(module);
   if (failed(lowerTileToLLVM(module)))
     return failure();
   llvm::LLVMContext ctx;
   std::unique_ptr<llvm::Module> ir = translateModuleToLLVMIR(module, ctx);
   if (!ir)
     return module.emitError("translation of the CPU kernels to LLVM IR failed");
+  for (const auto &[name, kept] : representative) {
+    llvm::Function *f = ir->getFunction(kept);
+    if (!f)
+      return module.emitError("the kept kernel '") << kept << "' is missing";
+    llvm::GlobalAlias::create(f->getLinkage(), name, f);
+  }
 
   auto target = selectCpuTarget(/*runsHere=*/false);
   if (!target)

@@ -455,3 +455,25 @@ struct TileToLLVMPass : tilefuse::impl::TileToLLVMPassBase<TileToLLVMPass> {
   }
 };
 } // namespace
+
+std::map<std::string, std::string> tilefuse::eraseRepeatedKernels(ModuleOp module) {
+  std::map<std::string, std::string> representative;
+  std::map<std::string, std::string> firstWithText;
+  for (func::FuncOp f : llvm::make_early_inc_range(module.getOps<func::FuncOp>())) {
+    if (!f->hasAttr("tile.kernel") || f.isExternal())
+      continue;
+    std::string name = f.getSymName().str();
+    f.setSymName("tilefuse_kernel");
+    std::string text;
+    llvm::raw_string_ostream os(text);
+    // Local scope: printing the op alone, not the whole module per kernel.
+    f->print(os, OpPrintingFlags().useLocalScope());
+    f.setSymName(name);
+    auto [it, inserted] = firstWithText.emplace(std::move(text), name);
+    if (!inserted) {
+      representative[name] = it->second;
+      f.erase();
+    }
+  }
+  return representative;
+}

@@ -13,12 +13,21 @@
 
 #include "mlir/IR/BuiltinOps.h"
 
+#include <map>
+#include <string>
+
 namespace tilefuse {
 
 /// Rewrites every tile kernel of `module` to the CPU calling convention and
 /// lowers the module to the LLVM dialect (vector math with polynomial
 /// approximations of exp, log, tanh and erf).
 mlir::LogicalResult lowerTileToLLVM(mlir::ModuleOp module);
+
+/// Erases every tile kernel of `module` that is the same program as an
+/// earlier one (each layer of a deep model repeats its kernels, which then
+/// differ in name only), so code generation sees each program once.
+/// Returns each erased kernel's name -> the kept kernel computing it.
+std::map<std::string, std::string> eraseRepeatedKernels(mlir::ModuleOp module);
 
 /// Dialects the lowering creates; load them before running it in a context.
 void loadCpuCodegenDialects(mlir::MLIRContext &context);
