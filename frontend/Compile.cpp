@@ -32,6 +32,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <list>
+#include <cstring>
 #include <map>
 #include <mutex>
 
@@ -116,12 +117,52 @@ std::vector<std::string> cudaUnits(const Graph::Impl &g, ModuleOp kernels) {
   return units;
 }
 
+/// The kernel a CUDA unit defines: the name after `extern "C" __global__
+/// void [__launch_bounds__(...)]`.
+std::string unitKernelName(const std::string &unit) {
+  size_t at = unit.find("extern \"C\" __global__ void ");
+  if (at == std::string::npos)
+    return "";
+  at += std::strlen("extern \"C\" __global__ void ");
+  if (unit.compare(at, 18, "__launch_bounds__(") == 0)
+    at = unit.find(')', at) + 2;
+  size_t end = unit.find('(', at);
+  return end == std::string::npos ? "" : unit.substr(at, end - at);
+}
+
+/// CUDA units with repeated programs (the same text but for the kernel's
+/// name: every layer of a deep model) compiled once.
+struct SharedUnits {
+  std::vector<std::string> unique; ///< the units to compile
+  std::vector<size_t> compiled;    ///< per unit: its program's index in `unique`
+  std::vector<size_t> first;       ///< per unit: the first unit of its program
+};
+
+SharedUnits shareRepeatedUnits(const std::vector<std::string> &units) {
+  SharedUnits out;
+  std::map<std::string, size_t> seen;
+  for (size_t i = 0; i < units.size(); ++i) {
+    std::string name = unitKernelName(units[i]), key = units[i];
+    for (size_t at = name.empty() ? std::string::npos : key.find(name); at != std::string::npos;
+         at = key.find(name, at + 1))
+      key.replace(at, name.size(), "tilefuse_kernel");
+    auto [it, inserted] = seen.emplace(std::move(key), i);
+    if (inserted)
+      out.unique.push_back(units[i]);
+    out.first.push_back(it->second);
+    out.compiled.push_back(inserted ? out.unique.size() - 1 : out.compiled[it->second]);
+  }
+  return out;
+}
+
 #ifdef TILEFUSE_HAVE_NVRTC
-/// The reports of the kernels of one compiled unit.
-void appendReports(const CudaBinary &bin, bool cached, std::vector<CudaKernelReport> &out) {
+/// The reports of the kernels of one compiled unit (under `as`'s name
+/// when a repeated kernel shares that unit's code).
+void appendReports(const CudaBinary &bin, bool cached, std::vector<CudaKernelReport> &out,
+                   const std::string &as = "") {
   for (const CudaKernelResources &k : bin.kernels)
-    out.push_back({k.name, k.registers, k.spillStores, k.spillLoads, k.stackBytes,
-                   k.sharedBytes, cached, bin.log});
+    out.push_back({as.empty() || bin.kernels.size() != 1 ? k.name : as, k.registers, k.spillStores, k.spillLoads,
+                   k.stackBytes, k.sharedBytes, cached, bin.log});
 }
 #endif
 
@@ -136,16 +177,20 @@ cudaBinaries(const Graph::Impl &g, const Program &program, ModuleOp kernels, con
   bool library = llvm::any_of(program.steps, [](const Step &s) {
     return s.kind == Step::Kind::Gather || s.kind == Step::Kind::ScatterAdd;
   });
+  // Repeated kernels compile once; their blobs name the kernel they share.
+  SharedUnits shared = shareRepeatedUnits(units);
   if (library)
-    units.push_back(cudaLibrarySource());
-  std::vector<CudaBinary> bins = compileCudaUnits(units, arch);
-  if (reports)
-    for (const CudaBinary &b : bins)
-      appendReports(b, /*cached=*/false, *reports);
-  std::vector<std::pair<std::string, std::string>> blobs;
+    shared.unique.push_back(cudaLibrarySource());
+  std::vector<CudaBinary> bins = compileCudaUnits(shared.unique, arch);
   std::vector<std::string> symbols = kernelSymbols(program);
+  if (reports)
+    for (size_t i = 0; i < units.size(); ++i)
+      appendReports(bins.at(shared.compiled[i]), /*cached=*/false, *reports, symbols[i]);
+  std::vector<std::pair<std::string, std::string>> blobs;
   for (size_t i = 0; i < program.kernels.size(); ++i)
-    blobs.emplace_back(symbols[i], std::move(bins.at(i).cubin));
+    blobs.emplace_back(symbols[i], shared.first[i] == i
+                                       ? bins.at(shared.compiled[i]).cubin
+                                       : kCudaAliasPrefix + symbols[shared.first[i]]);
   if (library)
     blobs.emplace_back(kCudaLibraryBlob, std::move(bins.back().cubin));
   return blobs;
@@ -371,11 +416,13 @@ std::vector<CudaKernelReport> Graph::compileCuda(const std::string &target) cons
   std::vector<std::string> units = cudaText(*impl_, target, /*units=*/true);
 #ifdef TILEFUSE_HAVE_NVRTC
   std::string arch = target == "cuda" ? "sm_90" : target.substr(target.find(':') + 1);
+  SharedUnits shared = shareRepeatedUnits(units);
   std::vector<bool> cached;
-  std::vector<CudaBinary> bins = compileCudaUnits(units, arch, &cached);
+  std::vector<CudaBinary> bins = compileCudaUnits(shared.unique, arch, &cached);
   std::vector<CudaKernelReport> out;
-  for (size_t i = 0; i < bins.size(); ++i)
-    appendReports(bins[i], cached[i], out);
+  for (size_t i = 0; i < units.size(); ++i)
+    appendReports(bins[shared.compiled[i]], cached[shared.compiled[i]], out,
+                  unitKernelName(units[i]));
   return out;
 #else
   throw CompileError("this build of tilefuse has no NVRTC (the CUDA toolkit was not found "

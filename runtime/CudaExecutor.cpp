@@ -285,14 +285,31 @@ void CudaExecutor::acquire(const std::vector<std::pair<std::string, std::string>
   std::map<std::string, const std::string *> blobs;
   for (const auto &[n, bytes] : cubins)
     blobs[n] = &bytes;
+  std::map<std::string, CUmodule> loaded; // each cubin once, however many kernels use it
   auto load = [&](const std::string &blob) {
+    auto it = loaded.find(blob);
+    if (it != loaded.end())
+      return it->second;
     CUmodule m = nullptr;
     check(a.cuModuleLoadData(&m, blobs.at(blob)->data()),
           "loading the cubin of " + blob +
               " (a cubin built for another GPU architecture is refused here; recompile "
               "for this GPU's sm_XX)");
     s.modules.push_back(m);
+    loaded[blob] = m;
     return m;
+  };
+  // A repeated kernel's blob names the kernel whose code it shares.
+  auto resolve = [&](const std::string &symbol) {
+    const std::string &bytes = *blobs.at(symbol);
+    size_t n = std::strlen(kCudaAliasPrefix);
+    if (bytes.compare(0, n, kCudaAliasPrefix) != 0)
+      return symbol;
+    std::string target = bytes.substr(n);
+    if (!blobs.count(target) || blobs.at(target)->compare(0, n, kCudaAliasPrefix) == 0)
+      throw CompileError("CUDA executor: kernel " + symbol + " shares the code of " + target +
+                         ", which has none");
+    return target;
   };
   std::vector<std::string> symbols = kernelSymbols(prog);
   for (size_t i = 0; i < prog.kernels.size(); ++i) {
@@ -305,7 +322,8 @@ void CudaExecutor::acquire(const std::vector<std::pair<std::string, std::string>
       throw CompileError("CUDA executor: kernel " + k.name + " has " +
                          std::to_string(k.threads) + " threads per block (compiled for a CPU?)");
     CUfunction f = nullptr;
-    check(a.cuModuleGetFunction(&f, load(symbol), symbol.c_str()), "finding kernel " + symbol);
+    std::string code = resolve(symbol);
+    check(a.cuModuleGetFunction(&f, load(code), code.c_str()), "finding kernel " + symbol);
     s.kernels.push_back(f);
   }
   bool needsLibrary = std::any_of(prog.steps.begin(), prog.steps.end(), [](const Step &st) {

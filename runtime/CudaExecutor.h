@@ -27,6 +27,9 @@ namespace tilefuse {
 /// Name of the artifact blob holding the runtime's own kernels (embedding
 /// gather, scatter-add, f16/bf16 widening), compiled with the program's.
 constexpr const char *kCudaLibraryBlob = "tf_library";
+/// A kernel blob holding this prefix and another kernel's symbol is that
+/// kernel's code: kernels that repeat layer after layer compile once.
+constexpr const char *kCudaAliasPrefix = "tilefuse-alias:";
 /// The kernels that blob must define (codegen/cuda/CudaLibrary.cpp).
 constexpr const char *kCudaLibraryKernels[] = {
     "tf_gather_i32",           "tf_gather_i64",

@@ -121,10 +121,14 @@ def _blobs(data):
 
 
 def emulated_artifact(artifact, kernels_so, library_so):
-    """The artifact's bytes with every code blob replaced by its library."""
+    """The artifact's bytes with every code blob replaced by its library
+    (a repeated kernel's blob, which names the kernel whose code it shares,
+    stays: the executor resolves it)."""
     data = open(artifact, "rb").read()
     payload, last = bytearray(), _HEAD
     for name, start, end in _blobs(data):
+        if data[start:end].startswith(b"tilefuse-alias:"):
+            continue
         code = ("emu:" + (library_so if name == "tf_library" else kernels_so)).encode()
         # Each blob: u64 length (the 8 bytes before `start`), code, u64 hash.
         payload += data[last:start - 8]

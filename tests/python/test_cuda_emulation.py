@@ -264,3 +264,42 @@ _launch({bad_kernels!r}, "shared_overrun", 1, 64, np.zeros(64, np.float32))
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert r.returncode != 0, r.stdout + r.stderr
     assert "out of bounds for type 'float [32]'" in r.stderr, r.stderr[-2000:]
+
+
+@pytest.mark.skipif(unavailable_reason() is not None, reason=str(unavailable_reason()))
+def test_repeated_kernels_share_code_and_a_broken_share_is_refused(tmp_path):
+    """Kernels repeated layer after layer compile once: their artifact blobs
+    name the kernel whose code they share, and the executor resolves them
+    (here under emulation, three identical layers against the interpreter).
+    A blob naming a kernel that does not exist is refused by name."""
+    import struct
+    import subprocess
+    from cuda_emulation import _blobs, _fnv, emulated_export, emulation_env, fake_driver_dir
+
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((4, 64)).astype(np.float32)
+    ws = [rng.standard_normal((64, 64)).astype(np.float32) * 0.2 for _ in range(3)]
+
+    def deep(x, *ws):
+        for w in ws:
+            x = (x @ w).tanh() * 2.0 + x
+        return x
+    g = tilefuse.trace(deep, x, *ws)
+    check_emulated(g, (x, *ws), str(tmp_path / "ok"), 1e-5, 1e-5, name="3 repeated layers")
+    emu = emulated_export(g, str(tmp_path / "broken"))
+    data = bytearray(open(emu, "rb").read())
+    shared = [(name, start, end) for name, start, end in _blobs(bytes(data))
+              if bytes(data[start:end]).startswith(b"tilefuse-alias:")]
+    assert shared, "three identical layers compiled no shared kernel"
+    name, start, end = shared[0]
+    prefix = len(b"tilefuse-alias:")
+    data[start + prefix:end] = b"x" * (end - start - prefix)
+    struct.pack_into("<Q", data, end, _fnv(bytes(data[start:end])))
+    payload = bytes(data[28:])
+    struct.pack_into("<QQ", data, 12, len(payload), _fnv(payload))
+    bad = tmp_path / "broken.tfa"
+    bad.write_bytes(bytes(data))
+    r = subprocess.run(["tilefuse-run", str(bad), "--repeat=1"], capture_output=True, text=True,
+                       env=emulation_env(), timeout=300)
+    assert r.returncode != 0 and f"kernel {name} shares the code of" in r.stderr, (
+        f"$ LD_LIBRARY_PATH={fake_driver_dir()} tilefuse-run {bad}\n{r.stderr[-3000:]}")
