@@ -179,6 +179,8 @@ cudaBinaries(const Graph::Impl &g, const Program &program, ModuleOp kernels, con
   });
   // Repeated kernels compile once; their blobs name the kernel they share.
   SharedUnits shared = shareRepeatedUnits(units);
+  if (CompileProgress *p = CompileProgress::current())
+    p->kernelsDone(int64_t(units.size() - shared.unique.size())); // done with their kept unit
   if (library)
     shared.unique.push_back(cudaLibrarySource());
   std::vector<CudaBinary> bins = compileCudaUnits(shared.unique, arch);

@@ -239,6 +239,8 @@ FailureOr<CpuCode> tilefuse::jitCpuKernels(ModuleOp module,
   // Code generation dominates compile time: kernels repeated layer after
   // layer are compiled once.
   std::map<std::string, std::string> representative = eraseRepeatedKernels(module);
+  if (CompileProgress *p = CompileProgress::current(); p && !representative.empty())
+    p->kernelsDone(int64_t(representative.size())); // done with their kept kernel
   if (failed(lowerTileToLLVM(module)))
     return failure();
   // LLVM's code generation dominates compile time: one shard per core
