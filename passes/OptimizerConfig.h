@@ -47,8 +47,10 @@ struct OptimizerConfig {
   std::vector<unsigned> paramGroup;
   std::vector<double> paramWeightDecay;
 
+  unsigned groupCount = 0; ///< groups, some possibly empty (0: as many as used)
+
   unsigned numGroups() const {
-    unsigned n = 1;
+    unsigned n = std::max(1u, groupCount);
     for (unsigned g : paramGroup)
       n = std::max(n, g + 1);
     return n;

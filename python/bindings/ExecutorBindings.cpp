@@ -12,6 +12,7 @@
 
 #include <pybind11/stl.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <map>
@@ -191,6 +192,7 @@ public:
       if (it != idle.end()) {
         void *p = it->second;
         idle.erase(it);
+        idleBytes -= bytes;
         return p;
       }
     }
@@ -201,16 +203,22 @@ public:
   }
   void give(void *p, size_t bytes) {
     std::lock_guard<std::mutex> lock(mutex);
-    if (idle.count(bytes) < kKeptPerSize)
+    if (idle.count(bytes) < kKeptPerSize && idleBytes + bytes <= kKeptBytes) {
       idle.emplace(bytes, p);
-    else
+      idleBytes += bytes;
+    } else {
       std::free(p);
+    }
   }
 
 private:
   static constexpr size_t kKeptPerSize = 2;
+  /// At most this much memory kept idle: a huge or one-off result goes
+  /// back to the system.
+  static constexpr size_t kKeptBytes = size_t(1) << 30;
   std::mutex mutex;
   std::multimap<size_t, void *> idle;
+  size_t idleBytes = 0;
 };
 
 /// A numpy array owning `data` (from the pool, returned to it when freed).
@@ -329,6 +337,18 @@ py::list tilefuse::python::runExecutor(Executor &e, const py::sequence &args,
       given[k] = list[k];
   }
   auto *cpu = dynamic_cast<CpuExecutor *>(&e);
+  // Memory the run reads (the arguments, read in place): an out= array
+  // overlapping it is written after the run, never during it.
+  std::vector<std::pair<const char *, const char *>> reads;
+  for (const py::array &a : keep)
+    reads.emplace_back(static_cast<const char *>(a.data()),
+                       static_cast<const char *>(a.data()) + a.nbytes());
+  auto overlaps = [](const char *b, const char *e,
+                     const std::vector<std::pair<const char *, const char *>> &ranges) {
+    return std::any_of(ranges.begin(), ranges.end(),
+                       [&](const auto &r) { return b < r.second && r.first < e; });
+  };
+  std::vector<std::pair<const char *, const char *>> outs;
   std::vector<py::array> arrays;
   std::vector<HostTensor> halves(wanted.size());
   std::vector<void *> direct(p.results.size(), nullptr);
@@ -348,8 +368,14 @@ py::list tilefuse::python::runExecutor(Executor &e, const py::sequence &args,
                            "shape" + (info.dtype == DType::BF16 ? " (bf16 results cannot be "
                                                                   "written into an array)"
                                                                 : ""));
+      const char *begin = static_cast<const char *>(a.data()), *end = begin + a.nbytes();
+      if (overlaps(begin, end, outs))
+        throw CompileError("out: the arrays for results " + std::to_string(wanted[k]) +
+                           " and another overlap; pass separate arrays");
+      outs.emplace_back(begin, end);
       arrays.push_back(a);
-      redirect = redirect && reinterpret_cast<uintptr_t>(a.mutable_data()) % 64 == 0;
+      redirect = redirect && reinterpret_cast<uintptr_t>(a.mutable_data()) % 64 == 0 &&
+                 !overlaps(begin, end, reads);
       if (redirect)
         direct[wanted[k]] = a.mutable_data();
       targets.push_back(redirect ? nullptr : a.mutable_data());
@@ -374,9 +400,11 @@ py::list tilefuse::python::runExecutor(Executor &e, const py::sequence &args,
     targets.push_back(arrays.back().mutable_data());
   }
   auto copyTheRest = [&] {
+    // A result asked for twice was computed into its first array.
     for (size_t k = 0; k < wanted.size(); ++k)
       if (targets[k])
-        copyBytes(targets[k], e.result(wanted[k]), p.buffers[p.results[wanted[k]]].byteSize());
+        copyBytes(targets[k], direct[wanted[k]] ? direct[wanted[k]] : e.result(wanted[k]),
+                  p.buffers[p.results[wanted[k]]].byteSize());
   };
   {
     py::gil_scoped_release release;

@@ -98,6 +98,7 @@ OptimizerConfig optimizerConfigFrom(const py::dict &options) {
     else if (k == "backoff_factor") c.lossScale.backoffFactor = py::cast<double>(value);
     else if (k == "growth_interval") c.lossScale.growthInterval = py::cast<int64_t>(value);
     else if (k == "param_group") c.paramGroup = py::cast<std::vector<unsigned>>(value);
+    else if (k == "num_groups") c.groupCount = py::cast<unsigned>(value);
     else if (k == "param_weight_decay")
       c.paramWeightDecay = py::cast<std::vector<double>>(value);
     else throw CompileError("unknown optimizer option '" + k + "'");

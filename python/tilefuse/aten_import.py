@@ -22,6 +22,8 @@ import torch.fx
 from . import functional as F
 from ._core import CompileError
 from ._dtypes import dtype_name
+from ._composites import floor_divide
+from ._dtypes import is_float
 from ._tracing import Tensor, _lift, cat, stack, where
 
 aten = torch.ops.aten
@@ -109,12 +111,15 @@ def _div(a, b):
 
 @converts(aten.div.Tensor_mode, aten.div.Scalar_mode)
 def _div_mode(a, b, rounding_mode=None):
-    q = a / b
-    if rounding_mode == "floor":
-        return q.floor()
+    if rounding_mode == "floor":  # exact for integers, PyTorch's fmod method for floats
+        return floor_divide(a, b)
     if rounding_mode == "trunc":
-        return q.trunc()
-    return q
+        ints = not is_float(a.dtype) and not (isinstance(b, Tensor) and is_float(b.dtype)) \
+            and not isinstance(b, float)
+        if ints:
+            return a._binary("trunc_div", b)
+        return (a / b).trunc()
+    return a / b
 
 
 def _unary(name):
@@ -136,8 +141,16 @@ def _reciprocal(x):
 
 @converts(aten.pow.Tensor_Scalar, aten.pow.Tensor_Tensor)
 def _pow(a, b):
-    if b == 2 and not isinstance(b, Tensor):
+    if not isinstance(b, Tensor) and b == 2:
         return a * a
+    if not is_float(a.dtype):
+        # graph.pow is for floats: small whole exponents multiply exactly.
+        if isinstance(b, int) and 0 <= b <= 8:
+            out = a * 0 + 1
+            for _ in range(b):
+                out = out * a
+            return out
+        raise UnsupportedOp(aten.pow, f"{a.dtype} ** {b!r}")
     return a ** b
 
 
@@ -176,9 +189,16 @@ for _op, _fn in [(aten.eq, operator.eq), (aten.ne, operator.ne), (aten.lt, opera
     CONVERSIONS[_op] = (lambda fn: lambda a, b: fn(a, b))(_fn)
 
 
-@converts(aten.logical_not, aten.bitwise_not)
+@converts(aten.logical_not)
 def _logical_not(x):
-    return x == False  # noqa: E712 (i1 == false)
+    return x == 0  # (i1 == false; a number == 0)
+
+
+@converts(aten.bitwise_not)
+def _bitwise_not(x):
+    if x.dtype != "i1":
+        raise UnsupportedOp(aten.bitwise_not, f"on {x.dtype} (only bool tensors convert)")
+    return x == False  # noqa: E712
 
 
 @converts(aten.logical_and, aten.bitwise_and.Tensor)
@@ -207,6 +227,13 @@ def _dtype_of(kwargs_dtype, default="f32"):
     return torch_dtype_name(kwargs_dtype) if kwargs_dtype is not None else default
 
 
+def _fill_dtype(value):
+    """PyTorch's dtype of a fill with no dtype given: bool, int64, else f32."""
+    if isinstance(value, bool):
+        return "i1"
+    return "i64" if isinstance(value, int) else "f32"
+
+
 @converts(aten.scalar_tensor)
 def _scalar_tensor(value, dtype=None, layout=None, device=None, pin_memory=None):
     return _Importer.current.constant(np.array(value), _dtype_of(dtype))
@@ -214,7 +241,8 @@ def _scalar_tensor(value, dtype=None, layout=None, device=None, pin_memory=None)
 
 @converts(aten.full)
 def _full(size, value, dtype=None, layout=None, device=None, pin_memory=None):
-    return _Importer.current.constant(np.full(tuple(size), value), _dtype_of(dtype))
+    return _Importer.current.constant(np.full(tuple(size), value),
+                                      _dtype_of(dtype, _fill_dtype(value)))
 
 
 @converts(aten.full_like)
@@ -276,6 +304,8 @@ def _bernoulli(x, p=0.5, generator=None):
 def _native_dropout(x, p, train):
     if not train or p == 0:
         return x, _Importer.current.constant(np.ones(x.shape, bool), "i1")
+    if p >= 1:  # everything dropped
+        return x * 0, _Importer.current.constant(np.zeros(x.shape, bool), "i1")
     keep = _Importer.current.uniform(x.shape, "f32") >= p
     return where(keep, x * (1.0 / (1.0 - p)), 0.0).to(x.dtype), keep
 
@@ -376,6 +406,33 @@ def _split(x, sizes, dim=0):
     return list(x.split(sizes, dim))
 
 
+@converts(aten.slice_scatter)
+def _slice_scatter(x, src, dim=0, start=None, end=None, step=1):
+    """x with x[start:end] along dim replaced by src (functionalization's
+    form of an in-place update through a slice)."""
+    dim %= x.ndim
+    n = x.shape[dim]
+    start = 0 if start is None else (start + n if start < 0 else start)
+    end = n if end is None or end >= sys.maxsize // 2 else (end + n if end < 0 else end)
+    start, end = max(0, min(start, n)), max(0, min(end, n))
+    if step != 1:
+        raise UnsupportedOp(aten.slice_scatter, f"step {step}")
+    parts = []
+    if start > 0:
+        parts.append(_slice(x, dim, 0, start))
+    parts.append(src.to(x.dtype))
+    if end < n:
+        parts.append(_slice(x, dim, end, n))
+    return parts[0] if len(parts) == 1 else cat(parts, dim)
+
+
+@converts(aten.select_scatter)
+def _select_scatter(x, src, dim, index):
+    dim %= x.ndim
+    index %= x.shape[dim]
+    return _slice_scatter(x, src.unsqueeze(dim), dim, index, index + 1)
+
+
 @converts(aten.cat)
 def _cat(tensors, dim=0):
     return cat(list(tensors), dim)
@@ -384,6 +441,18 @@ def _cat(tensors, dim=0):
 @converts(aten.stack)
 def _stack(tensors, dim=0):
     return stack(list(tensors), dim)
+
+
+# Functionalization's copying forms of the views: the same values.
+for _name in ("view", "_unsafe_view", "permute", "transpose", "t", "expand", "unsqueeze",
+              "squeeze", "slice", "select", "split", "split_with_sizes", "alias"):
+    _copy = getattr(aten, _name + "_copy", None)
+    _view = getattr(aten, _name, None)
+    if _copy is not None and _view is not None:
+        for _overload in _copy.overloads():
+            _target = CONVERSIONS.get(getattr(_view, _overload, None)) or CONVERSIONS.get(_view)
+            if _target is not None:
+                CONVERSIONS[getattr(_copy, _overload)] = _target
 
 
 # -- linear algebra ---------------------------------------------------------------
@@ -398,6 +467,8 @@ def _addmm(bias, a, b, beta=1, alpha=1):
     prod = a @ b
     if alpha != 1:
         prod = prod * alpha
+    if beta == 0:  # ATen ignores the bias then (even NaN or inf in it)
+        return prod
     return prod + (bias if beta == 1 else bias * beta)
 
 
@@ -518,6 +589,8 @@ _REDUCTIONS = {0: "none", 1: "mean", 2: "sum"}  # at::Reduction
 def _nll_loss_forward(x, target, weight, reduction, ignore_index):
     loss = F.nll_loss(x, target, weight, ignore_index=ignore_index,
                       reduction=_REDUCTIONS[reduction])
+    if _REDUCTIONS[reduction] == "none":  # ATen's total_weight is then 0
+        return loss, _Importer.current.constant(np.zeros(()), x.dtype)
     valid = (target != ignore_index).to(x.dtype)
     if weight is not None:
         valid = valid * F.embedding(where(target != ignore_index, target, 0), weight)
@@ -626,16 +699,20 @@ class _Importer(torch.fx.Interpreter):
             if later:
                 raise UnsupportedOp(n.target, f"{mutated} is read after it is updated in place "
                                               f"(by {later[0].name})", node=n.name)
+            if _is_view(mutated):  # the update would reach the viewed tensor too
+                raise UnsupportedOp(n.target, f"{mutated} is a view, updated in place",
+                                    node=n.name)
         try:
             out = super().run_node(n)
         except UnsupportedOp as e:
             if e.node is None:
                 e.node = n.name
             raise
-        except CompileError as e:
+        except Exception as e:  # noqa: BLE001 (any failure of a conversion)
             # A conversion in the table that fails on these arguments: the
             # op does not convert here (the caller leaves it to PyTorch).
-            raise UnsupportedOp(n.target, f"{n.format_node()}: {e}", node=n.name) from None
+            raise UnsupportedOp(n.target, f"{n.format_node()}: {type(e).__name__}: {e}",
+                                node=n.name) from None
         if n.op == "call_function":
             out = _conform(n, out)
         return out
@@ -653,6 +730,21 @@ class _Importer(torch.fx.Interpreter):
         if fn is None:
             raise UnsupportedOp(target)
         return fn(*args, **kwargs)
+
+
+_VIEW_OPS = {"view", "_unsafe_view", "reshape", "slice", "select", "transpose", "permute",
+             "expand", "alias", "t", "unsqueeze", "squeeze", "split", "split_with_sizes",
+             "as_strided", "diagonal", "unfold", "narrow"}
+
+
+def _is_view(node):
+    """Whether FX node `node` is (a getitem of) a view of another tensor."""
+    if not isinstance(node, torch.fx.Node) or node.op != "call_function":
+        return False
+    if node.target is operator.getitem:
+        return _is_view(node.args[0])
+    packet = getattr(node.target, "overloadpacket", None)
+    return packet is not None and packet.__name__ in _VIEW_OPS
 
 
 def _conform(node, out):

@@ -53,14 +53,18 @@ class _LossModule:
 
 def capture(module, example_inputs, loss_fn=None):
     """(gm, names, buffers): the ATen FX graph of the module's loss, whose
-    placeholders are the parameters (in `names` order, tied ones once),
-    then the inputs; buffers are captured as constants."""
+    placeholders are the trained parameters (in `names` order, tied ones
+    once), then the inputs; buffers and frozen parameters (requires_grad
+    False) are captured as constants."""
     torch = _torch()
     from torch.fx.experimental.proxy_tensor import make_fx
     from torch.func import functional_call
 
-    params = dict(module.named_parameters())
+    # Parameters that do not require a gradient are frozen: constants of
+    # the step, as buffers are (PyTorch's optimizers skip them).
+    params = {n: p for n, p in module.named_parameters() if p.requires_grad}
     buffers = dict(module.named_buffers())
+    buffers.update({n: p for n, p in module.named_parameters() if not p.requires_grad})
     names = list(params)
     wrapper = _LossModule(module, loss_fn).wrapper
     n = len(names)
@@ -72,7 +76,9 @@ def capture(module, example_inputs, loss_fn=None):
 
     with torch.no_grad():
         example = [p.detach() for p in params.values()] + list(example_inputs)
-        gm = make_fx(loss)(*example)
+        # Functionalized: in-place updates (through views too) become
+        # plain ops, as the importer converts them.
+        gm = make_fx(torch.func.functionalize(loss, remove="mutations"))(*example)
         out = loss(*example)
     if not isinstance(out, torch.Tensor) or out.ndim != 0 or not out.dtype.is_floating_point:
         raise CompileError(
@@ -97,7 +103,7 @@ class TorchTrainStep:
         # Every state_dict key of the module -> its parameter's name (tied
         # weights share one), or None for buffers.
         torch = _torch()
-        by_id = {id(p): n for n, p in module.named_parameters()}
+        by_id = {id(p): n for n, p in module.named_parameters() if p.requires_grad}
         self._keys = {}
         for key, value in module.state_dict(keep_vars=True).items():
             self._keys[key] = by_id.get(id(value))
@@ -170,7 +176,8 @@ def optimizer_from_torch(optimizer, module):
     if kind is None:
         raise CompileError(f"from_torch converts torch.optim.SGD, Adam and AdamW, not "
                            f"{type(optimizer).__name__}")
-    names = {id(p): n for n, p in module.named_parameters()}
+    names = {id(p): n for n, p in module.named_parameters() if p.requires_grad}
+    frozen = {id(p) for p in module.parameters() if not p.requires_grad}
     groups, shared = [], {}
     same = {"sgd": ("momentum", "nesterov"), "adam": ("betas", "eps"),
             "adamw": ("betas", "eps")}[kind]
@@ -185,12 +192,12 @@ def optimizer_from_torch(optimizer, module):
                 raise CompileError(f"from_torch: param_groups differ in {key} "
                                    f"({shared[key]!r} and {g[key]!r}); tilefuse's groups "
                                    "differ only in lr and weight_decay")
-        missing = [p for p in g["params"] if id(p) not in names]
+        missing = [p for p in g["params"] if id(p) not in names and id(p) not in frozen]
         if missing:
             raise CompileError(f"from_torch: param_groups[{i}] holds {len(missing)} tensors "
                                "that are not parameters of the module")
-        groups.append({"params": [names[id(p)] for p in g["params"]], "lr": float(g["lr"]),
-                       "weight_decay": float(g["weight_decay"])})
+        groups.append({"params": [names[id(p)] for p in g["params"] if id(p) in names],
+                       "lr": float(g["lr"]), "weight_decay": float(g["weight_decay"])})
     if kind == "sgd":
         return optim.SGD(lr=groups[0]["lr"], momentum=shared["momentum"],
                          nesterov=shared["nesterov"], param_groups=groups)
@@ -228,7 +235,9 @@ def from_torch(module, example_inputs, optimizer, loss_fn=None, device="auto", s
     if unsupported:
         raise CompileError(f"from_torch: tilefuse cannot convert {', '.join(unsupported)} "
                            "(tilefuse.explain lists where they come from)")
-    params = {n: _numpy(p) for n, p in module.named_parameters()}
+    params = {n: _numpy(p) for n, p in module.named_parameters() if p.requires_grad}
+    if not params:
+        raise CompileError("from_torch: the module has no parameter that requires a gradient")
     batch = tuple(_numpy(x) for x in example_inputs)
     if accumulate != 1:
         batch = tuple(np.stack([x] * int(accumulate)) for x in batch)
@@ -486,10 +495,12 @@ def _Callable(fn):
 
 
 def _boxed(fn):
-    """aot_autograd's calling convention: one list of arguments, cleared."""
+    """aot_autograd's calling convention: one list of arguments, which the
+    callee clears (so saved activations can be freed as soon as read)."""
     def run(args):
-        args = list(args)
-        return fn(*args)
+        mine = list(args)
+        args.clear()
+        return fn(*mine)
     run._boxed_call = True
     return run
 

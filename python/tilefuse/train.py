@@ -454,7 +454,7 @@ def _build_train_step(loss_fn, params, example_batch, optimizer, seed, precision
                    "weight_decay": float(optimizer.weight_decay)}]
     else:
         member, decay, lrs, group_names = resolved
-        config.update(param_group=member, param_weight_decay=decay)
+        config.update(param_group=member, param_weight_decay=decay, num_groups=len(lrs))
         groups = [{"params": n, "lr": lr, "weight_decay": float(
             optimizer.param_groups[i].get("weight_decay", optimizer.weight_decay))}
             for i, (n, lr) in enumerate(zip(group_names, lrs))]

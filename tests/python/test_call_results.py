@@ -109,3 +109,31 @@ def test_poisoned_arena_still_returns_exact_results():
     env = dict(os.environ, TILEFUSE_POISON_ARENA="1")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
     assert out.returncode == 0 and "ok" in out.stdout, out.stdout + out.stderr
+
+
+def test_out_arrays_that_are_also_arguments_are_written_after_the_run():
+    """`f(y, out=y)`: the run reads y in place, so y is written only after."""
+    rng = np.random.default_rng(1)
+    y = _aligned(64 * 64).reshape(64, 64)
+    y[:] = rng.standard_normal((64, 64)).astype(np.float32)
+    want = y @ y
+    f = tilefuse.compile(lambda a: a @ a, y, device="cpu")
+    got = f(y, out=y)
+    assert got is y
+    np.testing.assert_allclose(y, want, rtol=1e-4, atol=1e-4,
+                               err_msg="out= aliasing the argument of a matmul")
+
+
+def test_out_arrays_that_overlap_each_other_are_refused():
+    x = np.arange(1, 101, dtype=np.float32)
+    f = tilefuse.compile(lambda x: (x + 1.0, x * 2.0), x, device="cpu")
+    a = _aligned(100)
+    with pytest.raises(CompileError, match="overlap"):
+        f(x, out=(a, a))
+
+
+def test_a_result_asked_for_twice_is_the_same_values_twice():
+    x, f = _fn()
+    first, second = f._exe.run([x], [0, 0])
+    np.testing.assert_array_equal(first, second)
+    assert first is not second and not np.shares_memory(first, second)

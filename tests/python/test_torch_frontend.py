@@ -554,3 +554,78 @@ def test_from_torch_step_exports_and_the_artifact_continues_it(tmp_path):
     for name, value in step.parameters().items():
         np.testing.assert_array_equal(after[f"params/{name}"], value,
                                       err_msg=f"gpt exported step 2: parameter {name}")
+
+
+# ---------------------------------------------------------------------------
+# Semantics the importer must keep (each once converted wrongly)
+# ---------------------------------------------------------------------------
+
+def test_from_torch_leaves_frozen_parameters_alone():
+    torch.manual_seed(0)
+    m = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.Linear(3, 1))
+    m[0].weight.requires_grad_(False)
+    x = torch.randn(5, 4)
+    frozen = m[0].weight.detach().clone()
+    step = tilefuse.from_torch(m, (x,), torch.optim.SGD(m.parameters(), lr=0.1),
+                               loss_fn=lambda mod, x: mod(x).square().mean(), device="cpu")
+    step(x)
+    state = step.state_dict()
+    assert torch.equal(state["0.weight"], frozen), "a frozen parameter was updated"
+    assert not torch.equal(state["0.bias"], m[0].bias.detach()), "the trained bias did not move"
+    assert "0.weight" not in step.parameters()
+
+
+def test_in_place_updates_through_views_are_kept():
+    class M(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = torch.nn.Parameter(torch.ones(2, 3))
+
+        def forward(self, x):
+            h = x + self.w
+            h.view(-1).mul_(2)
+            h[:, :1].mul_(3)
+            return h.sum()
+    m = M()
+    x = torch.ones(2, 3)
+    step = tilefuse.from_torch(m, (x,), torch.optim.SGD(m.parameters(), lr=0.0), device="cpu")
+    assert step(x) == pytest.approx(float(m(x).detach()), rel=1e-6)
+
+
+def _compiled_matches(fn, *args, rtol=0, atol=0):
+    torch._dynamo.reset()
+    got = torch.compile(fn, backend="tilefuse", dynamic=False)(*args)
+    want = fn(*args)
+    assert got.dtype == want.dtype, (got.dtype, want.dtype)
+    torch.testing.assert_close(got, want, rtol=rtol, atol=atol)
+
+
+def test_integer_and_rounding_arithmetic_is_exact():
+    a = torch.tensor([2 ** 25 + 1, -7, 7, 1000], dtype=torch.int64)
+    _compiled_matches(lambda a: torch.div(a, 2, rounding_mode="floor") +
+                      torch.div(a, 3, rounding_mode="trunc"), a)
+    _compiled_matches(lambda a: a ** 3, a)
+    _compiled_matches(lambda a: a + torch.full((4,), 2 ** 30 + 1), a)
+    _compiled_matches(lambda a: torch.bitwise_not(a), a)  # integers: runs in PyTorch
+    f = torch.tensor([1.0, -1.0, 7.5], dtype=torch.float32)
+    _compiled_matches(lambda f: torch.div(f, 0.1, rounding_mode="floor"), f)
+
+
+def test_addmm_ignores_the_bias_when_beta_is_zero_and_dropout_of_one_drops_all():
+    bias = torch.full((3,), float("nan"))
+    a, b = torch.randn(2, 4), torch.randn(4, 3)
+    _compiled_matches(lambda bias, a, b: torch.addmm(bias, a, b, beta=0), bias, a, b,
+                      rtol=1e-6, atol=1e-6)
+    _compiled_matches(lambda x: torch.nn.functional.dropout(x, 1.0, True), torch.randn(8))
+
+
+def test_a_trailing_empty_parameter_group_is_a_group():
+    torch.manual_seed(0)
+    m = torch.nn.Linear(3, 1)
+    x = torch.randn(4, 3)
+    step = tilefuse.from_torch(
+        m, (x,), optim.SGD(lr=0.1, param_groups=[{"params": ["weight", "bias"]},
+                                                 {"params": []}]),
+        loss_fn=lambda mod, x: mod(x).sum(), device="cpu")
+    assert len(step.param_groups) == 2
+    step(x)  # one lr operand per group, the empty one included
