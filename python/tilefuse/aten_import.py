@@ -251,6 +251,16 @@ def _full_like(x, value, dtype=None, layout=None, device=None, pin_memory=None,
     return _Importer.current.constant(np.full(x.shape, value), _dtype_of(dtype, x.dtype))
 
 
+@converts(aten.fill.Scalar)
+def _fill(x, value):
+    return _Importer.current.constant(np.full(x.shape, value), x.dtype)
+
+
+@converts(aten.fill.Tensor)
+def _fill_tensor(x, value):
+    return (x * 0 + value.to(x.dtype)) if x.ndim else value.to(x.dtype)
+
+
 @converts(aten.zeros_like)
 def _zeros_like(x, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None):
     return _full_like(x, 0, dtype)
@@ -595,6 +605,28 @@ def _nll_loss_forward(x, target, weight, reduction, ignore_index):
     if weight is not None:
         valid = valid * F.embedding(where(target != ignore_index, target, 0), weight)
     return loss, valid.sum()
+
+
+@converts(aten.binary_cross_entropy)
+def _binary_cross_entropy(x, target, weight=None, reduction=1):
+    return F.binary_cross_entropy(x, target, weight, reduction=_REDUCTIONS[reduction])
+
+
+@converts(aten.binary_cross_entropy_with_logits)
+def _bce_with_logits(x, target, weight=None, pos_weight=None, reduction=1):
+    """ATen's stable form: (1 - t) x + (1 + (pw - 1) t) (log1p(exp(-|x|)) + max(-x, 0))."""
+    softplus = (-x.abs()).exp().log1p() + (-x).maximum(0.0)
+    scale = 1.0 if pos_weight is None else (pos_weight - 1.0) * target + 1.0
+    loss = (1.0 - target) * x + scale * softplus
+    if weight is not None:
+        loss = loss * weight
+    how = _REDUCTIONS[reduction]
+    return loss.mean() if how == "mean" else loss.sum() if how == "sum" else loss
+
+
+@converts(aten.mse_loss)
+def _mse_loss(x, target, reduction=1):
+    return F.mse_loss(x, target, reduction=_REDUCTIONS[reduction])
 
 
 @converts(aten.nll_loss_backward)

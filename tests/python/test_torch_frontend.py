@@ -629,3 +629,32 @@ def test_a_trailing_empty_parameter_group_is_a_group():
         loss_fn=lambda mod, x: mod(x).sum(), device="cpu")
     assert len(step.param_groups) == 2
     step(x)  # one lr operand per group, the empty one included
+
+
+@pytest.mark.parametrize("loss", ["bce", "bce_logits", "bce_logits_pos_weight_sum", "mse_none"])
+def test_from_torch_converts_the_pair_losses_whole(loss):
+    """from_torch captures without PyTorch's decompositions: the pair losses
+    arrive as their own ATen ops (and fill from functionalization)."""
+    fns = {
+        "bce": lambda x, t: torch.nn.functional.binary_cross_entropy(torch.sigmoid(x), t),
+        "bce_logits": lambda x, t: torch.nn.functional.binary_cross_entropy_with_logits(x, t),
+        "bce_logits_pos_weight_sum": lambda x, t: torch.nn.functional.binary_cross_entropy_with_logits(
+            x, t, pos_weight=torch.tensor([2.0, 0.5, 1.0]), reduction="sum"),
+        "mse_none": lambda x, t: torch.nn.functional.mse_loss(x, t, reduction="none").sum(),
+    }
+    fn = fns[loss]
+    torch.manual_seed(0)
+    m = torch.nn.Linear(3, 3)
+    ref = torch.nn.Linear(3, 3)
+    ref.load_state_dict(m.state_dict())
+    x, t = torch.randn(4, 3), torch.rand(4, 3)
+    step = tilefuse.from_torch(m, (x, t), torch.optim.SGD(m.parameters(), lr=0.1),
+                               loss_fn=lambda mod, x, t: fn(mod(x), t), device="cpu")
+    opt = torch.optim.SGD(ref.parameters(), lr=0.1)
+    for i in range(3):
+        got = step(x, t)
+        opt.zero_grad()
+        want = fn(ref(x), t)
+        want.backward()
+        opt.step()
+        assert got == pytest.approx(want.item(), rel=1e-5), f"{loss} step {i}: {got} vs {want.item()}"
