@@ -99,9 +99,7 @@ bool CpuExecutor::redirectable(size_t i) const {
     return false;
   if (std::count(prog.results.begin(), prog.results.end(), b) != 1)
     return false;
-  for (auto [result, argument] : carries)
-    if (result == i)
-      return false;
+  // (every carried result is declared among the aliases: checkCarry)
   for (auto [result, argument] : prog.aliases)
     if (result == int(i))
       return false;

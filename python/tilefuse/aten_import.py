@@ -11,7 +11,6 @@ another (0-d tensors and Python scalars promote differently in PyTorch).
 An op missing from `CONVERSIONS` raises `UnsupportedOp` naming it; the
 torch.compile backend then runs that part of the graph in PyTorch.
 """
-import math
 import operator
 import sys
 
@@ -169,7 +168,7 @@ def _minimum(a, b):
     return a.minimum(b)
 
 
-@converts(aten.clamp, aten.clamp_min, aten.clamp_max)
+@converts(aten.clamp)
 def _clamp(x, min=None, max=None):
     return x.clamp(min, max)
 
@@ -271,13 +270,14 @@ def _ones_like(x, dtype=None, layout=None, device=None, pin_memory=None, memory_
     return _full_like(x, 1, dtype)
 
 
-@converts(aten.zeros, aten.ones)
+@converts(aten.zeros)
 def _zeros(size, dtype=None, layout=None, device=None, pin_memory=None):
-    raise AssertionError("replaced below")
+    return _Importer.current.constant(np.zeros(tuple(size)), _dtype_of(dtype))
 
 
-CONVERSIONS[aten.zeros] = lambda size, dtype=None, **kw: _full(size, 0, dtype)
-CONVERSIONS[aten.ones] = lambda size, dtype=None, **kw: _full(size, 1, dtype)
+@converts(aten.ones)
+def _ones(size, dtype=None, layout=None, device=None, pin_memory=None):
+    return _Importer.current.constant(np.ones(tuple(size)), _dtype_of(dtype))
 
 
 @converts(aten.arange.start_step, aten.arange.start, aten.arange.default)
@@ -456,13 +456,14 @@ def _stack(tensors, dim=0):
 # Functionalization's copying forms of the views: the same values.
 for _name in ("view", "_unsafe_view", "permute", "transpose", "t", "expand", "unsqueeze",
               "squeeze", "slice", "select", "split", "split_with_sizes", "alias"):
-    _copy = getattr(aten, _name + "_copy", None)
-    _view = getattr(aten, _name, None)
-    if _copy is not None and _view is not None:
-        for _overload in _copy.overloads():
-            _target = CONVERSIONS.get(getattr(_view, _overload, None)) or CONVERSIONS.get(_view)
+    _copying = getattr(aten, _name + "_copy", None)
+    _viewing = getattr(aten, _name, None)
+    if _copying is not None and _viewing is not None:
+        for _overload in _copying.overloads():
+            _target = (CONVERSIONS.get(getattr(_viewing, _overload, None)) or
+                       CONVERSIONS.get(_viewing))
             if _target is not None:
-                CONVERSIONS[getattr(_copy, _overload)] = _target
+                CONVERSIONS[getattr(_copying, _overload)] = _target
 
 
 # -- linear algebra ---------------------------------------------------------------
@@ -614,14 +615,8 @@ def _binary_cross_entropy(x, target, weight=None, reduction=1):
 
 @converts(aten.binary_cross_entropy_with_logits)
 def _bce_with_logits(x, target, weight=None, pos_weight=None, reduction=1):
-    """ATen's stable form: (1 - t) x + (1 + (pw - 1) t) (log1p(exp(-|x|)) + max(-x, 0))."""
-    softplus = (-x.abs()).exp().log1p() + (-x).maximum(0.0)
-    scale = 1.0 if pos_weight is None else (pos_weight - 1.0) * target + 1.0
-    loss = (1.0 - target) * x + scale * softplus
-    if weight is not None:
-        loss = loss * weight
-    how = _REDUCTIONS[reduction]
-    return loss.mean() if how == "mean" else loss.sum() if how == "sum" else loss
+    return F.binary_cross_entropy_with_logits(x, target, weight, _REDUCTIONS[reduction],
+                                              pos_weight)
 
 
 @converts(aten.mse_loss)
@@ -719,9 +714,9 @@ class _Importer(torch.fx.Interpreter):
                                           self._stream))
 
     def constant(self, value, dtype):
-        return _lift(self._like._tracer, np.asarray(value), like=None).to(dtype) \
-            if dtype_name(dtype) != _lift(self._like._tracer, np.asarray(value)).dtype \
-            else _lift(self._like._tracer, np.asarray(value))
+        """`value` (numpy) as a constant of the graph, of tilefuse dtype `dtype`."""
+        c = _lift(self._like._tracer, np.asarray(value))
+        return c if c.dtype == dtype_name(dtype) else c.to(dtype)
 
     def run_node(self, n):
         if n.op == "call_function" and n.target in IN_PLACE and n.args:

@@ -34,21 +34,19 @@ def _numpy(x):
     return np.asarray(x)
 
 
-class _LossModule:
-    """Calls loss_fn(module, *inputs), or module(*inputs)."""
+def _loss_module(module, loss_fn):
+    """An nn.Module whose forward is loss_fn(module, *inputs), or
+    module(*inputs); `module` is its submodule "m"."""
+    torch = _torch()
 
-    def __init__(self, module, loss_fn):
-        torch = _torch()
+    class Loss(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.m = module
 
-        class Wrapper(torch.nn.Module):
-            def __init__(self):
-                super().__init__()
-                self.m = module
-
-            def forward(self, *inputs):
-                return loss_fn(self.m, *inputs) if loss_fn else self.m(*inputs)
-
-        self.wrapper = Wrapper()
+        def forward(self, *inputs):
+            return loss_fn(self.m, *inputs) if loss_fn else self.m(*inputs)
+    return Loss()
 
 
 def capture(module, example_inputs, loss_fn=None):
@@ -66,7 +64,7 @@ def capture(module, example_inputs, loss_fn=None):
     buffers = dict(module.named_buffers())
     buffers.update({n: p for n, p in module.named_parameters() if not p.requires_grad})
     names = list(params)
-    wrapper = _LossModule(module, loss_fn).wrapper
+    wrapper = _loss_module(module, loss_fn)
     n = len(names)
 
     def loss(*flat):

@@ -50,7 +50,12 @@ class TrainStep:
             exe.make_persistent(a, value)
         for r, a in aliases:
             exe.carry(r, a)
-        self._n_args = len(graph._artifact_interface()["argument_names"])
+        interface = graph._artifact_interface()
+        self._n_args = len(interface["argument_names"])
+        # (name, shape) of each batch leaf, checked at every call.
+        self._batch_leaves = list(zip(
+            [n for n in interface["argument_names"] if n == "batch" or n.startswith("batch/")],
+            [tuple(s) for s in interface["batch_shapes"]]))
         self._state_names = state_names
         self._step_state = [name for name, _ in step_state]
         self._batch_spec = batch_spec
@@ -113,17 +118,12 @@ class TrainStep:
 
     def _arguments(self, leaves):
         """The step's arguments for the next call: None for the kept ones."""
-        shapes = self._graph._artifact_interface().get("batch_shapes")
-        if shapes is not None:
-            names = [n for n in self._graph._artifact_interface()["argument_names"]
-                     if n == "batch" or n.startswith("batch/")]
-            for name, leaf, shape in zip(names, leaves, shapes):
-                if tuple(np.shape(leaf)) != tuple(shape):
-                    raise CompileError(
-                        f"{name} has shape {tuple(np.shape(leaf))}; the step was compiled for "
-                        f"{tuple(shape)}" + (" (with accumulate=k, k micro-batches stacked "
-                                             "along a new first dimension)"
-                                             if len(shape) == np.ndim(leaf) + 1 else ""))
+        for (name, shape), leaf in zip(self._batch_leaves, leaves):
+            if np.shape(leaf) != shape:
+                raise CompileError(
+                    f"{name} has shape {tuple(np.shape(leaf))}; the step was compiled for "
+                    f"{shape}" + (" (with accumulate=k, k micro-batches stacked along a new "
+                                  "first dimension)" if len(shape) == np.ndim(leaf) + 1 else ""))
         t = self.step_count + 1
         rest = [np.asarray(x) for x in leaves]
         if self._uses_seed:

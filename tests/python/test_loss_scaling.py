@@ -40,6 +40,7 @@ from tilefuse.optim import LossScale
 
 # PyTorch is part of the setup (tools/dev.sh): its absence is a failure.
 import torch  # noqa: E402
+from test_train_step import max_rel_err  # noqa: E402
 
 
 # ---------------------------------------------------------------------------
@@ -80,12 +81,6 @@ def assert_bitwise(what, got, want):
                                                                for k, v in sorted(bad.items()))
 
 
-def max_rel_err(got, ref):
-    got, ref = np.asarray(got, np.float64), np.asarray(ref, np.float64)
-    assert got.shape == ref.shape, (got.shape, ref.shape)
-    scale = np.abs(ref).max()
-    err = np.abs(got - ref).max()
-    return err / scale if scale > 0 else err
 
 
 # The forced f16 overflow: w = 0 (8x4), x = ones(16, 8), y = ones(16, 4),

@@ -4,7 +4,6 @@ PyTorch's distribution (not its bits), the backward pass reuses the forward
 mask, masks change from call to call and follow torch.manual_seed under
 torch.compile, and from_torch seeds them per step."""
 import numpy as np
-import pytest
 
 # PyTorch is part of the setup (tools/dev.sh): its absence is a failure.
 import torch  # noqa: E402
