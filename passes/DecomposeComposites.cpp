@@ -161,7 +161,7 @@ struct DecomposeDropout : DecomposePattern<DropoutOp> {
     if (p == 0.0)
       return x;
     Value u = e.builder().create<RandomUniformOp>(
-        e.location(), op.getType(), op.getSeed(), op.getStreamAttr());
+        e.location(), op.getType(), op.getSeed(), /*stream_value=*/Value(), op.getStreamAttr());
     Value keep = e.builder().create<GeOp>(e.location(), u, e.fullLike(u, p));
     return e.select(keep, e.mulScalar(x, 1.0 / (1.0 - p)), e.fullLike(x, 0.0));
   }

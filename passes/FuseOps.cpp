@@ -15,6 +15,7 @@
 
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/IRMapping.h"
+#include "llvm/ADT/SetOperations.h"
 #include "llvm/ADT/SetVector.h"
 
 #include <functional>
@@ -175,6 +176,7 @@ public:
       }
       place(&op);
     }
+    mergeConsumerKernels();
     return materialize();
   }
 
@@ -287,7 +289,7 @@ private:
         for (unsigned g = groups.size(); g-- > 0 && groups.size() - g <= 8;) {
           std::string why;
           if (groups[g].hasReduction && groups[g].ops.size() < kMaxKernelOps &&
-              sameDomain(groups[g], op) &&
+              sameDomain(groups[g], op) && mergeDelaysNothing(g, op) &&
               !createsCycle(g, op, why))
             return join(g, op);
         }
@@ -487,6 +489,145 @@ private:
     return true;
   }
 
+  /// Whether sibling reduction `op` may merge into kernel `g` without
+  /// delaying a result that other kernels wait for: a result merged into a
+  /// kernel that waits for more kernels than it needs waits with it.
+  /// (Cross-entropy's count of valid labels, read from the labels alone,
+  /// merged into the kernel summing the per-row losses, would come too late
+  /// for the row kernel to compute the gradient beside the loss.) Results
+  /// that only leave the function can wait (layer_norm's dbeta beside
+  /// dgamma: one walk over dy for both).
+  bool mergeDelaysNothing(unsigned g, Operation *op) {
+    llvm::SmallSetVector<unsigned, 4> mine, theirs;
+    for (Value v : op->getOperands())
+      producers(v, mine);
+    for (Operation *member : groups[g].ops)
+      for (Value v : member->getOperands())
+        producers(v, theirs);
+    theirs.remove(g);
+    bool opWaits = !llvm::set_is_subset(theirs, mine);
+    bool groupWaits = !llvm::set_is_subset(mine, theirs);
+    auto inGroup = [&](Operation *x) { return groupOf.count(x) && groupOf.lookup(x) == g; };
+    auto isOp = [&](Operation *x) { return x == op; };
+    if (opWaits && !delayIsHarmless(op, isOp, inGroup))
+      return false;
+    if (groupWaits)
+      for (Operation *member : groups[g].ops)
+        if (!delayIsHarmless(member, inGroup, isOp))
+          return false;
+    return true;
+  }
+
+  /// Whether every reader of `op`'s results outside its side (`isSide`)
+  /// waits for the other side (`isOther`) anyway: the function's return,
+  /// or an op that also reads a value of the other side (the forward
+  /// cross-entropy's mean divides the loss sum by the count). Readers are
+  /// found through recomputed ops (views).
+  bool delayIsHarmless(Operation *op, llvm::function_ref<bool(Operation *)> isSide,
+                       llvm::function_ref<bool(Operation *)> isOther) {
+    SmallVector<Operation *> work = {op};
+    llvm::SmallPtrSet<Operation *, 8> seen;
+    while (!work.empty()) {
+      Operation *cur = work.pop_back_val();
+      if (!seen.insert(cur).second)
+        continue;
+      for (Operation *user : cur->getUsers()) {
+        if (user->hasTrait<OpTrait::IsTerminator>() || isSide(user))
+          continue;
+        if (recomputed.contains(user)) {
+          if (seen.size() > kMaxRecomputeDepth * 4)
+            return false;
+          work.push_back(user);
+          continue;
+        }
+        if (!readsFrom(user, isOther))
+          return false;
+      }
+    }
+    return true;
+  }
+
+  /// Whether `op` reads a value of an op `isOther` accepts, directly or
+  /// through views. Not through readsOf: `op` may not be placed yet, and
+  /// readsOf's cache would keep what it saw of ops not yet classified.
+  bool readsFrom(Operation *op, llvm::function_ref<bool(Operation *)> isOther) {
+    SmallVector<Operation *> work = {op};
+    llvm::SmallPtrSet<Operation *, 8> seen;
+    while (!work.empty() && seen.size() <= kMaxRecomputeDepth) {
+      Operation *cur = work.pop_back_val();
+      if (!seen.insert(cur).second)
+        continue;
+      for (Value v : cur->getOperands()) {
+        Operation *def = v.getDefiningOp();
+        if (!def)
+          continue;
+        if (isOther(def))
+          return true;
+        if (isView(def))
+          work.push_back(def);
+      }
+    }
+    return false;
+  }
+
+  /// Second chance for kernels that formed apart: a row kernel (or a
+  /// pointwise kernel over its domain) that reads another row kernel's
+  /// values at the same elements, or its row results broadcast along the
+  /// rows, joins it when nothing between them would close a cycle. Ops join
+  /// the first kernel they read that takes them; when an op reads first a
+  /// kernel that runs later (cross-entropy's gradient reads the count of
+  /// valid labels before the exponentials of the forward row kernel), its
+  /// kernel forms apart and would re-read what the row kernel wrote.
+  void mergeConsumerKernels() {
+    for (unsigned b = 0; b < groups.size(); ++b) {
+      if (groups[b].ops.empty() || groups[b].library)
+        continue;
+      llvm::SmallSetVector<unsigned, 4> deps;
+      for (Operation *op : groups[b].ops)
+        for (Value v : op->getOperands())
+          producers(v, deps);
+      deps.remove(b);
+      for (unsigned a : deps)
+        if (canAbsorb(a, b, deps.getArrayRef())) {
+          absorb(a, b);
+          break;
+        }
+    }
+  }
+
+  bool canAbsorb(unsigned a, unsigned b, ArrayRef<unsigned> bDeps) {
+    Group &ga = groups[a], &gb = groups[b];
+    if (ga.library || ga.ops.empty() || !ga.hasReduction ||
+        !isRowReduction(ga.domain.shape, ga.domain.reduced) ||
+        ga.ops.size() + gb.ops.size() > kMaxKernelOps)
+      return false;
+    if (gb.hasReduction ? (gb.domain.shape != ga.domain.shape ||
+                           gb.domain.reduced != ga.domain.reduced)
+                        : !onlyUnitDimsChange(gb.domain.shape, ga.domain.shape))
+      return false;
+    // a's values read at their own elements, or a's row results broadcast.
+    for (Operation *op : gb.ops)
+      for (const Read &read : readsOf(op))
+        if (groupOf.lookup(read.producer) == a && read.remapped &&
+            (!read.broadcastOnly ||
+             numel(shapeOf(read.producer->getResult(0))) == numel(ga.domain.shape)))
+          return false;
+    // b's other producers must not wait for a (a cycle once merged).
+    return llvm::none_of(bDeps, [&](unsigned c) { return c != a && dependsOn(c, a); });
+  }
+
+  void absorb(unsigned a, unsigned b) {
+    Group &ga = groups[a], &gb = groups[b];
+    for (Operation *op : gb.ops)
+      groupOf[op] = a;
+    ga.ops.append(gb.ops.begin(), gb.ops.end());
+    gb.ops.clear();
+    // Members stay in program order for cloning. (No op joins after this
+    // pass, so afterReduction, which guides joins, is not updated.)
+    llvm::sort(ga.ops, [&](Operation *x, Operation *y) { return positions[x] < positions[y]; });
+    ga.firstPosition = std::min(ga.firstPosition, gb.firstPosition);
+  }
+
   /// Joining `op` to `g` is a cycle if another operand's kernel depends on g.
   bool createsCycle(unsigned g, Operation *op, std::string &why) {
     llvm::SmallSetVector<unsigned, 4> from;
@@ -590,6 +731,17 @@ FusionOp Fuser::buildKernel(unsigned index, Group &group, OpBuilder &b) {
                    : group.hasReduction ? "reduction"
                                         : "pointwise";
   Location loc = group.ops.front()->getLoc();
+  // A random op's stream becomes an input (a one-element constant buffer):
+  // the dropout kernels of repeated layers then differ only in which
+  // buffer they read, and are compiled once.
+  llvm::DenseMap<Operation *, Value> streamOf;
+  for (Operation *op : group.ops)
+    if (auto rnd = llvm::dyn_cast<RandomUniformOp>(op); rnd && !rnd.getStreamValue()) {
+      Value stream = b.create<FullOp>(rnd.getLoc(), RankedTensorType::get({}, b.getI64Type()),
+                                      b.getF64FloatAttr(double(rnd.getStream())));
+      inputs.insert(stream);
+      streamOf[op] = stream;
+    }
   auto fusion = b.create<FusionOp>(
       loc, ValueRange(outputs).getTypes(),
       b.getStringAttr("kernel" + std::to_string(index)), inputs.getArrayRef(),
@@ -613,6 +765,13 @@ FusionOp Fuser::buildKernel(unsigned index, Group &group, OpBuilder &b) {
   for (Operation *op : group.ops) {
     for (Value v : op->getOperands())
       recompute(v);
+    if (Value stream = streamOf.lookup(op)) {
+      auto rnd = llvm::cast<RandomUniformOp>(op);
+      map.map(rnd.getResult(), inner.create<RandomUniformOp>(
+                                   rnd.getLoc(), rnd.getType(), map.lookupOrDefault(rnd.getSeed()),
+                                   map.lookup(stream), inner.getI64IntegerAttr(0)));
+      continue;
+    }
     inner.clone(*op, map);
   }
   SmallVector<Value> yielded;

@@ -97,6 +97,8 @@ public:
   /// The thread pool's chunks: up to 32 cores.
   int64_t fullReductionSlices() const override { return 32; }
   bool rematerializesReductions() const override { return false; }
+  // Within the 1-2 MiB L2 of a core beside the row itself.
+  int64_t rowScratchBytes() const override { return 256 << 10; }
 };
 
 /// CUDA: cuBLASLt adds a column bias itself, for f32, f16 and bf16 GEMMs
@@ -126,6 +128,7 @@ public:
   /// the 512 partial values in one block of 128 threads.
   int64_t fullReductionSlices() const override { return 512; }
   bool rematerializesReductions() const override { return true; }
+  int64_t rowScratchBytes() const override { return 0; }
 
 private:
   std::string n;

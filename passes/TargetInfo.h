@@ -54,6 +54,12 @@ public:
   /// cost gpt2_mini's step 7%), so they are recomputed only when a larger
   /// bandwidth share is asked for (memory_budget).
   virtual bool rematerializesReductions() const = 0;
+  /// Bytes a row kernel's program may keep in a private scratch row (a
+  /// softmax's exponentials computed for the row sum, loaded again for the
+  /// output instead of recomputed); 0 where programs have no scratch.
+  /// CPU rows are compute-bound (exp costs more than a load from L1/L2);
+  /// GPU rows are memory-bound and recompute for free.
+  virtual int64_t rowScratchBytes() const = 0;
 
   /// "cpu" or "cuda[:sm_XX]"; null for an unknown name.
   static std::unique_ptr<TargetInfo> get(const std::string &name);

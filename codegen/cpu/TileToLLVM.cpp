@@ -83,6 +83,14 @@ void wrapKernel(func::FuncOp kernel) {
       map.map(pid.getResult(), loop.getInductionVar());
       continue;
     }
+    if (llvm::isa<tile::ScratchOp>(op)) {
+      // Allocated once per call, before the loop: an alloca inside it
+      // would grow the stack with every program.
+      OpBuilder::InsertionGuard g(b);
+      b.setInsertionPoint(loop);
+      b.clone(op, map);
+      continue;
+    }
     b.clone(op, map);
   }
   kernel.erase();
@@ -229,6 +237,11 @@ Value stridedOffsets(OpBuilder &b, Location loc, Value offset, int64_t stride, i
 unsigned alignmentOf(Type element) {
   return std::max(1u, element.getIntOrFloatBitWidth() / 8);
 }
+/// Whether every lane of an `n`-lane access is below `limit`.
+bool fullBlock(Value limit, int64_t n) {
+  std::optional<int64_t> k = getConstantIntValue(limit);
+  return k && *k >= n;
+}
 Value zeroOf(OpBuilder &b, Location loc, VectorType t) {
   return b.create<arith::ConstantOp>(loc, b.getZeroAttr(t));
 }
@@ -248,6 +261,9 @@ struct LoadLowering : ConvertOpToLLVMPattern<tile::LoadOp> {
       Value p = rewriter.create<LLVM::GEPOp>(loc, ptrTy, element, a.getPtr(), ValueRange{op.getOffset()});
       Value s = rewriter.create<LLVM::LoadOp>(loc, element, p);
       result = splatOf(rewriter, loc, s, n);
+    } else if (op.getStride() == 1 && fullBlock(op.getLimit(), n)) {
+      Value p = rewriter.create<LLVM::GEPOp>(loc, ptrTy, element, a.getPtr(), ValueRange{op.getOffset()});
+      result = rewriter.create<LLVM::LoadOp>(loc, vt, p, alignmentOf(element));
     } else if (op.getStride() == 1) {
       Value p = rewriter.create<LLVM::GEPOp>(loc, ptrTy, element, a.getPtr(), ValueRange{op.getOffset()});
       result = rewriter.create<LLVM::MaskedLoadOp>(
@@ -310,6 +326,9 @@ struct StoreLowering : ConvertOpToLLVMPattern<tile::StoreOp> {
       Value p = rewriter.create<LLVM::GEPOp>(loc, ptrTy, element, a.getPtr(), ValueRange{op.getOffset()});
       rewriter.replaceOpWithNewOp<LLVM::StoreOp>(op, a.getValue(), p, /*alignment=*/64,
                                                  /*isVolatile=*/false, /*isNonTemporal=*/true);
+    } else if (op.getStride() == 1 && fullBlock(op.getLimit(), n)) {
+      Value p = rewriter.create<LLVM::GEPOp>(loc, ptrTy, element, a.getPtr(), ValueRange{op.getOffset()});
+      rewriter.replaceOpWithNewOp<LLVM::StoreOp>(op, a.getValue(), p, alignmentOf(element));
     } else if (op.getStride() == 1) {
       Value p = rewriter.create<LLVM::GEPOp>(loc, ptrTy, element, a.getPtr(), ValueRange{op.getOffset()});
       rewriter.replaceOpWithNewOp<LLVM::MaskedStoreOp>(op, a.getValue(), p, mask,
@@ -345,6 +364,22 @@ struct StoreScalarLowering : ConvertOpToLLVMPattern<tile::StoreScalarOp> {
     Value p = rewriter.create<LLVM::GEPOp>(op.getLoc(), ptrTy, op.getValue().getType(),
                                            a.getPtr(), ValueRange{op.getOffset()});
     rewriter.replaceOpWithNewOp<LLVM::StoreOp>(op, a.getValue(), p);
+    return success();
+  }
+};
+
+/// A scratch buffer is stack memory of the calling thread, 64-byte aligned
+/// like every buffer, so its blocks are whole cache lines.
+struct ScratchLowering : ConvertOpToLLVMPattern<tile::ScratchOp> {
+  using ConvertOpToLLVMPattern::ConvertOpToLLVMPattern;
+  LogicalResult matchAndRewrite(tile::ScratchOp op, OpAdaptor,
+                                ConversionPatternRewriter &rewriter) const override {
+    Location loc = op.getLoc();
+    Value count = rewriter.create<LLVM::ConstantOp>(loc, rewriter.getI64Type(),
+                                                    rewriter.getI64IntegerAttr(op.getElements()));
+    rewriter.replaceOpWithNewOp<LLVM::AllocaOp>(
+        op, LLVM::LLVMPointerType::get(getContext()), op.getType().getPointee(), count,
+        /*alignment=*/64);
     return success();
   }
 };
@@ -428,7 +463,7 @@ LogicalResult tilefuse::lowerTileToLLVM(ModuleOp module) {
     });
     RewritePatternSet patterns(ctx);
     patterns.add<LoadLowering, GatherLowering, LoadScalarLowering, StoreLowering, ScatterLowering,
-                 StoreScalarLowering, LanesLowering>(converter);
+                 StoreScalarLowering, ScratchLowering, LanesLowering>(converter);
     arith::populateArithToLLVMConversionPatterns(converter, patterns);
     populateMathToLLVMConversionPatterns(converter, patterns);
     populateVectorToLLVMConversionPatterns(converter, patterns,

@@ -171,8 +171,11 @@ public:
                                  get(o.getUpdates()));
         })
         .Case([&](RandomUniformOp o) {
-          return ref::randomUniform(get(o.getSeed()), o.getStream(),
-                                    dtypeOf(o.getType()), shapeOf(o.getType()));
+          int64_t stream = o.getStream();
+          if (Value v = o.getStreamValue())
+            stream = get(v).i.at(0);
+          return ref::randomUniform(get(o.getSeed()), stream, dtypeOf(o.getType()),
+                                    shapeOf(o.getType()));
         })
         .Default([&](Operation *other) -> RefTensor {
           throw CompileError("reference interpreter: unsupported op " +

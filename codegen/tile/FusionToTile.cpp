@@ -22,6 +22,7 @@
 #include "mlir/Dialect/Vector/IR/VectorOps.h"
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/Matchers.h"
+#include "llvm/ADT/MapVector.h"
 #include "llvm/ADT/SmallPtrSet.h"
 
 #include <array>
@@ -194,6 +195,14 @@ private:
     return b.create<arith::CmpIOp>(loc, arith::CmpIPredicate::slt, lanes(),
                                    splat(activeLimit));
   }
+  /// The active limit of a block starting at `start` (a multiple of the
+  /// block) in a range of `n`: the block itself when every block is full,
+  /// so loads and stores need no mask.
+  Value lanesLeft(int64_t n, Value start) {
+    if (n % block == 0)
+      return cst(block);
+    return b.create<arith::SubIOp>(loc, cst(n), start);
+  }
   Value coordVector(const Coord &c) {
     if (c.vec)
       return c.vec;
@@ -303,15 +312,43 @@ private:
   }
   struct Scope {
     KernelEmitter &e;
-    Value savedLimit;
-    explicit Scope(KernelEmitter &e) : e(e), savedLimit(e.activeLimit) {
+    Value savedLimit, savedRowStart;
+    explicit Scope(KernelEmitter &e)
+        : e(e), savedLimit(e.activeLimit), savedRowStart(e.rowStart) {
       e.memo.emplace_back();
     }
     ~Scope() {
       e.memo.pop_back();
       e.activeLimit = savedLimit;
+      e.rowStart = savedRowStart;
     }
   };
+
+  // --- row scratch ------------------------------------------------------------
+  /// A row kernel (one program per row, lanes along its one reduced
+  /// dimension) walks the row once per reduction and once more for the
+  /// results. A value that a reduction's pass computes and a later pass
+  /// reads again (softmax's exp(x - max): summed, then divided) is kept in
+  /// a scratch row by the first pass and loaded by the later ones, where
+  /// recomputing it would cost more than a load from L1/L2.
+  struct RowScratch {
+    Value buffer;
+    /// The value's coordinates in the pass that stored it (the row's
+    /// dimension aside): a later pass loads it at the same ones.
+    Coords stored;
+    bool filled = false;
+  };
+  /// Stores block `x` of `v` at row coordinates `c` when `v` has a scratch
+  /// row not yet filled; returns whether it did.
+  bool storeRowScratch(Value v, const Coords &c, Value x);
+  /// `v` at `c` loaded from its filled scratch row, when `c` is the current
+  /// block of the row the scratch holds.
+  std::optional<Value> loadRowScratch(Value v, const Coords &c);
+  /// A row kernel's row: its one reduced dimension, innermost; -1 in
+  /// other kernels.
+  int64_t rowDim = -1;
+  Value rowStart;          ///< first element of the current block of the row
+  llvm::MapVector<Value, RowScratch> rowScratch;
 
   // --- values ---------------------------------------------------------------
   FailureOr<Value> value(Value v, const Coords &c);
@@ -331,7 +368,8 @@ private:
   FailureOr<Value> rowBlock(Value operand, Coords coords, int64_t dim, int64_t n, Value j) {
     Value start = mulS(j, block);
     coords[dim] = {start, 1, {}, block};
-    activeLimit = b.create<arith::SubIOp>(loc, cst(n), start);
+    activeLimit = lanesLeft(n, start);
+    rowStart = start;
     FailureOr<Value> v = value(operand, coords);
     if (failed(v))
       return failure();
@@ -399,6 +437,11 @@ private:
     int64_t blocksPerRow = 1, programs = 1, elements = 1;
   };
   KeptSpace keptSpace();
+  LogicalResult emitColumnPartialByRows(int64_t chunks, ArrayRef<Operation *> reductions,
+                                        const KeptSpace &ks);
+  /// Plans the scratch rows of this kernel (none where the target has no
+  /// scratch or the kernel is not a row kernel).
+  void planRowScratch(const KeptSpace &ks);
   /// Domain coordinates of kept program `pid` (reduced ones unset); sets
   /// the active limit when lanes run along a kept dimension.
   Coords keptDomainCoords(const KeptSpace &k, Value pid);
@@ -483,6 +526,10 @@ FailureOr<Value> KernelEmitter::value(Value v, const Coords &c) {
       break;
     }
     aliases.push_back(std::move(key));
+    if (std::optional<Value> kept = loadRowScratch(v, coords)) {
+      r = *kept;
+      break;
+    }
     Operation *op = v.getDefiningOp();
     if (op) {
       if (std::optional<std::pair<Value, Coords>> source = viewSource(op, coords)) {
@@ -718,6 +765,7 @@ FailureOr<Value> KernelEmitter::elementwise(Operation *op, const Coords &c) {
     anyVector |= llvm::isa<VectorType>(x->getType());
     xs.push_back(*x);
   }
+  Value scalarDivisor = xs.size() == 2 && !llvm::isa<VectorType>(xs[1].getType()) ? xs[1] : Value();
   if (anyVector)
     for (Value &x : xs)
       x = toBlock(x);
@@ -752,8 +800,18 @@ FailureOr<Value> KernelEmitter::elementwise(Operation *op, const Coords &c) {
   if (isa<SubOp>(op)) return isFloat ? Value(b.create<arith::SubFOp>(loc, xs[0], xs[1])) : b.create<arith::SubIOp>(loc, xs[0], xs[1]);
   if (isa<MulOp>(op)) return isFloat ? Value(b.create<arith::MulFOp>(loc, xs[0], xs[1])) : b.create<arith::MulIOp>(loc, xs[0], xs[1]);
   if (isa<DivOp>(op)) {
-    if (isFloat)
+    if (isFloat) {
+      // A block divided by one computed value (a softmax row by its sum):
+      // one division, then a multiplication per lane, as PyTorch's CPU
+      // softmax does. A vector division costs several multiplications;
+      // the product differs from the quotient by at most one rounding.
+      // Division by a constant stays exact (x / 255 as the user wrote it).
+      if (anyVector && scalarDivisor && !matchPattern(scalarDivisor, m_Constant())) {
+        Value reciprocal = b.create<arith::DivFOp>(loc, like(scalarDivisor, 1.0), scalarDivisor);
+        return b.create<arith::MulFOp>(loc, xs[0], splat(reciprocal)).getResult();
+      }
       return b.create<arith::DivFOp>(loc, xs[0], xs[1]).getResult();
+    }
     // Integer division never traps in a kernel: x / 0 is 0 and
     // INT_MIN / -1 wraps (the interpreter reports division by zero).
     auto [safe, isZero, isM1] = safeDivisor(xs[1]);
@@ -917,6 +975,7 @@ FailureOr<Value> KernelEmitter::reduction(Operation *op, const Coords &c) {
   Value outerLo = splitOuter ? sliceBound(outerCount, 0) : cst(0);
   Value outerHi = splitOuter ? sliceBound(outerCount, 1) : cst(outerCount);
   SmallVector<Value> acc;
+  Value filling; // the operand whose scratch row this pass fills
   LogicalResult ok = forLoopRange(
       outerLo, outerHi, ValueRange{init},
       [&](Value o, ValueRange iter, SmallVectorImpl<Value> &yield) -> LogicalResult {
@@ -944,6 +1003,9 @@ FailureOr<Value> KernelEmitter::reduction(Operation *op, const Coords &c) {
                   if (failed(v))
                     return failure();
                   Value x = *v;
+                  if (laneDim == rowDim && outerCount == 1 && !split &&
+                      storeRowScratch(operand, cc, x))
+                    filling = operand;
                   if (n % block != 0)
                     x = b.create<arith::SelectOp>(loc, activeMask(), x, splat(neutral(op, ct)));
                   y2.push_back(accumulate(op, it2[0], x));
@@ -957,6 +1019,8 @@ FailureOr<Value> KernelEmitter::reduction(Operation *op, const Coords &c) {
       &acc);
   if (failed(ok))
     return failure();
+  if (filling)
+    rowScratch[filling].filled = true;
   if (laneDim < 0)
     return accumulated(op, acc[0]);
   tile::ReduceKind kind = isa<ReduceSumOp>(op)   ? tile::ReduceKind::add
@@ -1103,6 +1167,16 @@ FailureOr<Value> KernelEmitter::random(RandomUniformOp op, const Coords &c) {
   FailureOr<Value> seed = value(op.getSeed(), {});
   if (failed(seed))
     return failure();
+  // The stream: a kernel input (fusion made it one) or a constant.
+  Value stream;
+  if (Value v = op.getStreamValue()) {
+    FailureOr<Value> s = value(v, {});
+    if (failed(s))
+      return failure();
+    stream = b.create<arith::TruncIOp>(loc, b.getI32Type(), *s);
+  } else {
+    stream = b.create<arith::ConstantOp>(loc, b.getI32IntegerAttr(int32_t(uint32_t(op.getStream()))));
+  }
   Coord lin = linearize(c, shapeOf(op.getResult()));
   Type i32 = b.getI32Type(), i64 = b.getI64Type();
   // `lanes` values per op: 0 for scalars.
@@ -1122,7 +1196,7 @@ FailureOr<Value> KernelEmitter::random(RandomUniformOp op, const Coords &c) {
         b.create<arith::TruncIOp>(loc, like(i32, lanes), blk),
         b.create<arith::TruncIOp>(
             loc, like(i32, lanes), b.create<arith::ShRUIOp>(loc, blk, spread(cst(32), lanes))),
-        k32(uint32_t(op.getStream()), lanes), k32(0, lanes)};
+        spread(stream, lanes), k32(0, lanes)};
     Value s = spread(*seed, lanes);
     Value key[2] = {b.create<arith::TruncIOp>(loc, like(i32, lanes), s),
                     b.create<arith::TruncIOp>(
@@ -1385,7 +1459,7 @@ Coords KernelEmitter::keptDomainCoords(const KeptSpace &k, Value pid) {
   int64_t rank = k.domain.size();
   if (k.flat) {
     Value start = mulS(pid, block);
-    activeLimit = b.create<arith::SubIOp>(loc, cst(k.elements), start);
+    activeLimit = lanesLeft(k.elements, start);
     return delinearize({start, 1, {}, block}, k.domain);
   }
   Coords dc(rank);
@@ -1393,7 +1467,7 @@ Coords KernelEmitter::keptDomainCoords(const KeptSpace &k, Value pid) {
   if (k.lanesKept) {
     Value start = mulS(remS(pid, k.blocksPerRow), block);
     dc[k.laneDim] = {start, 1, {}, block};
-    activeLimit = b.create<arith::SubIOp>(loc, cst(k.domain[k.laneDim]), start);
+    activeLimit = lanesLeft(k.domain[k.laneDim], start);
   }
   return dc;
 }
@@ -1403,6 +1477,11 @@ LogicalResult KernelEmitter::emitColumnPartial(int64_t n, ArrayRef<Operation *> 
   Block &entry = kernel.getBody().front();
   unsigned firstSlot = fusion.getBody().front().getNumArguments();
   KeptSpace ks = keptSpace();
+  int64_t accumulatorBytes = 0;
+  for (Operation *op : reductions)
+    accumulatorBytes += ks.elements * (widensSum(op, computeType(dtypeOf(op->getOperand(0)))) ? 8 : 4);
+  if (ks.lanesKept && accumulatorBytes <= target.rowScratchBytes())
+    return emitColumnPartialByRows(n, reductions, ks);
   kernel->setAttr(tile::kGridAttr, b.getI64IntegerAttr(ks.programs * n));
   Value pid = b.create<tile::ProgramIdOp>(loc, b.getI64Type());
   chunkId = divS(pid, ks.programs);
@@ -1447,6 +1526,100 @@ LogicalResult KernelEmitter::emitColumnPartial(int64_t n, ArrayRef<Operation *> 
   return success();
 }
 
+/// One program per slice of rows, walking its rows in memory order: every
+/// block of every row is read once, contiguously, and folded into
+/// accumulators for all kept elements kept in scratch rows. (A program per
+/// block of kept elements reads one block of every row: strided by the row,
+/// a new page per row, and each row fetched by every block's program.)
+LogicalResult KernelEmitter::emitColumnPartialByRows(int64_t n, ArrayRef<Operation *> reductions,
+                                                     const KeptSpace &ks) {
+  Block &entry = kernel.getBody().front();
+  unsigned firstSlot = fusion.getBody().front().getNumArguments();
+  kernel->setAttr(tile::kGridAttr, b.getI64IntegerAttr(n));
+  chunkId = b.create<tile::ProgramIdOp>(loc, b.getI64Type());
+  SmallVector<Value> accumulators;
+  SmallVector<Type> accTypes;
+  for (Operation *op : reductions) {
+    Value init = accumulatorInit(op, neutral(op, computeType(dtypeOf(op->getOperand(0)))));
+    accTypes.push_back(init.getType());
+    OpBuilder::InsertionGuard g(b);
+    b.setInsertionPointToStart(&entry);
+    accumulators.push_back(
+        b.create<tile::ScratchOp>(loc, tile::PtrType::get(b.getContext(), init.getType()), ks.elements));
+  }
+  // Element offset of the lanes of kept block `kp` in the kept shape (also
+  // in each scratch row); sets the active limit.
+  auto keptBlock = [&](Value kp, Coords &dc) -> FailureOr<Value> {
+    dc = keptDomainCoords(ks, kp);
+    int64_t stride = 0;
+    Value vecOffsets;
+    Value offset = offsetOf(keptCoords(ks, dc, ks.keptShape), ks.keptShape, stride, vecOffsets);
+    if (vecOffsets || stride != 1)
+      return fusion.emitOpError("internal error: a column partial whose lanes are not contiguous");
+    return offset;
+  };
+  auto unit = b.getI64IntegerAttr(1);
+  auto aligned = [&](Type t) {
+    return b.getI64IntegerAttr(std::min<int64_t>(64, block * t.getIntOrFloatBitWidth() / 8));
+  };
+  // Neutral accumulators.
+  if (failed(forLoop(ks.programs, ValueRange{},
+                     [&](Value kp, ValueRange, SmallVectorImpl<Value> &) -> LogicalResult {
+                       Coords dc;
+                       FailureOr<Value> at = keptBlock(kp, dc);
+                       if (failed(at))
+                         return failure();
+                       for (auto [k, op] : llvm::enumerate(reductions))
+                         b.create<tile::StoreOp>(
+                             loc, splat(accumulatorInit(op, neutral(op, computeType(dtypeOf(op->getOperand(0)))))),
+                             accumulators[k], *at, activeLimit, unit, aligned(accTypes[k]), UnitAttr());
+                       return success();
+                     })))
+    return failure();
+  ReducedLoops rows = reducedLoops(fusion.getReduced(), ks.domain, /*lanesElsewhere=*/true);
+  int64_t rowCount = numel(rows.outerSizes);
+  if (failed(forLoopRange(
+          divS(mulS(chunkId, rowCount), n), divS(mulS(addS(chunkId, cst(1)), rowCount), n),
+          ValueRange{}, [&](Value r, ValueRange, SmallVectorImpl<Value> &) -> LogicalResult {
+            return forLoop(
+                ks.programs, ValueRange{},
+                [&](Value kp, ValueRange, SmallVectorImpl<Value> &) -> LogicalResult {
+                  Coords dc;
+                  FailureOr<Value> at = keptBlock(kp, dc);
+                  if (failed(at))
+                    return failure();
+                  scatterIndex(r, rows.outerDims, rows.outerSizes, dc);
+                  for (auto [k, op] : llvm::enumerate(reductions)) {
+                    FailureOr<Value> v = value(op->getOperand(0), dc);
+                    if (failed(v))
+                      return failure();
+                    Value acc = b.create<tile::LoadOp>(loc, vecType(accTypes[k]), accumulators[k], *at,
+                                                       activeLimit, unit);
+                    b.create<tile::StoreOp>(loc, accumulate(op, acc, toBlock(*v)), accumulators[k], *at,
+                                            activeLimit, unit, aligned(accTypes[k]), UnitAttr());
+                  }
+                  return success();
+                });
+          })))
+    return failure();
+  // slot[slice][kept element], rounded once as the per-block partial does.
+  return forLoop(ks.programs, ValueRange{},
+                 [&](Value kp, ValueRange, SmallVectorImpl<Value> &) -> LogicalResult {
+                   Coords dc;
+                   FailureOr<Value> at = keptBlock(kp, dc);
+                   if (failed(at))
+                     return failure();
+                   for (auto [k, op] : llvm::enumerate(reductions)) {
+                     Value acc = b.create<tile::LoadOp>(loc, vecType(accTypes[k]), accumulators[k], *at,
+                                                        activeLimit, unit);
+                     b.create<tile::StoreOp>(loc, accumulated(op, acc), entry.getArgument(firstSlot + k),
+                                             addS(*at, mulS(chunkId, ks.elements)), activeLimit, unit,
+                                             unit, UnitAttr());
+                   }
+                   return success();
+                 });
+}
+
 LogicalResult KernelEmitter::emitColumnCombine(int64_t n, ArrayRef<Operation *> reductions) {
   bindArguments(reductions.size());
   Block &entry = kernel.getBody().front();
@@ -1485,11 +1658,97 @@ LogicalResult KernelEmitter::emitColumnCombine(int64_t n, ArrayRef<Operation *> 
   return success();
 }
 
+/// Whether `root`, or an op it reads at the same coordinates, costs more
+/// than a load: a transcendental, a division, random bits.
+static bool costlyToRecompute(Operation *root) {
+  SmallVector<Operation *> work = {root};
+  llvm::SmallPtrSet<Operation *, 16> seen;
+  while (!work.empty() && seen.size() < 64) {
+    Operation *op = work.pop_back_val();
+    if (!seen.insert(op).second)
+      continue;
+    if (llvm::isa<ExpOp, LogOp, TanhOp, ErfOp, PowOp, SigmoidOp, SqrtOp, RsqrtOp, Log1pOp,
+                  Expm1Op, RandomUniformOp>(op) ||
+        (llvm::isa<DivOp>(op) && llvm::isa<FloatType>(dtypeOf(op->getResult(0)))))
+      return true;
+    if (!readsOperandsInPlace(op))
+      continue;
+    for (Value operand : op->getOperands())
+      if (Operation *def = operand.getDefiningOp())
+        work.push_back(def);
+  }
+  return false;
+}
+
+void KernelEmitter::planRowScratch(const KeptSpace &ks) {
+  auto reduced = fusion.getReduced();
+  if (chunks > 0 || flatLanes || keptLanes || ks.lanesKept || reduced.size() != 1 ||
+      reduced[0] != int64_t(ks.domain.size()) - 1)
+    return;
+  rowDim = reduced[0];
+  int64_t budget = target.rowScratchBytes();
+  int64_t n = ks.domain[rowDim];
+  Block &body = fusion.getBody().front();
+  for (Operation &op : body.without_terminator()) {
+    if (!llvm::isa<ReduceSumOp, ReduceMaxOp, ReduceMinOp>(op) ||
+        squeezed(shapeOf(op.getResult(0))) != squeezed(ks.keptShape))
+      continue;
+    Value v = op.getOperand(0);
+    Operation *def = v.getDefiningOp();
+    Type ct = computeType(dtypeOf(v));
+    bool readAgain = llvm::any_of(v.getUsers(), [&](Operation *u) { return u != &op; });
+    int64_t bytes = n * (ct.getIntOrFloatBitWidth() / 8);
+    if (!def || rowScratch.count(v) || ArrayRef<int64_t>(shapeOf(v)) != ArrayRef<int64_t>(ks.domain) ||
+        !(ct.isF32() || ct.isF64()) || !readAgain || !costlyToRecompute(def) || bytes > budget)
+      continue;
+    budget -= bytes;
+    OpBuilder::InsertionGuard g(b);
+    b.setInsertionPointToStart(&kernel.getBody().front());
+    rowScratch[v].buffer =
+        b.create<tile::ScratchOp>(loc, tile::PtrType::get(b.getContext(), ct), n);
+  }
+}
+
+bool KernelEmitter::storeRowScratch(Value v, const Coords &c, Value x) {
+  auto it = rowScratch.find(v);
+  if (it == rowScratch.end() || it->second.filled)
+    return false;
+  int64_t bytes = getElementTypeOrSelf(x.getType()).getIntOrFloatBitWidth() / 8;
+  b.create<tile::StoreOp>(loc, x, it->second.buffer, rowStart, activeLimit,
+                          b.getI64IntegerAttr(1),
+                          b.getI64IntegerAttr(std::min<int64_t>(64, block * bytes)),
+                          UnitAttr());
+  it->second.stored = c;
+  return true;
+}
+
+std::optional<Value> KernelEmitter::loadRowScratch(Value v, const Coords &c) {
+  auto it = rowScratch.find(v);
+  if (it == rowScratch.end() || !it->second.filled || !rowStart)
+    return std::nullopt;
+  const Coords &stored = it->second.stored;
+  auto same = [](const Coord &x, const Coord &y) {
+    return x.scalar == y.scalar && x.coef == y.coef && x.vec == y.vec;
+  };
+  for (size_t d = 0; d < c.size(); ++d) {
+    bool match = int64_t(d) == rowDim
+                     ? c[d].scalar == rowStart && c[d].coef == 1 && !c[d].vec
+                     : same(c[d], stored[d]);
+    if (!match)
+      return std::nullopt;
+  }
+  Type t = llvm::cast<tile::PtrType>(it->second.buffer.getType()).getPointee();
+  return b.create<tile::LoadOp>(loc, vecType(t), it->second.buffer, rowStart, activeLimit,
+                                b.getI64IntegerAttr(1))
+      .getResult();
+}
+
 LogicalResult KernelEmitter::emit() {
   bindArguments(0);
   Block &body = fusion.getBody().front();
 
   KeptSpace ks = keptSpace();
+  planRowScratch(ks);
   auto domain = ks.domain;
   auto reduced = SmallVector<int64_t>(fusion.getReduced());
   bool lanesKept = ks.lanesKept;
@@ -1569,7 +1828,8 @@ LogicalResult KernelEmitter::emit() {
                          Coords c2 = cc;
                          Value start = mulS(j, block);
                          c2[laneDim] = {start, 1, {}, block};
-                         activeLimit = b.create<arith::SubIOp>(loc, cst(n), start);
+                         activeLimit = lanesLeft(n, start);
+                         rowStart = start;
                          return storeAll(c2);
                        });
       });

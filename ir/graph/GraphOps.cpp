@@ -412,6 +412,9 @@ LogicalResult RandomUniformOp::verify() {
   int64_t stream = getStreamAttr().getInt();
   if (stream < 0)
     return emitOpError("stream must be >= 0, got ") << stream;
+  if (getStreamValue() && stream != 0)
+    return emitOpError("has both a stream operand and stream = ")
+           << stream << "; give one of them";
   return success();
 }
 

@@ -464,14 +464,21 @@ def Graph_RandomUniformOp : Graph_Op<"random_uniform"> {
     produces the same bits, so a dropout mask is reproducible and the
     backward pass reuses it rather than drawing again.
 
+    Inside a `graph.fusion` the stream may come from an operand instead
+    (`stream_value`, with the attribute 0): fusion moves it there, so the
+    kernels of repeated layers, which differ only in their streams, are one
+    kernel compiled once.
+
     Example:
     ```mlir
     %u = graph.random_uniform %seed {stream = 3 : i64} : (tensor<i64>) -> tensor<4x8xf32>
+    %v = graph.random_uniform %seed, %stream : (tensor<i64>, tensor<i64>) -> tensor<4x8xf32>
     ```
   }];
-  let arguments = (ins Graph_SeedTensor:$seed, DefaultValuedAttr<I64Attr, "0">:$stream);
+  let arguments = (ins Graph_SeedTensor:$seed, Optional<Graph_SeedTensor>:$stream_value,
+                       DefaultValuedAttr<I64Attr, "0">:$stream);
   let results = (outs Graph_FloatTensor:$result);
-  let assemblyFormat = "$seed attr-dict `:` functional-type(operands, results)";
+  let assemblyFormat = "$seed (`,` $stream_value^)? attr-dict `:` functional-type(operands, results)";
   let hasVerifier = 1;
 }
 

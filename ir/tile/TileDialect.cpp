@@ -92,6 +92,13 @@ LogicalResult StoreScalarOp::verify() {
                       getValue().getType());
 }
 
+LogicalResult ScratchOp::verify() {
+  if (int64_t(getElements()) < 1)
+    return emitOpError() << "holds " << int64_t(getElements())
+                         << " elements; a scratch buffer needs at least one";
+  return success();
+}
+
 LogicalResult ReduceOp::verify() {
   if (elementOf(getBlock().getType()) != getType())
     return emitOpError() << "reduces " << getBlock().getType() << " to "

@@ -177,6 +177,25 @@ def Tile_StoreScalarOp : Tile_Op<"store_scalar", [MemoryEffects<[MemWrite]>]> {
   let hasVerifier = 1;
 }
 
+def Tile_ScratchOp : Tile_Op<"scratch", [MemoryEffects<[MemAlloc]>]> {
+  let summary = "a buffer private to one program";
+  let description = [{
+    `elements` elements that the running program alone reads and writes;
+    their contents are undefined when the program starts. Row kernels keep
+    a value computed in one pass over a row here for a later pass (a
+    softmax's exponentials), so the later pass loads it instead of
+    computing it again. Only targets whose programs run on one core with
+    a private stack (the CPU) are given scratch buffers.
+    ```mlir
+    %s = tile.scratch {elements = 1024 : i64} : !tile.ptr<f32>
+    ```
+  }];
+  let arguments = (ins I64Attr:$elements);
+  let results = (outs Tile_PtrType:$result);
+  let assemblyFormat = "attr-dict `:` qualified(type($result))";
+  let hasVerifier = 1;
+}
+
 def Tile_ReduceOp : Tile_Op<"reduce", [Pure]> {
   let summary = "folds a block into one value";
   let description = [{

@@ -184,21 +184,29 @@ func.func @mean(%x: tensor<512x1024xf32>) -> tensor<f32> {
 }
 
 // A column reduction with few blocks of kept elements (96 columns: 2 CPU
-// programs) over many rows: the partial kernel's programs each fold a
-// slice of the rows for one block of columns into slot[slice, column]
-// (2 x 128 programs: about 256, at least 32 rows a slice), the combine
-// kernel folds the 128 slices per column and finishes (here: times w). On
-// CUDA (one block of 128 columns), 256 slices of 32 rows.
+// blocks) over many rows: the partial kernel's programs each fold a slice
+// of the rows (128 slices of 64 rows) into slot[slice, column]; on the CPU
+// a program walks its rows in memory order, both blocks of each row, into
+// f64 accumulators kept in a scratch row; the combine kernel folds the 128
+// slices per column and finishes (here: times w). On CUDA (one block of
+// 128 columns), 256 slices of 32 rows.
 // CHECK-LABEL: func.func @colsum_kernel0_partial_{{[0-9a-f]+}}(
-// CHECK-SAME:    tile.grid = 256 : i64
-// CHECK:         %[[PID:.*]] = tile.program_id
-// CHECK:         %[[SLICE:.*]] = arith.divui %[[PID]], %c2_i64
+// CHECK-SAME:    tile.grid = 128 : i64
+// CHECK:         %[[ACC:.*]] = tile.scratch {elements = 96 : i64} : !tile.ptr<f64>
+// CHECK:         %[[SLICE:.*]] = tile.program_id
+// CHECK:         scf.for %{{.*}} = %c0_i64 to %c2_i64
+// CHECK:           tile.store %{{.*}}, %[[ACC]]
 // CHECK:         scf.for %{{.*}} = %[[LO:.*]] to %[[HI:.*]] step
-// CHECK:           tile.load %arg0
-// CHECK:           math.exp
-// CHECK:           arith.addf
-// CHECK:         arith.muli %[[SLICE]], %c96_i64
-// CHECK:         tile.store %{{.*}}, %arg2[
+// CHECK:           scf.for %{{.*}} = %c0_i64 to %c2_i64
+// CHECK:             tile.load %arg0
+// CHECK:             math.exp
+// CHECK:             tile.load %[[ACC]]
+// CHECK:             arith.addf
+// CHECK:             tile.store %{{.*}}, %[[ACC]]
+// CHECK:         scf.for %{{.*}} = %c0_i64 to %c2_i64
+// CHECK:           tile.load %[[ACC]]
+// CHECK:           arith.muli %[[SLICE]], %c96_i64
+// CHECK:           tile.store %{{.*}}, %arg2[
 // CHECK-NOT:     tile.reduce
 // CHECK-LABEL: func.func @colsum_kernel0_combine_{{[0-9a-f]+}}(
 // CHECK-SAME:    tile.grid = 2 : i64

@@ -25,11 +25,21 @@ func.func @transposed(%x: tensor<64x8xf32>) -> tensor<8x64xf32> {
   return %1 : tensor<8x64xf32>
 }
 
-// A streamed result: full blocks are non-temporal stores, the tail masked.
+// A streamed result: full blocks are non-temporal stores, the tail
+// (17039376 = 266240 blocks of 64 and 16) masked.
 // CHECK-LABEL: llvm.func @big_kernel0_{{[0-9a-f]+}}(
 // CHECK:         llvm.store {{.*}} {alignment = 64 : i64, nontemporal}
 // CHECK:         llvm.intr.masked.store
-func.func @big(%x: tensor<4096x4160xf32>) -> tensor<4096x4160xf32> {
-  %0 = graph.neg %x : tensor<4096x4160xf32>
-  return %0 : tensor<4096x4160xf32>
+func.func @big(%x: tensor<17039376xf32>) -> tensor<17039376xf32> {
+  %0 = graph.neg %x : tensor<17039376xf32>
+  return %0 : tensor<17039376xf32>
+}
+
+// Rows that fill their blocks: plain loads and stores, no masks.
+// CHECK-LABEL: llvm.func @rows_kernel0_{{[0-9a-f]+}}(
+// CHECK-NOT:     llvm.intr.masked
+// CHECK:         llvm.return
+func.func @rows(%x: tensor<16x4096xf32>) -> tensor<16x4096xf32> {
+  %0 = graph.neg %x : tensor<16x4096xf32>
+  return %0 : tensor<16x4096xf32>
 }

@@ -108,6 +108,22 @@ func.func @seed_i32(%x: tensor<4xf32>, %s: tensor<i32>) {
 
 // -----
 
+func.func @stream_twice(%s: tensor<i64>, %k: tensor<i64>) {
+  // expected-error @+1 {{'graph.random_uniform' op has both a stream operand and stream = 2; give one of them}}
+  %0 = graph.random_uniform %s, %k {stream = 2 : i64} : (tensor<i64>, tensor<i64>) -> tensor<4xf32>
+  return
+}
+
+// -----
+
+func.func @stream_operand_not_scalar(%s: tensor<i64>, %k: tensor<2xi64>) {
+  // expected-error @+1 {{'graph.random_uniform' op operand #1 must be 0-d tensor of i64 (a random seed), but got 'tensor<2xi64>'}}
+  %0 = graph.random_uniform %s, %k : (tensor<i64>, tensor<2xi64>) -> tensor<4xf32>
+  return
+}
+
+// -----
+
 func.func @random_integer_result(%s: tensor<i64>) {
   // expected-error @+1 {{'graph.random_uniform' op result #0 must be statically shaped tensor of f32, f16, bf16 or f64, but got 'tensor<4xi32>'}}
   %0 = graph.random_uniform %s : (tensor<i64>) -> tensor<4xi32>

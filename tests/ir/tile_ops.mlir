@@ -7,14 +7,21 @@
 // CHECK: tile.program_id : i64
 // CHECK: tile.lanes : vector<16xi64>
 // CHECK: tile.load %arg0[%{{.*}}], %{{.*}} {stride = 1 : i64} : !tile.ptr<f32> -> vector<16xf32>
+// CHECK: tile.load %arg0[%{{.*}}], %{{.*}} {stride = 1 : i64} : !tile.ptr<f32> -> vector<16xf32>
 // CHECK: tile.gather %arg0[%{{.*}}], %{{.*}} : !tile.ptr<f32>, vector<16xi64>, vector<16xi1> -> vector<16xf32>
 // CHECK: tile.load_scalar %arg1[%{{.*}}] : !tile.ptr<i8> -> i8
 // CHECK: tile.reduce max %{{.*}} : vector<16xf32> -> f32
 // CHECK: tile.store %{{.*}}, %arg2[%{{.*}}], %{{.*}} {stride = 2 : i64} : vector<16xf32>, !tile.ptr<f32>
 // CHECK: tile.scatter %{{.*}}, %arg2[%{{.*}}], %{{.*}} : vector<16xf32>, !tile.ptr<f32>, vector<16xi64>, vector<16xi1>
 // CHECK: tile.store_scalar %{{.*}}, %arg2[%{{.*}}] : f32, !tile.ptr<f32>
+// CHECK: tile.scratch {elements = 16 : i64} : !tile.ptr<f32>
 // LLVM-LABEL: llvm.func @all_ops(
 // LLVM-SAME:     !llvm.ptr, %{{.*}}: i64, %{{.*}}: i64)
+// A scratch row is allocated once, before the loop over programs.
+// LLVM: llvm.alloca %{{.*}} x f32 {alignment = 64 : i64}
+// LLVM: ^bb
+// A block known to be full needs no mask.
+// LLVM: llvm.load %{{.*}} {alignment = 4 : i64} : !llvm.ptr -> vector<16xf32>
 // LLVM: llvm.intr.masked.load
 // LLVM: llvm.intr.masked.gather
 // LLVM: llvm.intr.vector.reduce.fmaximum
@@ -24,7 +31,10 @@ func.func @all_ops(%p: !tile.ptr<f32>, %b: !tile.ptr<i8>, %o: !tile.ptr<f32>) at
   %l = tile.lanes : vector<16xi64>
   %c16 = arith.constant 16 : i64
   %off = arith.muli %pid, %c16 : i64
-  %v = tile.load %p[%off], %c16 {stride = 1 : i64} : !tile.ptr<f32> -> vector<16xf32>
+  %full = tile.load %p[%off], %c16 {stride = 1 : i64} : !tile.ptr<f32> -> vector<16xf32>
+  %left = arith.subi %c16, %pid : i64
+  %part = tile.load %p[%off], %left {stride = 1 : i64} : !tile.ptr<f32> -> vector<16xf32>
+  %v = arith.addf %full, %part : vector<16xf32>
   %lim = vector.splat %c16 : vector<16xi64>
   %m = arith.cmpi slt, %l, %lim : vector<16xi64>
   %g = tile.gather %p[%l], %m : !tile.ptr<f32>, vector<16xi64>, vector<16xi1> -> vector<16xf32>
@@ -36,5 +46,7 @@ func.func @all_ops(%p: !tile.ptr<f32>, %b: !tile.ptr<i8>, %o: !tile.ptr<f32>) at
   tile.store %s, %o[%off], %c16 {stride = 2 : i64} : vector<16xf32>, !tile.ptr<f32>
   tile.scatter %g, %o[%l], %m : vector<16xf32>, !tile.ptr<f32>, vector<16xi64>, vector<16xi1>
   tile.store_scalar %r, %o[%pid] : f32, !tile.ptr<f32>
+  %row = tile.scratch {elements = 16 : i64} : !tile.ptr<f32>
+  tile.store %v, %row[%pid], %c16 {stride = 1 : i64} : vector<16xf32>, !tile.ptr<f32>
   return
 }

@@ -49,16 +49,18 @@ func.func @ln_loss(%x: tensor<16x64xf32>, %g: tensor<64xf32>, %b: tensor<64xf32>
 // CHECK-COUNT-2: graph.fusion "
 // CHECK-NOT:     graph.fusion "
 // CHECK:         return
-// ... and backward: the same, the second reduction also giving each row's
-// gradient scale, and one row kernel for dlogits; no cotangent (no
-// scatter_add) for the check's constant table.
+// ... and backward: the count of non-ignored targets (and the gradient
+// scale) first, from the targets alone, so that the row kernel computes
+// dlogits beside the loss (exp(x - max) is never written for another
+// kernel to read back), then the mean; no cotangent (no scatter_add) for
+// the check's constant table.
 // CHECK-LABEL: func.func @ce_value_and_grad(
 // CHECK:         graph.fusion "{{.*}}kind = "pointwise"
 // CHECK:         graph.gather
 // CHECK-NOT:     graph.scatter_add
-// CHECK:         graph.fusion "{{.*}}reduced = array<i64: 1>}
+// CHECK:         graph.fusion "{{.*}}(%arg1) {{.*}}reduced = array<i64: 0>}
+// CHECK:         graph.fusion "{{.*}}(%arg0, {{.*}}reduced = array<i64: 1>} : {{.*}} -> (tensor<16xf32>, tensor<16x50xf32>)
 // CHECK:         graph.fusion "{{.*}}reduced = array<i64: 0>}
-// CHECK:         graph.fusion "{{.*}}reduced = array<i64: 1>}
 // CHECK-NOT:     graph.fusion "
 // CHECK:         return
 func.func @ce(%x: tensor<16x50xf32>, %t: tensor<16xi64>) -> tensor<f32> {

@@ -137,12 +137,15 @@ def check_structure(fused):
                 assert not set(r["ops"]) & REDUCTIONS, f"a reduction in a pointwise kernel: {r}"
                 assert r["reduced"] == (), f"a pointwise kernel with reduced dims: {r}"
     # Constants and fills are recomputed inside the kernels that read them,
-    # never passed in; every kernel result is read outside its kernel.
+    # never passed in, but for the streams of random ops (0-d i64 fills):
+    # those are inputs so that kernels differing only in their stream are
+    # one kernel. Every kernel result is read outside its kernel.
     lines = top_level(entry_body(text, fused._graph.entry))
     generated = set()
     for line in lines:
         m = re.match(r"\s*(%\w+) = graph\.(\w+)", line)
-        if m and m.group(2) in GENERATORS:
+        stream = re.match(r"\s*%\w+ = graph\.full \S+ : tensor<i64>$", line)
+        if m and m.group(2) in GENERATORS and not stream:
             generated.add(m.group(1))
         m = re.match(r"\s*%[\w:]+ = graph\.fusion \"(\w+)\"\(([^)]*)\)", line)
         if m:
