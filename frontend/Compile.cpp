@@ -7,6 +7,7 @@
 // own buffers).
 //
 //===----------------------------------------------------------------------===//
+#include "frontend/CpuDiskCache.h"
 #include "frontend/Executable.h"
 #include "frontend/GraphImpl.h"
 
@@ -203,9 +204,12 @@ cudaBinaries(const Graph::Impl &g, const Program &program, ModuleOp kernels, con
 #endif
 }
 
+/// Called with a finished CPU compile and its machine code (to keep it).
+using CpuCodeHook = std::function<void(const CompiledArtifacts &, const CpuCode &)>;
+
 std::shared_ptr<const CompiledArtifacts>
 compileArtifacts(const Graph::Impl &g, const TargetInfo &target,
-                 const FusedRewrite &afterFusion = {}) {
+                 const FusedRewrite &afterFusion = {}, const CpuCodeHook &onCpuCode = {}) {
   auto start = std::chrono::steady_clock::now();
   auto art = std::make_shared<CompiledArtifacts>();
   auto last = start;
@@ -244,6 +248,7 @@ compileArtifacts(const Graph::Impl &g, const TargetInfo &target,
     return art;
   }
   std::vector<std::string> names = kernelSymbols(art->program);
+  CpuCode cpuCode;
   runCapturingDiagnostics("cannot compile @" + g.entry + " for " + target.name(),
                           [&]() -> LogicalResult {
     FailureOr<CpuCode> code = jitCpuKernels(*built.kernels, names);
@@ -251,11 +256,14 @@ compileArtifacts(const Graph::Impl &g, const TargetInfo &target,
       return failure();
     art->kernels = code->kernels;
     art->code = code->owner;
+    cpuCode = std::move(*code);
     return success();
   });
   stage("machine code");
   art->compileSeconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  if (onCpuCode)
+    onCpuCode(*art, cpuCode);
   return art;
 }
 
@@ -372,7 +380,21 @@ std::shared_ptr<Executable> Graph::compile(const std::string &device) const {
   std::shared_ptr<const CompiledArtifacts> art = cache.find(key);
   bool hit = art != nullptr;
   if (!hit) {
-    art = compileArtifacts(*impl_, *target);
+    // Another process may have compiled this graph for this CPU before.
+    // Its source locations are part of that key: the Program reports them.
+    std::string diskKey;
+    if (targetName == "cpu") {
+      std::string located;
+      llvm::raw_string_ostream os(located);
+      impl_->module->print(os, OpPrintingFlags().enableDebugInfo());
+      diskKey = cpuDiskKey(key.substr(0, key.find('\n')) + "\n@" + impl_->entry + "\n" + located);
+    }
+    art = loadCpuCompile(diskKey);
+    if (!art)
+      art = compileArtifacts(*impl_, *target, {},
+                             [&](const CompiledArtifacts &done, const CpuCode &code) {
+                               storeCpuCompile(diskKey, done, code);
+                             });
     cache.insert(key, art);
   }
   double seconds =

@@ -38,12 +38,15 @@ using namespace mlir;
 using namespace tilefuse;
 
 namespace {
-void initializeOnce(MLIRContext *ctx) {
+void initializeNativeTargetOnce() {
   static std::once_flag once;
   std::call_once(once, [] {
     llvm::InitializeNativeTarget();
     llvm::InitializeNativeTargetAsmPrinter();
   });
+}
+void initializeOnce(MLIRContext *ctx) {
+  initializeNativeTargetOnce();
   registerBuiltinDialectTranslation(*ctx);
   registerLLVMDialectTranslation(*ctx);
 }
@@ -169,18 +172,17 @@ unresolvedCalls(const llvm::object::ObjectFile &object, const llvm::StringSet<> 
   return missing;
 }
 
-/// Links the shards' objects in one JIT whose only external symbols are
+/// Links object files in one JIT whose only external symbols are
 /// cpuKernelSymbols(): never the process's, so linking does not depend on
 /// what else the process has loaded.
 llvm::Expected<std::unique_ptr<llvm::orc::LLJIT>>
-linkShards(std::vector<Shard> &shards, const CpuTarget &target) {
+linkObjects(const std::vector<llvm::StringRef> &objects, const CpuTarget &target) {
   llvm::StringSet<> provided;
   for (const auto &[name, address] : cpuKernelSymbols())
     provided.insert(name);
   std::string unresolved;
-  for (Shard &shard : shards) {
-    auto object = llvm::object::ObjectFile::createObjectFile(
-        llvm::MemoryBufferRef(llvm::StringRef(shard.object.data(), shard.object.size()), "kernels"));
+  for (llvm::StringRef bytes : objects) {
+    auto object = llvm::object::ObjectFile::createObjectFile(llvm::MemoryBufferRef(bytes, "kernels"));
     if (!object)
       return object.takeError();
     for (const auto &[symbol, kernels] : unresolvedCalls(**object, provided)) {
@@ -218,13 +220,28 @@ linkShards(std::vector<Shard> &shards, const CpuTarget &target) {
         llvm::JITSymbolFlags::Exported | llvm::JITSymbolFlags::Callable);
   if (llvm::Error e = (*jit)->getMainJITDylib().define(llvm::orc::absoluteSymbols(symbols)))
     return std::move(e);
-  for (Shard &shard : shards) {
-    auto bytes = llvm::MemoryBuffer::getMemBufferCopy(
-        llvm::StringRef(shard.object.data(), shard.object.size()), "kernels");
-    if (llvm::Error e = (*jit)->addObjectFile(std::move(bytes)))
+  for (llvm::StringRef object : objects)
+    if (llvm::Error e = (*jit)->addObjectFile(llvm::MemoryBuffer::getMemBufferCopy(object, "kernels")))
       return std::move(e);
-  }
   return std::move(*jit);
+}
+
+/// The entry points of `names` in `jit`, a kernel in `aliases` by the
+/// kernel whose code it runs.
+llvm::Expected<std::vector<CpuKernelFn>>
+lookUpKernels(llvm::orc::LLJIT &jit, const std::map<std::string, std::string> &aliases,
+              const std::vector<std::string> &names) {
+  std::vector<CpuKernelFn> kernels;
+  for (const std::string &name : names) {
+    auto found = aliases.find(name);
+    auto address = jit.lookup(found == aliases.end() ? name : found->second);
+    if (!address)
+      return llvm::make_error<llvm::StringError>(
+          "no compiled kernel named '" + name + "': " + llvm::toString(address.takeError()),
+          llvm::inconvertibleErrorCode());
+    kernels.push_back(address->toPtr<CpuKernelFn>());
+  }
+  return kernels;
 }
 } // namespace
 
@@ -259,19 +276,40 @@ FailureOr<CpuCode> tilefuse::jitCpuKernels(ModuleOp module,
   for (Shard &shard : shards)
     if (!shard.error.empty())
       return mlir::emitError(module.getLoc(), "the CPU JIT failed: ") << shard.error;
-  auto jit = linkShards(shards, *target);
+  CpuCode code;
+  for (Shard &shard : shards)
+    code.objects.emplace_back(shard.object.data(), shard.object.size());
+  code.aliases = std::move(representative);
+  std::vector<llvm::StringRef> objects(code.objects.begin(), code.objects.end());
+  auto jit = linkObjects(objects, *target);
   if (!jit)
     return mlir::emitError(module.getLoc(), "the CPU JIT failed: ") << llvm::toString(jit.takeError());
-  CpuCode code;
-  for (const std::string &name : names) {
-    auto found = representative.find(name);
-    auto address = (*jit)->lookup(found == representative.end() ? name : found->second);
-    if (!address)
-      return mlir::emitError(module.getLoc(), "no compiled kernel named '")
-             << name << "': " << llvm::toString(address.takeError());
-    code.kernels.push_back(address->toPtr<CpuKernelFn>());
-  }
+  auto kernels = lookUpKernels(**jit, code.aliases, names);
+  if (!kernels)
+    return mlir::emitError(module.getLoc(), "the CPU JIT failed: ") << llvm::toString(kernels.takeError());
+  code.kernels = std::move(*kernels);
   code.owner = std::shared_ptr<llvm::orc::LLJIT>(std::move(*jit));
+  return code;
+}
+
+llvm::Expected<CpuCode> tilefuse::linkCpuObjects(const std::vector<std::string> &objects,
+                                                 const std::map<std::string, std::string> &aliases,
+                                                 const std::vector<std::string> &names) {
+  initializeNativeTargetOnce();
+  auto target = selectCpuTarget(/*runsHere=*/true);
+  if (!target)
+    return target.takeError();
+  auto jit = linkObjects(std::vector<llvm::StringRef>(objects.begin(), objects.end()), *target);
+  if (!jit)
+    return jit.takeError();
+  auto kernels = lookUpKernels(**jit, aliases, names);
+  if (!kernels)
+    return kernels.takeError();
+  CpuCode code;
+  code.kernels = std::move(*kernels);
+  code.owner = std::shared_ptr<llvm::orc::LLJIT>(std::move(*jit));
+  code.objects = objects;
+  code.aliases = aliases;
   return code;
 }
 

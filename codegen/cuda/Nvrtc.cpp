@@ -1,5 +1,6 @@
 //===- Nvrtc.cpp ----------------------------------------------------------===//
 #include "codegen/cuda/Nvrtc.h"
+#include "codegen/CacheDir.h"
 #include "runtime/CompileProgress.h"
 
 #include "runtime/HostTensor.h"
@@ -198,14 +199,7 @@ void removeStaleTemporaries(const std::string &dir) {
 }
 } // namespace
 
-std::string tilefuse::cudaCacheDir() {
-  if (const char *d = std::getenv("TILEFUSE_CACHE_DIR"); d && *d)
-    return std::string(d) + "/cubin";
-  if (const char *x = std::getenv("XDG_CACHE_HOME"); x && *x)
-    return std::string(x) + "/tilefuse/cubin";
-  const char *home = std::getenv("HOME");
-  return std::string(home && *home ? home : "/tmp") + "/.cache/tilefuse/cubin";
-}
+std::string tilefuse::cudaCacheDir() { return cacheRoot() + "/cubin"; }
 
 std::vector<CudaBinary> tilefuse::compileCudaUnits(const std::vector<std::string> &units,
                                                    const std::string &arch,

@@ -3,12 +3,16 @@
 * `import tilefuse` works from the build tree: if TILEFUSE_BUILD_DIR is set,
   $TILEFUSE_BUILD_DIR/python goes first on sys.path; otherwise an installed
   tilefuse is used, falling back to <repo>/build/python.
+* TILEFUSE_CACHE_DIR points at a folder of this session (removed at exit).
 * `seed` / `rng`: a per-test seed (stable across runs, different for every
   test id; TILEFUSE_TEST_SEED shifts all of them) and a numpy Generator
   seeded with it. Failure messages print the seed.
 """
+import atexit
 import importlib.util
 import os
+import shutil
+import tempfile
 import sys
 import zlib
 
@@ -31,6 +35,18 @@ def _setup_path():
 
 
 _setup_path()
+
+
+def _private_cache():
+    """Compiled code (cubins, CPU compiles) goes to a folder of this test
+    session: tests see cold compiles unless they ask otherwise, and the
+    user's cache is left alone."""
+    folder = tempfile.mkdtemp(prefix="tilefuse-test-cache-")
+    os.environ["TILEFUSE_CACHE_DIR"] = folder
+    atexit.register(shutil.rmtree, folder, True)
+
+
+_private_cache()
 
 
 @pytest.fixture

@@ -4,6 +4,7 @@ are silent otherwise."""
 import os
 import subprocess
 import sys
+import tempfile
 
 SCRIPT = """
 import numpy as np, tilefuse, tilefuse.functional as F
@@ -18,7 +19,10 @@ tilefuse.compile(f, x, device="cpu")(x)
 
 
 def _compile(progress):
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    # A cold compile: an empty cache folder (a warm one loads the machine
+    # code from disk and has nothing to count).
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path),
+               TILEFUSE_CACHE_DIR=tempfile.mkdtemp(prefix="tilefuse-progress-"))
     env.pop("TILEFUSE_PROGRESS", None)
     if progress is not None:
         env["TILEFUSE_PROGRESS"] = progress

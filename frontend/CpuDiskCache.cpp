@@ -1,0 +1,212 @@
+//===- CpuDiskCache.cpp - compiled CPU graphs kept between processes ------===//
+#include "frontend/CpuDiskCache.h"
+
+#include "codegen/CacheDir.h"
+#include "codegen/cpu/CpuJit.h"
+#include "codegen/cpu/CpuTarget.h"
+#include "frontend/Executable.h"
+#include "runtime/Artifact.h"
+#include "runtime/ProgramIO.h"
+
+#include "llvm/Config/llvm-config.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <dlfcn.h>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <sys/stat.h>
+#include <thread>
+#include <unistd.h>
+
+using namespace tilefuse;
+namespace fs = std::filesystem;
+
+namespace {
+
+/// This build of tilefuse: the file its code was loaded from, its size and
+/// modification time (a rebuild changes them). Empty when unknown.
+std::string buildIdentity() {
+  static const std::string identity = [] {
+    Dl_info info;
+    if (!dladdr(reinterpret_cast<void *>(&buildIdentity), &info) || !info.dli_fname)
+      return std::string();
+    struct stat st;
+    if (stat(info.dli_fname, &st) != 0)
+      return std::string();
+    return std::string(info.dli_fname) + " " + std::to_string(st.st_size) + " " +
+           std::to_string(st.st_mtim.tv_sec) + "." + std::to_string(st.st_mtim.tv_nsec);
+  }();
+  return identity;
+}
+
+bool cacheOff() {
+  const char *v = std::getenv("TILEFUSE_CPU_CACHE");
+  return v && std::string(v) == "0";
+}
+
+uint64_t capacityBytes() {
+  const char *v = std::getenv("TILEFUSE_CPU_CACHE_MB");
+  if (v && *v) {
+    char *end = nullptr;
+    long long mb = std::strtoll(v, &end, 10);
+    if (*end == '\0' && mb >= 0)
+      return uint64_t(mb) << 20;
+  }
+  return uint64_t(1024) << 20;
+}
+
+std::string entryPath(const std::string &diskKey) {
+  char name[32];
+  std::snprintf(name, sizeof name, "%016llx.tfa",
+                static_cast<unsigned long long>(fnv1a64(diskKey.data(), diskKey.size())));
+  return cpuCacheDir() + "/" + name;
+}
+
+/// Removes the least recently used entries (and temporaries left by killed
+/// writers) until the folder holds at most the capacity.
+void evict(const std::string &dir) {
+  std::vector<std::pair<fs::file_time_type, fs::path>> entries;
+  uint64_t total = 0;
+  std::error_code ec;
+  auto now = fs::file_time_type::clock::now();
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    std::error_code e;
+    auto written = fs::last_write_time(it->path(), e);
+    if (e || !it->is_regular_file(e))
+      continue;
+    std::string name = it->path().filename().string();
+    if (name.find(".tfa.tmp.") != std::string::npos) {
+      if (now - written > std::chrono::hours(1))
+        fs::remove(it->path(), e);
+      continue;
+    }
+    if (it->path().extension() != ".tfa")
+      continue;
+    uint64_t size = it->file_size(e);
+    if (e)
+      continue;
+    total += size;
+    entries.emplace_back(written, it->path());
+  }
+  uint64_t limit = capacityBytes();
+  std::sort(entries.begin(), entries.end());
+  for (auto &[when, path] : entries) {
+    if (total <= limit)
+      break;
+    std::error_code e;
+    uint64_t size = fs::file_size(path, e);
+    if (!e && fs::remove(path, e))
+      total -= size;
+  }
+}
+
+} // namespace
+
+std::string tilefuse::cpuCacheDir() { return cacheRoot() + "/cpu"; }
+
+std::string tilefuse::cpuDiskKey(const std::string &key) {
+  std::string identity = buildIdentity();
+  if (cacheOff() || identity.empty())
+    return "";
+  auto target = selectCpuTarget(/*runsHere=*/true);
+  if (!target) {
+    llvm::consumeError(target.takeError());
+    return "";
+  }
+  return "tilefuse cpu compile\n" + identity + "\nLLVM " LLVM_VERSION_STRING "\n" +
+         target->triple + " " + target->cpu + " " + target->features + "\n" + key;
+}
+
+std::shared_ptr<CompiledArtifacts> tilefuse::loadCpuCompile(const std::string &diskKey) {
+  if (diskKey.empty())
+    return nullptr;
+  auto start = std::chrono::steady_clock::now();
+  std::string path = entryPath(diskKey);
+  std::error_code ec;
+  if (!fs::is_regular_file(path, ec))
+    return nullptr;
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream bytes;
+  bytes << in.rdbuf();
+  Artifact entry;
+  try {
+    entry = readArtifact(bytes.str());
+  } catch (const CompileError &) {
+    return nullptr; // corrupt or truncated: compiled again and replaced
+  }
+  if (entry.target != "cpu" || entry.metadata != diskKey)
+    return nullptr; // another key with the same hash
+  auto art = std::make_shared<CompiledArtifacts>();
+  std::vector<std::string> objects;
+  std::map<std::string, std::string> aliases;
+  for (auto &[name, blob] : entry.blobs) {
+    if (name == "object") {
+      objects.push_back(std::move(blob));
+    } else if (name == "aliases") {
+      std::istringstream lines(blob);
+      std::string alias, kept;
+      while (lines >> alias >> kept)
+        aliases[alias] = kept;
+    } else if (name == "fused.mlir") {
+      art->fusedIR = std::move(blob);
+    } else if (name == "tile.mlir") {
+      art->tileIR = std::move(blob);
+    }
+  }
+  auto code = linkCpuObjects(objects, aliases, kernelSymbols(entry.program));
+  if (!code) {
+    llvm::consumeError(code.takeError());
+    return nullptr;
+  }
+  art->program = std::move(entry.program);
+  art->target = "cpu";
+  art->kernels = std::move(code->kernels);
+  art->code = std::move(code->owner);
+  art->compileSeconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  art->stageSeconds = {{"disk cache", art->compileSeconds}};
+  fs::last_write_time(path, fs::file_time_type::clock::now(), ec); // recently used
+  return art;
+}
+
+void tilefuse::storeCpuCompile(const std::string &diskKey, const CompiledArtifacts &art,
+                               const CpuCode &code) {
+  if (diskKey.empty())
+    return;
+  Artifact entry;
+  entry.target = "cpu";
+  entry.program = art.program;
+  entry.metadata = diskKey;
+  for (const std::string &object : code.objects)
+    entry.blobs.emplace_back("object", object);
+  std::string aliases;
+  for (const auto &[alias, kept] : code.aliases)
+    aliases += alias + " " + kept + "\n";
+  entry.blobs.emplace_back("aliases", std::move(aliases));
+  entry.blobs.emplace_back("fused.mlir", art.fusedIR);
+  entry.blobs.emplace_back("tile.mlir", art.tileIR);
+  std::string dir = cpuCacheDir();
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  std::string path = entryPath(diskKey);
+  // Written beside, then renamed: readers see the old entry or the new one.
+  std::string tmp = path + ".tmp." + std::to_string(::getpid()) + "." +
+                    std::to_string(std::hash<std::thread::id>()(std::this_thread::get_id()));
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    std::string bytes = writeArtifact(entry);
+    out.write(bytes.data(), std::streamsize(bytes.size()));
+    out.close();
+    if (!out) {
+      fs::remove(tmp, ec);
+      return;
+    }
+  }
+  fs::rename(tmp, path, ec);
+  if (ec)
+    fs::remove(tmp, ec);
+  evict(dir);
+}
