@@ -362,6 +362,7 @@ private:
   FailureOr<Value> load(BlockArgument arg, const Coords &c);
   FailureOr<Value> elementwise(Operation *op, const Coords &c);
   FailureOr<Value> reduction(Operation *op, const Coords &c);
+  std::optional<FailureOr<Value>> oneHotPick(Operation *op, Coords operandCoords);
   FailureOr<Value> argmax(ArgmaxOp op, const Coords &c);
   /// Block `j` of `operand` along dimension `dim` (of `n` elements) at
   /// `coords`, as a block; the active limit becomes the lanes in the row.
@@ -948,6 +949,9 @@ FailureOr<Value> KernelEmitter::reduction(Operation *op, const Coords &c) {
     }
   }
   bool lanesInResult = llvm::any_of(c, [](const Coord &x) { return !x.isScalar(); });
+  if (!lanesInResult)
+    if (std::optional<FailureOr<Value>> picked = oneHotPick(op, oc))
+      return *picked;
   ReducedLoops loops = reducedLoops(dims, in, lanesInResult);
   // Named copies: lambdas below capture them (C++17 lambdas cannot capture
   // structured bindings).
@@ -1030,6 +1034,75 @@ FailureOr<Value> KernelEmitter::reduction(Operation *op, const Coords &c) {
   Type accType = getElementTypeOrSelf(acc[0].getType());
   Value folded = b.create<tile::ReduceOp>(loc, accType, kind, acc[0]);
   return accType == ct ? folded : b.create<arith::TruncFOp>(loc, ct, folded).getResult();
+}
+
+/// A sum along one dimension `d` of select(iota_d == k, v, 0), with `k`
+/// constant along `d` (a one-hot pick: cross-entropy's target logit, its
+/// gradient's one-hot row) is v at index k, or 0 when k is outside the
+/// dimension: exactly the sum (every other term is 0), without a pass over
+/// the row. `oc` holds the operand coordinates of the kept dimensions.
+std::optional<FailureOr<Value>> KernelEmitter::oneHotPick(Operation *op, Coords oc) {
+  auto dims = op->getAttrOfType<DenseI64ArrayAttr>("dims").asArrayRef();
+  if (!isa<ReduceSumOp>(op) || dims.size() != 1)
+    return std::nullopt;
+  int64_t d = dims[0];
+  Value operand = op->getOperand(0);
+  bool negated = false;
+  if (auto neg = operand.getDefiningOp<NegOp>()) {
+    operand = neg.getOperand();
+    negated = true;
+  }
+  auto select = operand.getDefiningOp<SelectOp>();
+  auto isZero = [](Value v) {
+    auto full = v.getDefiningOp<FullOp>();
+    return full && full.getValue().isZero();
+  };
+  if (!select || !isZero(select.getOperand(2)))
+    return std::nullopt;
+  auto eq = select.getOperand(0).getDefiningOp<EqOp>();
+  if (!eq)
+    return std::nullopt;
+  auto iotaAlongD = [&](Value v) {
+    auto iota = v.getDefiningOp<IotaOp>();
+    return iota && int64_t(iota.getDim()) == d;
+  };
+  // k: a broadcast that maps no operand dimension to d.
+  auto constantAlongD = [&](Value v) {
+    auto bc = v.getDefiningOp<BroadcastInDimOp>();
+    return bc && !llvm::is_contained(bc.getDims(), d);
+  };
+  Value k;
+  if (iotaAlongD(eq.getOperand(0)) && constantAlongD(eq.getOperand(1)))
+    k = eq.getOperand(1);
+  else if (iotaAlongD(eq.getOperand(1)) && constantAlongD(eq.getOperand(0)))
+    k = eq.getOperand(0);
+  if (!k)
+    return std::nullopt;
+  int64_t n = shapeOf(operand)[d];
+  oc[d] = constCoord(0);
+  FailureOr<Value> index = value(k, oc);
+  if (failed(index))
+    return failure();
+  Value at = *index;
+  if (!at.getType().isInteger(64))
+    at = b.create<arith::ExtSIOp>(loc, b.getI64Type(), at);
+  Value inside = b.create<arith::AndIOp>(
+      loc, b.create<arith::CmpIOp>(loc, arith::CmpIPredicate::sge, at, cst(0)),
+      b.create<arith::CmpIOp>(loc, arith::CmpIPredicate::slt, at, cst(n)));
+  // Read in bounds only: an index outside the row picks 0, not memory.
+  oc[d] = {b.create<arith::SelectOp>(loc, inside, at, cst(0)), 0, {}, 1};
+  FailureOr<Value> v = value(select.getOperand(1), oc);
+  if (failed(v))
+    return failure();
+  if (llvm::isa<VectorType>(v->getType()))
+    return FailureOr<Value>(fusion.emitOpError("internal error: a one-hot pick produced a block"));
+  Value zero = b.create<arith::ConstantOp>(loc, b.getZeroAttr(v->getType()));
+  Value picked = b.create<arith::SelectOp>(loc, inside, *v, zero);
+  if (negated)
+    picked = llvm::isa<FloatType>(picked.getType())
+                 ? Value(b.create<arith::NegFOp>(loc, picked))
+                 : Value(b.create<arith::SubIOp>(loc, zero, picked));
+  return FailureOr<Value>(picked);
 }
 
 /// First maximum wins and NaN counts as the maximum (as numpy): a scalar
