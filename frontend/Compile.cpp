@@ -270,7 +270,8 @@ compileArtifacts(const Graph::Impl &g, const TargetInfo &target,
 } // namespace
 
 namespace {
-/// Compiled graphs by (target, graph text), the most recently used first,
+/// Compiled graphs by (target, settings, graph text with its source
+/// locations), the most recently used first,
 /// at most TILEFUSE_COMPILE_CACHE entries (default 64): a sweep over many
 /// graphs must not grow without bound. Executables keep their own artifacts
 /// alive; an evicted graph is compiled again when asked for.
@@ -372,8 +373,15 @@ std::shared_ptr<Executable> Graph::compile(const std::string &device) const {
   for (const char *name : {"TILEFUSE_REMATERIALIZE", "TILEFUSE_MEMORY_PLAN"})
     if (const char *v = std::getenv(name))
       settings += std::string(" ") + name + "=" + v;
+  // The graph with its source locations: the Program reports them, so the
+  // same graph traced from other lines is another compile.
+  std::string located;
+  {
+    llvm::raw_string_ostream os(located);
+    impl_->module->print(os, OpPrintingFlags().enableDebugInfo());
+  }
   std::string key = targetName + (cpu ? std::string("/") + cpu : "") + settings + "\n@" +
-                    impl_->entry + "\n" + mlir();
+                    impl_->entry + "\n" + located;
   CompileCache &cache = compileCache();
   std::lock_guard<std::mutex> lock(cache.mutex);
   // (one compile at a time: the MLIR context is single-threaded)
@@ -381,14 +389,7 @@ std::shared_ptr<Executable> Graph::compile(const std::string &device) const {
   bool hit = art != nullptr;
   if (!hit) {
     // Another process may have compiled this graph for this CPU before.
-    // Its source locations are part of that key: the Program reports them.
-    std::string diskKey;
-    if (targetName == "cpu") {
-      std::string located;
-      llvm::raw_string_ostream os(located);
-      impl_->module->print(os, OpPrintingFlags().enableDebugInfo());
-      diskKey = cpuDiskKey(key.substr(0, key.find('\n')) + "\n@" + impl_->entry + "\n" + located);
-    }
+    std::string diskKey = targetName == "cpu" ? cpuDiskKey(key) : "";
     art = loadCpuCompile(diskKey);
     if (!art)
       art = compileArtifacts(*impl_, *target, {},
