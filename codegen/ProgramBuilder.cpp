@@ -280,7 +280,13 @@ private:
                : lowerSplitReduction(fusion, reductions, slices, kernels, target, name);
     if (failed(ks))
       return failure();
-    int64_t keptElements = numel(shapeOf(reductions.front()->getResult(0)));
+    // Slots hold the kept elements of the domain (a full reduction folded
+    // by a column kernel has column partials too).
+    int64_t keptElements = 1;
+    if (column)
+      for (auto [d, size] : llvm::enumerate(fusion.getDomain()))
+        if (!llvm::is_contained(fusion.getReduced(), int64_t(d)))
+          keptElements *= size;
     SmallVector<int> slots;
     for (Operation *r : reductions) {
       BufferInfo slot;
@@ -321,12 +327,15 @@ private:
   /// (layer_norm's dgamma over 65536 rows of 1024: 16 CPU programs, one
   /// GPU block). Slices bring the programs to about 256 while each slice
   /// keeps at least 32 rows.
-  int64_t columnSlices(graph::FusionOp fusion) {
-    int64_t programs = keptPrograms(fusion, target);
-    auto domain = fusion.getDomain();
+  int64_t rowsOf(graph::FusionOp fusion) {
     int64_t rows = 1;
     for (int64_t d : fusion.getReduced())
-      rows *= domain[d];
+      rows *= fusion.getDomain()[d];
+    return rows;
+  }
+  int64_t columnSlices(graph::FusionOp fusion) {
+    int64_t programs = keptPrograms(fusion, target);
+    int64_t rows = rowsOf(fusion);
     int64_t slices = std::min<int64_t>(256 / std::max<int64_t>(1, programs), rows / 32);
     return programs < 128 && slices >= 2 ? slices : 0;
   }
@@ -339,9 +348,22 @@ private:
       return splitReduction(fusion, reductions, splitName, target.fullReductionSlices(),
                             /*column=*/false);
     if (SmallVector<Operation *> reductions = columnSplittableReductions(fusion);
-        !reductions.empty())
-      if (int64_t slices = columnSlices(fusion))
-        return splitReduction(fusion, reductions, splitName, slices, /*column=*/true);
+        !reductions.empty()) {
+      // A full reduction folded beside the columns needs the combine
+      // kernel to sum its column partials, however few the slices.
+      bool total = llvm::any_of(reductions, [&](Operation *r) {
+        return int64_t(r->getAttrOfType<DenseI64ArrayAttr>("dims").size()) ==
+               int64_t(fusion.getDomain().size());
+      });
+      if (int64_t slices = columnSlices(fusion); slices || total) {
+        // Programs that walk whole rows are the slices alone: as many as
+        // a full reduction has (every core busy), 32 rows a slice at least.
+        if (columnPartialWalksRows(fusion, reductions, target))
+          slices = std::max(slices, std::min(target.fullReductionSlices(), rowsOf(fusion) / 32));
+        return splitReduction(fusion, reductions, splitName, std::max<int64_t>(slices, 1),
+                              /*column=*/true);
+      }
+    }
     // Kernel symbols are unique per module: the function names its kernels.
     std::string name = (func.getSymName() + "_" + fusion.getKernelName()).str();
     FailureOr<func::FuncOp> k = lowerFusionToTile(fusion, kernels, target, name);

@@ -14,6 +14,8 @@
 #include <chrono>
 #include <cstdio>
 #include <dlfcn.h>
+#include <link.h>
+#include <set>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -26,18 +28,52 @@ namespace fs = std::filesystem;
 
 namespace {
 
-/// This build of tilefuse: the file its code was loaded from, its size and
-/// modification time (a rebuild changes them). Empty when unknown.
+/// `path`'s size and modification time, or "" when it cannot be read.
+std::string fileStamp(const std::string &path) {
+  struct stat st;
+  if (path.empty() || stat(path.c_str(), &st) != 0)
+    return "";
+  return path + " " + std::to_string(st.st_size) + " " + std::to_string(st.st_mtim.tv_sec) + "." +
+         std::to_string(st.st_mtim.tv_nsec);
+}
+
+/// This build of tilefuse: every file its code was loaded from (the one
+/// holding this function, and any tilefuse shared library beside it, as in
+/// a build with shared libraries), with sizes and modification times: a
+/// rebuild of any part changes it. Empty when a file cannot be identified.
 std::string buildIdentity() {
   static const std::string identity = [] {
     Dl_info info;
     if (!dladdr(reinterpret_cast<void *>(&buildIdentity), &info) || !info.dli_fname)
       return std::string();
-    struct stat st;
-    if (stat(info.dli_fname, &st) != 0)
+    // The main program is named as it was started (maybe a relative path).
+    std::string self = fileStamp(info.dli_fname);
+    if (self.empty()) {
+      char exe[4096];
+      ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+      self = n > 0 ? fileStamp(std::string(exe, size_t(n))) : "";
+    }
+    if (self.empty())
       return std::string();
-    return std::string(info.dli_fname) + " " + std::to_string(st.st_size) + " " +
-           std::to_string(st.st_mtim.tv_sec) + "." + std::to_string(st.st_mtim.tv_nsec);
+    std::set<std::string> libraries;
+    dl_iterate_phdr(
+        [](struct dl_phdr_info *object, size_t, void *out) {
+          std::string name = object->dlpi_name ? object->dlpi_name : "";
+          std::string lower = name;
+          std::transform(lower.begin(), lower.end(), lower.begin(), ::tolower);
+          if (lower.find("tilefuse") != std::string::npos)
+            static_cast<std::set<std::string> *>(out)->insert(name);
+          return 0;
+        },
+        &libraries);
+    std::string all = self;
+    for (const std::string &library : libraries) {
+      std::string stamp = fileStamp(library);
+      if (stamp.empty())
+        return std::string();
+      all += "\n" + stamp;
+    }
+    return all;
   }();
   return identity;
 }
@@ -125,9 +161,13 @@ std::shared_ptr<CompiledArtifacts> tilefuse::loadCpuCompile(const std::string &d
     return nullptr;
   auto start = std::chrono::steady_clock::now();
   std::string path = entryPath(diskKey);
-  std::error_code ec;
-  if (!fs::is_regular_file(path, ec))
+  // Only this user's own entries, writable by no one else: an entry is
+  // machine code this process will run.
+  struct stat st;
+  if (stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != geteuid() ||
+      (st.st_mode & (S_IWGRP | S_IWOTH)))
     return nullptr;
+  std::error_code ec;
   std::ifstream in(path, std::ios::binary);
   std::stringstream bytes;
   bytes << in.rdbuf();
@@ -205,6 +245,9 @@ void tilefuse::storeCpuCompile(const std::string &diskKey, const CompiledArtifac
       return;
     }
   }
+  // Writable by this user alone, whatever the umask: loads refuse others.
+  fs::permissions(tmp, fs::perms::owner_read | fs::perms::owner_write | fs::perms::group_read |
+                           fs::perms::others_read, ec);
   fs::rename(tmp, path, ec);
   if (ec)
     fs::remove(tmp, ec);

@@ -5,7 +5,8 @@
 // in a JIT: no MLIR pass and no code generation runs. Entries are artifact
 // containers (versioned, checksummed) in <cacheRoot()>/cpu, written beside
 // and renamed; a corrupt, truncated or foreign entry is a miss that the
-// compile replaces. The key covers the graph, the target and compile
+// compile replaces, and so is an entry another user owns or could write
+// (it is machine code this process would run). The key covers the graph, the target and compile
 // settings, this build of tilefuse, LLVM and the CPU the code is for.
 // TILEFUSE_CPU_CACHE=0 turns the cache off; it keeps at most
 // TILEFUSE_CPU_CACHE_MB (default 1024) MiB, dropping the least recently

@@ -289,9 +289,14 @@ private:
         for (unsigned g = groups.size(); g-- > 0 && groups.size() - g <= 8;) {
           std::string why;
           if (groups[g].hasReduction && groups[g].ops.size() < kMaxKernelOps &&
-              sameDomain(groups[g], op) && mergeDelaysNothing(g, op) &&
-              !createsCycle(g, op, why))
+              (sameDomain(groups[g], op) || totalBesideColumns(g, op)) &&
+              mergeDelaysNothing(g, op) && !createsCycle(g, op, why)) {
+            // A column reduction turns a kernel of totals into a column
+            // kernel (which also folds the totals).
+            if (isColumnReduction(domainOf(op)))
+              groups[g].domain = domainOf(op);
             return join(g, op);
+          }
         }
     }
     Group group;
@@ -360,6 +365,55 @@ private:
       group.epilogue = true;
     group.ops.push_back(op);
     groupOf[op] = g;
+  }
+
+  /// Reduced dims are all but the innermost (layer_norm's dgamma).
+  static bool isColumnReduction(const Domain &d) {
+    int64_t rank = d.shape.size();
+    if (rank < 2 || int64_t(d.reduced.size()) != rank - 1)
+      return false;
+    for (int64_t i = 0; i + 1 < rank; ++i)
+      if (d.reduced[i] != i)
+        return false;
+    return true;
+  }
+  static bool isTotal(Operation *op) {
+    Domain d = domainOf(op);
+    return llvm::isa<ReduceSumOp>(op) && !d.shape.empty() && d.reduced.size() == d.shape.size();
+  }
+  /// A sum over the whole domain (a loss's value) beside column sums of the
+  /// same domain: the column kernel's walk over the rows folds it too, as
+  /// column partials summed at the end, so the domain is read once for all
+  /// (layer_norm's backward with its value: dgamma, dbeta and the sum). The
+  /// kernel holds only these reductions and the elementwise ops they read.
+  bool totalBesideColumns(unsigned g, Operation *op) {
+    const Group &group = groups[g];
+    Domain d = domainOf(op);
+    if (d.shape != group.domain.shape)
+      return false;
+    bool joinsColumns = isTotal(op) && isColumnReduction(group.domain);
+    bool columnsJoinTotals = isColumnReduction(d) && llvm::isa<ReduceSumOp, ReduceMaxOp, ReduceMinOp>(op) &&
+                             llvm::all_of(group.ops, [](Operation *m) { return !isReduction(m) || isTotal(m); });
+    if (!joinsColumns && !columnsJoinTotals)
+      return false;
+    // The kernel's values are read by its reductions alone: a column kernel
+    // folding a total writes no full-size result (the split that folds the
+    // total writes only kept-shaped ones).
+    auto readInside = [&](Operation *m) {
+      return isReduction(m) || llvm::all_of(m->getUsers(), [&](Operation *u) {
+               return u == op || (groupOf.count(u) && groupOf.lookup(u) == g);
+             });
+    };
+    if (!llvm::all_of(group.ops, readInside))
+      return false;
+    // Nothing in the kernel reads a reduction's result: every reduction
+    // folds independently in the one walk.
+    auto readsAReduction = [&](Operation *m) {
+      return llvm::any_of(readsOf(m), [&](const Read &r) {
+        return groupOf.lookup(r.producer) == g && isReduction(r.producer);
+      });
+    };
+    return !readsAReduction(op) && llvm::none_of(group.ops, readsAReduction);
   }
 
   bool sameDomain(const Group &group, Operation *op) {
@@ -520,9 +574,10 @@ private:
 
   /// Whether every reader of `op`'s results outside its side (`isSide`)
   /// waits for the other side (`isOther`) anyway: the function's return,
-  /// or an op that also reads a value of the other side (the forward
-  /// cross-entropy's mean divides the loss sum by the count). Readers are
-  /// found through recomputed ops (views).
+  /// or an op that also reads a value of the other side, directly or
+  /// through views (the forward cross-entropy's mean divides the loss sum
+  /// by the count). Readers are found through views (most readers are not
+  /// placed yet: they come later in the function).
   bool delayIsHarmless(Operation *op, llvm::function_ref<bool(Operation *)> isSide,
                        llvm::function_ref<bool(Operation *)> isOther) {
     SmallVector<Operation *> work = {op};
@@ -534,7 +589,7 @@ private:
       for (Operation *user : cur->getUsers()) {
         if (user->hasTrait<OpTrait::IsTerminator>() || isSide(user))
           continue;
-        if (recomputed.contains(user)) {
+        if (recomputed.contains(user) || isView(user)) {
           if (seen.size() > kMaxRecomputeDepth * 4)
             return false;
           work.push_back(user);
@@ -605,6 +660,15 @@ private:
                            gb.domain.reduced != ga.domain.reduced)
                         : !onlyUnitDimsChange(gb.domain.shape, ga.domain.shape))
       return false;
+    // b's own ops must be elementwise over the rows, as canJoin asks of an
+    // op joining a row kernel: a materialised transpose, slice or concat,
+    // or a reshape across rows, would read the row kernel's values across
+    // programs (and recompute each row's reductions per lane).
+    for (Operation *op : gb.ops)
+      if (isIndexRemap(op) || llvm::isa<BroadcastInDimOp>(op) ||
+          (llvm::isa<ReshapeOp>(op) &&
+           !onlyUnitDimsChange(shapeOf(op->getOperand(0)), shapeOf(op->getResult(0)))))
+        return false;
     // a's values read at their own elements, or a's row results broadcast.
     for (Operation *op : gb.ops)
       for (const Read &read : readsOf(op))

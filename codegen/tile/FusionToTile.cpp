@@ -110,6 +110,16 @@ struct Coord {
 };
 using Coords = SmallVector<Coord>;
 
+/// A sum along `dim` of select(iota_dim == index, v, 0), possibly negated
+/// (see KernelEmitter::oneHotPick).
+struct OneHotPick {
+  int64_t dim = 0;
+  Value index;
+  SelectOp select;
+  bool negated = false;
+};
+std::optional<OneHotPick> matchOneHotPick(Operation *op);
+
 class KernelEmitter {
 public:
   KernelEmitter(FusionOp fusion, func::FuncOp kernel, int64_t block,
@@ -440,6 +450,11 @@ private:
   KeptSpace keptSpace();
   LogicalResult emitColumnPartialByRows(int64_t chunks, ArrayRef<Operation *> reductions,
                                         const KeptSpace &ks);
+  /// Program 0 of a column combine folds total `op`'s column partials
+  /// (`slots`) over slices and columns and stores the yields of its result,
+  /// marking them in `storedByTotal`.
+  LogicalResult combineTotal(int64_t chunks, Operation *op, Value slots, const KeptSpace &ks,
+                             Value pid, SmallVectorImpl<bool> &storedByTotal);
   /// Plans the scratch rows of this kernel (none where the target has no
   /// scratch or the kernel is not a row kernel).
   void planRowScratch(const KeptSpace &ks);
@@ -663,6 +678,26 @@ FailureOr<Value> KernelEmitter::compute(Value v, const Coords &c) {
   return elementwise(op, c);
 }
 
+/// Whether `v` is (a view of) sum(exp(a - max(a))) over the dims of the max:
+/// the max's element contributes exp(0) = 1, every other term is at most 1.
+static bool isSumOfShiftedExp(Value v) {
+  auto throughViews = [](Value x) {
+    while (Operation *def = x.getDefiningOp()) {
+      if (!llvm::isa<BroadcastInDimOp, ReshapeOp, StopGradientOp>(def))
+        break;
+      x = def->getOperand(0);
+    }
+    return x;
+  };
+  auto sum = throughViews(v).getDefiningOp<ReduceSumOp>();
+  if (!sum)
+    return false;
+  auto exp = sum.getOperand().getDefiningOp<ExpOp>();
+  auto shifted = exp ? exp.getOperand().getDefiningOp<SubOp>() : SubOp();
+  auto max = shifted ? throughViews(shifted.getRhs()).getDefiningOp<ReduceMaxOp>() : ReduceMaxOp();
+  return max && max.getOperand() == shifted.getLhs() && max.getDims() == sum.getDims();
+}
+
 /// Compute-type value `v` of dtype `from` converted to dtype `to`, with the
 /// rounding an explicit cast implies (to f16/bf16: round, then widen again).
 Value KernelEmitter::castTo(Value v, Type from, Type to) {
@@ -802,12 +837,13 @@ FailureOr<Value> KernelEmitter::elementwise(Operation *op, const Coords &c) {
   if (isa<MulOp>(op)) return isFloat ? Value(b.create<arith::MulFOp>(loc, xs[0], xs[1])) : b.create<arith::MulIOp>(loc, xs[0], xs[1]);
   if (isa<DivOp>(op)) {
     if (isFloat) {
-      // A block divided by one computed value (a softmax row by its sum):
-      // one division, then a multiplication per lane, as PyTorch's CPU
-      // softmax does. A vector division costs several multiplications;
-      // the product differs from the quotient by at most one rounding.
-      // Division by a constant stays exact (x / 255 as the user wrote it).
-      if (anyVector && scalarDivisor && !matchPattern(scalarDivisor, m_Constant())) {
+      // A block divided by a softmax's row sum: one division, then a
+      // multiplication per lane, as PyTorch's CPU softmax does (a vector
+      // division costs several multiplications). Only there: such a sum
+      // lies in [1, n], so its reciprocal is a normal number and the
+      // product differs from the quotient by at most one rounding; a
+      // reciprocal of any divisor would overflow for tiny ones.
+      if (anyVector && scalarDivisor && isSumOfShiftedExp(op->getOperand(1))) {
         Value reciprocal = b.create<arith::DivFOp>(loc, like(scalarDivisor, 1.0), scalarDivisor);
         return b.create<arith::MulFOp>(loc, xs[0], splat(reciprocal)).getResult();
       }
@@ -1041,43 +1077,58 @@ FailureOr<Value> KernelEmitter::reduction(Operation *op, const Coords &c) {
 /// gradient's one-hot row) is v at index k, or 0 when k is outside the
 /// dimension: exactly the sum (every other term is 0), without a pass over
 /// the row. `oc` holds the operand coordinates of the kept dimensions.
-std::optional<FailureOr<Value>> KernelEmitter::oneHotPick(Operation *op, Coords oc) {
-  auto dims = op->getAttrOfType<DenseI64ArrayAttr>("dims").asArrayRef();
-  if (!isa<ReduceSumOp>(op) || dims.size() != 1)
+std::optional<OneHotPick> matchOneHotPick(Operation *op) {
+  auto dims = op->getAttrOfType<DenseI64ArrayAttr>("dims");
+  if (!isa<ReduceSumOp>(op) || !dims || dims.size() != 1)
     return std::nullopt;
-  int64_t d = dims[0];
+  OneHotPick m;
+  m.dim = dims[0];
   Value operand = op->getOperand(0);
-  bool negated = false;
   if (auto neg = operand.getDefiningOp<NegOp>()) {
     operand = neg.getOperand();
-    negated = true;
+    m.negated = true;
   }
-  auto select = operand.getDefiningOp<SelectOp>();
+  m.select = operand.getDefiningOp<SelectOp>();
   auto isZero = [](Value v) {
     auto full = v.getDefiningOp<FullOp>();
     return full && full.getValue().isZero();
   };
-  if (!select || !isZero(select.getOperand(2)))
+  if (!m.select || !isZero(m.select.getOperand(2)))
     return std::nullopt;
-  auto eq = select.getOperand(0).getDefiningOp<EqOp>();
+  auto eq = m.select.getOperand(0).getDefiningOp<EqOp>();
   if (!eq)
     return std::nullopt;
+  // Integer indices only (an iota may be float: equality then is not an
+  // index match the pick could read at).
   auto iotaAlongD = [&](Value v) {
     auto iota = v.getDefiningOp<IotaOp>();
-    return iota && int64_t(iota.getDim()) == d;
+    return iota && int64_t(iota.getDim()) == m.dim && llvm::isa<IntegerType>(dtypeOf(v));
   };
   // k: a broadcast that maps no operand dimension to d.
   auto constantAlongD = [&](Value v) {
     auto bc = v.getDefiningOp<BroadcastInDimOp>();
-    return bc && !llvm::is_contained(bc.getDims(), d);
+    return bc && !llvm::is_contained(bc.getDims(), m.dim);
   };
-  Value k;
   if (iotaAlongD(eq.getOperand(0)) && constantAlongD(eq.getOperand(1)))
-    k = eq.getOperand(1);
+    m.index = eq.getOperand(1);
   else if (iotaAlongD(eq.getOperand(1)) && constantAlongD(eq.getOperand(0)))
-    k = eq.getOperand(0);
-  if (!k)
+    m.index = eq.getOperand(0);
+  if (!m.index)
     return std::nullopt;
+  return m;
+}
+
+std::optional<FailureOr<Value>> KernelEmitter::oneHotPick(Operation *op, Coords oc) {
+  // A partial kernel reduces one slice of the row per program: the pick
+  // would be counted once per slice.
+  std::optional<OneHotPick> m = chunks > 0 ? std::nullopt : matchOneHotPick(op);
+  if (!m)
+    return std::nullopt;
+  int64_t d = m->dim;
+  Value k = m->index;
+  SelectOp select = m->select;
+  bool negated = m->negated;
+  Value operand = op->getOperand(0);
   int64_t n = shapeOf(operand)[d];
   oc[d] = constCoord(0);
   FailureOr<Value> index = value(k, oc);
@@ -1098,10 +1149,13 @@ std::optional<FailureOr<Value>> KernelEmitter::oneHotPick(Operation *op, Coords 
     return FailureOr<Value>(fusion.emitOpError("internal error: a one-hot pick produced a block"));
   Value zero = b.create<arith::ConstantOp>(loc, b.getZeroAttr(v->getType()));
   Value picked = b.create<arith::SelectOp>(loc, inside, *v, zero);
+  bool isFloat = llvm::isa<FloatType>(picked.getType());
   if (negated)
-    picked = llvm::isa<FloatType>(picked.getType())
-                 ? Value(b.create<arith::NegFOp>(loc, picked))
-                 : Value(b.create<arith::SubIOp>(loc, zero, picked));
+    picked = isFloat ? Value(b.create<arith::NegFOp>(loc, picked))
+                     : Value(b.create<arith::SubIOp>(loc, zero, picked));
+  // The sum starts from +0: a -0 pick sums to +0.
+  if (isFloat)
+    picked = b.create<arith::AddFOp>(loc, picked, zero);
   return FailureOr<Value>(picked);
 }
 
@@ -1545,15 +1599,22 @@ Coords KernelEmitter::keptDomainCoords(const KeptSpace &k, Value pid) {
   return dc;
 }
 
+/// A sum of a domain-shaped value over every dimension (see
+/// columnSplittableReductions): folded by a column kernel as column
+/// partials, then over the columns.
+static bool isTotalOf(Operation *op, FusionOp fusion) {
+  auto dims = op->getAttrOfType<DenseI64ArrayAttr>("dims");
+  return llvm::isa<ReduceSumOp>(op) && dims &&
+         ArrayRef<int64_t>(shapeOf(op->getOperand(0))) == fusion.getDomain() &&
+         int64_t(dims.size()) == int64_t(fusion.getDomain().size());
+}
+
 LogicalResult KernelEmitter::emitColumnPartial(int64_t n, ArrayRef<Operation *> reductions) {
   bindArguments(0, /*partial=*/true);
   Block &entry = kernel.getBody().front();
   unsigned firstSlot = fusion.getBody().front().getNumArguments();
   KeptSpace ks = keptSpace();
-  int64_t accumulatorBytes = 0;
-  for (Operation *op : reductions)
-    accumulatorBytes += ks.elements * (widensSum(op, computeType(dtypeOf(op->getOperand(0)))) ? 8 : 4);
-  if (ks.lanesKept && accumulatorBytes <= target.rowScratchBytes())
+  if (ks.lanesKept && columnPartialWalksRows(fusion, reductions, target))
     return emitColumnPartialByRows(n, reductions, ks);
   kernel->setAttr(tile::kGridAttr, b.getI64IntegerAttr(ks.programs * n));
   Value pid = b.create<tile::ProgramIdOp>(loc, b.getI64Type());
@@ -1632,8 +1693,12 @@ LogicalResult KernelEmitter::emitColumnPartialByRows(int64_t n, ArrayRef<Operati
     return offset;
   };
   auto unit = b.getI64IntegerAttr(1);
+  // A block starts at a multiple of the block within a kept row; rows of a
+  // length that is no multiple of the block shift the blocks of later rows.
   auto aligned = [&](Type t) {
-    return b.getI64IntegerAttr(std::min<int64_t>(64, block * t.getIntOrFloatBitWidth() / 8));
+    int64_t bytes = std::max<int64_t>(1, t.getIntOrFloatBitWidth() / 8);
+    bool wholeBlocks = ks.keptShape.empty() || ks.keptShape.back() % block == 0;
+    return b.getI64IntegerAttr(wholeBlocks ? std::min<int64_t>(64, block * bytes) : bytes);
   };
   // Neutral accumulators.
   if (failed(forLoop(ks.programs, ValueRange{},
@@ -1706,9 +1771,16 @@ LogicalResult KernelEmitter::emitColumnCombine(int64_t n, ArrayRef<Operation *> 
   Value offset = offsetOf(keptCoords(ks, dc, ks.keptShape), ks.keptShape, stride, vecOffsets);
   if (vecOffsets || stride != 1)
     return fusion.emitOpError("internal error: a column combine whose lanes are not contiguous");
+  Operation *yield = fusion.getBody().front().getTerminator();
+  SmallVector<bool> storedByTotal(yield->getNumOperands(), false);
   for (auto [k, op] : llvm::enumerate(reductions)) {
     Value slots = entry.getArgument(firstSlot + k);
     Type t = llvm::cast<tile::PtrType>(slots.getType()).getPointee();
+    if (isTotalOf(op, fusion)) {
+      if (failed(combineTotal(n, op, slots, ks, pid, storedByTotal)))
+        return failure();
+      continue;
+    }
     SmallVector<Value> total;
     if (failed(forLoop(
             n, ValueRange{accumulatorInit(op, splat(neutral(op, t)))},
@@ -1724,11 +1796,61 @@ LogicalResult KernelEmitter::emitColumnCombine(int64_t n, ArrayRef<Operation *> 
     memo.back()[keyOf(op->getResult(0), keptCoords(ks, dc, shapeOf(op->getResult(0))))] =
         accumulated(op, total[0]);
   }
-  Operation *yield = fusion.getBody().front().getTerminator();
   for (unsigned i = 0; i < yield->getNumOperands(); ++i)
-    if (failed(store(i, keptCoords(ks, dc, shapeOf(yield->getOperand(i))))))
+    if (!storedByTotal[i] && failed(store(i, keptCoords(ks, dc, shapeOf(yield->getOperand(i))))))
       return failure();
   return success();
+}
+
+LogicalResult KernelEmitter::combineTotal(int64_t n, Operation *op, Value slots, const KeptSpace &ks,
+                                          Value pid, SmallVectorImpl<bool> &storedByTotal) {
+  Type t = llvm::cast<tile::PtrType>(slots.getType()).getPointee();
+  Value init = accumulatorInit(op, splat(neutral(op, t)));
+  // Program 0 folds every slice of every column; the others skip it (a
+  // loop of one trip or none: programs have no branches).
+  Value trips = b.create<arith::SelectOp>(
+      loc, b.create<arith::CmpIOp>(loc, arith::CmpIPredicate::eq, pid, cst(0)), cst(1), cst(0));
+  Operation *yield = fusion.getBody().front().getTerminator();
+  return forLoopRange(cst(0), trips, ValueRange{}, [&](Value, ValueRange,
+                                                       SmallVectorImpl<Value> &) -> LogicalResult {
+    SmallVector<Value> sum;
+    if (failed(forLoop(
+            ks.programs, ValueRange{init},
+            [&](Value kp, ValueRange acc, SmallVectorImpl<Value> &next) -> LogicalResult {
+              Coords kc = keptDomainCoords(ks, kp); // masks the last block's tail
+              int64_t stride = 0;
+              Value vecOffsets;
+              Value offset = offsetOf(keptCoords(ks, kc, ks.keptShape), ks.keptShape, stride, vecOffsets);
+              if (vecOffsets || stride != 1)
+                return fusion.emitOpError("internal error: a total whose lanes are not contiguous");
+              SmallVector<Value> column;
+              if (failed(forLoop(
+                      n, ValueRange{acc[0]},
+                      [&](Value c, ValueRange a, SmallVectorImpl<Value> &y) -> LogicalResult {
+                        Value part = b.create<tile::LoadOp>(loc, vecType(t), slots,
+                                                            addS(offset, mulS(c, ks.elements)),
+                                                            activeLimit, b.getI64IntegerAttr(1));
+                        y.push_back(accumulate(op, a[0], part));
+                        return success();
+                      },
+                      &column)))
+                return failure();
+              next.push_back(column[0]);
+              return success();
+            },
+            &sum)))
+      return failure();
+    Type accType = getElementTypeOrSelf(sum[0].getType());
+    Value folded = b.create<tile::ReduceOp>(loc, accType, tile::ReduceKind::add, sum[0]);
+    Value total = accumulated(op, folded);
+    for (unsigned i = 0; i < yield->getNumOperands(); ++i)
+      if (yield->getOperand(i) == op->getResult(0)) {
+        if (failed(store(i, unitCoords(op->getResult(0)), total)))
+          return failure();
+        storedByTotal[i] = true;
+      }
+    return success();
+  });
 }
 
 /// Whether `root`, or an op it reads at the same coordinates, costs more
@@ -1763,8 +1885,9 @@ void KernelEmitter::planRowScratch(const KeptSpace &ks) {
   int64_t n = ks.domain[rowDim];
   Block &body = fusion.getBody().front();
   for (Operation &op : body.without_terminator()) {
+    // A one-hot pick reads one element, not the row: nothing to keep.
     if (!llvm::isa<ReduceSumOp, ReduceMaxOp, ReduceMinOp>(op) ||
-        squeezed(shapeOf(op.getResult(0))) != squeezed(ks.keptShape))
+        squeezed(shapeOf(op.getResult(0))) != squeezed(ks.keptShape) || matchOneHotPick(&op))
       continue;
     Value v = op.getOperand(0);
     Operation *def = v.getDefiningOp();
@@ -2128,6 +2251,22 @@ tilefuse::lowerSplitReduction(FusionOp fusion, ArrayRef<Operation *> reductions,
   return lowerSplit(fusion, reductions, chunks, module, target, name, /*column=*/false);
 }
 
+bool tilefuse::columnPartialWalksRows(FusionOp fusion, ArrayRef<Operation *> reductions,
+                                      const TargetInfo &target) {
+  int64_t kept = 1;
+  for (auto [d, size] : llvm::enumerate(fusion.getDomain()))
+    if (!llvm::is_contained(fusion.getReduced(), int64_t(d)))
+      kept *= size;
+  int64_t bytes = 0;
+  for (Operation *op : reductions) {
+    // f32 sums accumulate in f64 (KernelEmitter::widensSum).
+    Type ct = computeType(dtypeOf(op->getOperand(0)));
+    bool widened = isa<ReduceSumOp>(op) && ct.isF32();
+    bytes += kept * (widened ? 8 : std::max<int64_t>(1, ct.getIntOrFloatBitWidth() / 8));
+  }
+  return bytes <= target.rowScratchBytes();
+}
+
 SmallVector<Operation *> tilefuse::columnSplittableReductions(FusionOp fusion) {
   SmallVector<Operation *> none, reductions;
   auto domain = fusion.getDomain();
@@ -2146,16 +2285,21 @@ SmallVector<Operation *> tilefuse::columnSplittableReductions(FusionOp fusion) {
       keptShape.push_back(domain[d]);
   }
   Block &body = fusion.getBody().front();
-  for (Value v : body.getTerminator()->getOperands())
-    if (squeezed(shapeOf(v)) != squeezed(keptShape))
+  for (Value v : body.getTerminator()->getOperands()) {
+    Operation *def = v.getDefiningOp();
+    if (squeezed(shapeOf(v)) != squeezed(keptShape) && !(def && isTotalOf(def, fusion)))
       return none;
+  }
   // Each folds exactly the kernel's reduced dimensions of a domain-shaped
-  // value (the partial kernel walks the domain's rows once for all).
+  // value (the partial kernel walks the domain's rows once for all), or
+  // sums it whole (a total: column partials, summed over the columns by
+  // the combine kernel).
   auto accept = [&](Operation &op) {
     auto dims = op.getAttrOfType<DenseI64ArrayAttr>("dims").asArrayRef();
-    return shapeOf(op.getOperand(0)) == SmallVector<int64_t>(domain) &&
-           SmallVector<int64_t>(dims) == SmallVector<int64_t>(reduced) &&
-           squeezed(shapeOf(op.getResult(0))) == squeezed(keptShape);
+    return isTotalOf(&op, fusion) ||
+           (shapeOf(op.getOperand(0)) == SmallVector<int64_t>(domain) &&
+            SmallVector<int64_t>(dims) == SmallVector<int64_t>(reduced) &&
+            squeezed(shapeOf(op.getResult(0))) == squeezed(keptShape));
   };
   if (!independentReductions(body, accept, reductions))
     return none;

@@ -54,6 +54,11 @@ lowerSplitReduction(graph::FusionOp fusion, llvm::ArrayRef<mlir::Operation *> re
 /// kernel's reduced dimensions and reads no other reduction's result.
 /// Empty otherwise.
 llvm::SmallVector<mlir::Operation *> columnSplittableReductions(graph::FusionOp fusion);
+/// Whether the partial kernel of a split column reduction walks slices of
+/// whole rows, all kept elements accumulated in scratch (the target has the
+/// scratch for them), rather than one block of kept elements per program.
+bool columnPartialWalksRows(graph::FusionOp fusion, llvm::ArrayRef<mlir::Operation *> reductions,
+                           const TargetInfo &target);
 
 /// Programs a column reduction's kernel runs on `target` (blocks of kept
 /// elements): few means little parallelism for a long reduced extent.

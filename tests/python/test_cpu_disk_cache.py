@@ -550,3 +550,19 @@ def test_source_lines_are_part_of_the_key(tmp_path):
         f"report sources: as written {lines[0]}, two lines lower {lines[1]}, "
         f"as written again {lines[2]}: expected the shifted run's own lines")
     assert len(_entries(cache)) == 2, f"expected one entry per source layout, found {_entries(cache)}"
+
+
+def test_entry_others_could_write_is_not_loaded(tmp_path):
+    # An entry is machine code the process runs: one writable by the group
+    # (or anyone else) is a miss, recompiled and written back owner-only.
+    run, cache = _Runs(tmp_path), tmp_path / "cache"
+    run(cache, "cold run")
+    entry = _only_entry(cache, "cold run")
+    os.chmod(entry, 0o664)
+    info, results = run(cache, "entry writable by the group")
+    _assert_stages(info, FULL, "entry writable by the group")
+    _assert_mlp_correct(results, "entry writable by the group")
+    mode = os.stat(_only_entry(cache, "after the recompile")).st_mode & 0o777
+    assert mode & 0o022 == 0, f"the rewritten entry has mode {oct(mode)}: expected no group/other write"
+    info, _ = run(cache, "after the rewrite")
+    _assert_stages(info, DISK, "the rewritten entry")

@@ -467,3 +467,98 @@ def test_layer_norm_dgamma_dbeta_in_one_kernel(rows, n, rng, seed):
     dx = returned[1]
     users = [l for l in readers(dx, lines) if not l.strip().startswith("return")]
     assert dx in produced and not users, f"{what}: dx {dx} read back by {users}\n{text}"
+
+
+@pytest.mark.parametrize("shape", [(300, 1025), (4097, 64), (3, 70, 33)])
+def test_total_beside_column_sums(shape, seed):
+    """A sum over the whole domain beside column sums of it is one kernel
+    (the total folded as column partials, then over the columns): both
+    against numpy in float64."""
+    rng = np.random.default_rng(seed)
+    x = (rng.standard_normal(shape) + 2.0).astype(np.float32)
+    y = rng.standard_normal(shape).astype(np.float32)
+    lead = tuple(range(len(shape) - 1))
+
+    def stats(x, y):
+        return (x * y).sum(lead), x.sum()
+
+    fn = tilefuse.compile(stats, x, y, device="cpu")
+    columns, total = fn(x, y)
+    want_columns = (x.astype(np.float64) * y).sum(lead)
+    want_total = x.astype(np.float64).sum()
+    scale_columns = np.abs(x.astype(np.float64) * y).sum(lead)
+    err = np.max(np.abs(columns - want_columns) / np.maximum(scale_columns, 1e-30))
+    assert err <= 1e-5, f"column sums of x*y, shape {shape}, f32, seed {seed}: max error {err:.3g}"
+    rel = abs(float(total) - want_total) / np.abs(x.astype(np.float64)).sum()
+    assert rel <= 1e-5, f"total of x, shape {shape}, f32, seed {seed}: relative error {rel:.3g}"
+    kernels = [r["name"] for r in fn.report()]
+    assert sum(name.endswith("_combine") for name in kernels) == 1, (
+        f"shape {shape}: expected the total and the column sums in one split kernel, got {kernels}")
+
+
+def _one_hot_sum_graph(n, index_dtype):
+    return tilefuse.parse(f"""
+func.func @f(%x: tensor<{n}xf32>, %k: tensor<{index_dtype}>) -> tensor<f32> {{
+  %i = graph.iota {{dim = 0 : i64}} : tensor<{n}x{index_dtype}>
+  %kb = graph.broadcast_in_dim %k {{dims = array<i64>}} : (tensor<{index_dtype}>) -> tensor<{n}x{index_dtype}>
+  %eq = graph.eq %i, %kb : tensor<{n}x{index_dtype}>
+  %z = graph.full 0.0 : tensor<{n}xf32>
+  %s = graph.select %eq, %x, %z : (tensor<{n}xi1>, tensor<{n}xf32>, tensor<{n}xf32>) -> tensor<{n}xf32>
+  %r = graph.reduce_sum %s {{dims = array<i64: 0>}} : (tensor<{n}xf32>) -> tensor<f32>
+  return %r : tensor<f32>
+}}""")
+
+
+@pytest.mark.parametrize("n,index_dtype,k", [
+    (1024, "i64", 5), (1024, "i32", 1023), (1024, "i64", -3), (1024, "i64", 1024),
+    (1 << 19, "i64", 12345),   # a split full reduction: slices must not each pick
+    (1024, "f32", 5.0),        # a float iota: no pick, a real sum
+])
+def test_one_hot_sums(n, index_dtype, k):
+    """sum(select(iota == k, x, 0)) is x[k], or 0 for k outside the row; the
+    same in a reduction split over slices and with a float iota."""
+    x = (np.arange(n, dtype=np.float32) * 0.5 - 7.0)
+    kk = np.array(k, dtype={"i64": np.int64, "i32": np.int32, "f32": np.float32}[index_dtype])
+    g = _one_hot_sum_graph(n, index_dtype)
+    got = float(g.compile("cpu")(x, kk))
+    want = float(x[int(k)]) if 0 <= k < n else 0.0
+    assert got == want and float(g.interpret(x, kk)) == want, (
+        f"one-hot sum over {n} elements, index {index_dtype} {k}: compiled {got}, want {want}")
+
+
+def test_cross_entropy_over_one_long_row():
+    """Unbatched cross-entropy over 2^19 classes: the full reductions split
+    into slices (the pick of the target logit happens once)."""
+    c = 1 << 19
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal(c).astype(np.float32)
+    t = np.array(12345, np.int64)
+    got = float(tilefuse.compile(lambda a, b: F.cross_entropy(a, b), x, t, device="cpu")(x, t))
+    x64 = x.astype(np.float64)
+    want = np.log(np.exp(x64 - x64.max()).sum()) + x64.max() - x64[12345]
+    assert abs(got - want) <= 1e-5 * abs(want), (
+        f"cross_entropy over [{c}] logits, target 12345, f32: {got} vs {want}")
+
+
+def test_division_by_a_tiny_row_sum():
+    """x / x.sum(-1) for subnormal x: the reciprocal of such a sum overflows,
+    so only softmax's sum (in [1, n]) is divided by multiplication."""
+    x = np.full((4, 4), 1e-44, np.float32)
+    got = tilefuse.compile(lambda a: a / a.sum(-1, keepdim=True), x, device="cpu")(x)
+    want = x.astype(np.float64) / x.astype(np.float64).sum(-1, keepdims=True)
+    assert np.allclose(got, want, rtol=1e-5), f"x / x.sum(-1) for x = 1e-44 [4, 4], f32: {got}"
+
+
+def test_square_transpose_of_a_row_kernel_result_stays_apart():
+    """A materialised transpose of a softmax's result reads it across rows:
+    it is its own kernel, not absorbed into the row kernel (which would
+    recompute each row's max and sum for every lane)."""
+    x = np.random.default_rng(1).standard_normal((64, 64)).astype(np.float32)
+    fn = tilefuse.compile(lambda a: F.softmax(a, -1).T, x, device="cpu")
+    got = fn(x)
+    e = np.exp(x.astype(np.float64) - x.max(-1, keepdims=True))
+    want = (e / e.sum(-1, keepdims=True)).T
+    assert np.allclose(got, want, rtol=1e-5, atol=1e-7), "softmax(x).T [64, 64], f32"
+    kinds = [r["kind"] for r in fn.report()]
+    assert kinds == ["reduction", "pointwise"], (
+        f"softmax(x).T [64, 64]: expected a row kernel and a transpose kernel, got {kinds}")
