@@ -200,6 +200,16 @@ private:
     return depth + 1;
   }
 
+  /// The other kernels whose results kernel `g` reads.
+  llvm::SmallSetVector<unsigned, 4> kernelsRead(unsigned g) {
+    llvm::SmallSetVector<unsigned, 4> deps;
+    for (Operation *op : groups[g].ops)
+      for (Value v : op->getOperands())
+        producers(v, deps);
+    deps.remove(g);
+    return deps;
+  }
+
   /// The kernels whose results `v` is computed from, looking through leaves.
   void producers(Value v, llvm::SmallSetVector<unsigned, 4> &out) {
     for (const Read &r : readsOfValue(v))
@@ -552,13 +562,9 @@ private:
   /// that only leave the function can wait (layer_norm's dbeta beside
   /// dgamma: one walk over dy for both).
   bool mergeDelaysNothing(unsigned g, Operation *op) {
-    llvm::SmallSetVector<unsigned, 4> mine, theirs;
+    llvm::SmallSetVector<unsigned, 4> mine, theirs = kernelsRead(g);
     for (Value v : op->getOperands())
       producers(v, mine);
-    for (Operation *member : groups[g].ops)
-      for (Value v : member->getOperands())
-        producers(v, theirs);
-    theirs.remove(g);
     bool opWaits = !llvm::set_is_subset(theirs, mine);
     bool groupWaits = !llvm::set_is_subset(mine, theirs);
     auto inGroup = [&](Operation *x) { return groupOf.count(x) && groupOf.lookup(x) == g; };
@@ -637,11 +643,7 @@ private:
     for (unsigned b = 0; b < groups.size(); ++b) {
       if (groups[b].ops.empty() || groups[b].library)
         continue;
-      llvm::SmallSetVector<unsigned, 4> deps;
-      for (Operation *op : groups[b].ops)
-        for (Value v : op->getOperands())
-          producers(v, deps);
-      deps.remove(b);
+      llvm::SmallSetVector<unsigned, 4> deps = kernelsRead(b);
       for (unsigned a : deps)
         if (canAbsorb(a, b, deps.getArrayRef())) {
           absorb(a, b);
@@ -867,11 +869,7 @@ LogicalResult Fuser::materialize() {
   std::vector<llvm::DenseSet<unsigned>> consumers(n);
   std::vector<unsigned> pending(n, 0);
   for (unsigned g = 0; g < n; ++g) {
-    llvm::SmallSetVector<unsigned, 4> deps;
-    for (Operation *op : groups[g].ops)
-      for (Value v : op->getOperands())
-        producers(v, deps);
-    deps.remove(g);
+    llvm::SmallSetVector<unsigned, 4> deps = kernelsRead(g);
     for (unsigned h : deps)
       consumers[h].insert(g);
     pending[g] = deps.size();
