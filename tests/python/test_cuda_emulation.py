@@ -303,3 +303,16 @@ def test_repeated_kernels_share_code_and_a_broken_share_is_refused(tmp_path):
                        env=emulation_env(), timeout=300)
     assert r.returncode != 0 and f"kernel {name} shares the code of" in r.stderr, (
         f"$ LD_LIBRARY_PATH={fake_driver_dir()} tilefuse-run {bad}\n{r.stderr[-3000:]}")
+
+
+@pytest.mark.parametrize("shape", [(300, 1025), (4099, 3)])
+def test_a_total_beside_column_sums(shape, tmp_path):
+    """A sum over the whole domain folded by the column kernel beside column
+    sums: block 0 of the combine kernel sums the total's column partials."""
+    rng = np.random.default_rng(shape[0])
+    x = rng.standard_normal(shape).astype(np.float32)
+    y = rng.standard_normal(shape).astype(np.float32)
+    g = tilefuse.trace(lambda x, y: ((x * y).sum(0), x.sum()), x, y)
+    src = g._graph.cuda_source("cuda:sm_90")
+    assert "_combine" in src, "expected the column sums and the total split into partial + combine"
+    check_emulated(g, (x, y), str(tmp_path), 1e-5, 1e-5, name="total_beside_columns")
