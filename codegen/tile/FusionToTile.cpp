@@ -450,6 +450,10 @@ private:
   KeptSpace keptSpace();
   LogicalResult emitColumnPartialByRows(int64_t chunks, ArrayRef<Operation *> reductions,
                                         const KeptSpace &ks);
+  /// `init` plus the block at `offset` of each of `n` slices of `slots`
+  /// (slice c at offset + c * elements), accumulated as `op` does.
+  FailureOr<Value> foldSlices(Operation *op, Value slots, Value offset, int64_t n,
+                              int64_t elements, Value init);
   /// Program 0 of a column combine folds total `op`'s column partials
   /// (`slots`) over slices and columns and stores the yields of its result,
   /// marking them in `storedByTotal`.
@@ -1781,25 +1785,34 @@ LogicalResult KernelEmitter::emitColumnCombine(int64_t n, ArrayRef<Operation *> 
         return failure();
       continue;
     }
-    SmallVector<Value> total;
-    if (failed(forLoop(
-            n, ValueRange{accumulatorInit(op, splat(neutral(op, t)))},
-            [&](Value c, ValueRange acc, SmallVectorImpl<Value> &yield) -> LogicalResult {
-              Value at = addS(offset, mulS(c, ks.elements));
-              Value part = b.create<tile::LoadOp>(loc, vecType(t), slots, at, activeLimit,
-                                                  b.getI64IntegerAttr(1));
-              yield.push_back(accumulate(op, acc[0], part));
-              return success();
-            },
-            &total)))
+    FailureOr<Value> total =
+        foldSlices(op, slots, offset, n, ks.elements, accumulatorInit(op, splat(neutral(op, t))));
+    if (failed(total))
       return failure();
     memo.back()[keyOf(op->getResult(0), keptCoords(ks, dc, shapeOf(op->getResult(0))))] =
-        accumulated(op, total[0]);
+        accumulated(op, *total);
   }
   for (unsigned i = 0; i < yield->getNumOperands(); ++i)
     if (!storedByTotal[i] && failed(store(i, keptCoords(ks, dc, shapeOf(yield->getOperand(i))))))
       return failure();
   return success();
+}
+
+FailureOr<Value> KernelEmitter::foldSlices(Operation *op, Value slots, Value offset, int64_t n,
+                                           int64_t elements, Value init) {
+  Type t = llvm::cast<tile::PtrType>(slots.getType()).getPointee();
+  SmallVector<Value> folded;
+  if (failed(forLoop(n, ValueRange{init},
+                     [&](Value c, ValueRange acc, SmallVectorImpl<Value> &next) -> LogicalResult {
+                       Value part = b.create<tile::LoadOp>(loc, vecType(t), slots,
+                                                           addS(offset, mulS(c, elements)),
+                                                           activeLimit, b.getI64IntegerAttr(1));
+                       next.push_back(accumulate(op, acc[0], part));
+                       return success();
+                     },
+                     &folded)))
+    return failure();
+  return folded[0];
 }
 
 LogicalResult KernelEmitter::combineTotal(int64_t n, Operation *op, Value slots, const KeptSpace &ks,
@@ -1823,19 +1836,10 @@ LogicalResult KernelEmitter::combineTotal(int64_t n, Operation *op, Value slots,
               Value offset = offsetOf(keptCoords(ks, kc, ks.keptShape), ks.keptShape, stride, vecOffsets);
               if (vecOffsets || stride != 1)
                 return fusion.emitOpError("internal error: a total whose lanes are not contiguous");
-              SmallVector<Value> column;
-              if (failed(forLoop(
-                      n, ValueRange{acc[0]},
-                      [&](Value c, ValueRange a, SmallVectorImpl<Value> &y) -> LogicalResult {
-                        Value part = b.create<tile::LoadOp>(loc, vecType(t), slots,
-                                                            addS(offset, mulS(c, ks.elements)),
-                                                            activeLimit, b.getI64IntegerAttr(1));
-                        y.push_back(accumulate(op, a[0], part));
-                        return success();
-                      },
-                      &column)))
+              FailureOr<Value> column = foldSlices(op, slots, offset, n, ks.elements, acc[0]);
+              if (failed(column))
                 return failure();
-              next.push_back(column[0]);
+              next.push_back(*column);
               return success();
             },
             &sum)))
