@@ -1,18 +1,25 @@
 #!/usr/bin/env python3
 """Training-step time of the WORKLOADS.md models on the CPU: tilefuse's
-compiled step against a plain-numpy step (bench/numpy_train.py) and, when
-installed, JAX jit. (A PyTorch eager baseline is not written yet.)
+compiled step against PyTorch eager, torch.compile of the whole step, JAX
+jit and a plain-numpy step (bench/numpy_train.py), side by side in one run.
 
-    PYTHONPATH=build/python python3 bench/workloads.py [--steps 20] [--json out.json]
+    PYTHONPATH=build/python python3 bench/workloads.py [--steps 20] [--rounds 3]
+        [--threads 2] [--models gpt2_mini,mlp_mnist] [--skip-compile] [--json out.json]
 
 Every implementation runs the same model from the same initial parameters
 with the same optimizer (gpt2_mini: AdamW lr 1e-3, wd 0.01; mlp_mnist: Adam
-lr 2e-4), all in float32, all with both cores. Dropout: tilefuse draws its
-masks in the kernels (Philox); numpy draws them with numpy's generator each
-step; JAX gets masks drawn once outside the timed step (its time excludes
-mask generation). Reported: the median wall time of a step over --steps
-steps after two warm-up steps, and each baseline's time divided by
-tilefuse's (above 1: tilefuse is faster).
+lr 2e-4), all in float32, all on --threads threads (tilefuse's pool, torch's
+intra-op threads, XLA's; set before any of them starts). Dropout 0.1 as
+WORKLOADS.md has it: tilefuse draws its masks in the kernels (Philox);
+PyTorch draws its own (torch.nn.functional.dropout); numpy draws them with
+numpy's generator each step; JAX gets masks drawn once outside the timed
+step (its time excludes mask generation). PyTorch eager uses the fused
+AdamW/Adam (`fused=True`); torch.compile compiles the whole step function
+(forward, backward, optimizer step: Dynamo splits it where it must).
+Reported: the median over --rounds rounds (the paths taken in turn, so
+noise hits all alike) of each round's median step over --steps steps, after
+two warm-up steps, and each baseline's time divided by tilefuse's (above 1:
+tilefuse is faster).
 """
 import argparse
 import json
@@ -56,7 +63,44 @@ def median_step_seconds(step, steps, sync=lambda r: r):
     return statistics.median(times)
 
 
-def bench_tilefuse(m, cfg, steps):
+def set_threads(n):
+    """Every runtime's thread count, before any of them starts its pool."""
+    os.environ["TILEFUSE_NUM_THREADS"] = str(n)
+    os.environ["OMP_NUM_THREADS"] = str(n)
+    if n == 1:
+        os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") +
+                                   " --xla_cpu_multi_thread_eigen=false"
+                                   " intra_op_parallelism_threads=1").strip()
+
+
+def torch_step_fn(name, m, cfg, compiled):
+    """One PyTorch training step (a callable returning the loss tensor):
+    torch_reference's functional model over a dict of leaf tensors."""
+    import torch
+    import torch.nn.functional as TF
+    import torch_reference as R
+    loss_fn = {"gpt2_mini": R.gpt2_mini_loss, "mlp_mnist": R.mlp_mnist_loss}[name]
+    params = R.to_torch(m["init"](cfg, seed=0))
+    batch = m["batch"](cfg, seed=1)
+    p = cfg["dropout"]
+    drop = lambda t: TF.dropout(t, p, training=True)  # noqa: E731
+    opt_cls = torch.optim.AdamW if m["decoupled"] else torch.optim.Adam
+    # The compiled step leaves the optimizer to Inductor; eager takes the
+    # fused kernels.
+    opt = opt_cls(list(params.values()), lr=m["lr"], weight_decay=m["weight_decay"],
+                  **({} if compiled else {"fused": True}))
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        loss = loss_fn(params, batch, None, cfg, True, dropout=drop)
+        loss.backward()
+        opt.step()
+        return loss.detach()
+    return torch.compile(step) if compiled else step
+
+
+def make_tilefuse(m, cfg):
+    """(step callable, compile seconds)."""
     params, batch = m["init"](cfg, seed=0), m["batch"](cfg, seed=1)
 
     def loss_fn(p, b, s):
@@ -64,11 +108,10 @@ def bench_tilefuse(m, cfg, steps):
     t = time.perf_counter()
     step = tilefuse.compile_train_step(loss_fn, params, batch, optimizer=m["optimizer"](),
                                        device="cpu")
-    compile_s = time.perf_counter() - t
-    return median_step_seconds(lambda: step(batch), steps), compile_s
+    return (lambda: step(batch)), time.perf_counter() - t
 
 
-def bench_numpy(m, cfg, steps):
+def make_numpy(m, cfg):
     params, batch = m["init"](cfg, seed=0), m["batch"](cfg, seed=1)
     state = numpy_train.init_state(params)
     rng = np.random.default_rng(0)
@@ -77,10 +120,10 @@ def bench_numpy(m, cfg, steps):
     def one():
         count[0] += 1
         return m["numpy_step"](params, state, batch, count[0], cfg, lr=m["lr"], dropout_rng=rng)
-    return median_step_seconds(one, steps)
+    return one
 
 
-def bench_jax(name, m, cfg, steps):
+def make_jax(name, m, cfg):
     try:
         import jax
         import jax.numpy as jnp
@@ -119,34 +162,59 @@ def bench_jax(name, m, cfg, steps):
         loss, state["p"], state["m"], state["v"] = step(
             state["p"], state["m"], state["v"], jnp.float32(state["t"]), batch, masks)
         return loss
-    return median_step_seconds(one, steps, sync=lambda r: r.block_until_ready())
+    return one
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--models", default="gpt2_mini,mlp_mnist")
+    parser.add_argument("--skip-compile", action="store_true",
+                        help="leave out torch.compile (its cold compile takes a minute)")
     parser.add_argument("--json", help="also write the results here")
     args = parser.parse_args(argv)
+    set_threads(args.threads)
+    try:
+        import torch
+        torch.set_num_threads(args.threads)
+    except ImportError:
+        torch = None
     rows = []
     for name in args.models.split(","):
         m = MODELS[name]
         cfg = m["config"]()
-        ours, compile_s = bench_tilefuse(m, cfg, args.steps)
-        row = {"model": name, "tilefuse_ms": ours * 1e3, "compile_s": compile_s,
-               "numpy_ms": bench_numpy(m, cfg, args.steps) * 1e3}
-        jax_s = bench_jax(name, m, cfg, args.steps)
-        row["jax_jit_ms"] = None if jax_s is None else jax_s * 1e3
-        rows.append(row)
-    print(f"{'model':10s} {'tilefuse':>10s} {'numpy':>10s} {'x':>6s} {'jax jit':>10s} {'x':>6s}"
-          f"   (median ms per step, {args.steps} steps; x = baseline / tilefuse)")
-    for r in rows:
-        jx = r["jax_jit_ms"]
-        print(f"{r['model']:10s} {r['tilefuse_ms']:10.2f} {r['numpy_ms']:10.2f} "
-              f"{r['numpy_ms'] / r['tilefuse_ms']:6.2f} "
-              + (f"{jx:10.2f} {jx / r['tilefuse_ms']:6.2f}" if jx else f"{'-':>10s} {'-':>6s}"))
-    print("PyTorch eager: no baseline in this script yet (torch is not installed on the "
-          "machines this suite was written on).")
+        paths, compile_s = {}, None
+        ours, compile_s = make_tilefuse(m, cfg)
+        paths["tilefuse"] = ours
+        if torch is not None:
+            paths["torch eager"] = torch_step_fn(name, m, cfg, compiled=False)
+            if not args.skip_compile:
+                paths["torch.compile"] = torch_step_fn(name, m, cfg, compiled=True)
+        jax_step = make_jax(name, m, cfg)
+        if jax_step is not None:
+            paths["jax jit"] = jax_step
+        paths["numpy"] = make_numpy(m, cfg)
+        sync = {"jax jit": lambda r: r.block_until_ready()}
+        cold = {}
+        for path, fn in paths.items():  # first calls: compiles
+            t = time.perf_counter()
+            sync.get(path, lambda r: r)(fn())
+            cold[path] = time.perf_counter() - t
+        samples = {k: [] for k in paths}
+        for _ in range(args.rounds):
+            for path, fn in paths.items():
+                samples[path].append(median_step_seconds(fn, args.steps,
+                                                         sync.get(path, lambda r: r)))
+        ms = {k: statistics.median(v) * 1e3 for k, v in samples.items()}
+        rows.append({"model": name, "threads": args.threads, "compile_s": compile_s,
+                     "first_call_s": cold, "median_ms": ms})
+        print(f"{name}: {args.threads} thread(s), median ms per step over {args.rounds} "
+              f"rounds of {args.steps} steps; x = path / tilefuse (above 1: tilefuse faster)")
+        for path, t in ms.items():
+            print(f"  {path:14s} {t:9.2f} ms  x {t / ms['tilefuse']:5.2f}   "
+                  f"first call {cold[path]:6.2f} s")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=2)

@@ -159,6 +159,25 @@ private:
       buffers[barrier.getResult()] = bufferOf(barrier.getOperand());
       return success();
     }
+    if (auto view = llvm::dyn_cast<graph::ReshapeOp>(op)) {
+      // A row-major reshape between kernels and library calls (fusion left
+      // it as a view): the same bytes, so the operand's buffer. The return
+      // gets a copy of its own shape.
+      int source = bufferOf(view.getOperand());
+      bool returned = llvm::any_of(op.getUsers(), [](Operation *user) {
+        return llvm::isa<func::ReturnOp>(user);
+      });
+      if (!returned) {
+        buffers[view.getResult()] = source;
+        return success();
+      }
+      Step s;
+      s.kind = Step::Kind::Copy;
+      s.source = "graph.reshape";
+      s.buffers = {source, result(op)};
+      prog.steps.push_back(s);
+      return success();
+    }
     if (auto g = llvm::dyn_cast<graph::GatherOp>(op)) {
       Step s;
       s.kind = Step::Kind::Gather;

@@ -292,6 +292,8 @@ std::vector<KernelInfo> Graph::report() const {
       row.numOutputs = fusion.getNumResults();
     } else if (llvm::isa<graph::FullOp, graph::IotaOp, graph::ConstantOp>(op)) {
       continue;
+    } else if (llvm::isa<graph::ReshapeOp>(op)) {
+      continue; // a view between kernels: its operand's buffer, no step
     } else {
       row.name = opName(&op);
       row.kind = "library";

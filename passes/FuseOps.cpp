@@ -167,6 +167,12 @@ public:
                             !isLibraryCall(&op) &&
                             numel(shapeOf(op.getResult(0))) == 1;
       unsigned depth = recomputeDepth(&op);
+      if (isBufferView(&op)) {
+        bufferViews.insert(&op);
+        recomputed.insert(&op);
+        recomputeDepths[&op] = depth;
+        continue;
+      }
       if (!needsMaterializing(&op) && depth <= kMaxRecomputeDepth &&
           (isView(&op) || scalarOfLeaves ||
            (isCheapToRecompute(&op) && ofLeaves))) {
@@ -189,6 +195,32 @@ private:
   }
   bool isLeafOp(Operation *def) {
     return isGenerator(def) || recomputed.contains(def);
+  }
+
+  /// A row-major reshape of a value that exists in memory (an argument, a
+  /// kernel's or a library call's result), read by matmuls and kernels
+  /// only: the same bytes under another shape. The runtime gives
+  /// it its operand's buffer, so it is no kernel (a copy) of its own;
+  /// kernels that read it apply the reshape as any view. A reshape the
+  /// function returns stays a kernel: the result needs its own buffer.
+  bool isBufferView(Operation *op) {
+    auto reshape = llvm::dyn_cast<ReshapeOp>(op);
+    if (!reshape || !needsMaterializing(op))
+      return false;
+    // Only splits or merges of the leading dimensions: a GEMM reads its
+    // operands' rows by the stored last dimension.
+    SmallVector<int64_t> from = shapeOf(reshape.getOperand()), to = shapeOf(reshape);
+    if (from.empty() || to.empty() || from.back() != to.back())
+      return false;
+    Operation *def = reshape.getOperand().getDefiningOp();
+    if (def && (isGenerator(def) || recomputed.contains(def)))
+      return false;
+    // GEMM steps take their sizes from the graph's types; gathers and
+    // scatters read their buffers' shapes, so those get a real reshape.
+    return llvm::all_of(op->getUsers(), [](Operation *user) {
+      return llvm::isa<GraphDialect>(user->getDialect()) &&
+             (!isLibraryCall(user) || llvm::isa<MatmulOp>(user));
+    });
   }
 
   /// 1 + the longest chain of recomputed ops `op` would read.
@@ -744,6 +776,9 @@ private:
   llvm::DenseMap<Operation *, unsigned> positions;
   /// Cheap ops of leaves and views, cloned into the kernels that read them.
   llvm::SetVector<Operation *> recomputed;
+  /// Recomputed reshapes that library calls read too (isBufferView): each
+  /// library call that reads one gets a copy of it.
+  llvm::DenseSet<Operation *> bufferViews;
   llvm::DenseMap<Value, SmallVector<Read>> readCache;
   llvm::DenseMap<Operation *, unsigned> recomputeDepths;
 };
@@ -891,7 +926,16 @@ LogicalResult Fuser::materialize() {
     if (group.ops.empty()) {
       // Merged into another kernel.
     } else if (group.library && !group.epilogue) {
-      group.ops.front()->moveBefore(ret);
+      // Each library call gets its own copy of a view it reads, right
+      // before it: a view read in the forward and the backward pass then
+      // does not keep its operand's readers in one place (later passes,
+      // rematerialization, move each read on its own).
+      Operation *call = group.ops.front();
+      b.setInsertionPoint(ret);
+      for (OpOperand &use : call->getOpOperands())
+        if (Operation *view = use.get().getDefiningOp(); view && bufferViews.contains(view))
+          use.set(b.clone(*view)->getResult(0));
+      call->moveBefore(ret);
     } else {
       b.setInsertionPoint(ret);
       buildKernel(kernelIndex++, group, b);

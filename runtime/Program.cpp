@@ -235,17 +235,15 @@ void Program::validate() const {
         throw CompileError("corrupt program: " + what + " GEMM sizes do not match its buffers");
       if (s.buffers.size() == 4 && numElements(buffers[s.buffers[3]].shape) != s.n)
         throw CompileError("corrupt program: " + what + " bias is not one value per column");
-      // The operands' last two dimensions are op(a): m x k and op(b): k x n
-      // as stored (a transposed operand is stored k x m). With square
-      // operands a flipped transpose flag cannot be told from the shapes.
-      auto matrix = [](const BufferInfo &x, bool transposed) {
-        const Shape &d = x.shape;
-        std::pair<int64_t, int64_t> rc =
-            d.size() < 2 ? std::pair<int64_t, int64_t>{-1, -1} : std::pair{d[d.size() - 2], d.back()};
-        return transposed ? std::pair{rc.second, rc.first} : rc;
-      };
-      if (matrix(a, s.transposeA) != std::pair{s.m, s.k} ||
-          matrix(b, s.transposeB) != std::pair{s.k, s.n} || matrix(c, false) != std::pair{s.m, s.n})
+      // Stored row-major with op(a): m x k and op(b): k x n (a transposed
+      // operand is stored k x m); the last dimension is the stored
+      // columns, the ones before it any split of batch x rows (a reshape
+      // that merged them shares its operand's buffer). With the element
+      // counts above this checks both sizes; with square operands a
+      // flipped transpose flag cannot be told from the shapes.
+      auto columns = [](const BufferInfo &x) { return x.shape.empty() ? -1 : x.shape.back(); };
+      if (columns(a) != (s.transposeA ? s.m : s.k) || columns(b) != (s.transposeB ? s.k : s.n) ||
+          columns(c) != s.n)
         throw CompileError("corrupt program: " + what + " multiplies " + shapeToString(a.shape) +
                            (s.transposeA ? "^T" : "") + " by " + shapeToString(b.shape) +
                            (s.transposeB ? "^T" : "") + " into " + shapeToString(c.shape) +

@@ -1,13 +1,20 @@
 //===- ThreadPool.h - a fixed set of workers for kernel grids ------*- C++ -*-===//
 //
-// Kernels split their programs into one contiguous range per worker; the
-// caller's thread takes the first range, so a pool of N threads has N - 1
+// Kernels split their programs into contiguous ranges; the caller's thread
+// and the workers claim ranges until none is left, so a worker that wakes
+// late costs at most its range, not a wait. A pool of N threads has N - 1
 // workers. Small grids run inline: waking workers costs more than they save.
+//
+// A training step runs its kernels back to back, a few microseconds apart.
+// Waking a sleeping thread costs tens of microseconds on a virtual machine,
+// more than many of those kernels take, so workers (and a waiting caller)
+// spin for a short while before they sleep, as OpenMP runtimes do.
 //
 //===----------------------------------------------------------------------===//
 #ifndef TILEFUSE_RUNTIME_THREADPOOL_H
 #define TILEFUSE_RUNTIME_THREADPOOL_H
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
@@ -35,16 +42,26 @@ public:
   static ThreadPool &global();
 
 private:
-  void workerLoop(unsigned index);
+  void workerLoop();
+  /// Runs ranges of job `generation` until none is left unclaimed.
+  void runRanges(uint64_t generation);
 
   std::vector<std::thread> workers;
-  std::mutex mutex, callMutex;
+  std::mutex callMutex; ///< one grid at a time
+  std::mutex sleepMutex;
   std::condition_variable wake, done;
+
+  // The current job, written by the caller before it publishes `claims`
+  // and read by a thread only after it claimed one of the job's ranges
+  // (the caller waits for every range, so the job cannot change under it).
   const std::function<void(int64_t, int64_t)> *task = nullptr;
-  std::vector<std::pair<int64_t, int64_t>> ranges;
-  uint64_t generation = 0;
-  unsigned pending = 0;
-  bool stopping = false;
+  int64_t items = 0, parts = 0;
+  /// (generation << 16) | next unclaimed range of that generation.
+  std::atomic<uint64_t> claims{0};
+  std::atomic<int64_t> finished{0}; ///< ranges of the current job done
+  std::atomic<int> sleepingWorkers{0};
+  std::atomic<bool> callerSleeping{false};
+  std::atomic<bool> stopping{false};
 };
 
 } // namespace tilefuse

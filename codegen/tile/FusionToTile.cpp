@@ -389,6 +389,9 @@ private:
   FailureOr<Value> argmaxAcrossLanes(ArgmaxOp op, const Coords &operandCoords);
   FailureOr<Value> random(RandomUniformOp op, const Coords &c);
   FailureOr<Value> concat(ConcatOp op, const Coords &c);
+  /// concat() where every block of lanes lies in one input; nullopt
+  /// where that is not known.
+  std::optional<Value> concatOfWholeBlocks(ConcatOp op, const Coords &c);
   Value castTo(Value v, Type fromDtype, Type toDtype);
   Value neutral(Operation *op, Type t);
   Value combine(Operation *op, Value acc, Value v);
@@ -1395,6 +1398,8 @@ FailureOr<Value> KernelEmitter::random(RandomUniformOp op, const Coords &c) {
 FailureOr<Value> KernelEmitter::concat(ConcatOp op, const Coords &c) {
   int64_t dim = op.getDim();
   const Coord &x = c[dim];
+  if (std::optional<Value> whole = concatOfWholeBlocks(op, c))
+    return *whole;
   Value result;
   int64_t offset = 0;
   for (Value in : op.getInputs()) {
@@ -1430,6 +1435,46 @@ FailureOr<Value> KernelEmitter::concat(ConcatOp op, const Coords &c) {
       }
       result = b.create<arith::SelectOp>(loc, inRange, vv, result);
     }
+    offset += n;
+  }
+  return result;
+}
+
+std::optional<Value> KernelEmitter::concatOfWholeBlocks(ConcatOp op, const Coords &c) {
+  int64_t dim = op.getDim();
+  const Coord &x = c[dim];
+  // Lanes run along the concatenated dimension from a block-aligned start,
+  // and every input starts at a multiple of the block: each block lies in
+  // one input.
+  if (x.vec || x.coef != 1 || !activeLimit || x.align % block != 0)
+    return std::nullopt;
+  for (Value in : op.getInputs())
+    if (shapeOf(in)[dim] % block != 0)
+      return std::nullopt;
+  // Every input is computed at unclamped (affine) coordinates with its
+  // loads masked off outside its own blocks, so a block reads only its
+  // input, contiguously where that input is (clamping would turn every
+  // input's reads into gathers); the block's input is selected whole.
+  Value result;
+  int64_t offset = 0;
+  for (Value in : op.getInputs()) {
+    int64_t n = shapeOf(in)[dim];
+    Value inside = b.create<arith::AndIOp>(
+        loc, b.create<arith::CmpIOp>(loc, arith::CmpIPredicate::sge, x.scalar, cst(offset)),
+        b.create<arith::CmpIOp>(loc, arith::CmpIPredicate::slt, x.scalar, cst(offset + n)));
+    Coords cc = c;
+    cc[dim] = {b.create<arith::SubIOp>(loc, x.scalar, cst(offset)), 1, {},
+               std::gcd(x.align, offset == 0 ? kAligned : offset)};
+    FailureOr<Value> v = failure();
+    {
+      Scope scope(*this);
+      activeLimit = b.create<arith::SelectOp>(loc, inside, activeLimit, cst(0));
+      v = value(in, cc);
+    }
+    if (failed(v))
+      return std::nullopt;
+    Value vv = toBlock(*v);
+    result = result ? b.create<arith::SelectOp>(loc, inside, vv, result).getResult() : vv;
     offset += n;
   }
   return result;

@@ -1,8 +1,8 @@
 //===- GraphFolds.cpp - folds of the graph dialect ------------------------===//
 //
 // Only the obvious identities: they keep traced graphs small (x + 0 from a
-// bias-free layer, reshapes of reshapes, identity transposes) without
-// changing numerics.
+// bias-free layer, reshapes of reshapes, identity transposes, a matmul of a
+// transposed operand) without changing numerics.
 //
 //===----------------------------------------------------------------------===//
 #include "ir/graph/GraphDialect.h"
@@ -139,4 +139,35 @@ OpFoldResult ConcatOp::fold(FoldAdaptor) {
   if (getInputs().size() == 1)
     return getInputs()[0];
   return {};
+}
+
+namespace {
+/// A transpose that swaps the last two dimensions and keeps the others.
+bool swapsLastTwo(TransposeOp t) {
+  ArrayRef<int64_t> perm = t.getPerm();
+  int64_t rank = static_cast<int64_t>(perm.size());
+  if (rank < 2)
+    return false;
+  for (int64_t i = 0; i < rank - 2; ++i)
+    if (perm[i] != i)
+      return false;
+  return perm[rank - 2] == rank - 1 && perm[rank - 1] == rank - 2;
+}
+} // namespace
+
+OpFoldResult MatmulOp::fold(FoldAdaptor) {
+  // The GEMM reads the operand transposed where it is: no kernel writes a
+  // transposed copy (attention's q @ k^T, gradients' x^T @ dy).
+  bool changed = false;
+  if (auto t = getLhs().getDefiningOp<TransposeOp>(); t && swapsLastTwo(t)) {
+    getLhsMutable().assign(t.getOperand());
+    setTransposeLhs(!getTransposeLhs());
+    changed = true;
+  }
+  if (auto t = getRhs().getDefiningOp<TransposeOp>(); t && swapsLastTwo(t)) {
+    getRhsMutable().assign(t.getOperand());
+    setTransposeRhs(!getTransposeRhs());
+    changed = true;
+  }
+  return changed ? OpFoldResult(getResult()) : OpFoldResult();
 }

@@ -417,6 +417,9 @@ def Graph_MatmulOp : Graph_Op<"matmul", [InferTypeOpAdaptor]> {
                        DefaultValuedAttr<BoolAttr, "false">:$transpose_rhs);
   let results = (outs Graph_FloatTensor:$result);
   let assemblyFormat = "$lhs `,` $rhs attr-dict `:` functional-type(operands, results)";
+  // An operand transposed in its last two dimensions is read in place with
+  // the flag flipped.
+  let hasFolder = 1;
 }
 
 def Graph_GatherOp : Graph_Op<"gather", [InferTypeOpAdaptor]> {

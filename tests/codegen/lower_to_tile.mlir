@@ -225,3 +225,28 @@ func.func @colsum(%x: tensor<8192x96xf32>, %w: tensor<96xf32>) -> tensor<96xf32>
   %2 = graph.mul %1, %w : tensor<96xf32>
   return %2 : tensor<96xf32>
 }
+
+// A concat along the lanes whose inputs each span whole blocks: every
+// block lies in one input, so each input is read contiguously where it is,
+// with its loads masked off (limit 0) outside its own blocks, and the block
+// picks its input whole. Inputs that split blocks clamp and gather instead.
+// CHECK-LABEL: func.func @concat_blocks_kernel0
+// CHECK-NOT:     tile.gather
+// CHECK:         %[[IN0:.+]] = arith.andi %{{.+}}, %{{.+}} : i1
+// CHECK:         %[[LIM0:.+]] = arith.select %[[IN0]], %c64_i64, %c0_i64 : i64
+// CHECK:         %[[A:.+]] = tile.load %arg0[%{{.+}}], %[[LIM0]] {stride = 1 : i64}
+// CHECK:         %[[IN1:.+]] = arith.andi %{{.+}}, %{{.+}} : i1
+// CHECK:         %[[LIM1:.+]] = arith.select %[[IN1]], %c64_i64, %c0_i64 : i64
+// CHECK:         %[[B:.+]] = tile.load %arg1[%{{.+}}], %[[LIM1]] {stride = 1 : i64}
+// CHECK:         %[[V:.+]] = arith.select %[[IN1]], %[[B]], %[[A]] : vector<64xf32>
+// CHECK:         tile.store %[[V]], %arg2
+// CHECK-LABEL: func.func @concat_unaligned_kernel0
+// CHECK-COUNT-2: tile.gather
+func.func @concat_blocks(%a: tensor<64x128xf32>, %b: tensor<64x128xf32>) -> tensor<64x256xf32> {
+  %c = graph.concat %a, %b {dim = 1 : i64} : (tensor<64x128xf32>, tensor<64x128xf32>) -> tensor<64x256xf32>
+  return %c : tensor<64x256xf32>
+}
+func.func @concat_unaligned(%a: tensor<64x100xf32>, %b: tensor<64x156xf32>) -> tensor<64x256xf32> {
+  %c = graph.concat %a, %b {dim = 1 : i64} : (tensor<64x100xf32>, tensor<64x156xf32>) -> tensor<64x256xf32>
+  return %c : tensor<64x256xf32>
+}

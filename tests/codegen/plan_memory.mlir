@@ -41,3 +41,18 @@ func.func @produce_then_use(%x: tensor<512x256xf32>, %w: tensor<256x256xf32>, %v
   %ub = graph.matmul %b, %v : (tensor<512x256xf32>, tensor<256x1xf32>) -> tensor<512x1xf32>
   return %ua, %ub : tensor<512x1xf32>, tensor<512x1xf32>
 }
+
+// A reshape between a kernel and the matmuls that read it is a view of the
+// kernel's buffer: three steps (no copy), and that buffer lives until the
+// last matmul reads the view.
+// CHECK-LABEL: func @reshape_view (cpu)
+// CHECK: memory plan: 3 steps
+// CHECK: | f32[4, 8, 16] | 2048 | {{[0-9]+}} | 0..2 | forward | reshape_view_kernel0
+// CHECK-NOT: f32[32, 16] | 2048 | {{[0-9]+}} | {{.*}} | reshape_view_kernel
+func.func @reshape_view(%x: tensor<4x8x16xf32>, %w: tensor<16x16xf32>) -> (tensor<32x16xf32>, tensor<32x16xf32>) {
+  %e = graph.exp %x : tensor<4x8x16xf32>
+  %r = graph.reshape %e : (tensor<4x8x16xf32>) -> tensor<32x16xf32>
+  %a = graph.matmul %r, %w : (tensor<32x16xf32>, tensor<16x16xf32>) -> tensor<32x16xf32>
+  %b = graph.matmul %r, %w {transpose_rhs = true} : (tensor<32x16xf32>, tensor<16x16xf32>) -> tensor<32x16xf32>
+  return %a, %b : tensor<32x16xf32>, tensor<32x16xf32>
+}

@@ -192,3 +192,26 @@ func.func @chain(%x: tensor<2x3xf32>) -> tensor<2x3xf32> {
   %4 = graph.transpose %3 {perm = array<i64: 0, 1>} : (tensor<2x3xf32>) -> tensor<2x3xf32>
   return %4 : tensor<2x3xf32>
 }
+
+// A matmul operand transposed in its last two dimensions is read in place
+// with the transpose flag flipped (twice flipped is no flag); the batch
+// dimensions stay. A transpose of other dimensions stays.
+// CHECK-LABEL: func.func @matmul_of_transposes(
+// CHECK-SAME:      %[[Q:[^:]+]]: tensor<2x3x4x8xf32>, %[[K:[^:]+]]: tensor<2x3x5x8xf32>, %[[W:[^:]+]]: tensor<6x4xf32>, %[[X:[^:]+]]: tensor<4x6xf32>, %[[B:[^:]+]]: tensor<3x2x4x8xf32>)
+// CHECK-NEXT:    %[[S:.+]] = graph.matmul %[[Q]], %[[K]] {transpose_rhs = true} : (tensor<2x3x4x8xf32>, tensor<2x3x5x8xf32>) -> tensor<2x3x4x5xf32>
+// CHECK-NEXT:    %[[G:.+]] = graph.matmul %[[W]], %[[X]] {transpose_lhs = true, transpose_rhs = true} : (tensor<6x4xf32>, tensor<4x6xf32>) -> tensor<4x4xf32>
+// CHECK-NEXT:    %[[Y:.+]] = graph.matmul %[[X]], %[[W]] : (tensor<4x6xf32>, tensor<6x4xf32>) -> tensor<4x4xf32>
+// CHECK-NEXT:    %[[T:.+]] = graph.transpose %[[B]] {perm = array<i64: 1, 0, 2, 3>}
+// CHECK-NEXT:    %[[O:.+]] = graph.matmul %[[T]], %[[K]] {transpose_rhs = true}
+// CHECK-NEXT:    return %[[S]], %[[G]], %[[Y]], %[[O]]
+func.func @matmul_of_transposes(%q: tensor<2x3x4x8xf32>, %k: tensor<2x3x5x8xf32>, %w: tensor<6x4xf32>, %x: tensor<4x6xf32>, %b: tensor<3x2x4x8xf32>) -> (tensor<2x3x4x5xf32>, tensor<4x4xf32>, tensor<4x4xf32>, tensor<2x3x4x5xf32>) {
+  %kt = graph.transpose %k {perm = array<i64: 0, 1, 3, 2>} : (tensor<2x3x5x8xf32>) -> tensor<2x3x8x5xf32>
+  %s = graph.matmul %q, %kt : (tensor<2x3x4x8xf32>, tensor<2x3x8x5xf32>) -> tensor<2x3x4x5xf32>
+  %wt = graph.transpose %w {perm = array<i64: 1, 0>} : (tensor<6x4xf32>) -> tensor<4x6xf32>
+  %g = graph.matmul %wt, %x {transpose_rhs = true} : (tensor<4x6xf32>, tensor<4x6xf32>) -> tensor<4x4xf32>
+  %xt = graph.transpose %x {perm = array<i64: 1, 0>} : (tensor<4x6xf32>) -> tensor<6x4xf32>
+  %y = graph.matmul %xt, %w {transpose_lhs = true} : (tensor<6x4xf32>, tensor<6x4xf32>) -> tensor<4x4xf32>
+  %bt = graph.transpose %b {perm = array<i64: 1, 0, 2, 3>} : (tensor<3x2x4x8xf32>) -> tensor<2x3x4x8xf32>
+  %o = graph.matmul %bt, %kt : (tensor<2x3x4x8xf32>, tensor<2x3x8x5xf32>) -> tensor<2x3x4x5xf32>
+  return %s, %g, %y, %o : tensor<2x3x4x5xf32>, tensor<4x4xf32>, tensor<4x4xf32>, tensor<2x3x4x5xf32>
+}

@@ -100,3 +100,39 @@ func.func @transposed(%x: tensor<8x4xf32>) -> tensor<4x8xf32> {
   return %2 : tensor<4x8xf32>
 }
 // REMARK-DAG: remark: not fused with 'graph.matmul': its producer is a library call that the cpu target runs without this epilogue
+
+// A reshape of a kernel's result that only merges leading dimensions, read
+// by matmuls, is a view: no kernel copies it, the runtime gives it the
+// kernel's buffer, and each matmul reads its own copy of the view. A
+// reshape that changes the last dimension is written by the kernel.
+// CHECK-LABEL: func.func @reshape_views(
+// CHECK:         %[[K:.+]]:2 = graph.fusion "kernel0"(%{{.+}}) {{.+}} -> (tensor<4x8x16xf32>, tensor<4x128xf32>)
+// CHECK:           graph.exp
+// CHECK:         %[[V1:.+]] = graph.reshape %[[K]]#0 : (tensor<4x8x16xf32>) -> tensor<32x16xf32>
+// CHECK-NEXT:    graph.matmul %[[V1]], %{{.+}} :
+// CHECK-NEXT:    %[[V2:.+]] = graph.reshape %[[K]]#0 : (tensor<4x8x16xf32>) -> tensor<32x16xf32>
+// CHECK-NEXT:    graph.matmul %[[V2]], %{{.+}} {transpose_rhs = true}
+// CHECK-NEXT:    graph.matmul %{{.+}}, %[[K]]#1 :
+// CHECK-NOT:     graph.fusion
+// CHECK:         return
+func.func @reshape_views(%x: tensor<4x8x16xf32>, %w: tensor<16x16xf32>, %v: tensor<32x4xf32>) -> (tensor<32x16xf32>, tensor<32x16xf32>, tensor<32x128xf32>) {
+  %e = graph.exp %x : tensor<4x8x16xf32>
+  %r = graph.reshape %e : (tensor<4x8x16xf32>) -> tensor<32x16xf32>
+  %a = graph.matmul %r, %w : (tensor<32x16xf32>, tensor<16x16xf32>) -> tensor<32x16xf32>
+  %b = graph.matmul %r, %w {transpose_rhs = true} : (tensor<32x16xf32>, tensor<16x16xf32>) -> tensor<32x16xf32>
+  %t = graph.reshape %e : (tensor<4x8x16xf32>) -> tensor<4x128xf32>
+  %c = graph.matmul %v, %t : (tensor<32x4xf32>, tensor<4x128xf32>) -> tensor<32x128xf32>
+  return %a, %b, %c : tensor<32x16xf32>, tensor<32x16xf32>, tensor<32x128xf32>
+}
+
+// A reshape the function returns gets its own buffer: the kernel writes it.
+// CHECK-LABEL: func.func @returned_reshape(
+// CHECK:         %[[K:.+]] = graph.fusion "kernel0"(%{{.+}}) {{.+}} -> tensor<32x16xf32>
+// CHECK:         %[[M:.+]] = graph.matmul %[[K]], %{{.+}} :
+// CHECK-NEXT:    return %[[M]], %[[K]] :
+func.func @returned_reshape(%x: tensor<4x8x16xf32>, %w: tensor<16x16xf32>) -> (tensor<32x16xf32>, tensor<32x16xf32>) {
+  %e = graph.exp %x : tensor<4x8x16xf32>
+  %r = graph.reshape %e : (tensor<4x8x16xf32>) -> tensor<32x16xf32>
+  %a = graph.matmul %r, %w : (tensor<32x16xf32>, tensor<16x16xf32>) -> tensor<32x16xf32>
+  return %a, %r : tensor<32x16xf32>, tensor<32x16xf32>
+}

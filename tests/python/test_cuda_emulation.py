@@ -316,3 +316,23 @@ def test_a_total_beside_column_sums(shape, tmp_path):
     src = g._graph.cuda_source("cuda:sm_90")
     assert "_combine" in src, "expected the column sums and the total split into partial + combine"
     check_emulated(g, (x, y), str(tmp_path), 1e-5, 1e-5, name="total_beside_columns")
+
+
+def test_a_concat_of_whole_blocks_reads_only_its_own_input(tmp_path):
+    """Attention's qkv gradient: dq, dk, dv in [B, H, T, D] transposed back
+    to [B, T, H*D] and concatenated. With H*D a multiple of the CUDA block
+    (512 lanes) every block lies in one input, whose loads are masked off
+    (limit 0) outside its blocks; with H*D = 128 blocks span inputs and
+    every input is clamped and gathered."""
+    rng = np.random.default_rng(7)
+    for heads, dim in ((8, 64), (4, 32)):
+        q, k, v = (rng.standard_normal((2, heads, 16, dim)).astype(np.float32)
+                   for _ in range(3))
+
+        def qkv(q, k, v):
+            merge = lambda t: t.transpose(1, 2).reshape(2, 16, heads * dim)  # noqa: E731
+            return tilefuse.cat([merge(q), merge(k) * 2.0, merge(v)], 2)
+
+        g = tilefuse.trace(qkv, q, k, v)
+        check_emulated(g, (q, k, v), str(tmp_path / f"h{heads}"), 0, 0,
+                       name=f"concat of {heads * dim}-wide inputs")

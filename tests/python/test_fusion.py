@@ -182,6 +182,20 @@ def _case_elementwise_chain(rng):
     return fn, (x, y)
 
 
+def _case_concat_of_whole_blocks(rng):
+    # Attention's q, k, v merged back to [B, T, H*D] and concatenated, then
+    # split again (its gradient adds three zero-padded concats): each input
+    # spans whole 64-lane blocks on the CPU (concatOfWholeBlocks).
+    q, k, v = (_rand(rng, 2, 4, 3, 32) for _ in range(3))
+
+    def fn(q, k, v):
+        merge = lambda t: t.transpose(1, 2).reshape(2, 3, 128)  # noqa: E731
+        qkv = tilefuse.cat([merge(q), merge(k).exp(), merge(v) * 2.0], 2)
+        a, b, c = tilefuse.split(qkv, 128, 2)
+        return qkv, (a * b + c).tanh()
+    return fn, (q, k, v)
+
+
 def _case_broadcasts(rng):
     x, r, c, s = _rand(rng, 4, 5, 6), _rand(rng, 6), _rand(rng, 5, 1), _rand(rng)
 

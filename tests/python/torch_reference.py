@@ -19,7 +19,9 @@ Dropout: only the identity. Training with ``config["dropout"] != 0`` raises
 ValueError (tilefuse draws its masks from its own Philox streams, which this
 module does not reproduce); compare with ``W.gpt2_mini_config(dropout=0.0)``
 / ``W.mlp_mnist_config(dropout=0.0)``, for which tilefuse's F.dropout is the
-identity too.
+identity too. For speed comparisons (bench/workloads.py) the loss functions
+take ``dropout=``, a function applied at every site where tilefuse's model
+drops out (PyTorch's own masks, so not the same numbers).
 
 The loss functions mirror the tilefuse signature ``loss(params, batch, seed,
 config, training=True)`` (``seed`` is unused). ``params`` is a dict of torch
@@ -52,9 +54,9 @@ def _params(params):
             for k, v in params.items()}
 
 
-def _check_dropout(name, config, training):
+def _check_dropout(name, config, training, dropout=None):
     p = config["dropout"]
-    if training and p != 0:
+    if training and p != 0 and dropout is None:
         raise ValueError(f"torch_reference.{name}: training with dropout={p} is not "
                          f"supported (tilefuse's Philox masks are not reproduced); use a "
                          f"config with dropout=0.0")
@@ -69,16 +71,17 @@ def _float_input(x, like):
 # gpt2_mini
 # ---------------------------------------------------------------------------
 
-def gpt2_mini_logits(params, inputs, seed, config, training=False):
+def gpt2_mini_logits(params, inputs, seed, config, training=False, dropout=None):
     """Logits [B, T, vocab] of int64 token ids ``inputs`` [B, T]."""
-    _check_dropout("gpt2_mini_logits", config, training)
+    _check_dropout("gpt2_mini_logits", config, training, dropout)
+    drop = dropout if training and dropout is not None else (lambda t: t)
     p = _params(params)
     ids = torch.as_tensor(np.asarray(inputs)) if not isinstance(inputs, torch.Tensor) else inputs
     B, T = ids.shape
     d, H, eps = config["d_model"], config["n_head"], config["layer_norm_eps"]
     hd = d // H
     causal = torch.tril(torch.ones(T, T, dtype=torch.bool))  # query i sees keys j <= i
-    x = F.embedding(ids, p["wte"]) + p["wpe"][:T]
+    x = drop(F.embedding(ids, p["wte"]) + p["wpe"][:T])
     for i in range(config["n_layer"]):
         h = f"h{i}."
         a = F.layer_norm(x, (d,), p[h + "ln1.w"], p[h + "ln1.b"], eps)
@@ -86,21 +89,21 @@ def gpt2_mini_logits(params, inputs, seed, config, training=False):
         q, k, v = (t.reshape(B, T, H, hd).permute(0, 2, 1, 3) for t in qkv.split(d, dim=-1))
         scores = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(hd))  # [B, H, T, T]
         scores = torch.where(causal, scores, torch.tensor(-1e9, dtype=scores.dtype))
-        probs = F.softmax(scores, dim=-1)
+        probs = drop(F.softmax(scores, dim=-1))
         y = (probs @ v).permute(0, 2, 1, 3).reshape(B, T, d)
-        x = x + F.linear(y, p[h + "attn.proj.w"], p[h + "attn.proj.b"])
+        x = x + drop(F.linear(y, p[h + "attn.proj.w"], p[h + "attn.proj.b"]))
         m = F.layer_norm(x, (d,), p[h + "ln2.w"], p[h + "ln2.b"], eps)
         m = F.gelu(F.linear(m, p[h + "mlp.fc.w"], p[h + "mlp.fc.b"]), approximate="tanh")
-        x = x + F.linear(m, p[h + "mlp.proj.w"], p[h + "mlp.proj.b"])
+        x = x + drop(F.linear(m, p[h + "mlp.proj.w"], p[h + "mlp.proj.b"]))
     x = F.layer_norm(x, (d,), p["lnf.w"], p["lnf.b"], eps)
     return F.linear(x, p["wte"])  # LM head tied to the token embedding, no bias
 
 
-def gpt2_mini_loss(params, batch, seed, config, training=True):
+def gpt2_mini_loss(params, batch, seed, config, training=True, dropout=None):
     """Mean shifted cross-entropy: position t predicts ``tokens[:, t + 1]``."""
-    _check_dropout("gpt2_mini_loss", config, training)
+    _check_dropout("gpt2_mini_loss", config, training, dropout)
     tokens = torch.as_tensor(np.asarray(batch["tokens"]))
-    logits = gpt2_mini_logits(params, tokens[:, :-1], seed, config, training)
+    logits = gpt2_mini_logits(params, tokens[:, :-1], seed, config, training, dropout)
     return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), tokens[:, 1:].reshape(-1))
 
 
@@ -108,19 +111,20 @@ def gpt2_mini_loss(params, batch, seed, config, training=True):
 # mlp_mnist
 # ---------------------------------------------------------------------------
 
-def mlp_mnist_log_probs(params, x, seed, config, training=False):
+def mlp_mnist_log_probs(params, x, seed, config, training=False, dropout=None):
     """Log-probabilities [B, classes] of images ``x`` [B, C, H, W]."""
-    _check_dropout("mlp_mnist_log_probs", config, training)
+    _check_dropout("mlp_mnist_log_probs", config, training, dropout)
+    drop = dropout if training and dropout is not None else (lambda t: t)
     p = _params(params)
     h = _float_input(x, p["fc1.w"]).flatten(1)
-    h = F.relu(F.linear(h, p["fc1.w"], p["fc1.b"]))
-    h = F.relu(F.linear(h, p["fc2.w"], p["fc2.b"]))
+    h = drop(F.relu(F.linear(h, p["fc1.w"], p["fc1.b"])))
+    h = drop(F.relu(F.linear(h, p["fc2.w"], p["fc2.b"])))
     return F.log_softmax(F.linear(h, p["fc3.w"], p["fc3.b"]), dim=-1)
 
 
-def mlp_mnist_loss(params, batch, seed, config, training=True):
+def mlp_mnist_loss(params, batch, seed, config, training=True, dropout=None):
     """Mean negative log-likelihood of ``batch['y']``."""
-    logp = mlp_mnist_log_probs(params, batch["x"], seed, config, training)
+    logp = mlp_mnist_log_probs(params, batch["x"], seed, config, training, dropout)
     return F.nll_loss(logp, torch.as_tensor(np.asarray(batch["y"])))
 
 

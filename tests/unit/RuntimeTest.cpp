@@ -14,6 +14,10 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
+#include <thread>
+
+#include <atomic>
 #include <cmath>
 #include <random>
 #include <tuple>
@@ -86,6 +90,40 @@ TEST(ThreadPool, EveryIndexRunsExactlyOnce) {
     for (int64_t i = 0; i < n; ++i)
       EXPECT_EQ(hits[size_t(i)].load(), 1) << "n=" << n << " index " << i;
   }
+}
+
+// Back-to-back grids (workers spinning), grids after the workers went to
+// sleep, and several callers on one pool: every index runs exactly once.
+TEST(ThreadPool, GridsBackToBackAfterSleepAndFromSeveralCallers) {
+  ThreadPool pool(3);
+  auto runGrid = [&](int64_t n) {
+    std::vector<std::atomic<int>> hits(static_cast<size_t>(n));
+    pool.parallelFor(n, 1, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i)
+        ++hits[size_t(i)];
+    });
+    for (int64_t i = 0; i < n; ++i)
+      if (hits[size_t(i)].load() != 1)
+        return false;
+    return true;
+  };
+  for (int64_t n = 0; n < 300; ++n)
+    ASSERT_TRUE(runGrid(n % 37)) << "back to back, grid " << n;
+  for (int round = 0; round < 3; ++round) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    ASSERT_TRUE(runGrid(64)) << "after sleeping, round " << round;
+  }
+  std::vector<std::thread> callers;
+  std::atomic<int> failures{0};
+  for (int c = 0; c < 4; ++c)
+    callers.emplace_back([&, c] {
+      for (int i = 0; i < 100; ++i)
+        if (!runGrid(1 + (c * 7 + i) % 50))
+          ++failures;
+    });
+  for (std::thread &t : callers)
+    t.join();
+  EXPECT_EQ(failures.load(), 0);
 }
 
 TEST(CpuExecutor, KernelGemmGatherScatterCopy) {
@@ -285,6 +323,11 @@ TEST(Program, ValidateRefusesGemmsWhoseShapesContradictTheirTransposes) {
           << e.what();
     }
   }
+  // A reshape that merged the batch into the rows ([3, 2, 5] as [6, 5])
+  // shares its operand's buffer: the same bytes, accepted.
+  Program merged = p;
+  merged.buffers[0].shape = {6, 5};
+  EXPECT_NO_THROW(merged.validate());
   // a stored transposed: [3, 5, 2]
   p.buffers[0].shape = {3, 5, 2};
   p.steps[0].transposeA = true;
