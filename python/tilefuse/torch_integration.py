@@ -339,8 +339,11 @@ def _compiled_callable(gm, device, compile=True):
     outs = out_node.args[0]
     single = not isinstance(outs, (list, tuple))
     outs = [outs] if single else list(outs)
-    # A backward graph returns None for inputs without a gradient.
-    present = [i for i, o in enumerate(outs) if o is not None]
+    # A backward graph returns None for inputs without a gradient; a graph
+    # specialized to static shapes returns its sizes as plain numbers.
+    present = [i for i, o in enumerate(outs) if isinstance(o, torch.fx.Node)]
+    constants = {i: o for i, o in enumerate(outs)
+                 if o is not None and not isinstance(o, torch.fx.Node)}
     out_vals = [_val(outs[i]) for i in present]
     if any(not isinstance(o, torch.Tensor) for o in out_vals):
         raise aten_import.UnsupportedOp("a graph output that is not a tensor")
@@ -371,7 +374,7 @@ def _compiled_callable(gm, device, compile=True):
         if random:
             arrays.append(np.int64(torch.randint(0, 2 ** 62, ()).item()))
         results = exe.run(arrays, None, "numpy")
-        full = [None] * len(outs)
+        full = [constants.get(i) for i in range(len(outs))]
         for i, r, w in zip(present, results, want):
             o = torch.from_numpy(np.asarray(r))
             full[i] = o.to(w) if o.dtype != w else o
@@ -461,15 +464,79 @@ def _split_graph(gm, device, compile=True):
     raise CompileError("tilefuse: the graph did not settle into partitions")
 
 
+def _has_symbolic_shapes(gm):
+    """Whether the graph's inputs have shapes not known until run time
+    (torch.compile(dynamic=True), or dimensions Dynamo marked dynamic)."""
+    torch = _torch()
+    for n in gm.graph.nodes:
+        if n.op != "placeholder":
+            continue
+        v = _val(n)
+        if isinstance(v, torch.SymInt):
+            return True
+        if isinstance(v, torch.Tensor) and not all(isinstance(d, int) for d in v.shape):
+            return True
+    return False
+
+
+class _ShapeSpecialized:
+    """A graph with symbolic shapes. tilefuse compiles static shapes, so each
+    distinct set of input shapes (and integer inputs) gets a compile of its
+    own: the graph is retraced with those sizes (make_fx over fake tensors,
+    the integers baked in), compiled whole or split like any graph, and kept;
+    every set after the first counts as a recompilation."""
+
+    def __init__(self, gm, device):
+        self.gm, self.device, self.compiled = gm, device, {}
+
+    def __call__(self, *args):
+        torch = _torch()
+        key = tuple((tuple(a.shape), a.dtype) if isinstance(a, torch.Tensor) else int(a)
+                    for a in args)
+        fn = self.compiled.get(key)
+        if fn is None:
+            fn = self.compiled[key] = self._specialize(args)
+        return fn(*[a for a in args if isinstance(a, torch.Tensor)])
+
+    def _specialize(self, args):
+        torch = _torch()
+        from torch.fx.experimental.proxy_tensor import make_fx
+        if self.compiled:
+            stats.recompiles += 1
+            _log.info("tilefuse: compiling a graph with dynamic shapes for new sizes %s "
+                      "(%d recompilations so far)",
+                      [tuple(a.shape) if isinstance(a, torch.Tensor) else int(a)
+                       for a in args], stats.recompiles)
+        positions = [i for i, a in enumerate(args) if isinstance(a, torch.Tensor)]
+        sizes = [a if isinstance(a, torch.Tensor) else int(a) for a in args]
+
+        def static(*tensors):
+            full = list(sizes)
+            for i, t in zip(positions, tensors):
+                full[i] = t
+            return self.gm(*full)
+        static_gm = make_fx(static, tracing_mode="fake")(*[args[i] for i in positions])
+        return _compile_static_graph(static_gm, self.device)
+
+
 def _compile_aten_graph(gm, example_inputs, device):
     """One ATen graph from aot_autograd, compiled whole or split
-    (_split_graph); the ops left to PyTorch are logged once and counted."""
+    (_split_graph), or per input shapes where they are symbolic; the ops
+    left to PyTorch are logged once and counted."""
+    if _has_symbolic_shapes(gm):
+        return _boxed(_ShapeSpecialized(gm, device))
+    return _boxed(_compile_static_graph(gm, device))
+
+
+def _compile_static_graph(gm, device):
+    """A callable for ATen graph `gm` with static shapes: tilefuse's
+    compile of it, whole or split, or `gm` itself when nothing converts."""
     try:
         run, left = _split_graph(gm, device)
     except CompileError as e:
         _log.warning("tilefuse: could not compile a graph, it runs in PyTorch: %s", e)
         stats.eager += 1
-        return _boxed(gm.forward)
+        return gm.forward
     if left:
         _note_unsupported(sorted(left))
         if run is gm.forward or getattr(run, "__self__", None) is gm:
@@ -478,7 +545,7 @@ def _compile_aten_graph(gm, example_inputs, device):
             stats.partitioned += 1
     else:
         stats.compiled += 1
-    return _boxed(run)
+    return run
 
 
 def _Callable(fn):
