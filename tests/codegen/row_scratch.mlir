@@ -40,17 +40,23 @@ func.func @log_softmax(%x: tensor<64x1000xf32>) -> tensor<64x1000xf32> {
 }
 
 // A column reduction split into slices of rows: each program walks its
-// rows in memory order, all 1024 columns per row, into f64 accumulators
-// kept in a scratch row.
+// rows in memory order, in groups of 4 rows: for every block of the 1024
+// columns the group folds into f64 registers (the inner loop's iteration
+// values), added once to the accumulators kept in a scratch row.
 // CHECK-LABEL: func.func @columns_kernel0_partial_{{[0-9a-f]+}}(
 // CHECK:         %[[ACC:.*]] = tile.scratch {elements = 1024 : i64} : !tile.ptr<f64>
 // CHECK:         scf.for
 // CHECK:           tile.store %{{.*}}, %[[ACC]]
-// CHECK:         scf.for
+// CHECK:         scf.for %[[G:.*]] = %c0_i64 to
+// CHECK:           arith.minsi
 // CHECK:           scf.for
-// CHECK:             tile.load %arg0
-// CHECK:             tile.load %[[ACC]]
-// CHECK:             tile.store %{{.*}}, %[[ACC]]
+// CHECK:             %[[SUM:.*]] = scf.for {{.*}} iter_args({{.*}}) -> (vector<{{[0-9]+}}xf64>)
+// CHECK:               tile.load %arg0
+// CHECK-NOT:           tile.load %[[ACC]]
+// CHECK:               scf.yield
+// CHECK:             %[[OLD:.*]] = tile.load %[[ACC]]
+// CHECK:             %[[NEW:.*]] = arith.addf %[[OLD]], %[[SUM]]
+// CHECK:             tile.store %[[NEW]], %[[ACC]]
 // CHECK:         scf.for
 // CHECK:           tile.load %[[ACC]]
 // CHECK:           tile.store %{{.*}}, %arg1
