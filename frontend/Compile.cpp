@@ -7,7 +7,7 @@
 // own buffers).
 //
 //===----------------------------------------------------------------------===//
-#include "frontend/CpuDiskCache.h"
+#include "frontend/DiskCache.h"
 #include "frontend/Executable.h"
 #include "frontend/GraphImpl.h"
 
@@ -329,6 +329,15 @@ size_t Graph::clearCompileCache() {
 }
 
 namespace {
+/// Settings the compile reads from the environment: part of every key.
+std::string compileSettings() {
+  std::string settings;
+  for (const char *name : {"TILEFUSE_REMATERIALIZE", "TILEFUSE_MEMORY_PLAN"})
+    if (const char *v = std::getenv(name))
+      settings += std::string(" ") + name + "=" + v;
+  return settings;
+}
+
 /// The compile target of `device` ("cpu", or "cuda": the first GPU's arch).
 std::string targetForDevice(const std::string &device) {
   if (device == "cuda") {
@@ -368,11 +377,7 @@ std::shared_ptr<Executable> Graph::compile(const std::string &device) const {
   std::unique_ptr<TargetInfo> target = TargetInfo::get(targetName);
   // The CPU kernels are compiled for TILEFUSE_CPU's CPU when it is set.
   const char *cpu = targetName == "cpu" ? std::getenv("TILEFUSE_CPU") : nullptr;
-  // Settings the compile reads from the environment are part of the key.
-  std::string settings;
-  for (const char *name : {"TILEFUSE_REMATERIALIZE", "TILEFUSE_MEMORY_PLAN"})
-    if (const char *v = std::getenv(name))
-      settings += std::string(" ") + name + "=" + v;
+  std::string settings = compileSettings();
   // The graph with its source locations: the Program reports them, so the
   // same graph traced from other lines is another compile.
   std::string located;
@@ -473,6 +478,22 @@ std::string Graph::compileArtifact(const std::string &target, const std::string 
   if (cuda)
     throw CompileError("this build of tilefuse has no NVRTC: it cannot write CUDA artifacts");
 #endif
+  // A CUDA artifact written before (by any process of this build) is read
+  // back whole. The key: the graph with its source locations (the Program
+  // names them), the target, the compile settings, the metadata and NVRTC.
+  std::string diskKey;
+#ifdef TILEFUSE_HAVE_NVRTC
+  if (cuda) {
+    std::string located;
+    llvm::raw_string_ostream os(located);
+    impl_->module->print(os, OpPrintingFlags().enableDebugInfo());
+    diskKey = cudaArtifactDiskKey(target + compileSettings() + "\nNVRTC " + nvrtcVersion() +
+                                  "\nmetadata " + std::to_string(metadata.size()) + "\n" +
+                                  metadata + "\n@" + impl_->entry + "\n" + located);
+    if (std::optional<std::string> kept = loadCudaArtifact(diskKey))
+      return std::move(*kept);
+  }
+#endif
   CompileProgress progress("@" + impl_->entry + " for " + target + " (artifact)");
   progress.stage("lowering");
   Artifact artifact;
@@ -499,5 +520,7 @@ std::string Graph::compileArtifact(const std::string &target, const std::string 
     return writeArtifact(artifact);
   artifact.blobs = cudaBinaries(*impl_, artifact.program, kernels,
                                 artifact.target.substr(artifact.target.find(':') + 1));
-  return writeArtifact(artifact);
+  std::string bytes = writeArtifact(artifact);
+  storeCudaArtifact(diskKey, bytes);
+  return bytes;
 }

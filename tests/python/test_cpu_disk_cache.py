@@ -1,4 +1,4 @@
-"""The on-disk cache of CPU compiles (frontend/CpuDiskCache.cpp): a process
+"""The on-disk cache of CPU compiles (frontend/DiskCache.cpp): a process
 that compiles a graph another process compiled before loads the machine
 code from <TILEFUSE_CACHE_DIR>/cpu instead of running MLIR.
 

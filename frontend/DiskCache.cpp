@@ -1,5 +1,5 @@
-//===- CpuDiskCache.cpp - compiled CPU graphs kept between processes ------===//
-#include "frontend/CpuDiskCache.h"
+//===- DiskCache.cpp - compiles kept between processes --------------------===//
+#include "frontend/DiskCache.h"
 
 #include "codegen/CacheDir.h"
 #include "codegen/cpu/CpuJit.h"
@@ -15,8 +15,9 @@
 #include <cstdio>
 #include <dlfcn.h>
 #include <link.h>
-#include <set>
 #include <filesystem>
+#include <optional>
+#include <set>
 #include <fstream>
 #include <sstream>
 #include <sys/stat.h>
@@ -78,27 +79,89 @@ std::string buildIdentity() {
   return identity;
 }
 
-bool cacheOff() {
-  const char *v = std::getenv("TILEFUSE_CPU_CACHE");
-  return v && std::string(v) == "0";
+/// Whether the disk caches are off (TILEFUSE_DISK_CACHE=0; for the CPU
+/// also its older name TILEFUSE_CPU_CACHE=0).
+bool cacheOff(bool cpu) {
+  auto off = [](const char *name) {
+    const char *v = std::getenv(name);
+    return v && std::string(v) == "0";
+  };
+  return off("TILEFUSE_DISK_CACHE") || (cpu && off("TILEFUSE_CPU_CACHE"));
 }
 
 uint64_t capacityBytes() {
-  const char *v = std::getenv("TILEFUSE_CPU_CACHE_MB");
-  if (v && *v) {
-    char *end = nullptr;
-    long long mb = std::strtoll(v, &end, 10);
-    if (*end == '\0' && mb >= 0)
-      return uint64_t(mb) << 20;
+  for (const char *name : {"TILEFUSE_DISK_CACHE_MB", "TILEFUSE_CPU_CACHE_MB"}) {
+    const char *v = std::getenv(name);
+    if (v && *v) {
+      char *end = nullptr;
+      long long mb = std::strtoll(v, &end, 10);
+      if (*end == '\0' && mb >= 0)
+        return uint64_t(mb) << 20;
+    }
   }
   return uint64_t(1024) << 20;
 }
 
-std::string entryPath(const std::string &diskKey) {
+std::string cudaArtifactDir() { return cacheRoot() + "/cuda-artifacts"; }
+
+std::string entryPath(const std::string &dir, const std::string &diskKey) {
   char name[32];
   std::snprintf(name, sizeof name, "%016llx.tfa",
                 static_cast<unsigned long long>(fnv1a64(diskKey.data(), diskKey.size())));
-  return cpuCacheDir() + "/" + name;
+  return dir + "/" + name;
+}
+
+/// The entry at `path` with target `target` stored under `diskKey`;
+/// nullopt when there is none, it is corrupt, another key's, or not this
+/// user's alone (an entry is code this process will run).
+std::optional<Artifact> readOwnEntry(const std::string &path, const std::string &target,
+                                     const std::string &diskKey) {
+  struct stat st;
+  if (stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != geteuid() ||
+      (st.st_mode & (S_IWGRP | S_IWOTH)))
+    return std::nullopt;
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream bytes;
+  bytes << in.rdbuf();
+  Artifact entry;
+  try {
+    entry = readArtifact(bytes.str());
+  } catch (const CompileError &) {
+    return std::nullopt; // corrupt or truncated: compiled again and replaced
+  }
+  if (entry.target != target || entry.metadata != diskKey)
+    return std::nullopt; // another key with the same hash
+  std::error_code ec;
+  fs::last_write_time(path, fs::file_time_type::clock::now(), ec); // recently used
+  return entry;
+}
+
+void evict(const std::string &dir);
+
+/// Writes `entry` to `path` in `dir`: beside, then renamed (readers see
+/// the old entry or the new one), writable by this user alone.
+void writeEntry(const std::string &dir, const std::string &path, const Artifact &entry) {
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  std::string tmp = path + ".tmp." + std::to_string(::getpid()) + "." +
+                    std::to_string(std::hash<std::thread::id>()(std::this_thread::get_id()));
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    std::string bytes = writeArtifact(entry);
+    out.write(bytes.data(), std::streamsize(bytes.size()));
+    out.close();
+    if (!out) {
+      fs::remove(tmp, ec);
+      return;
+    }
+  }
+  // Whatever the umask: loads refuse entries others could write.
+  fs::permissions(tmp, fs::perms::owner_read | fs::perms::owner_write | fs::perms::group_read |
+                           fs::perms::others_read, ec);
+  fs::rename(tmp, path, ec);
+  if (ec)
+    fs::remove(tmp, ec);
+  evict(dir);
 }
 
 /// Removes the least recently used entries (and temporaries left by killed
@@ -145,7 +208,7 @@ std::string tilefuse::cpuCacheDir() { return cacheRoot() + "/cpu"; }
 
 std::string tilefuse::cpuDiskKey(const std::string &key) {
   std::string identity = buildIdentity();
-  if (cacheOff() || identity.empty())
+  if (cacheOff(/*cpu=*/true) || identity.empty())
     return "";
   auto target = selectCpuTarget(/*runsHere=*/true);
   if (!target) {
@@ -160,29 +223,13 @@ std::shared_ptr<CompiledArtifacts> tilefuse::loadCpuCompile(const std::string &d
   if (diskKey.empty())
     return nullptr;
   auto start = std::chrono::steady_clock::now();
-  std::string path = entryPath(diskKey);
-  // Only this user's own entries, writable by no one else: an entry is
-  // machine code this process will run.
-  struct stat st;
-  if (stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != geteuid() ||
-      (st.st_mode & (S_IWGRP | S_IWOTH)))
+  std::optional<Artifact> entry = readOwnEntry(entryPath(cpuCacheDir(), diskKey), "cpu", diskKey);
+  if (!entry)
     return nullptr;
-  std::error_code ec;
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream bytes;
-  bytes << in.rdbuf();
-  Artifact entry;
-  try {
-    entry = readArtifact(bytes.str());
-  } catch (const CompileError &) {
-    return nullptr; // corrupt or truncated: compiled again and replaced
-  }
-  if (entry.target != "cpu" || entry.metadata != diskKey)
-    return nullptr; // another key with the same hash
   auto art = std::make_shared<CompiledArtifacts>();
   std::vector<std::string> objects;
   std::map<std::string, std::string> aliases;
-  for (auto &[name, blob] : entry.blobs) {
+  for (auto &[name, blob] : entry->blobs) {
     if (name == "object") {
       objects.push_back(std::move(blob));
     } else if (name == "aliases") {
@@ -196,19 +243,18 @@ std::shared_ptr<CompiledArtifacts> tilefuse::loadCpuCompile(const std::string &d
       art->tileIR = std::move(blob);
     }
   }
-  auto code = linkCpuObjects(objects, aliases, kernelSymbols(entry.program));
+  auto code = linkCpuObjects(objects, aliases, kernelSymbols(entry->program));
   if (!code) {
     llvm::consumeError(code.takeError());
     return nullptr;
   }
-  art->program = std::move(entry.program);
+  art->program = std::move(entry->program);
   art->target = "cpu";
   art->kernels = std::move(code->kernels);
   art->code = std::move(code->owner);
   art->compileSeconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   art->stageSeconds = {{"disk cache", art->compileSeconds}};
-  fs::last_write_time(path, fs::file_time_type::clock::now(), ec); // recently used
   return art;
 }
 
@@ -229,27 +275,43 @@ void tilefuse::storeCpuCompile(const std::string &diskKey, const CompiledArtifac
   entry.blobs.emplace_back("fused.mlir", art.fusedIR);
   entry.blobs.emplace_back("tile.mlir", art.tileIR);
   std::string dir = cpuCacheDir();
-  std::error_code ec;
-  fs::create_directories(dir, ec);
-  std::string path = entryPath(diskKey);
-  // Written beside, then renamed: readers see the old entry or the new one.
-  std::string tmp = path + ".tmp." + std::to_string(::getpid()) + "." +
-                    std::to_string(std::hash<std::thread::id>()(std::this_thread::get_id()));
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    std::string bytes = writeArtifact(entry);
-    out.write(bytes.data(), std::streamsize(bytes.size()));
-    out.close();
-    if (!out) {
-      fs::remove(tmp, ec);
-      return;
-    }
+  writeEntry(dir, entryPath(dir, diskKey), entry);
+}
+
+// A CUDA artifact is kept inside an entry of its own (target "cuda
+// artifact", the disk key as metadata): the artifact's own metadata is the
+// caller's.
+constexpr const char *kCudaArtifactEntry = "cuda artifact";
+
+std::string tilefuse::cudaArtifactDiskKey(const std::string &key) {
+  std::string identity = buildIdentity();
+  if (cacheOff(/*cpu=*/false) || identity.empty())
+    return "";
+  return "tilefuse cuda artifact\n" + identity + "\n" + key;
+}
+
+std::optional<std::string> tilefuse::loadCudaArtifact(const std::string &diskKey) {
+  if (diskKey.empty())
+    return std::nullopt;
+  std::optional<Artifact> entry =
+      readOwnEntry(entryPath(cudaArtifactDir(), diskKey), kCudaArtifactEntry, diskKey);
+  if (!entry || entry->blobs.size() != 1 || entry->blobs[0].first != "artifact")
+    return std::nullopt;
+  try {
+    readArtifact(entry->blobs[0].second); // checks the stored artifact whole
+  } catch (const CompileError &) {
+    return std::nullopt;
   }
-  // Writable by this user alone, whatever the umask: loads refuse others.
-  fs::permissions(tmp, fs::perms::owner_read | fs::perms::owner_write | fs::perms::group_read |
-                           fs::perms::others_read, ec);
-  fs::rename(tmp, path, ec);
-  if (ec)
-    fs::remove(tmp, ec);
-  evict(dir);
+  return std::move(entry->blobs[0].second);
+}
+
+void tilefuse::storeCudaArtifact(const std::string &diskKey, const std::string &bytes) {
+  if (diskKey.empty())
+    return;
+  Artifact entry;
+  entry.target = kCudaArtifactEntry;
+  entry.metadata = diskKey;
+  entry.blobs.emplace_back("artifact", bytes);
+  std::string dir = cudaArtifactDir();
+  writeEntry(dir, entryPath(dir, diskKey), entry);
 }
