@@ -4,11 +4,13 @@ compiled step against PyTorch eager, torch.compile of the whole step, JAX
 jit and a plain-numpy step (bench/numpy_train.py), side by side in one run.
 
     PYTHONPATH=build/python python3 bench/workloads.py [--steps 20] [--rounds 3]
-        [--threads 2] [--models gpt2_mini,mlp_mnist] [--skip-compile] [--json out.json]
+        [--threads 2] [--models gpt2_mini,mlp_mnist,gpt2_small_layer] [--skip-compile]
+        [--json out.json]
 
 Every implementation runs the same model from the same initial parameters
-with the same optimizer (gpt2_mini: AdamW lr 1e-3, wd 0.01; mlp_mnist: Adam
-lr 2e-4), all in float32, all on --threads threads (tilefuse's pool, torch's
+with the same optimizer (gpt2_mini and gpt2_small_layer -- one GPT-2-small-
+shaped block: d 768, 12 heads, seq 1024, batch 1 -- AdamW lr 1e-3, wd 0.01;
+mlp_mnist: Adam lr 2e-4), all in float32, all on --threads threads (tilefuse's pool, torch's
 intra-op threads, XLA's; set before any of them starts). Dropout 0.1 as
 WORKLOADS.md has it: tilefuse draws its masks in the kernels (Philox);
 PyTorch draws its own (torch.nn.functional.dropout); numpy draws them with
@@ -44,6 +46,13 @@ MODELS = {
                       loss=W.gpt2_mini_loss, numpy_step=numpy_train.gpt2_mini_step,
                       optimizer=lambda: tilefuse.optim.AdamW(lr=1e-3, weight_decay=0.01),
                       lr=1e-3, weight_decay=0.01, decoupled=True),
+    # One GPT-2-small-shaped block (d 768, 12 heads, seq 1024), batch 1.
+    "gpt2_small_layer": dict(config=lambda: W.gpt2_mini_config(
+                                 n_layer=1, d_model=768, n_head=12, seq=1024, batch=1, vocab=1024),
+                             init=W.gpt2_mini_init, batch=W.gpt2_mini_batch,
+                             loss=W.gpt2_mini_loss, numpy_step=numpy_train.gpt2_mini_step,
+                             optimizer=lambda: tilefuse.optim.AdamW(lr=1e-3, weight_decay=0.01),
+                             lr=1e-3, weight_decay=0.01, decoupled=True),
     "mlp_mnist": dict(config=lambda: W.mlp_mnist_config(batch=64), init=W.mlp_mnist_init,
                       batch=W.mlp_mnist_batch, loss=W.mlp_mnist_loss,
                       numpy_step=numpy_train.mlp_mnist_step,
@@ -79,7 +88,8 @@ def torch_step_fn(name, m, cfg, compiled):
     import torch
     import torch.nn.functional as TF
     import torch_reference as R
-    loss_fn = {"gpt2_mini": R.gpt2_mini_loss, "mlp_mnist": R.mlp_mnist_loss}[name]
+    family = "mlp_mnist" if name == "mlp_mnist" else "gpt2_mini"
+    loss_fn = {"gpt2_mini": R.gpt2_mini_loss, "mlp_mnist": R.mlp_mnist_loss}[family]
     params = R.to_torch(m["init"](cfg, seed=0))
     batch = m["batch"](cfg, seed=1)
     p = cfg["dropout"]
@@ -130,9 +140,10 @@ def make_jax(name, m, cfg):
         import jax_reference as J
     except ImportError:
         return None
-    loss_fn = {"gpt2_mini": J.gpt2_mini_loss, "mlp_mnist": J.mlp_mnist_loss}[name]
+    family = "mlp_mnist" if name == "mlp_mnist" else "gpt2_mini"
+    loss_fn = {"gpt2_mini": J.gpt2_mini_loss, "mlp_mnist": J.mlp_mnist_loss}[family]
     masks_fn = {"gpt2_mini": J.gpt2_mini_dropout_masks,
-                "mlp_mnist": J.mlp_mnist_dropout_masks}[name]
+                "mlp_mnist": J.mlp_mnist_dropout_masks}[family]
     params = {k: jnp.asarray(v) for k, v in m["init"](cfg, seed=0).items()}
     batch_np = m["batch"](cfg, seed=1)
     batch = {k: jnp.asarray(v) for k, v in batch_np.items()}
@@ -170,7 +181,7 @@ def main(argv=None):
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--models", default="gpt2_mini,mlp_mnist")
+    parser.add_argument("--models", default="gpt2_mini,mlp_mnist,gpt2_small_layer")
     parser.add_argument("--skip-compile", action="store_true",
                         help="leave out torch.compile (its cold compile takes a minute)")
     parser.add_argument("--json", help="also write the results here")
