@@ -10,8 +10,9 @@ jit and a plain-numpy step (bench/numpy_train.py), side by side in one run.
 Every implementation runs the same model from the same initial parameters
 with the same optimizer (gpt2_mini and gpt2_small_layer -- one GPT-2-small-
 shaped block: d 768, 12 heads, seq 1024, batch 1 -- AdamW lr 1e-3, wd 0.01;
-mlp_mnist: Adam lr 2e-4), all in float32, all on --threads threads (tilefuse's pool, torch's
-intra-op threads, XLA's; set before any of them starts). Dropout 0.1 as
+mlp_mnist: Adam lr 2e-4), all in float32, all on --threads threads: the
+process is pinned to that many cores and every pool sized to them before
+any library loads (set_threads). Dropout 0.1 as
 WORKLOADS.md has it: tilefuse draws its masks in the kernels (Philox);
 PyTorch draws its own (torch.nn.functional.dropout); numpy draws them with
 numpy's generator each step; JAX gets masks drawn once outside the timed
@@ -30,7 +31,33 @@ import statistics
 import sys
 import time
 
-import numpy as np
+
+def set_threads(n):
+    """Every runtime on n threads, before any of them starts: the process
+    is pinned to n cores (XLA has no thread-count flag; its pool then shares
+    them), and tilefuse's, OpenMP's and OpenBLAS's pools are sized to n."""
+    os.sched_setaffinity(0, set(sorted(os.sched_getaffinity(0))[:n]))
+    for name in ("TILEFUSE_NUM_THREADS", "OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS",
+                 "MKL_NUM_THREADS"):
+        os.environ[name] = str(n)
+    if n == 1:
+        os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") +
+                                   " --xla_cpu_multi_thread_eigen=false").strip()
+
+
+def _threads_from_argv(argv):
+    for i, a in enumerate(argv):
+        if a == "--threads" and i + 1 < len(argv):
+            return int(argv[i + 1])
+        if a.startswith("--threads="):
+            return int(a.split("=", 1)[1])
+    return 2
+
+
+if __name__ == "__main__":
+    set_threads(_threads_from_argv(sys.argv[1:]))  # before numpy, torch and JAX load
+
+import numpy as np  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
@@ -70,16 +97,6 @@ def median_step_seconds(step, steps, sync=lambda r: r):
         sync(step())
         times.append(time.perf_counter() - t)
     return statistics.median(times)
-
-
-def set_threads(n):
-    """Every runtime's thread count, before any of them starts its pool."""
-    os.environ["TILEFUSE_NUM_THREADS"] = str(n)
-    os.environ["OMP_NUM_THREADS"] = str(n)
-    if n == 1:
-        os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") +
-                                   " --xla_cpu_multi_thread_eigen=false"
-                                   " intra_op_parallelism_threads=1").strip()
 
 
 def torch_step_fn(name, m, cfg, compiled):
@@ -186,7 +203,6 @@ def main(argv=None):
                         help="leave out torch.compile (its cold compile takes a minute)")
     parser.add_argument("--json", help="also write the results here")
     args = parser.parse_args(argv)
-    set_threads(args.threads)
     try:
         import torch
         torch.set_num_threads(args.threads)

@@ -272,7 +272,9 @@ private:
         bool unitReshape = llvm::isa<ReshapeOp>(def) &&
                            onlyUnitDimsChange(shapeOf(def->getOperand(0)),
                                               shapeOf(def->getResult(0)));
-        bool remaps = isView(def) && !unitReshape;
+        // A buffer view (a reshape of leading dimensions) keeps every
+        // element's linear index: no remap.
+        bool remaps = isView(def) && !unitReshape && !bufferViews.contains(def);
         for (Value operand : def->getOperands())
           for (Read r : readsOfValue(operand)) {
             r.viaOps = true;
@@ -938,6 +940,14 @@ LogicalResult Fuser::materialize() {
       call->moveBefore(ret);
     } else {
       b.setInsertionPoint(ret);
+      // A GEMM with an epilogue reads its operands as kernel inputs: a view
+      // it reads stays outside the kernel, in a copy of its own.
+      if (group.epilogue)
+        for (Operation *op : group.ops)
+          if (llvm::isa<MatmulOp>(op))
+            for (OpOperand &use : op->getOpOperands())
+              if (Operation *view = use.get().getDefiningOp(); view && bufferViews.contains(view))
+                use.set(b.clone(*view)->getResult(0));
       buildKernel(kernelIndex++, group, b);
       dead.append(group.ops.begin(), group.ops.end());
     }

@@ -62,8 +62,9 @@ constexpr int64_t kBandwidthBudgetPercent = 5;
 
 /// The most bytes live at once over `block`'s op order: every value a
 /// top-level op defines lives from its op to its last reader (a recompute
-/// barrier's result is its operand's bytes), results to the end. The
-/// Program's lower bound before scheduling, in small.
+/// barrier's result and a top-level reshape -- a buffer view -- are their
+/// operand's bytes), results to the end. The Program's lower bound before
+/// scheduling, in small.
 int64_t livePeak(Block &block) {
   llvm::DenseMap<Operation *, unsigned> position;
   unsigned n = 0;
@@ -71,7 +72,7 @@ int64_t livePeak(Block &block) {
     position[&op] = n++;
   std::vector<int64_t> delta(n + 2, 0);
   for (Operation &op : block.without_terminator()) {
-    if (llvm::isa<RecomputeBarrierOp>(op))
+    if (llvm::isa<RecomputeBarrierOp, ReshapeOp>(op))
       continue;
     for (Value v : op.getResults()) {
       unsigned last = position[&op];
@@ -83,6 +84,8 @@ int64_t livePeak(Block &block) {
           if (auto barrier = llvm::dyn_cast<RecomputeBarrierOp>(user))
             if (barrier.getOperand() == a)
               aliases.push_back(barrier.getResult());
+          if (auto view = llvm::dyn_cast<ReshapeOp>(user))
+            aliases.push_back(view.getResult());
         }
       }
       delta[position[&op]] += bytesOf(v);

@@ -13,8 +13,16 @@ using namespace tilefuse;
 
 namespace {
 
+// The claim word: generation (32 bits) | ranges of the job (16) | next
+// unclaimed range (16). A thread checks a claim against the word alone, so
+// a thread late from an earlier job can neither pass the check with the
+// next job's range count nor claim in it.
 constexpr int kRangeBits = 16;
 constexpr uint64_t kRangeMask = (uint64_t(1) << kRangeBits) - 1;
+constexpr int kGenerationShift = 2 * kRangeBits;
+inline uint64_t generationOf(uint64_t c) { return c >> kGenerationShift; }
+inline int64_t partsOf(uint64_t c) { return int64_t((c >> kRangeBits) & kRangeMask); }
+inline int64_t nextOf(uint64_t c) { return int64_t(c & kRangeMask); }
 
 /// How long an idle thread spins before it sleeps: longer than the gap
 /// between two kernels of a step, far shorter than a step of Python.
@@ -71,13 +79,14 @@ ThreadPool &ThreadPool::global() {
 
 void ThreadPool::runRanges(uint64_t generation) {
   uint64_t c = claims.load();
-  while ((c >> kRangeBits) == generation && int64_t(c & kRangeMask) < parts) {
+  while (generationOf(c) == generation && nextOf(c) < partsOf(c)) {
     if (!claims.compare_exchange_weak(c, c + 1))
       continue; // `c` now holds the current value
-    int64_t p = int64_t(c & kRangeMask);
-    (*task)(items * p / parts, items * (p + 1) / parts);
+    // Claimed: the job cannot change before this range is finished.
+    int64_t p = nextOf(c), n = partsOf(c);
+    (*task)(items * p / n, items * (p + 1) / n);
     // The last range done wakes a caller that went to sleep waiting.
-    if (finished.fetch_add(1) + 1 == parts && callerSleeping.load()) {
+    if (finished.fetch_add(1) + 1 == n && callerSleeping.load()) {
       std::lock_guard<std::mutex> lock(sleepMutex);
       done.notify_one();
     }
@@ -86,9 +95,9 @@ void ThreadPool::runRanges(uint64_t generation) {
 }
 
 void ThreadPool::workerLoop() {
-  uint64_t seen = claims.load() >> kRangeBits;
+  uint64_t seen = generationOf(claims.load());
   for (;;) {
-    auto published = [&] { return stopping.load() || (claims.load() >> kRangeBits) != seen; };
+    auto published = [&] { return stopping.load() || generationOf(claims.load()) != seen; };
     if (!spinUntil(published)) {
       std::unique_lock<std::mutex> lock(sleepMutex);
       ++sleepingWorkers;
@@ -97,7 +106,7 @@ void ThreadPool::workerLoop() {
     }
     if (stopping)
       return;
-    seen = claims.load() >> kRangeBits;
+    seen = generationOf(claims.load());
     runRanges(seen);
   }
 }
@@ -115,16 +124,17 @@ void ThreadPool::parallelFor(int64_t n, int64_t minPerThread,
   std::lock_guard<std::mutex> call(callMutex);
   task = &fn;
   items = n;
-  parts = count;
   finished = 0;
-  uint64_t generation = (claims.load() >> kRangeBits) + 1;
-  claims.store(generation << kRangeBits); // publishes the job
+  uint64_t generation = generationOf(claims.load()) + 1;
+  // Publishes the job (task and items are written before, read by a
+  // thread only after it claimed one of its ranges).
+  claims.store((generation << kGenerationShift) | (uint64_t(count) << kRangeBits));
   if (sleepingWorkers.load() > 0) {
     std::lock_guard<std::mutex> lock(sleepMutex);
     wake.notify_all();
   }
   runRanges(generation);
-  auto allDone = [&] { return finished.load() == parts; };
+  auto allDone = [&] { return finished.load() == count; };
   if (!spinUntil(allDone)) {
     std::unique_lock<std::mutex> lock(sleepMutex);
     callerSleeping = true;

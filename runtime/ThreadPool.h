@@ -55,8 +55,8 @@ private:
   // and read by a thread only after it claimed one of the job's ranges
   // (the caller waits for every range, so the job cannot change under it).
   const std::function<void(int64_t, int64_t)> *task = nullptr;
-  int64_t items = 0, parts = 0;
-  /// (generation << 16) | next unclaimed range of that generation.
+  int64_t items = 0;
+  /// (generation << 32) | (ranges of the job << 16) | next unclaimed range.
   std::atomic<uint64_t> claims{0};
   std::atomic<int64_t> finished{0}; ///< ranges of the current job done
   std::atomic<int> sleepingWorkers{0};

@@ -373,6 +373,17 @@ private:
   FailureOr<Value> elementwise(Operation *op, const Coords &c);
   FailureOr<Value> reduction(Operation *op, const Coords &c);
   std::optional<FailureOr<Value>> oneHotPick(Operation *op, Coords operandCoords);
+  /// Full-size results the walk of reduction `earlyStoresIn` stores at the
+  /// elements it computes (emit(): they read no reduction); `earlyStored`
+  /// says that walk was emitted.
+  Operation *earlyStoresIn = nullptr;
+  SmallVector<unsigned> earlyOutputs;
+  bool earlyStored = false;
+  /// Stores results `outputs` (full size) at domain coordinates `c`, all
+  /// computed before any is stored.
+  LogicalResult storeDomainOutputs(ArrayRef<unsigned> outputs, const Coords &c);
+  /// Whether `v` (a value of the fusion's body) reads a reduction's result.
+  bool readsReduction(Value v);
   FailureOr<Value> argmax(ArgmaxOp op, const Coords &c);
   /// Block `j` of `operand` along dimension `dim` (of `n` elements) at
   /// `coords`, as a block; the active limit becomes the lanes in the row.
@@ -1023,6 +1034,7 @@ FailureOr<Value> KernelEmitter::reduction(Operation *op, const Coords &c) {
   Value outerHi = splitOuter ? sliceBound(outerCount, 1) : cst(outerCount);
   SmallVector<Value> acc;
   Value filling; // the operand whose scratch row this pass fills
+  bool storedEarly = false;
   LogicalResult ok = forLoopRange(
       outerLo, outerHi, ValueRange{init},
       [&](Value o, ValueRange iter, SmallVectorImpl<Value> &yield) -> LogicalResult {
@@ -1036,6 +1048,11 @@ FailureOr<Value> KernelEmitter::reduction(Operation *op, const Coords &c) {
             return fusion.emitOpError()
                    << "internal error: a per-program reduction of '" << op->getName()
                    << "' produced a block";
+          if (op == earlyStoresIn) {
+            if (failed(storeDomainOutputs(earlyOutputs, cc)))
+              return failure();
+            storedEarly = true;
+          }
           yield.push_back(accumulate(op, iter[0], vectorAcc ? toBlock(*v) : *v));
           return success();
         }
@@ -1066,6 +1083,10 @@ FailureOr<Value> KernelEmitter::reduction(Operation *op, const Coords &c) {
       &acc);
   if (failed(ok))
     return failure();
+  // Only a walk with the lanes in the result stored them (not one along
+  // the reduced dimension, whose blocks are no elements of the results).
+  if (storedEarly)
+    earlyStored = true;
   if (filling)
     rowScratch[filling].filled = true;
   if (laneDim < 0)
@@ -2020,6 +2041,41 @@ std::optional<Value> KernelEmitter::loadRowScratch(Value v, const Coords &c) {
       .getResult();
 }
 
+bool KernelEmitter::readsReduction(Value v) {
+  llvm::DenseSet<Value> seen;
+  SmallVector<Value> work = {v};
+  while (!work.empty()) {
+    Value x = work.pop_back_val();
+    Operation *def = x.getDefiningOp();
+    if (!def || !seen.insert(x).second)
+      continue;
+    if (llvm::isa<ReduceSumOp, ReduceMaxOp, ReduceMinOp, ArgmaxOp>(def))
+      return true;
+    for (Value operand : def->getOperands())
+      work.push_back(operand);
+  }
+  return false;
+}
+
+LogicalResult KernelEmitter::storeDomainOutputs(ArrayRef<unsigned> outputs, const Coords &c) {
+  Operation *yield = fusion.getBody().front().getTerminator();
+  ArrayRef<int64_t> domain = fusion.getDomain();
+  SmallVector<std::tuple<unsigned, Coords, Value>> computed;
+  for (unsigned i : outputs) {
+    auto s = shapeOf(yield->getOperand(i));
+    Coords oc = squeezed(s) == squeezed(domain) ? matchUnitDims(c, domain, s)
+                                                : delinearize(linearize(c, domain), s);
+    FailureOr<Value> v = value(yield->getOperand(i), oc);
+    if (failed(v))
+      return failure();
+    computed.emplace_back(i, std::move(oc), *v);
+  }
+  for (auto &[i, oc, v] : computed)
+    if (failed(store(i, oc, v)))
+      return failure();
+  return success();
+}
+
 LogicalResult KernelEmitter::emit() {
   bindArguments(0);
   Block &body = fusion.getBody().front();
@@ -2034,6 +2090,35 @@ LogicalResult KernelEmitter::emit() {
   Value pid = b.create<tile::ProgramIdOp>(loc, b.getI64Type());
   Coords dc = keptDomainCoords(ks, pid);
   auto keptCoords = [&](ArrayRef<int64_t> shape) { return this->keptCoords(ks, dc, shape); };
+  // A column kernel (lanes along kept dimensions) with one reduction whose
+  // walk covers the domain: full-size results that read no reduction are
+  // stored by that walk at the elements it computes, instead of by a second
+  // walk computing them again (gelu's backward beside its bias gradient).
+  // With one reduction, every element is read in that one walk before any
+  // result is written there, as in-place results need.
+  {
+    SmallVector<Operation *> reductionOps;
+    for (Operation &op : body.without_terminator())
+      if (llvm::isa<ReduceSumOp, ReduceMaxOp, ReduceMinOp, ArgmaxOp>(op))
+        reductionOps.push_back(&op);
+    Operation *yieldOp = body.getTerminator();
+    SmallVector<unsigned> full;
+    bool allFree = true;
+    for (unsigned i = 0; i < yieldOp->getNumOperands(); ++i) {
+      auto s = shapeOf(yieldOp->getOperand(i));
+      if (squeezed(s) == squeezed(keptShape))
+        continue;
+      if (squeezed(s) == squeezed(domain) || numel(s) == numel(domain)) {
+        full.push_back(i);
+        allFree &= !readsReduction(yieldOp->getOperand(i));
+      }
+    }
+    if (lanesKept && !ks.flat && reductionOps.size() == 1 && !full.empty() && allFree &&
+        shapeOf(reductionOps[0]->getOperand(0)) == domain) {
+      earlyStoresIn = reductionOps[0];
+      earlyOutputs = full;
+    }
+  }
   // Reductions whose result is one per program are computed once, in body
   // order (each after the reductions it reads: a softmax's max before its
   // sum), before anything that reads them: the per-program results stored
@@ -2061,7 +2146,8 @@ LogicalResult KernelEmitter::emit() {
         return failure();
       computed.emplace_back(i, std::move(oc), *v);
     } else if (squeezed(s) == squeezed(domain) || numel(s) == numel(domain)) {
-      domainOutputs.push_back(i);
+      if (!earlyStored || !llvm::is_contained(earlyOutputs, i))
+        domainOutputs.push_back(i);
     } else if (numel(s) == numel(keptShape)) {
       // A reshaped per-program result: same elements in row-major order.
       if (failed(store(i, delinearize(linearize(keptCoords(keptShape), keptShape), s))))

@@ -489,10 +489,15 @@ class _ShapeSpecialized:
     def __init__(self, gm, device):
         self.gm, self.device, self.compiled = gm, device, {}
 
+    @staticmethod
+    def _scalar(a):
+        # A size is an int; a float or bool scalar input keeps its type.
+        return a if isinstance(a, (bool, float)) else int(a)
+
     def __call__(self, *args):
         torch = _torch()
-        key = tuple((tuple(a.shape), a.dtype) if isinstance(a, torch.Tensor) else int(a)
-                    for a in args)
+        key = tuple((tuple(a.shape), a.dtype) if isinstance(a, torch.Tensor)
+                    else (type(a).__name__, self._scalar(a)) for a in args)
         fn = self.compiled.get(key)
         if fn is None:
             fn = self.compiled[key] = self._specialize(args)
@@ -508,14 +513,20 @@ class _ShapeSpecialized:
                       [tuple(a.shape) if isinstance(a, torch.Tensor) else int(a)
                        for a in args], stats.recompiles)
         positions = [i for i, a in enumerate(args) if isinstance(a, torch.Tensor)]
-        sizes = [a if isinstance(a, torch.Tensor) else int(a) for a in args]
+        sizes = [a if isinstance(a, torch.Tensor) else self._scalar(a) for a in args]
 
         def static(*tensors):
             full = list(sizes)
             for i, t in zip(positions, tensors):
                 full[i] = t
             return self.gm(*full)
-        static_gm = make_fx(static, tracing_mode="fake")(*[args[i] for i in positions])
+        try:
+            static_gm = make_fx(static, tracing_mode="fake")(*[args[i] for i in positions])
+        except Exception as e:  # noqa: BLE001 (any retrace failure: PyTorch runs it)
+            _log.warning("tilefuse: could not specialize a graph with dynamic shapes to "
+                         "these sizes, it runs in PyTorch: %s: %s", type(e).__name__, e)
+            stats.eager += 1
+            return static
         return _compile_static_graph(static_gm, self.device)
 
 

@@ -250,3 +250,23 @@ func.func @concat_unaligned(%a: tensor<64x100xf32>, %b: tensor<64x156xf32>) -> t
   %c = graph.concat %a, %b {dim = 1 : i64} : (tensor<64x100xf32>, tensor<64x156xf32>) -> tensor<64x256xf32>
   return %c : tensor<64x256xf32>
 }
+
+// A column kernel whose full-size result reads no reduction: the one walk
+// over the rows stores it at the elements it computes while it sums them
+// (tanh once per element), no second walk computes it again.
+// CHECK-LABEL: func.func @column_early_kernel0
+// CHECK:         %[[SUM:.+]] = scf.for {{.*}} iter_args({{.*}}) -> (vector<64xf64>)
+// CHECK:           %[[T:.+]] = math.tanh
+// CHECK:           tile.store %[[T]], %arg1
+// CHECK:           arith.addf
+// CHECK:           scf.yield
+// CHECK-NOT:     math.tanh
+// CHECK-NOT:     scf.for
+// CHECK:         tile.store %{{.+}}, %arg2
+func.func @column_early(%x: tensor<512x64xf32>) -> (tensor<512x64xf32>, tensor<64xf32>) {
+  %c = graph.full 2.0 : tensor<512x64xf32>
+  %m = graph.mul %x, %c : tensor<512x64xf32>
+  %t = graph.tanh %m : tensor<512x64xf32>
+  %s = graph.reduce_sum %t {dims = array<i64: 0>} : (tensor<512x64xf32>) -> tensor<64xf32>
+  return %t, %s : tensor<512x64xf32>, tensor<64xf32>
+}

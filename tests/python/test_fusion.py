@@ -196,6 +196,22 @@ def _case_concat_of_whole_blocks(rng):
     return fn, (q, k, v)
 
 
+def _case_column_results_stored_by_the_walk(rng):
+    # A column kernel's full-size results that read no reduction are stored
+    # by its one walk (gelu's backward beside its bias gradient), on rows
+    # that are no whole blocks; and a row kernel over the same op shapes
+    # (lanes along the reduced dimension) that must not.
+    x, b, g = _rand(rng, 37, 70), _rand(rng, 70), _rand(rng, 37, 70)
+    y = _rand(rng, 1, 6, 4, 1)
+
+    def fn(x, b, g, y):
+        h = F.gelu(x + b, "tanh")
+        d = y - y.amax(2, keepdim=True)
+        e = d.exp()
+        return h, (h * g).sum(0), -h, d, e, e.sum(2, keepdim=True).log()
+    return fn, (x, b, g, y)
+
+
 def _case_broadcasts(rng):
     x, r, c, s = _rand(rng, 4, 5, 6), _rand(rng, 6), _rand(rng, 5, 1), _rand(rng)
 
@@ -627,6 +643,43 @@ def test_cuda_programs_build_where_an_epilogue_cannot_be_a_library_one(case, rng
             pytest.skip("this build has no NVRTC (CUDA toolkit not found)")
         raise
     assert (tmp_path / "m.tfa").stat().st_size > 0
+
+
+@pytest.mark.parametrize("producer", ["argument", "kernel"])
+def test_cuda_bias_epilogue_reads_a_reshape_view(producer, rng, tmp_path):
+    """A linear layer on a 3-D input (PyTorch's addmm of a view): the
+    matmul reads a reshape of leading dimensions (a view of its operand's
+    buffer, no kernel) and on CUDA takes the bias as its epilogue; the view
+    stays outside the GEMM kernel, so the program builds."""
+    x, w, b = _rand(rng, 4, 8, 16), _rand(rng, 16, 16), _rand(rng, 16)
+    if producer == "argument":
+        fn = lambda x, w, b: x.reshape(32, 16) @ w + b  # noqa: E731
+    else:
+        fn = lambda x, w, b: (x * 2).tanh().reshape(32, 16) @ w.T + b  # noqa: E731
+    g = tilefuse.trace(fn, x, w, b)
+    fused, _ = check_fused(g, (x, w, b), "cuda:sm_90")
+    assert [r["kind"] for r in fused.report()][-1] == "matmul", fused.report()
+    assert not any(r["ops"] == ["reshape"] for r in fused.report()), fused.report()
+    try:
+        g.export(tmp_path / "m.tfa", target="cuda:sm_90")
+    except tilefuse.CompileError as e:
+        if "no NVRTC" in str(e):
+            pytest.skip("this build has no NVRTC (CUDA toolkit not found)")
+        raise
+    check_fused(g, (x, w, b), "cpu")
+
+
+def test_a_kernel_reads_through_a_reshape_view_in_place(rng):
+    """A reshape of leading dimensions that a matmul and an elementwise op
+    both read: the elementwise op reads the same elements (no remap), so it
+    joins the kernel that computes the reshape's operand."""
+    x, w = _rand(rng, 4, 8, 16), _rand(rng, 16, 16)
+
+    def fn(x, w):
+        r = x.exp().reshape(32, 16)
+        return r @ w, r + r
+    fused, _ = check_fused(tilefuse.trace(fn, x, w), (x, w), "cpu")
+    assert [r["kind"] for r in fused.report()] == ["pointwise", "library"], fused.report()
 
 
 @pytest.mark.parametrize("target", ["cuda", "cuda:sm_80", "cuda:sm_90", "cpu"])

@@ -109,6 +109,22 @@ TEST(ThreadPool, GridsBackToBackAfterSleepAndFromSeveralCallers) {
   };
   for (int64_t n = 0; n < 300; ++n)
     ASSERT_TRUE(runGrid(n % 37)) << "back to back, grid " << n;
+  // More workers than cores, and the number of ranges changing from one
+  // grid to the next: a worker late from one grid must not claim in the
+  // next with the next one's count.
+  {
+    ThreadPool wide(8);
+    for (int64_t i = 0; i < 2000; ++i) {
+      int64_t n = 1 + (i * 5) % 11;
+      std::vector<std::atomic<int>> hits(static_cast<size_t>(n));
+      wide.parallelFor(n, 1, [&](int64_t b, int64_t e) {
+        for (int64_t j = b; j < e; ++j)
+          ++hits[size_t(j)];
+      });
+      for (int64_t j = 0; j < n; ++j)
+        ASSERT_EQ(hits[size_t(j)].load(), 1) << "grid " << i << " of " << n << ", index " << j;
+    }
+  }
   for (int round = 0; round < 3; ++round) {
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
     ASSERT_TRUE(runGrid(64)) << "after sleeping, round " << round;
