@@ -1,10 +1,12 @@
-//===- CpuDnnl.cpp - bf16 GEMMs through oneDNN, loaded at run time --------===//
+//===- CpuDnnl.cpp - GEMMs through oneDNN, loaded at run time -------------===//
 //
 // OpenBLAS has no bf16 GEMM; oneDNN's matmul uses AVX512-BF16 where the CPU
 // has it (383 GFLOP/s on a 2-core Zen 4 for 2048^3, against 146 for the
-// widen-to-f32 path). libdnnl is loaded with dlopen like the BLAS: no link
-// dependency, and the widening path where it is missing, where its matmul
-// would be a reference implementation, or with TILEFUSE_DNNL=none.
+// widen-to-f32 path). Its f32 matmul also beats Debian's OpenBLAS on the
+// row slabs tilefuse's pool gives each thread (see dnnlSgemmSlab). libdnnl
+// is loaded with dlopen like the BLAS: no link dependency, and the BLAS or
+// widening path where it is missing, where its matmul would be a reference
+// implementation, or with TILEFUSE_DNNL=none.
 //
 //===----------------------------------------------------------------------===//
 #include "runtime/CpuDnnl.h"
@@ -17,6 +19,7 @@
 #include <map>
 #include <mutex>
 #include <tuple>
+#include <vector>
 
 #include <dlfcn.h>
 
@@ -38,6 +41,15 @@ struct Dnnl {
   decltype(&dnnl_primitive_execute) primitiveExecute = nullptr;
   decltype(&dnnl_memory_create) memoryCreate = nullptr;
   decltype(&dnnl_memory_set_data_handle) memorySetDataHandle = nullptr;
+  decltype(&dnnl_primitive_attr_create) attrCreate = nullptr;
+  decltype(&dnnl_primitive_attr_destroy) attrDestroy = nullptr;
+  decltype(&dnnl_primitive_attr_set_scratchpad_mode) attrSetScratchpadMode = nullptr;
+  decltype(&dnnl_primitive_desc_query_md) primitiveDescQueryMd = nullptr;
+  decltype(&dnnl_memory_desc_get_size) memoryDescGetSize = nullptr;
+  // OpenMP (oneDNN's threading): an f32 slab runs on one thread of
+  // tilefuse's pool with a team of one.
+  int (*ompGetMaxThreads)() = nullptr;
+  void (*ompSetNumThreads)(int) = nullptr;
 
   dnnl_engine_t engine = nullptr;
   dnnl_stream_t stream = nullptr;
@@ -53,6 +65,20 @@ struct Dnnl {
   using Key = std::tuple<int64_t, int64_t, int64_t, int64_t, bool, bool>;
   std::map<Key, Matmul> matmuls;
   std::mutex mutex;
+
+  /// An f32 matmul for one slab shape (rows, n, k, transposes, leading
+  /// dimensions), executed by several pool threads at once: each brings
+  /// its own memories and scratchpad (user scratchpad mode; oneDNN's own
+  /// is shared between threads).
+  struct SlabMatmul {
+    dnnl_primitive_t primitive = nullptr;
+    dnnl_memory_desc_t a, b, c, scratch;
+    size_t scratchBytes = 0;
+    bool usable = false;
+  };
+  using SlabKey = std::tuple<int64_t, int64_t, int64_t, bool, bool, int64_t, int64_t, int64_t>;
+  std::map<SlabKey, SlabMatmul> slabs;
+  bool f32 = false; ///< the f32 slab path is available
 
   static Dnnl &get() {
     static Dnnl d;
@@ -87,6 +113,13 @@ struct Dnnl {
     sym(primitiveExecute, "dnnl_primitive_execute");
     sym(memoryCreate, "dnnl_memory_create");
     sym(memorySetDataHandle, "dnnl_memory_set_data_handle");
+    sym(attrCreate, "dnnl_primitive_attr_create");
+    sym(attrDestroy, "dnnl_primitive_attr_destroy");
+    sym(attrSetScratchpadMode, "dnnl_primitive_attr_set_scratchpad_mode");
+    sym(primitiveDescQueryMd, "dnnl_primitive_desc_query_md");
+    sym(memoryDescGetSize, "dnnl_memory_desc_get_size");
+    ompGetMaxThreads = reinterpret_cast<int (*)()>(dlsym(lib, "omp_get_max_threads"));
+    ompSetNumThreads = reinterpret_cast<void (*)(int)>(dlsym(lib, "omp_set_num_threads"));
     if (!ok || engineCreate(&engine, dnnl_cpu, 0) != dnnl_success ||
         streamCreate(&stream, engine, dnnl_stream_default_flags) != dnnl_success) {
       status = "libdnnl.so.2 lacks the matmul API this build expects";
@@ -94,6 +127,48 @@ struct Dnnl {
       return;
     }
     status = "loaded";
+    // Without a way to give a slab a team of one thread, oneDNN's OpenMP
+    // threads would compete with the pool's: f32 stays with the BLAS.
+    const char *f32Off = std::getenv("TILEFUSE_DNNL_F32");
+    f32 = ompGetMaxThreads && ompSetNumThreads && !(f32Off && std::strcmp(f32Off, "0") == 0);
+  }
+
+  /// The f32 matmul of one slab, made on first use (under `mutex`, on a
+  /// thread whose OpenMP team is one: oneDNN sizes its blocking for it).
+  SlabMatmul &slabFor(const SlabKey &key) {
+    auto it = slabs.find(key);
+    if (it != slabs.end())
+      return it->second;
+    SlabMatmul &mm = slabs[key];
+    auto [rows, n, k, ta, tb, lda, ldb, ldc] = key;
+    auto desc = [&](dnnl_memory_desc_t &md, int64_t r, int64_t c, int64_t ld, bool transposed) {
+      dnnl_dims_t dims = {r, c};
+      dnnl_dims_t strides = {transposed ? 1 : ld, transposed ? ld : 1};
+      return memoryDescInit(&md, 2, dims, dnnl_f32, strides) == dnnl_success;
+    };
+    dnnl_matmul_desc_t op;
+    dnnl_primitive_attr_t attr = nullptr;
+    dnnl_primitive_desc_t pd = nullptr;
+    bool ok = desc(mm.a, rows, k, lda, ta) && desc(mm.b, k, n, ldb, tb) &&
+              desc(mm.c, rows, n, ldc, false) &&
+              matmulDescInit(&op, &mm.a, &mm.b, nullptr, &mm.c) == dnnl_success &&
+              attrCreate(&attr) == dnnl_success &&
+              attrSetScratchpadMode(attr, dnnl_scratchpad_mode_user) == dnnl_success &&
+              primitiveDescCreate(&pd, &op, attr, engine, nullptr) == dnnl_success;
+    if (attr)
+      attrDestroy(attr);
+    if (!ok)
+      return mm;
+    const char *impl = nullptr;
+    primitiveDescQuery(pd, dnnl_query_impl_info_str, 0, &impl);
+    bool reference = !impl || std::strncmp(impl, "ref", 3) == 0;
+    if (const dnnl_memory_desc_t *md = primitiveDescQueryMd(pd, dnnl_query_scratchpad_md, 0)) {
+      mm.scratch = *md;
+      mm.scratchBytes = memoryDescGetSize(md);
+    }
+    mm.usable = !reference && primitiveCreate(&mm.primitive, pd) == dnnl_success;
+    primitiveDescDestroy(pd);
+    return mm;
   }
 
   /// The matmul of `s` (bf16 operands and result, f32 accumulation), made
@@ -156,6 +231,71 @@ bool tilefuse::cpu::dnnlGemm(const Step &s, DType dtype, const void *a, const vo
 
 std::string tilefuse::cpu::dnnlStatus() { return Dnnl::get().status; }
 
+namespace {
+/// What one pool thread keeps for the f32 slabs it runs: its stream, and
+/// per slab matmul its memories and scratchpad.
+struct SlabThread {
+  dnnl_stream_t stream = nullptr;
+  struct Memories {
+    dnnl_memory_t a = nullptr, b = nullptr, c = nullptr, scratch = nullptr;
+    std::vector<char> scratchBytes;
+  };
+  std::map<const void *, Memories> memories;
+};
+
+/// This thread's OpenMP team at one thread while it lives.
+struct TeamOfOne {
+  Dnnl &d;
+  int before;
+  explicit TeamOfOne(Dnnl &d) : d(d), before(d.ompGetMaxThreads()) { d.ompSetNumThreads(1); }
+  ~TeamOfOne() { d.ompSetNumThreads(before); }
+};
+} // namespace
+
+bool tilefuse::cpu::dnnlSgemmSlab(bool transA, bool transB, int64_t rows, int64_t n, int64_t k,
+                                  const float *a, int64_t lda, const float *b, int64_t ldb,
+                                  float *c, int64_t ldc) {
+  Dnnl &d = Dnnl::get();
+  if (!d.engine || !d.f32 || rows <= 0 || n <= 0 || k <= 0)
+    return false;
+  TeamOfOne team(d);
+  {
+    Dnnl::SlabMatmul *mm;
+    {
+      std::lock_guard<std::mutex> lock(d.mutex);
+      mm = &d.slabFor({rows, n, k, transA, transB, lda, ldb, ldc});
+    }
+    if (!mm->usable)
+      return false;
+    thread_local SlabThread mine;
+    if (!mine.stream && d.streamCreate(&mine.stream, d.engine, dnnl_stream_default_flags) !=
+                            dnnl_success)
+      return false;
+    SlabThread::Memories &m = mine.memories[mm];
+    if (!m.a) {
+      m.scratchBytes.resize(mm->scratchBytes);
+      if (d.memoryCreate(&m.a, &mm->a, d.engine, DNNL_MEMORY_NONE) != dnnl_success ||
+          d.memoryCreate(&m.b, &mm->b, d.engine, DNNL_MEMORY_NONE) != dnnl_success ||
+          d.memoryCreate(&m.c, &mm->c, d.engine, DNNL_MEMORY_NONE) != dnnl_success ||
+          (mm->scratchBytes && d.memoryCreate(&m.scratch, &mm->scratch, d.engine,
+                                              m.scratchBytes.data()) != dnnl_success))
+        return false;
+    }
+    d.memorySetDataHandle(m.a, const_cast<float *>(a));
+    d.memorySetDataHandle(m.b, const_cast<float *>(b));
+    d.memorySetDataHandle(m.c, c);
+    dnnl_exec_arg_t args[4] = {{DNNL_ARG_SRC, m.a}, {DNNL_ARG_WEIGHTS, m.b},
+                               {DNNL_ARG_DST, m.c}, {DNNL_ARG_SCRATCHPAD, m.scratch}};
+    if (d.primitiveExecute(mm->primitive, mine.stream, m.scratch ? 4 : 3, args) != dnnl_success ||
+        d.streamWait(mine.stream) != dnnl_success)
+      throw CompileError("graph.matmul: oneDNN failed to run an f32 GEMM of " +
+                         std::to_string(rows) + "x" + std::to_string(k) + " by " +
+                         std::to_string(k) + "x" + std::to_string(n) +
+                         "; TILEFUSE_DNNL_F32=0 uses the BLAS");
+    return true;
+  }
+}
+
 #else
 
 bool tilefuse::cpu::dnnlGemm(const Step &, DType, const void *, const void *, void *) {
@@ -164,6 +304,11 @@ bool tilefuse::cpu::dnnlGemm(const Step &, DType, const void *, const void *, vo
 
 std::string tilefuse::cpu::dnnlStatus() {
   return "not built (oneDNN's headers were not found when tilefuse was built)";
+}
+
+bool tilefuse::cpu::dnnlSgemmSlab(bool, bool, int64_t, int64_t, int64_t, const float *, int64_t,
+                                  const float *, int64_t, float *, int64_t) {
+  return false;
 }
 
 #endif

@@ -1,4 +1,4 @@
-//===- CpuDnnl.h - bf16 GEMMs through oneDNN ---------------------*- C++ -*-===//
+//===- CpuDnnl.h - GEMMs through oneDNN ---------------------------*- C++ -*-===//
 #ifndef TILEFUSE_RUNTIME_CPUDNNL_H
 #define TILEFUSE_RUNTIME_CPUDNNL_H
 
@@ -14,6 +14,16 @@ namespace tilefuse::cpu {
 /// for it (the caller then widens to f32). Throws CompileError when oneDNN
 /// fails to run a GEMM it accepted.
 bool dnnlGemm(const Step &s, DType dtype, const void *a, const void *b, void *c);
+
+/// One slab of an f32 GEMM on the calling thread (an OpenMP team of one:
+/// tilefuse's pool splits the GEMM into slabs): C[rows x n] (leading
+/// dimension ldc) = op(A)[rows x k] op(B)[k x n], row-major, a transposed
+/// operand stored the other way round with its leading dimension. False
+/// when oneDNN is not loaded, its f32 path is off (TILEFUSE_DNNL_F32=0), or
+/// it has only a reference kernel for the shape: the caller uses the BLAS.
+/// Throws CompileError when oneDNN fails to run a GEMM it accepted.
+bool dnnlSgemmSlab(bool transA, bool transB, int64_t rows, int64_t n, int64_t k, const float *a,
+                   int64_t lda, const float *b, int64_t ldb, float *c, int64_t ldc);
 
 /// "loaded", or why the oneDNN path is off.
 std::string dnnlStatus();

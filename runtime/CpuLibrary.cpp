@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <dlfcn.h>
 #include <string>
+#include <type_traits>
 
 using namespace tilefuse;
 
@@ -117,6 +118,13 @@ void gemmParallel(const Step &s, const T *a, const T *b, T *c, Fn blas) {
       int64_t lda = s.transposeA ? s.m : s.k;
       const T *pb = b + i * s.k * s.n;
       T *pc = c + i * s.m * s.n + r0 * s.n;
+      // 2-D f32 GEMMs: oneDNN's slab kernels where it is loaded (batched
+      // ones stay with the BLAS: oneDNN is slower on transposed batches).
+      if constexpr (std::is_same_v<T, float>)
+        if (s.batch == 1 &&
+            cpu::dnnlSgemmSlab(s.transposeA, s.transposeB, r1 - r0, s.n, s.k, pa, lda, pb,
+                               s.transposeB ? s.k : s.n, pc, s.n))
+          continue;
       if (blas)
         blas(kRowMajor, s.transposeA ? kTrans : kNoTrans, s.transposeB ? kTrans : kNoTrans,
              int(r1 - r0), int(s.n), int(s.k), T(1), pa, int(lda), pb,

@@ -497,3 +497,43 @@ TEST(CpuLibrary, Bf16GemmsThroughOneDnnMatchTheWideningPath) {
         }
   }
 }
+
+TEST(CpuLibrary, F32GemmsThroughOneDnnSlabsMatchDoublePrecision) {
+  if (cpu::dnnlStatus() != "loaded")
+    GTEST_SKIP() << "oneDNN GEMMs: " << cpu::dnnlStatus();
+  // cpu::gemm splits a 2-D f32 GEMM into row slabs over the pool, each run
+  // by oneDNN on its thread (its own memories and scratchpad); odd sizes,
+  // every transpose, one slab and several; run twice (the second time from
+  // the primitives made by the first). Error bound: f32 accumulation of k
+  // products, relative to the sum of their magnitudes.
+  std::mt19937 gen(11);
+  std::uniform_real_distribution<float> dist(-1, 1);
+  ThreadPool::global();
+  for (int round = 0; round < 2; ++round)
+    for (auto [m, n, k, ta, tb] : std::vector<std::tuple<int64_t, int64_t, int64_t, bool, bool>>{
+             {1, 1, 1, false, false}, {33, 17, 65, false, false}, {130, 40, 16, true, false},
+             {257, 7, 129, false, true}, {512, 64, 96, true, true}}) {
+      Step s;
+      s.kind = Step::Kind::Gemm;
+      s.batch = 1, s.m = m, s.n = n, s.k = k, s.transposeA = ta, s.transposeB = tb;
+      std::vector<float> a(size_t(m * k)), b(size_t(k * n)), c(size_t(m * n), 7.0f);
+      for (float &v : a)
+        v = dist(gen);
+      for (float &v : b)
+        v = dist(gen);
+      cpu::gemm(s, DType::F32, a.data(), b.data(), c.data());
+      for (int64_t r = 0; r < m; ++r)
+        for (int64_t col = 0; col < n; ++col) {
+          double want = 0, magnitude = 0;
+          for (int64_t l = 0; l < k; ++l) {
+            double p = double(a[size_t(ta ? l * m + r : r * k + l)]) *
+                       double(b[size_t(tb ? col * k + l : l * n + col)]);
+            want += p;
+            magnitude += std::abs(p);
+          }
+          ASSERT_NEAR(c[size_t(r * n + col)], want, 1e-6 * double(k) * magnitude + 1e-7)
+              << "row " << r << " col " << col << " of " << m << "x" << n << "x" << k
+              << (ta ? " A^T" : "") << (tb ? " B^T" : "") << ", round " << round;
+        }
+    }
+}
