@@ -478,22 +478,28 @@ def test_explain_agrees_with_backend_on_bool_max():
 # 7. Recompilation
 # ---------------------------------------------------------------------------
 
+def _one_step_like_eager(what, i, compiled, model, eager, inputs):
+    """Forward and backward of `compiled` and of its eager twin on `inputs`:
+    the same loss and gradients."""
+    model.zero_grad()
+    eager.zero_grad()
+    got = compiled(*inputs)
+    got.backward()
+    want = eager(*inputs)
+    want.backward()
+    check_loss(what, i, got.item(), want.item())
+    check_tensors(what, i, "gradients",
+                  {n: p.grad for n, p in model.named_parameters()},
+                  {n: p.grad for n, p in eager.named_parameters()}, GRAD_RTOL)
+
+
 def test_recompile_on_new_batch_size():
     model, eager = twins(Z.MLPClassifier)
     compiled = torch.compile(model, backend="tilefuse", dynamic=False)
     expect = []
     for i, batch in enumerate([8, 5, 5, 8]):
         inputs = Z.MLPClassifier.make_inputs(500 + i, batch=batch)
-        model.zero_grad()
-        eager.zero_grad()
-        got = compiled(*inputs)
-        got.backward()
-        want = eager(*inputs)
-        want.backward()
-        check_loss(f"mlp batch {batch}", i, got.item(), want.item())
-        check_tensors(f"mlp batch {batch}", i, "gradients",
-                      {n: p.grad for n, p in model.named_parameters()},
-                      {n: p.grad for n, p in eager.named_parameters()}, GRAD_RTOL)
+        _one_step_like_eager(f"mlp batch {batch}", i, compiled, model, eager, inputs)
         expect.append((stats.graphs, stats.recompiles, stats.compiled))
     # The new batch size is one new Dynamo graph (the same code: a
     # recompilation) with its forward and backward; sizes seen before reuse.
@@ -513,16 +519,7 @@ def test_dynamic_shapes_compile_per_size(name):
     sizes = [3, 5, 3, 6]
     for i, batch in enumerate(sizes):
         inputs = cls.make_inputs(700 + i, batch=batch)
-        model.zero_grad()
-        eager.zero_grad()
-        got = compiled(*inputs)
-        got.backward()
-        want = eager(*inputs)
-        want.backward()
-        check_loss(f"{name} batch {batch}", i, got.item(), want.item())
-        check_tensors(f"{name} batch {batch}", i, "gradients",
-                      {n: p.grad for n, p in model.named_parameters()},
-                      {n: p.grad for n, p in eager.named_parameters()}, GRAD_RTOL)
+        _one_step_like_eager(f"{name} batch {batch}", i, compiled, model, eager, inputs)
     # Forward and backward compiled once for each of the 3 distinct sizes,
     # nothing left to PyTorch. The MLP is one Dynamo graph with symbolic
     # sizes: the 2 sizes after the first are recompilations (forward and
