@@ -36,7 +36,10 @@ def set_threads(n):
     """Every runtime on n threads, before any of them starts: the process
     is pinned to n cores (XLA has no thread-count flag; its pool then shares
     them), and tilefuse's, OpenMP's and OpenBLAS's pools are sized to n."""
-    os.sched_setaffinity(0, set(sorted(os.sched_getaffinity(0))[:n]))
+    cores = sorted(os.sched_getaffinity(0))
+    if not 1 <= n <= len(cores):
+        sys.exit(f"--threads {n}: this process may run on {len(cores)} cores")
+    os.sched_setaffinity(0, set(cores[:n]))
     for name in ("TILEFUSE_NUM_THREADS", "OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS",
                  "MKL_NUM_THREADS"):
         os.environ[name] = str(n)
@@ -45,17 +48,20 @@ def set_threads(n):
                                    " --xla_cpu_multi_thread_eigen=false").strip()
 
 
-def _threads_from_argv(argv):
-    for i, a in enumerate(argv):
-        if a == "--threads" and i + 1 < len(argv):
-            return int(argv[i + 1])
-        if a.startswith("--threads="):
-            return int(a.split("=", 1)[1])
-    return 2
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
+    parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--models", default="gpt2_mini,mlp_mnist,gpt2_small_layer")
+    parser.add_argument("--skip-compile", action="store_true",
+                        help="leave out torch.compile (its cold compile takes a minute)")
+    parser.add_argument("--json", help="also write the results here")
+    return parser.parse_args(argv)
 
 
 if __name__ == "__main__":
-    set_threads(_threads_from_argv(sys.argv[1:]))  # before numpy, torch and JAX load
+    set_threads(parse_args().threads)  # before numpy, torch and JAX load
 
 import numpy as np  # noqa: E402
 
@@ -194,15 +200,9 @@ def make_jax(name, m, cfg):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=20)
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--models", default="gpt2_mini,mlp_mnist,gpt2_small_layer")
-    parser.add_argument("--skip-compile", action="store_true",
-                        help="leave out torch.compile (its cold compile takes a minute)")
-    parser.add_argument("--json", help="also write the results here")
-    args = parser.parse_args(argv)
+    """Runs the comparison; the caller has run set_threads (the script does,
+    before anything loads)."""
+    args = parse_args(argv)
     try:
         import torch
         torch.set_num_threads(args.threads)

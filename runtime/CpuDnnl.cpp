@@ -14,6 +14,7 @@
 #ifdef TILEFUSE_HAVE_DNNL_HEADERS
 #include <oneapi/dnnl/dnnl.h>
 
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <map>
@@ -26,6 +27,9 @@
 using namespace tilefuse;
 
 namespace {
+
+/// dnnl_fpmath_mode_strict (oneDNN 2.7+; absent from older headers).
+constexpr int kFpmathStrict = 0;
 
 /// The oneDNN entry points tilefuse calls.
 struct Dnnl {
@@ -79,6 +83,10 @@ struct Dnnl {
   using SlabKey = std::tuple<int64_t, int64_t, int64_t, bool, bool, int64_t, int64_t, int64_t>;
   std::map<SlabKey, SlabMatmul> slabs;
   bool f32 = false; ///< the f32 slab path is available
+  std::atomic<int64_t> f32Slabs{0}; ///< f32 slabs oneDNN ran
+  /// Optional (oneDNN 2.7 and later): f32 primitives keep f32 arithmetic
+  /// whatever ONEDNN_DEFAULT_FPMATH_MODE says.
+  dnnl_status_t (*attrSetFpmathMode)(dnnl_primitive_attr_t, int) = nullptr;
 
   static Dnnl &get() {
     static Dnnl d;
@@ -118,6 +126,8 @@ struct Dnnl {
     sym(attrSetScratchpadMode, "dnnl_primitive_attr_set_scratchpad_mode");
     sym(primitiveDescQueryMd, "dnnl_primitive_desc_query_md");
     sym(memoryDescGetSize, "dnnl_memory_desc_get_size");
+    attrSetFpmathMode = reinterpret_cast<dnnl_status_t (*)(dnnl_primitive_attr_t, int)>(
+        dlsym(lib, "dnnl_primitive_attr_set_fpmath_mode"));
     ompGetMaxThreads = reinterpret_cast<int (*)()>(dlsym(lib, "omp_get_max_threads"));
     ompSetNumThreads = reinterpret_cast<void (*)(int)>(dlsym(lib, "omp_set_num_threads"));
     if (!ok || engineCreate(&engine, dnnl_cpu, 0) != dnnl_success ||
@@ -154,6 +164,8 @@ struct Dnnl {
               matmulDescInit(&op, &mm.a, &mm.b, nullptr, &mm.c) == dnnl_success &&
               attrCreate(&attr) == dnnl_success &&
               attrSetScratchpadMode(attr, dnnl_scratchpad_mode_user) == dnnl_success &&
+              (!attrSetFpmathMode ||
+               attrSetFpmathMode(attr, kFpmathStrict) == dnnl_success) &&
               primitiveDescCreate(&pd, &op, attr, engine, nullptr) == dnnl_success;
     if (attr)
       attrDestroy(attr);
@@ -231,6 +243,11 @@ bool tilefuse::cpu::dnnlGemm(const Step &s, DType dtype, const void *a, const vo
 
 std::string tilefuse::cpu::dnnlStatus() { return Dnnl::get().status; }
 
+int64_t tilefuse::cpu::dnnlF32SlabsRun() {
+  Dnnl &d = Dnnl::get();
+  return d.f32 ? d.f32Slabs.load() : -1;
+}
+
 namespace {
 /// What one pool thread keeps for the f32 slabs it runs: its stream, and
 /// per slab matmul its memories and scratchpad.
@@ -239,6 +256,7 @@ struct SlabThread {
   struct Memories {
     dnnl_memory_t a = nullptr, b = nullptr, c = nullptr, scratch = nullptr;
     std::vector<char> scratchBytes;
+    bool ready = false;
   };
   std::map<const void *, Memories> memories;
 };
@@ -272,26 +290,30 @@ bool tilefuse::cpu::dnnlSgemmSlab(bool transA, bool transB, int64_t rows, int64_
                             dnnl_success)
       return false;
     SlabThread::Memories &m = mine.memories[mm];
-    if (!m.a) {
+    if (!m.ready) {
       m.scratchBytes.resize(mm->scratchBytes);
-      if (d.memoryCreate(&m.a, &mm->a, d.engine, DNNL_MEMORY_NONE) != dnnl_success ||
-          d.memoryCreate(&m.b, &mm->b, d.engine, DNNL_MEMORY_NONE) != dnnl_success ||
-          d.memoryCreate(&m.c, &mm->c, d.engine, DNNL_MEMORY_NONE) != dnnl_success ||
-          (mm->scratchBytes && d.memoryCreate(&m.scratch, &mm->scratch, d.engine,
-                                              m.scratchBytes.data()) != dnnl_success))
+      m.ready = d.memoryCreate(&m.a, &mm->a, d.engine, DNNL_MEMORY_NONE) == dnnl_success &&
+                d.memoryCreate(&m.b, &mm->b, d.engine, DNNL_MEMORY_NONE) == dnnl_success &&
+                d.memoryCreate(&m.c, &mm->c, d.engine, DNNL_MEMORY_NONE) == dnnl_success &&
+                (!mm->scratchBytes || d.memoryCreate(&m.scratch, &mm->scratch, d.engine,
+                                                     m.scratchBytes.data()) == dnnl_success);
+      if (!m.ready) {
+        mine.memories.erase(mm); // tried again next time; the BLAS runs this one
         return false;
+      }
     }
     d.memorySetDataHandle(m.a, const_cast<float *>(a));
     d.memorySetDataHandle(m.b, const_cast<float *>(b));
     d.memorySetDataHandle(m.c, c);
     dnnl_exec_arg_t args[4] = {{DNNL_ARG_SRC, m.a}, {DNNL_ARG_WEIGHTS, m.b},
                                {DNNL_ARG_DST, m.c}, {DNNL_ARG_SCRATCHPAD, m.scratch}};
+    // A slab runs on a pool thread, where an exception cannot be carried
+    // to the caller: a failure leaves the slab to the BLAS, which writes
+    // all of C again.
     if (d.primitiveExecute(mm->primitive, mine.stream, m.scratch ? 4 : 3, args) != dnnl_success ||
         d.streamWait(mine.stream) != dnnl_success)
-      throw CompileError("graph.matmul: oneDNN failed to run an f32 GEMM of " +
-                         std::to_string(rows) + "x" + std::to_string(k) + " by " +
-                         std::to_string(k) + "x" + std::to_string(n) +
-                         "; TILEFUSE_DNNL_F32=0 uses the BLAS");
+      return false;
+    d.f32Slabs.fetch_add(1, std::memory_order_relaxed);
     return true;
   }
 }
@@ -310,5 +332,7 @@ bool tilefuse::cpu::dnnlSgemmSlab(bool, bool, int64_t, int64_t, int64_t, const f
                                   const float *, int64_t, float *, int64_t) {
   return false;
 }
+
+int64_t tilefuse::cpu::dnnlF32SlabsRun() { return -1; }
 
 #endif

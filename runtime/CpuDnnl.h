@@ -4,6 +4,7 @@
 
 #include "runtime/Program.h"
 
+#include <cstdint>
 #include <string>
 
 namespace tilefuse::cpu {
@@ -19,11 +20,14 @@ bool dnnlGemm(const Step &s, DType dtype, const void *a, const void *b, void *c)
 /// tilefuse's pool splits the GEMM into slabs): C[rows x n] (leading
 /// dimension ldc) = op(A)[rows x k] op(B)[k x n], row-major, a transposed
 /// operand stored the other way round with its leading dimension. False
-/// when oneDNN is not loaded, its f32 path is off (TILEFUSE_DNNL_F32=0), or
-/// it has only a reference kernel for the shape: the caller uses the BLAS.
-/// Throws CompileError when oneDNN fails to run a GEMM it accepted.
+/// when oneDNN is not loaded, its f32 path is off (TILEFUSE_DNNL_F32=0), it
+/// has only a reference kernel for the shape, or it failed: the caller then
+/// runs the slab through the BLAS.
 bool dnnlSgemmSlab(bool transA, bool transB, int64_t rows, int64_t n, int64_t k, const float *a,
                    int64_t lda, const float *b, int64_t ldb, float *c, int64_t ldc);
+
+/// f32 slabs oneDNN has run in this process; -1 when the f32 path is off.
+int64_t dnnlF32SlabsRun();
 
 /// "loaded", or why the oneDNN path is off.
 std::string dnnlStatus();

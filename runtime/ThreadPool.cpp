@@ -125,7 +125,7 @@ void ThreadPool::parallelFor(int64_t n, int64_t minPerThread,
   task = &fn;
   items = n;
   finished = 0;
-  uint64_t generation = generationOf(claims.load()) + 1;
+  uint64_t generation = (generationOf(claims.load()) + 1) & 0xffffffffu; // wraps in the word
   // Publishes the job (task and items are written before, read by a
   // thread only after it claimed one of its ranges).
   claims.store((generation << kGenerationShift) | (uint64_t(count) << kRangeBits));

@@ -486,8 +486,14 @@ class _ShapeSpecialized:
     the integers baked in), compiled whole or split like any graph, and kept;
     every set after the first counts as a recompilation."""
 
+    # Distinct size sets compiled per graph; past this (a float input that
+    # changes every call, say) new ones run in PyTorch, as Dynamo's own
+    # cache_size_limit stops recompiling.
+    MAX_SPECIALIZATIONS = 8
+
     def __init__(self, gm, device):
         self.gm, self.device, self.compiled = gm, device, {}
+        self.warned = False
 
     @staticmethod
     def _scalar(a):
@@ -500,6 +506,14 @@ class _ShapeSpecialized:
                     else (type(a).__name__, self._scalar(a)) for a in args)
         fn = self.compiled.get(key)
         if fn is None:
+            if len(self.compiled) >= self.MAX_SPECIALIZATIONS:
+                if not self.warned:
+                    self.warned = True
+                    stats.eager += 1
+                    _log.warning("tilefuse: a graph with dynamic shapes was compiled for %d "
+                                 "sets of sizes; new ones run in PyTorch",
+                                 self.MAX_SPECIALIZATIONS)
+                return self.gm(*args)
             fn = self.compiled[key] = self._specialize(args)
         return fn(*[a for a in args if isinstance(a, torch.Tensor)])
 
@@ -510,10 +524,12 @@ class _ShapeSpecialized:
             stats.recompiles += 1
             _log.info("tilefuse: compiling a graph with dynamic shapes for new sizes %s "
                       "(%d recompilations so far)",
-                      [tuple(a.shape) if isinstance(a, torch.Tensor) else int(a)
+                      [tuple(a.shape) if isinstance(a, torch.Tensor) else self._scalar(a)
                        for a in args], stats.recompiles)
         positions = [i for i, a in enumerate(args) if isinstance(a, torch.Tensor)]
-        sizes = [a if isinstance(a, torch.Tensor) else self._scalar(a) for a in args]
+        # The scalars only: the call's tensors must not outlive it (a backward
+        # graph's inputs are freed as soon as it has read them).
+        sizes = [None if isinstance(a, torch.Tensor) else self._scalar(a) for a in args]
 
         def static(*tensors):
             full = list(sizes)

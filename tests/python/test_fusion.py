@@ -199,8 +199,9 @@ def _case_concat_of_whole_blocks(rng):
 def _case_column_results_stored_by_the_walk(rng):
     # A column kernel's full-size results that read no reduction are stored
     # by its one walk (gelu's backward beside its bias gradient), on rows
-    # that are no whole blocks; and a row kernel over the same op shapes
-    # (lanes along the reduced dimension) that must not.
+    # that are no whole blocks; and the shapes of the fuzzer's failing graph
+    # (lanes along a kept unit dimension, a reduction in the middle and
+    # keepdim results that squeeze to the kept shape).
     x, b, g = _rand(rng, 37, 70), _rand(rng, 70), _rand(rng, 37, 70)
     y = _rand(rng, 1, 6, 4, 1)
 
