@@ -531,6 +531,23 @@ def test_dynamic_shapes_compile_per_size(name):
         assert stats.graphs == 1 and stats.recompiles == 2 * (len(set(sizes)) - 1), stats
 
 
+def test_dynamic_shapes_stop_compiling_after_eight_sizes(caplog):
+    """A graph with symbolic sizes is compiled for at most 8 sets of sizes
+    (MAX_SPECIALIZATIONS); later ones run in PyTorch, with one warning, and
+    still give eager's results."""
+    caplog.set_level(logging.WARNING, logger="tilefuse")
+    model, eager = twins(Z.MLPClassifier)
+    compiled = torch.compile(model, backend="tilefuse", dynamic=True)
+    sizes = list(range(2, 13))
+    for i, batch in enumerate(sizes):
+        inputs = Z.MLPClassifier.make_inputs(900 + i, batch=batch)
+        with torch.no_grad():
+            check_loss(f"mlp batch {batch}", i, compiled(*inputs).item(), eager(*inputs).item())
+    assert stats.compiled == 8 and stats.eager == 1, stats
+    warnings = [r for r in caplog.records if "sets of sizes" in r.getMessage()]
+    assert len(warnings) == 1, [r.getMessage() for r in caplog.records]
+
+
 # ---------------------------------------------------------------------------
 # 8. The backend is found by name
 # ---------------------------------------------------------------------------
