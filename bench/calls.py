@@ -3,7 +3,8 @@
 
     PYTHONPATH=build/python python3 bench/calls.py [--rounds 5] [--scale 1.0]
 
-For each case, past the last-level cache, the median over --rounds of:
+For each case, past the last-level cache, the median over --rounds rounds
+(each round takes every case in turn) of:
 - the whole Python call of the compiled function (results dropped between
   calls, as a loop that keeps only the latest would);
 - its kernels alone (the executor's per-step profile);
@@ -49,20 +50,19 @@ def cases(scale):
     yield ("cross_entropy fwd+bwd", ce, (m, labels), 2 * m.nbytes + labels.nbytes)
 
 
-def timed(fn, rounds):
+def once(fn):
+    t = time.perf_counter()
     fn()
-    out = []
-    for _ in range(rounds):
-        t = time.perf_counter()
-        fn()
-        out.append(time.perf_counter() - t)
-    return statistics.median(out)
+    return time.perf_counter() - t
 
 
-def copy_seconds(nbytes, rounds):
-    src = np.ones(nbytes // 4, np.float32)
-    dst = np.empty_like(src)
-    return timed(lambda: np.copyto(dst, src), rounds)
+def profiled_seconds(compiled, call):
+    """The kernels' time of one call (the executor's per-step profile)."""
+    compiled.profile(True)
+    call()
+    seconds = sum(r.get("seconds", 0.0) for r in compiled.report(profile=True))
+    compiled.profile(False)
+    return seconds
 
 
 def main():
@@ -71,32 +71,39 @@ def main():
     ap.add_argument("--scale", type=float, default=1.0,
                     help="size multiplier (1.0: 256-512 MiB per input)")
     args = ap.parse_args()
-    print(f"{'case':24s} {'call ms':>9s} {'kernels ms':>11s} {'copy ms':>8s} "
-          f"{'call/copy bw':>13s} {'kernels/copy bw':>16s}")
-    rows = []
+    # Each case: (name, call, compiled, copy, bytes moved).
+    prepared = []
     for name, fn, inputs, moved in cases(args.scale):
         compiled = fn.compile("cpu") if isinstance(fn, tilefuse.Graph) else \
             tilefuse.compile(fn, *inputs, device="cpu")
-        call = timed(lambda: compiled(*inputs), args.rounds)
-        compiled.profile(True)
-        compiled(*inputs)
-        kernels = sum(r.get("seconds", 0.0) for r in compiled.report(profile=True))
-        compiled.profile(False)
-        copy = copy_seconds(moved // 2, args.rounds)
-        rows.append((name, call, kernels, copy, moved))
+        prepared.append((name, (lambda c, i: lambda: c(*i))(compiled, inputs), compiled, moved))
     # AdamW over 32M parameters: p, m, v read and written, the gradient read.
     n = int((1 << 25) * args.scale)
     params = {"p": np.zeros(n, np.float32)}
     batch = {"g": np.ones(n, np.float32)}
     step = tilefuse.compile_train_step(lambda p, b: (p["p"] * b["g"]).sum(), params, batch,
                                        tilefuse.optim.AdamW(lr=1e-3), device="cpu")
-    call = timed(lambda: step(batch), args.rounds)
-    step.profile(True)
-    step(batch)
-    kernels = sum(r.get("seconds", 0.0) for r in step.report(profile=True))
-    moved = 7 * 4 * n
-    rows.append(("AdamW 32M params", call, kernels, copy_seconds(moved // 2, args.rounds), moved))
-    for name, call, kernels, copy, moved in rows:
+    prepared.append(("AdamW 32M params", lambda: step(batch), step, 7 * 4 * n))
+    copies = {}
+    for name, call, _, moved in prepared:
+        src = np.ones(moved // 2 // 4, np.float32)
+        dst = np.empty_like(src)
+        copies[name] = (lambda s, d: lambda: np.copyto(d, s))(src, dst)
+        call()  # first calls: page faults, result pools
+        copies[name]()
+    # Rounds take every case in turn (call, kernels, copy), so a burst of
+    # other load on this shared machine hits all of them alike.
+    samples = {name: ([], [], []) for name, *_ in prepared}
+    for _ in range(args.rounds):
+        for name, call, compiled, _ in prepared:
+            calls, kernels, copy = samples[name]
+            calls.append(once(call))
+            kernels.append(profiled_seconds(compiled, call))
+            copy.append(once(copies[name]))
+    print(f"{'case':24s} {'call ms':>9s} {'kernels ms':>11s} {'copy ms':>8s} "
+          f"{'call/copy bw':>13s} {'kernels/copy bw':>16s}")
+    for name, _, _, moved in prepared:
+        call, kernels, copy = (statistics.median(v) for v in samples[name])
         bw = 2 * (moved // 2) / copy
         print(f"{name:24s} {call * 1e3:9.1f} {kernels * 1e3:11.1f} {copy * 1e3:8.1f} "
               f"{moved / call / bw:13.2f} {moved / kernels / bw:16.2f}")
