@@ -329,6 +329,14 @@ size_t Graph::clearCompileCache() {
 }
 
 namespace {
+/// The graph's text with its source locations (part of the compile keys).
+std::string locatedText(Graph::Impl &g) {
+  std::string text;
+  llvm::raw_string_ostream os(text);
+  g.module->print(os, OpPrintingFlags().enableDebugInfo());
+  return text;
+}
+
 /// Settings the compile reads from the environment: part of every key.
 std::string compileSettings() {
   std::string settings;
@@ -380,11 +388,7 @@ std::shared_ptr<Executable> Graph::compile(const std::string &device) const {
   std::string settings = compileSettings();
   // The graph with its source locations: the Program reports them, so the
   // same graph traced from other lines is another compile.
-  std::string located;
-  {
-    llvm::raw_string_ostream os(located);
-    impl_->module->print(os, OpPrintingFlags().enableDebugInfo());
-  }
+  std::string located = locatedText(*impl_);
   std::string key = targetName + (cpu ? std::string("/") + cpu : "") + settings + "\n@" +
                     impl_->entry + "\n" + located;
   CompileCache &cache = compileCache();
@@ -484,12 +488,9 @@ std::string Graph::compileArtifact(const std::string &target, const std::string 
   std::string diskKey;
 #ifdef TILEFUSE_HAVE_NVRTC
   if (cuda) {
-    std::string located;
-    llvm::raw_string_ostream os(located);
-    impl_->module->print(os, OpPrintingFlags().enableDebugInfo());
     diskKey = cudaArtifactDiskKey(target + compileSettings() + "\nNVRTC " + nvrtcVersion() +
                                   "\nmetadata " + std::to_string(metadata.size()) + "\n" +
-                                  metadata + "\n@" + impl_->entry + "\n" + located);
+                                  metadata + "\n@" + impl_->entry + "\n" + locatedText(*impl_));
     if (std::optional<std::string> kept = loadCudaArtifact(diskKey))
       return std::move(*kept);
   }

@@ -781,6 +781,14 @@ private:
   /// Recomputed reshapes that library calls read too (isBufferView): each
   /// library call that reads one gets a copy of it.
   llvm::DenseSet<Operation *> bufferViews;
+
+  /// Makes `op` read each buffer view among its operands through a copy of
+  /// the view built at `b`'s insertion point.
+  void readViewsOfTheirOwn(Operation *op, OpBuilder &b) {
+    for (OpOperand &use : op->getOpOperands())
+      if (Operation *view = use.get().getDefiningOp(); view && bufferViews.contains(view))
+        use.set(b.clone(*view)->getResult(0));
+  }
   llvm::DenseMap<Value, SmallVector<Read>> readCache;
   llvm::DenseMap<Operation *, unsigned> recomputeDepths;
 };
@@ -934,9 +942,7 @@ LogicalResult Fuser::materialize() {
       // rematerialization, move each read on its own).
       Operation *call = group.ops.front();
       b.setInsertionPoint(ret);
-      for (OpOperand &use : call->getOpOperands())
-        if (Operation *view = use.get().getDefiningOp(); view && bufferViews.contains(view))
-          use.set(b.clone(*view)->getResult(0));
+      readViewsOfTheirOwn(call, b);
       call->moveBefore(ret);
     } else {
       b.setInsertionPoint(ret);
@@ -945,9 +951,7 @@ LogicalResult Fuser::materialize() {
       if (group.epilogue)
         for (Operation *op : group.ops)
           if (llvm::isa<MatmulOp>(op))
-            for (OpOperand &use : op->getOpOperands())
-              if (Operation *view = use.get().getDefiningOp(); view && bufferViews.contains(view))
-                use.set(b.clone(*view)->getResult(0));
+            readViewsOfTheirOwn(op, b);
       buildKernel(kernelIndex++, group, b);
       dead.append(group.ops.begin(), group.ops.end());
     }

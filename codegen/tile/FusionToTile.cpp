@@ -110,6 +110,11 @@ struct Coord {
 };
 using Coords = SmallVector<Coord>;
 
+/// The ops a kernel reduces with (each gets a loop over reduced dimensions).
+bool isReductionOp(Operation *op) {
+  return llvm::isa<ReduceSumOp, ReduceMaxOp, ReduceMinOp, ArgmaxOp>(op);
+}
+
 /// A sum along `dim` of select(iota_dim == index, v, 0), possibly negated
 /// (see KernelEmitter::oneHotPick).
 struct OneHotPick {
@@ -2049,7 +2054,7 @@ bool KernelEmitter::readsReduction(Value v) {
     Operation *def = x.getDefiningOp();
     if (!def || !seen.insert(x).second)
       continue;
-    if (llvm::isa<ReduceSumOp, ReduceMaxOp, ReduceMinOp, ArgmaxOp>(def))
+    if (isReductionOp(def))
       return true;
     for (Value operand : def->getOperands())
       work.push_back(operand);
@@ -2099,7 +2104,7 @@ LogicalResult KernelEmitter::emit() {
   {
     SmallVector<Operation *> reductionOps;
     for (Operation &op : body.without_terminator())
-      if (llvm::isa<ReduceSumOp, ReduceMaxOp, ReduceMinOp, ArgmaxOp>(op))
+      if (isReductionOp(&op))
         reductionOps.push_back(&op);
     Operation *yieldOp = body.getTerminator();
     SmallVector<unsigned> full;
@@ -2126,7 +2131,7 @@ LogicalResult KernelEmitter::emit() {
   // ones. Computed lazily inside another reduction's loop, a row max would
   // be recomputed for every block of the row.
   for (Operation &op : body.without_terminator())
-    if (llvm::isa<ReduceSumOp, ReduceMaxOp, ReduceMinOp, ArgmaxOp>(op) &&
+    if (isReductionOp(&op) &&
         squeezed(shapeOf(op.getResult(0))) == squeezed(keptShape))
       if (failed(value(op.getResult(0), keptCoords(shapeOf(op.getResult(0))))))
         return failure();
@@ -2167,17 +2172,7 @@ LogicalResult KernelEmitter::emit() {
   ReducedLoops loops = reducedLoops(reduced, domain, lanesKept);
   SmallVector<int64_t> outer = loops.outerDims, outerSizes = loops.outerSizes;
   int64_t laneDim = loops.laneDim;
-  auto storeAll = [&](const Coords &c) -> LogicalResult {
-    for (unsigned i : domainOutputs) {
-      auto s = shapeOf(yield->getOperand(i));
-      Coords oc = squeezed(s) == squeezed(domain)
-                      ? matchUnitDims(c, domain, s)
-                      : delinearize(linearize(c, domain), s);
-      if (failed(store(i, oc)))
-        return failure();
-    }
-    return success();
-  };
+  auto storeAll = [&](const Coords &c) { return storeDomainOutputs(domainOutputs, c); };
   return forLoop(
       numel(outerSizes), ValueRange{},
       [&](Value o, ValueRange, SmallVectorImpl<Value> &) -> LogicalResult {

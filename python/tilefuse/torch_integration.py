@@ -481,9 +481,9 @@ def _has_symbolic_shapes(gm):
 
 class _ShapeSpecialized:
     """A graph with symbolic shapes. tilefuse compiles static shapes, so each
-    distinct set of input shapes (and integer inputs) gets a compile of its
+    distinct set of input shapes (and scalar inputs) gets a compile of its
     own: the graph is retraced with those sizes (make_fx over fake tensors,
-    the integers baked in), compiled whole or split like any graph, and kept;
+    the scalars baked in), compiled whole or split like any graph, and kept;
     every set after the first counts as a recompilation."""
 
     # Distinct size sets compiled per graph; past this (a float input that
