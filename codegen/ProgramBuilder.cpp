@@ -5,6 +5,7 @@
 #include "codegen/tile/FusionToTile.h"
 #include "ir/graph/GraphDialect.h"
 #include "ir/tile/TileDialect.h"
+#include "passes/FuseOps.h"
 #include "passes/TargetInfo.h"
 #include "passes/PassUtils.h"
 #include "passes/TrainStep.h"
@@ -340,6 +341,54 @@ private:
     return success();
   }
 
+  /// A row kernel that also folds column sums (lowerRowsWithColumnSums):
+  /// slices of rows as many as a full reduction has, each writing one row
+  /// of partial sums, then a kernel folding the slices.
+  LogicalResult rowsWithColumnSums(graph::FusionOp fusion, ArrayRef<Operation *> sums,
+                                   const std::string &name) {
+    int64_t rows = numel(fusion.getDomain()) / std::max<int64_t>(1, fusion.getDomain().back());
+    int64_t slices = std::max<int64_t>(1, std::min(target.fullReductionSlices(), rows));
+    FailureOr<RowColumnKernels> ks =
+        lowerRowsWithColumnSums(fusion, sums, slices, kernels, target, name);
+    if (failed(ks))
+      return failure();
+    int64_t columns = fusion.getDomain().back();
+    SmallVector<int> slots;
+    for (Operation *r : sums) {
+      BufferInfo slot;
+      slot.name = name + "_slices" + std::to_string(prog.buffers.size());
+      Type t = getElementTypeOrSelf(r->getOperand(0).getType());
+      slot.dtype = t.isF16() || t.isBF16() ? DType::F32 : dtypeOf(t);
+      slot.shape = Shape{slices, columns};
+      prog.buffers.push_back(slot);
+      slots.push_back(int(prog.buffers.size()) - 1);
+    }
+    Step partial;
+    partial.kind = Step::Kind::Kernel;
+    partial.kernel = addKernel(ks->partial, fusion, "reduction");
+    partial.source = name + " (rows and column partials)";
+    for (Value in : fusion.getInputs())
+      partial.buffers.push_back(bufferOf(in));
+    partial.buffers.insert(partial.buffers.end(), slots.begin(), slots.end());
+    Step combine = partial;
+    combine.kernel = addKernel(ks->combine, fusion, "reduction");
+    combine.source = name + " (column combine)";
+    for (unsigned i : ks->rowYields)
+      partial.buffers.push_back(result(*fusion, i));
+    partial.outputs = int(slots.size() + ks->rowYields.size());
+    for (unsigned i : ks->columnYields)
+      combine.buffers.push_back(result(*fusion, i));
+    combine.outputs = int(ks->columnYields.size());
+    // No result is written over an input: the partial kernel walks the
+    // last rows of a slice again to fill up a group of rows.
+    // The combine kernel covers only the slots, not the domain.
+    ProgramKernel &c = prog.kernels[combine.kernel];
+    c.elementsPerProgram = std::max<int64_t>(1, slices * columns / std::max<int64_t>(1, c.grid));
+    prog.steps.push_back(partial);
+    prog.steps.push_back(combine);
+    return success();
+  }
+
   /// Slices worth splitting the column reduction `fusion` into (0: not
   /// worth it). A column reduction's programs are its blocks of kept
   /// elements; with few of them, each walks a long reduced extent alone
@@ -363,6 +412,8 @@ private:
     if (fusion.getKind() == "matmul")
       return gemmWithEpilogue(fusion);
     std::string splitName = (func.getSymName() + "_" + fusion.getKernelName()).str();
+    if (SmallVector<Operation *> sums = columnSumsOfRowKernel(fusion); !sums.empty())
+      return rowsWithColumnSums(fusion, sums, splitName);
     if (SmallVector<Operation *> reductions = splittableReductions(fusion); !reductions.empty())
       return splitReduction(fusion, reductions, splitName, target.fullReductionSlices(),
                             /*column=*/false);

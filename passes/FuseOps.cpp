@@ -183,6 +183,7 @@ public:
       place(&op);
     }
     mergeConsumerKernels();
+    mergeColumnKernels();
     return materialize();
   }
 
@@ -728,6 +729,84 @@ private:
     ga.firstPosition = std::min(ga.firstPosition, gb.firstPosition);
   }
 
+  /// Third chance, for column sums: a kernel of sums over every dimension
+  /// but the innermost (and totals) of the domain of a row kernel it reads
+  /// joins that row kernel, which then folds them while it walks its rows:
+  /// layer_norm's dgamma, dbeta and loss need x and dy, which the row kernel
+  /// computing dx has just read (one pass over both instead of two). Each
+  /// program of the merged kernel keeps one accumulator row per sum, so the
+  /// target must have the scratch (TargetInfo::rowScratchBytes; none on
+  /// GPUs, where the column kernel stays apart).
+  void mergeColumnKernels() {
+    for (unsigned b = 0; b < groups.size(); ++b) {
+      Group &gb = groups[b];
+      if (gb.ops.empty() || gb.library || !gb.hasReduction || !isColumnReduction(gb.domain))
+        continue;
+      llvm::SmallSetVector<unsigned, 4> deps = kernelsRead(b);
+      for (unsigned a : deps)
+        if (canTakeColumns(a, b, deps.getArrayRef())) {
+          absorb(a, b);
+          break;
+        }
+    }
+  }
+
+  /// Sums over every dimension but the innermost of `g`'s domain, or over
+  /// all of them, in a kernel whose reduction is its innermost dimension.
+  unsigned columnSumsIn(unsigned g) {
+    unsigned count = 0;
+    for (Operation *op : groups[g].ops)
+      if (isReduction(op) && domainOf(op).reduced != groups[g].domain.reduced)
+        ++count;
+    return count;
+  }
+
+  bool canTakeColumns(unsigned a, unsigned b, ArrayRef<unsigned> bDeps) {
+    Group &ga = groups[a], &gb = groups[b];
+    int64_t rank = ga.domain.shape.size();
+    if (ga.library || ga.ops.empty() || !ga.hasReduction || rank < 2 ||
+        ga.domain.reduced != SmallVector<int64_t>{rank - 1} ||
+        gb.domain.shape != ga.domain.shape || ga.ops.size() + gb.ops.size() > kMaxKernelOps)
+      return false;
+    // Rows long enough to hold the lanes (short rows put the lanes across
+    // rows instead), and an f64 accumulator row per sum within half the
+    // scratch (the rest stays for the row kernel's own rows).
+    int64_t columns = ga.domain.shape.back();
+    int64_t sums = columnSumsIn(a);
+    for (Operation *op : gb.ops)
+      if (isReduction(op))
+        ++sums;
+    if (2 * columns <= target.blockSize(columns, /*rowReduction=*/true) ||
+        2 * sums * columns * 8 > target.rowScratchBytes())
+      return false;
+    for (Operation *op : gb.ops) {
+      if (isReduction(op)) {
+        // Sums of the domain, reading no other sum of the kernel.
+        if (!llvm::isa<ReduceSumOp>(op) || domainOf(op).shape != ga.domain.shape ||
+            (!isColumnReduction(domainOf(op)) && !isTotal(op)) || readsReduced(b, op))
+          return false;
+        continue;
+      }
+      // Elementwise over the domain, before the sums: nothing after a sum
+      // (its value exists only once every row has been folded).
+      if (gb.afterReduction.contains(op) || isIndexRemap(op) || llvm::isa<BroadcastInDimOp>(op) ||
+          !onlyUnitDimsChange(shapeOf(op->getResult(0)), ga.domain.shape))
+        return false;
+    }
+    // a's values read at their own elements, or a's row results broadcast
+    // along their rows.
+    for (Operation *op : gb.ops)
+      for (const Read &read : readsOf(op))
+        if (groupOf.lookup(read.producer) == a && read.remapped &&
+            (!read.broadcastOnly ||
+             numel(shapeOf(read.producer->getResult(0))) == numel(ga.domain.shape)))
+          return false;
+    // The row kernel waits for nothing more than before (so none of its
+    // readers waits longer), and no cycle forms.
+    llvm::SmallSetVector<unsigned, 4> aDeps = kernelsRead(a);
+    return llvm::all_of(bDeps, [&](unsigned c) { return c == a || aDeps.contains(c); });
+  }
+
   /// Joining `op` to `g` is a cycle if another operand's kernel depends on g.
   bool createsCycle(unsigned g, Operation *op, std::string &why) {
     llvm::SmallSetVector<unsigned, 4> from;
@@ -1019,4 +1098,19 @@ LogicalResult tilefuse::fuseFunction(func::FuncOp func, const TargetInfo &target
   if (failed(Fuser(func, target, remarks).run()))
     return failure();
   return rematerializeFunction(func, target);
+}
+
+SmallVector<Operation *> tilefuse::columnSumsOfRowKernel(FusionOp fusion) {
+  SmallVector<Operation *> sums;
+  auto domain = fusion.getDomain();
+  auto reduced = fusion.getReduced();
+  int64_t rank = domain.size();
+  if (fusion.getKind() != "reduction" || rank < 2 || reduced.size() != 1 || reduced[0] != rank - 1)
+    return sums;
+  for (Operation &op : fusion.getBody().front().without_terminator()) {
+    if (!isReduction(&op) || domainOf(&op).reduced == SmallVector<int64_t>(reduced))
+      continue;
+    sums.push_back(&op);
+  }
+  return sums;
 }

@@ -7,6 +7,9 @@
 namespace tilefuse {
 
 class TargetInfo;
+namespace graph {
+class FusionOp;
+}
 
 /// The most ops one kernel takes. Beyond a few hundred chained ops a kernel
 /// saves little memory traffic but costs LLVM superlinear time (a 2,000-op
@@ -28,6 +31,14 @@ mlir::LogicalResult fuseFunction(mlir::func::FuncOp func,
 /// Kernels that reduce are recomputed where `target` says it pays, or
 /// with a share above the default.
 mlir::LogicalResult rematerializeFunction(mlir::func::FuncOp func, const TargetInfo &target);
+
+/// The reductions of row kernel `fusion` (one that reduces its innermost
+/// dimension) over other dimensions: sums over every dimension but the
+/// innermost, or over all, that the fusion pass merged into the row kernel
+/// walking the same domain (layer_norm's dgamma, dbeta and loss beside dx;
+/// see mergeColumnKernels). Empty for every other kernel. Codegen folds
+/// them per slice of rows, then over the slices.
+llvm::SmallVector<mlir::Operation *> columnSumsOfRowKernel(graph::FusionOp fusion);
 
 } // namespace tilefuse
 

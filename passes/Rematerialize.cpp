@@ -178,6 +178,10 @@ public:
       return false;
     if (f.getKind() != "pointwise" && f.getReduced() != b.getReduced())
       return false;
+    // Column sums fold across programs: their kernel is split in two by
+    // codegen and cannot run inside another.
+    if (!columnSumsOfRowKernel(f).empty() || !columnSumsOfRowKernel(b).empty())
+      return false;
     Block &body = b.getBody().front();
     if (f.getBody().front().getOperations().size() + body.getOperations().size() >
         kMaxKernelOps)

@@ -453,7 +453,15 @@ public:
   /// rows for one block of kept elements into slot[slice, kept]; the
   /// combine kernel folds the slices and computes the results.
   LogicalResult emitColumnPartial(int64_t chunks, ArrayRef<Operation *> reductions);
-  LogicalResult emitColumnCombine(int64_t chunks, ArrayRef<Operation *> reductions);
+  /// `yields`: the results the combine kernel stores (null: all of them).
+  LogicalResult emitColumnCombine(int64_t chunks, ArrayRef<Operation *> reductions,
+                                  const SmallVector<unsigned> *yields = nullptr);
+  /// A row kernel with column sums (see lowerRowsWithColumnSums): each of
+  /// `chunks` programs runs the row kernel over one slice of the rows,
+  /// storing results `rowYields`, and folds each of `sums` into an
+  /// accumulator row while it walks, stored to slot[slice, column].
+  LogicalResult emitRowsWithColumnPartials(int64_t chunks, ArrayRef<Operation *> sums,
+                                           const SmallVector<unsigned> &rowYields);
 
 private:
   /// How the kept dimensions of the domain are divided among programs:
@@ -466,7 +474,22 @@ private:
     int64_t laneDim = -1; ///< the kept dimension lanes run along
     int64_t blocksPerRow = 1, programs = 1, elements = 1;
   };
-  KeptSpace keptSpace();
+  KeptSpace keptSpace() { return keptSpace(fusion.getReduced()); }
+  /// The kept space of the fusion's domain with `reduced` folded.
+  KeptSpace keptSpace(ArrayRef<int64_t> reduced);
+  /// Programs of a kernel at domain coordinates `programs` (reduced ones
+  /// unset; one, or a group of rows of a row kernel with column sums):
+  /// their per-program results among `yields`, then one walk over the
+  /// reduced dimensions storing the full-size ones and folding the column
+  /// sums (columnSums) of the programs that `valid` (one flag per program,
+  /// or none: all) says are real at every block.
+  LogicalResult emitProgram(const KeptSpace &ks, ArrayRef<Coords> programs, ArrayRef<Value> valid,
+                            ArrayRef<unsigned> yields);
+  /// Column sums of a row kernel folded by its walk: each has an
+  /// accumulator row in scratch (emitRowsWithColumnPartials).
+  SmallVector<Operation *> columnSums;
+  SmallVector<Value> columnAccumulators;
+  int64_t columnScratchBytes = 0;
   LogicalResult emitColumnPartialByRows(int64_t chunks, ArrayRef<Operation *> reductions,
                                         const KeptSpace &ks);
   /// `init` plus the block at `offset` of each of `n` slices of `slots`
@@ -494,7 +517,9 @@ private:
   /// Maps the fusion's inputs to the kernel's first arguments and, unless
   /// `partial` (a partial kernel writes slots, not the fusion's results),
   /// its results to the arguments after `extraBeforeOutputs` slot pointers.
-  void bindArguments(unsigned extraBeforeOutputs, bool partial = false);
+  /// With `only`, just those results, in that order.
+  void bindArguments(unsigned extraBeforeOutputs, bool partial = false,
+                     const SmallVector<unsigned> *only = nullptr);
   Coords unitCoords(Value v) { return Coords(shapeOf(v).size(), constCoord(0)); }
   Value chunkId;      ///< partial kernel: the slice this program reduces
   int64_t chunks = 0; ///< partial kernel: number of slices
@@ -1063,25 +1088,47 @@ FailureOr<Value> KernelEmitter::reduction(Operation *op, const Coords &c) {
         }
         int64_t n = in[laneDim];
         bool splitInner = split && !splitOuter;
+        auto blockStep = [&](Value j, ValueRange it2, SmallVectorImpl<Value> &y2) -> LogicalResult {
+          FailureOr<Value> v = rowBlock(operand, cc, laneDim, n, j);
+          if (failed(v))
+            return failure();
+          Value x = *v;
+          if (laneDim == rowDim && outerCount == 1 && !split && storeRowScratch(operand, cc, x))
+            filling = operand;
+          if (n % block != 0)
+            x = b.create<arith::SelectOp>(loc, activeMask(), x, splat(neutral(op, ct)));
+          y2.push_back(accumulate(op, it2[0], x));
+          return success();
+        };
         SmallVector<Value> inner;
-        if (failed(forLoopRange(
-                splitInner ? sliceBound(laneSteps, 0) : cst(0),
-                splitInner ? sliceBound(laneSteps, 1) : cst(laneSteps), ValueRange{iter[0]},
-                [&](Value j, ValueRange it2, SmallVectorImpl<Value> &y2) -> LogicalResult {
-                  FailureOr<Value> v = rowBlock(operand, cc, laneDim, n, j);
-                  if (failed(v))
-                    return failure();
-                  Value x = *v;
-                  if (laneDim == rowDim && outerCount == 1 && !split &&
-                      storeRowScratch(operand, cc, x))
-                    filling = operand;
-                  if (n % block != 0)
-                    x = b.create<arith::SelectOp>(loc, activeMask(), x, splat(neutral(op, ct)));
-                  y2.push_back(accumulate(op, it2[0], x));
-                  return success();
-                },
-                &inner)))
+        // A widened sum along a row adds groups of kSumGroup blocks in its
+        // compute type first and widens each group's sum once: widening
+        // every block made long row kernels compute bound (layer_norm's
+        // backward), and a sum of a few terms per lane adds an error of a
+        // few units of roundoff, not one growing with the row.
+        constexpr int64_t kSumGroup = 8;
+        if (!split && widensSum(op, ct) && laneSteps > 1) {
+          int64_t groups = (laneSteps + kSumGroup - 1) / kSumGroup;
+          if (failed(forLoop(
+                  groups, ValueRange{iter[0]},
+                  [&](Value g, ValueRange wide, SmallVectorImpl<Value> &y1) -> LogicalResult {
+                    Value lo = mulS(g, kSumGroup);
+                    Value hi = b.create<arith::MinSIOp>(loc, addS(lo, cst(kSumGroup)),
+                                                        cst(laneSteps));
+                    SmallVector<Value> narrow;
+                    if (failed(forLoopRange(lo, hi, ValueRange{splat(neutral(op, ct))}, blockStep,
+                                            &narrow)))
+                      return failure();
+                    y1.push_back(accumulate(op, wide[0], narrow[0]));
+                    return success();
+                  },
+                  &inner)))
+            return failure();
+        } else if (failed(forLoopRange(splitInner ? sliceBound(laneSteps, 0) : cst(0),
+                                       splitInner ? sliceBound(laneSteps, 1) : cst(laneSteps),
+                                       ValueRange{iter[0]}, blockStep, &inner))) {
           return failure();
+        }
         yield.push_back(inner[0]);
         return success();
       },
@@ -1540,7 +1587,7 @@ LogicalResult KernelEmitter::store(unsigned output, const Coords &c, Value compu
     x = b.create<arith::ExtUIOp>(loc, like(st), x);
   else if (computeType(dt) != dt)
     x = b.create<arith::TruncFOp>(loc, like(st), x);
-  if (output >= outputPointers.size())
+  if (output >= outputPointers.size() || !outputPointers[output])
     return fusion.emitOpError("internal error: result ")
            << output << " has no output argument in kernel '" << kernel.getSymName() << "'";
   Value ptr = outputPointers[output];
@@ -1567,7 +1614,8 @@ LogicalResult KernelEmitter::store(unsigned output, const Coords &c, Value compu
   return success();
 }
 
-void KernelEmitter::bindArguments(unsigned extraBeforeOutputs, bool partial) {
+void KernelEmitter::bindArguments(unsigned extraBeforeOutputs, bool partial,
+                                  const SmallVector<unsigned> *only) {
   Block &entry = kernel.getBody().front();
   b.setInsertionPointToStart(&entry);
   memo.emplace_back();
@@ -1576,9 +1624,11 @@ void KernelEmitter::bindArguments(unsigned extraBeforeOutputs, bool partial) {
     argPointers[arg] = entry.getArgument(i);
   if (partial)
     return;
-  for (unsigned i = 0; i < fusion.getNumResults(); ++i)
-    outputPointers.push_back(
-        entry.getArgument(body.getNumArguments() + extraBeforeOutputs + i));
+  outputPointers.assign(fusion.getNumResults(), Value());
+  unsigned bound = only ? only->size() : fusion.getNumResults();
+  for (unsigned k = 0; k < bound; ++k)
+    outputPointers[only ? (*only)[k] : k] =
+        entry.getArgument(body.getNumArguments() + extraBeforeOutputs + k);
 }
 
 LogicalResult KernelEmitter::emitPartial(int64_t n, ArrayRef<Operation *> reductions) {
@@ -1620,10 +1670,9 @@ LogicalResult KernelEmitter::emitCombine(int64_t n, ArrayRef<Operation *> reduct
   return success();
 }
 
-KernelEmitter::KeptSpace KernelEmitter::keptSpace() {
+KernelEmitter::KeptSpace KernelEmitter::keptSpace(ArrayRef<int64_t> reduced) {
   KeptSpace k;
   k.domain.assign(fusion.getDomain().begin(), fusion.getDomain().end());
-  auto reduced = fusion.getReduced();
   int64_t rank = k.domain.size();
   for (int64_t d = 0; d < rank; ++d)
     if (!llvm::is_contained(reduced, d)) {
@@ -1865,11 +1914,99 @@ LogicalResult KernelEmitter::emitColumnPartialByRows(int64_t n, ArrayRef<Operati
                  });
 }
 
-LogicalResult KernelEmitter::emitColumnCombine(int64_t n, ArrayRef<Operation *> reductions) {
-  bindArguments(reductions.size());
+LogicalResult KernelEmitter::emitRowsWithColumnPartials(int64_t n, ArrayRef<Operation *> sums,
+                                                        const SmallVector<unsigned> &rowYields) {
+  bindArguments(sums.size(), /*partial=*/false, &rowYields);
   Block &entry = kernel.getBody().front();
   unsigned firstSlot = fusion.getBody().front().getNumArguments();
   KeptSpace ks = keptSpace();
+  if (ks.lanesKept || ks.flat || keptLanes || ks.domain.size() < 2)
+    return fusion.emitOpError("internal error: column sums in a kernel whose lanes do not run "
+                              "along its rows");
+  int64_t columns = ks.domain.back();
+  columnSums.assign(sums.begin(), sums.end());
+  SmallVector<Type> accTypes;
+  for (Operation *op : sums) {
+    Value init = accumulatorInit(op, neutral(op, computeType(dtypeOf(op->getOperand(0)))));
+    accTypes.push_back(init.getType());
+    columnScratchBytes += columns * (init.getType().getIntOrFloatBitWidth() / 8);
+    OpBuilder::InsertionGuard g(b);
+    b.setInsertionPointToStart(&entry);
+    columnAccumulators.push_back(
+        b.create<tile::ScratchOp>(loc, tile::PtrType::get(b.getContext(), init.getType()), columns));
+  }
+  planRowScratch(ks);
+  kernel->setAttr(tile::kGridAttr, b.getI64IntegerAttr(n));
+  Value slice = b.create<tile::ProgramIdOp>(loc, b.getI64Type());
+  auto unit = b.getI64IntegerAttr(1);
+  // Runs `body(start)` for every block of a row of accumulators, with the
+  // active limit of that block.
+  auto forColumnBlocks = [&](auto body) {
+    return forLoop((columns + block - 1) / block, ValueRange{},
+                   [&](Value j, ValueRange, SmallVectorImpl<Value> &) -> LogicalResult {
+                     Value start = mulS(j, block);
+                     activeLimit = lanesLeft(columns, start);
+                     return body(start);
+                   });
+  };
+  if (failed(forColumnBlocks([&](Value start) -> LogicalResult {
+        for (auto [k, op] : llvm::enumerate(sums))
+          b.create<tile::StoreOp>(
+              loc, splat(accumulatorInit(op, neutral(op, computeType(dtypeOf(op->getOperand(0)))))),
+              columnAccumulators[k], start, activeLimit, unit, unit, UnitAttr());
+        return success();
+      })))
+    return failure();
+  // This program's rows, in order, in groups: each group's rows are the
+  // row kernel's programs, walked together so that every block of the
+  // accumulator rows is read and written once per group (one f64
+  // read-modify-write per sum and row made the walk compute bound). The
+  // last group repeats the slice's last row to fill up; the repeats store
+  // the same results again (nothing is written over an input in this
+  // kernel) and fold nothing.
+  constexpr int64_t kRowsPerGroup = 4;
+  Value firstRow = divS(mulS(slice, ks.programs), n);
+  Value endRow = divS(mulS(addS(slice, cst(1)), ks.programs), n);
+  Value lastRow = b.create<arith::SubIOp>(loc, endRow, cst(1));
+  Value groups = divS(addS(b.create<arith::SubIOp>(loc, endRow, firstRow), cst(kRowsPerGroup - 1)),
+                      kRowsPerGroup);
+  if (failed(forLoopRange(
+          cst(0), groups, ValueRange{},
+          [&](Value g, ValueRange, SmallVectorImpl<Value> &) -> LogicalResult {
+            Value base = addS(firstRow, mulS(g, kRowsPerGroup));
+            SmallVector<Coords> rows;
+            SmallVector<Value> valid;
+            for (int64_t r = 0; r < kRowsPerGroup; ++r) {
+              Value row = addS(base, cst(r));
+              valid.push_back(b.create<arith::CmpIOp>(loc, arith::CmpIPredicate::slt, row, endRow));
+              rows.push_back(keptDomainCoords(ks, b.create<arith::MinSIOp>(loc, row, lastRow)));
+            }
+            return emitProgram(ks, rows, valid, rowYields);
+          })))
+    return failure();
+  // slot[slice][column], rounded once as a column partial is.
+  return forColumnBlocks([&](Value start) -> LogicalResult {
+    for (auto [k, op] : llvm::enumerate(sums)) {
+      Value acc = b.create<tile::LoadOp>(loc, vecType(accTypes[k]), columnAccumulators[k], start,
+                                         activeLimit, unit);
+      b.create<tile::StoreOp>(loc, accumulated(op, acc), entry.getArgument(firstSlot + k),
+                              addS(start, mulS(slice, columns)), activeLimit, unit, unit,
+                              UnitAttr());
+    }
+    return success();
+  });
+}
+
+LogicalResult KernelEmitter::emitColumnCombine(int64_t n, ArrayRef<Operation *> reductions,
+                                               const SmallVector<unsigned> *yields) {
+  bindArguments(reductions.size(), /*partial=*/false, yields);
+  Block &entry = kernel.getBody().front();
+  unsigned firstSlot = fusion.getBody().front().getNumArguments();
+  // A row kernel's column sums keep its innermost dimension.
+  SmallVector<int64_t> columnDims;
+  for (int64_t d = 0; d + 1 < int64_t(fusion.getDomain().size()); ++d)
+    columnDims.push_back(d);
+  KeptSpace ks = yields ? keptSpace(columnDims) : keptSpace();
   kernel->setAttr(tile::kGridAttr, b.getI64IntegerAttr(ks.programs));
   Value pid = b.create<tile::ProgramIdOp>(loc, b.getI64Type());
   Coords dc = keptDomainCoords(ks, pid);
@@ -1896,7 +2033,8 @@ LogicalResult KernelEmitter::emitColumnCombine(int64_t n, ArrayRef<Operation *> 
         accumulated(op, *total);
   }
   for (unsigned i = 0; i < yield->getNumOperands(); ++i)
-    if (!storedByTotal[i] && failed(store(i, keptCoords(ks, dc, shapeOf(yield->getOperand(i))))))
+    if ((!yields || llvm::is_contained(*yields, i)) && !storedByTotal[i] &&
+        failed(store(i, keptCoords(ks, dc, shapeOf(yield->getOperand(i))))))
       return failure();
   return success();
 }
@@ -1988,7 +2126,7 @@ void KernelEmitter::planRowScratch(const KeptSpace &ks) {
       reduced[0] != int64_t(ks.domain.size()) - 1)
     return;
   rowDim = reduced[0];
-  int64_t budget = target.rowScratchBytes();
+  int64_t budget = target.rowScratchBytes() - columnScratchBytes;
   int64_t n = ks.domain[rowDim];
   Block &body = fusion.getBody().front();
   for (Operation &op : body.without_terminator()) {
@@ -2083,18 +2221,25 @@ LogicalResult KernelEmitter::storeDomainOutputs(ArrayRef<unsigned> outputs, cons
 
 LogicalResult KernelEmitter::emit() {
   bindArguments(0);
-  Block &body = fusion.getBody().front();
-
   KeptSpace ks = keptSpace();
   planRowScratch(ks);
+  kernel->setAttr(tile::kGridAttr, b.getI64IntegerAttr(ks.programs));
+  Value pid = b.create<tile::ProgramIdOp>(loc, b.getI64Type());
+  SmallVector<unsigned> yields(fusion.getNumResults());
+  std::iota(yields.begin(), yields.end(), 0u);
+  return emitProgram(ks, {keptDomainCoords(ks, pid)}, {}, yields);
+}
+
+LogicalResult KernelEmitter::emitProgram(const KeptSpace &ks, ArrayRef<Coords> programs,
+                                         ArrayRef<Value> valid, ArrayRef<unsigned> yields) {
+  Block &body = fusion.getBody().front();
   auto domain = ks.domain;
   auto reduced = SmallVector<int64_t>(fusion.getReduced());
   bool lanesKept = ks.lanesKept;
   SmallVector<int64_t> keptShape = ks.keptShape;
-  kernel->setAttr(tile::kGridAttr, b.getI64IntegerAttr(ks.programs));
-  Value pid = b.create<tile::ProgramIdOp>(loc, b.getI64Type());
-  Coords dc = keptDomainCoords(ks, pid);
-  auto keptCoords = [&](ArrayRef<int64_t> shape) { return this->keptCoords(ks, dc, shape); };
+  auto keptCoords = [&](const Coords &dc, ArrayRef<int64_t> shape) {
+    return this->keptCoords(ks, dc, shape);
+  };
   // A column kernel (lanes along kept dimensions) with one reduction whose
   // walk covers the domain: full-size results that read no reduction are
   // stored by that walk at the elements it computes, instead of by a second
@@ -2109,7 +2254,7 @@ LogicalResult KernelEmitter::emit() {
     Operation *yieldOp = body.getTerminator();
     SmallVector<unsigned> full;
     bool allFree = true;
-    for (unsigned i = 0; i < yieldOp->getNumOperands(); ++i) {
+    for (unsigned i : yields) {
       auto s = shapeOf(yieldOp->getOperand(i));
       if (squeezed(s) == squeezed(keptShape))
         continue;
@@ -2130,11 +2275,12 @@ LogicalResult KernelEmitter::emit() {
   // next and the loop over the reduced dimensions that writes the full-size
   // ones. Computed lazily inside another reduction's loop, a row max would
   // be recomputed for every block of the row.
-  for (Operation &op : body.without_terminator())
-    if (isReductionOp(&op) &&
-        squeezed(shapeOf(op.getResult(0))) == squeezed(keptShape))
-      if (failed(value(op.getResult(0), keptCoords(shapeOf(op.getResult(0))))))
-        return failure();
+  for (const Coords &dc : programs)
+    for (Operation &op : body.without_terminator())
+      if (isReductionOp(&op) && !llvm::is_contained(columnSums, &op) &&
+          squeezed(shapeOf(op.getResult(0))) == squeezed(keptShape))
+        if (failed(value(op.getResult(0), keptCoords(dc, shapeOf(op.getResult(0))))))
+          return failure();
   Operation *yield = body.getTerminator();
   SmallVector<unsigned> domainOutputs;
   // Every per-program result is computed before any is stored: a kernel
@@ -2142,21 +2288,24 @@ LogicalResult KernelEmitter::emit() {
   // what lets a result overwrite an input it reads only at that element
   // (inPlaceCandidates).
   SmallVector<std::tuple<unsigned, Coords, Value>> computed;
-  for (unsigned i = 0; i < yield->getNumOperands(); ++i) {
+  for (unsigned i : yields) {
     auto s = shapeOf(yield->getOperand(i));
     if (squeezed(s) == squeezed(keptShape)) {
-      Coords oc = keptCoords(s);
+     for (const Coords &dc : programs) {
+      Coords oc = keptCoords(dc, s);
       FailureOr<Value> v = value(yield->getOperand(i), oc);
       if (failed(v))
         return failure();
       computed.emplace_back(i, std::move(oc), *v);
+     }
     } else if (squeezed(s) == squeezed(domain) || numel(s) == numel(domain)) {
       if (!earlyStored || !llvm::is_contained(earlyOutputs, i))
         domainOutputs.push_back(i);
     } else if (numel(s) == numel(keptShape)) {
       // A reshaped per-program result: same elements in row-major order.
-      if (failed(store(i, delinearize(linearize(keptCoords(keptShape), keptShape), s))))
-        return failure();
+      for (const Coords &dc : programs)
+        if (failed(store(i, delinearize(linearize(keptCoords(dc, keptShape), keptShape), s))))
+          return failure();
     } else {
       return fusion.emitOpError()
              << "result #" << i << " has shape [" << s
@@ -2166,29 +2315,74 @@ LogicalResult KernelEmitter::emit() {
   for (auto &[i, oc, v] : computed)
     if (failed(store(i, oc, v)))
       return failure();
-  if (domainOutputs.empty())
+  if (domainOutputs.empty() && columnSums.empty())
     return success();
 
   ReducedLoops loops = reducedLoops(reduced, domain, lanesKept);
   SmallVector<int64_t> outer = loops.outerDims, outerSizes = loops.outerSizes;
   int64_t laneDim = loops.laneDim;
-  auto storeAll = [&](const Coords &c) { return storeDomainOutputs(domainOutputs, c); };
+  // At each block: the accumulator rows' blocks loaded once (indexed by
+  // the innermost dimension, the one the lanes run along), then for each
+  // program's row the results stored and the column sums' terms folded in
+  // (those of valid rows), then the accumulators stored: one
+  // read-modify-write for all the rows of a group.
+  auto storeAll = [&](ArrayRef<Coords> blocks) -> LogicalResult {
+    SmallVector<Value> acc;
+    Value at;
+    if (!columnSums.empty()) {
+      const Coords &c = blocks.front();
+      if (laneDim != int64_t(domain.size()) - 1 || c[laneDim].coef != 1 || c[laneDim].vec)
+        return fusion.emitOpError("internal error: column sums in a kernel whose lanes do not "
+                                  "run along its rows");
+      at = c[laneDim].scalar;
+      for (Value accumulator : columnAccumulators) {
+        Type t = llvm::cast<tile::PtrType>(accumulator.getType()).getPointee();
+        acc.push_back(b.create<tile::LoadOp>(loc, vecType(t), accumulator, at, activeLimit,
+                                             b.getI64IntegerAttr(1)));
+      }
+    }
+    // The rows' terms are added in their compute type first, then
+    // widened once: widening every term (an f32 sum accumulates in f64)
+    // made the walk compute bound; a sum of a few terms adds an error of a
+    // few units of roundoff, not one growing with the rows.
+    SmallVector<Value> groupSum(columnSums.size());
+    for (auto [r, c] : llvm::enumerate(blocks)) {
+      for (auto [k, op] : llvm::enumerate(columnSums)) {
+        FailureOr<Value> v = value(op->getOperand(0), c);
+        if (failed(v))
+          return failure();
+        Value term = toBlock(*v);
+        if (r < valid.size())
+          term = b.create<arith::SelectOp>(
+              loc, valid[r], term, splat(neutral(op, getElementTypeOrSelf(term.getType()))));
+        groupSum[k] = groupSum[k] ? combine(op, groupSum[k], term) : term;
+      }
+      if (failed(storeDomainOutputs(domainOutputs, c)))
+        return failure();
+    }
+    for (auto [k, accumulator] : llvm::enumerate(columnAccumulators))
+      b.create<tile::StoreOp>(loc, accumulate(columnSums[k], acc[k], groupSum[k]), accumulator, at,
+                              activeLimit, b.getI64IntegerAttr(1), b.getI64IntegerAttr(1),
+                              UnitAttr());
+    return success();
+  };
   return forLoop(
       numel(outerSizes), ValueRange{},
       [&](Value o, ValueRange, SmallVectorImpl<Value> &) -> LogicalResult {
-        Coords cc = dc;
-        scatterIndex(o, outer, outerSizes, cc);
+        SmallVector<Coords> rows(programs.begin(), programs.end());
+        for (Coords &cc : rows)
+          scatterIndex(o, outer, outerSizes, cc);
         if (laneDim < 0)
-          return storeAll(cc);
+          return storeAll(rows);
         int64_t n = domain[laneDim];
         return forLoop((n + block - 1) / block, ValueRange{},
                        [&](Value j, ValueRange, SmallVectorImpl<Value> &) -> LogicalResult {
-                         Coords c2 = cc;
                          Value start = mulS(j, block);
-                         c2[laneDim] = {start, 1, {}, block};
+                         for (Coords &c2 : rows)
+                           c2[laneDim] = {start, 1, {}, block};
                          activeLimit = lanesLeft(n, start);
                          rowStart = start;
-                         return storeAll(c2);
+                         return storeAll(rows);
                        });
       });
 }
@@ -2473,6 +2667,60 @@ tilefuse::lowerSplitColumnReduction(FusionOp fusion, ArrayRef<Operation *> reduc
                                     int64_t chunks, ModuleOp module, const TargetInfo &target,
                                     StringRef name) {
   return lowerSplit(fusion, reductions, chunks, module, target, name, /*column=*/true);
+}
+
+FailureOr<RowColumnKernels> tilefuse::lowerRowsWithColumnSums(FusionOp fusion,
+                                                             ArrayRef<Operation *> sums,
+                                                             int64_t chunks, ModuleOp module,
+                                                             const TargetInfo &target,
+                                                             StringRef name) {
+  loadTileDialects(fusion.getContext());
+  RowColumnKernels out;
+  // Results that read a column sum exist once every slice is folded: they
+  // are the sums themselves (the fusion pass puts nothing after them).
+  llvm::DenseSet<Value> fromSums;
+  for (Operation &op : fusion.getBody().front().without_terminator())
+    if (llvm::is_contained(sums, &op) || llvm::any_of(op.getOperands(), [&](Value v) {
+          return fromSums.contains(v);
+        }))
+      fromSums.insert(op.getResult(0));
+  Operation *yield = fusion.getBody().front().getTerminator();
+  for (auto [i, v] : llvm::enumerate(yield->getOperands())) {
+    if (!fromSums.contains(v)) {
+      out.rowYields.push_back(i);
+      continue;
+    }
+    if (!llvm::is_contained(sums, v.getDefiningOp()))
+      return fusion.emitOpError("internal error: result #")
+             << i << " computes on a column sum; only the sums themselves can be results";
+    out.columnYields.push_back(i);
+  }
+  SmallVector<Value> summed;
+  for (Operation *op : sums)
+    summed.push_back(op->getOperand(0));
+  SmallVector<Type> slots = pointersTo(summed, /*compute=*/true);
+  SmallVector<Type> partialArgs = pointersTo(fusion.getInputs());
+  partialArgs.append(slots);
+  SmallVector<Type> combineArgs(partialArgs);
+  for (unsigned i : out.rowYields)
+    partialArgs.append(pointersTo(fusion.getResult(i)));
+  for (unsigned i : out.columnYields)
+    combineArgs.append(pointersTo(fusion.getResult(i)));
+  int64_t rowBlock = target.blockSize(fusion.getDomain().back(), /*rowReduction=*/true);
+  int64_t columnBlock = target.blockSize(fusion.getDomain().back(), /*rowReduction=*/false);
+  out.partial = createKernel(fusion, module, (name + "_partial").str(), partialArgs, rowBlock);
+  out.combine = createKernel(fusion, module, (name + "_combine").str(), combineArgs, columnBlock);
+  KernelEmitter first(fusion, out.partial, rowBlock, target);
+  KernelEmitter second(fusion, out.combine, columnBlock, target);
+  if (failed(first.emitRowsWithColumnPartials(chunks, sums, out.rowYields)) ||
+      failed(second.emitColumnCombine(chunks, sums, &out.columnYields))) {
+    out.partial.erase();
+    out.combine.erase();
+    return failure();
+  }
+  finishKernel(out.partial);
+  finishKernel(out.combine);
+  return out;
 }
 
 int64_t tilefuse::keptPrograms(FusionOp fusion, const TargetInfo &target) {

@@ -74,6 +74,23 @@ lowerSplitColumnReduction(graph::FusionOp fusion, llvm::ArrayRef<mlir::Operation
                           int64_t chunks, mlir::ModuleOp module, const TargetInfo &target,
                           llvm::StringRef name);
 
+/// The two kernels of a row kernel with column sums (columnSumsOfRowKernel
+/// in passes/FuseOps.h): a partial kernel (inputs, one slot buffer per sum
+/// of the sum's compute type, the results `rowYields`) whose `chunks`
+/// programs each run the row kernel over one slice of the rows while
+/// folding every sum into an accumulator row, stored to slot[slice,
+/// column]; and a combine kernel (inputs, slots, the results
+/// `columnYields`: the sums) that folds the slices, one program per block
+/// of columns. The rows' inputs are read once for the rows and the sums.
+struct RowColumnKernels {
+  mlir::func::FuncOp partial, combine;
+  llvm::SmallVector<unsigned> rowYields, columnYields;
+};
+mlir::FailureOr<RowColumnKernels>
+lowerRowsWithColumnSums(graph::FusionOp fusion, llvm::ArrayRef<mlir::Operation *> sums,
+                        int64_t chunks, mlir::ModuleOp module, const TargetInfo &target,
+                        llvm::StringRef name);
+
 /// Makes every non-splat graph.constant inside fusion regions of `func` an
 /// input of its region instead (kernels read tables from memory; only splat
 /// constants become immediates).

@@ -529,16 +529,20 @@ def test_cross_entropy_forward_is_two_kernels(rng):
 
 
 def test_layer_norm_backward_kernels(rng):
-    """The lit-tested shape: forward + loss + dx in one row kernel, then one
-    kernel reducing over the rows for the loss sum, dgamma and dbeta (the
-    sum folded as column partials: x and w read once for all three)."""
+    """The lit-tested shape: forward, loss sum, dx, dgamma and dbeta in one
+    row kernel on the CPU (the column sums folded while it walks the rows:
+    x and w read once for all); on a GPU a second kernel reduces over the
+    rows for the loss sum, dgamma and dbeta (as column partials)."""
     x, g_, b, w = _rand(rng, 16, 64), _rand(rng, 64), _rand(rng, 64), _rand(rng, 16, 64)
     loss = lambda x, g, b, w: (F.layer_norm(x, 64, g, b) * w).sum()
     vg = tilefuse.trace(loss, x, g_, b, w).value_and_grad([0, 1, 2])
     fused, _ = check_fused(vg, (x, g_, b, w))
     rows = fused.report()
+    assert [r["reduced"] for r in rows] == [(1,)], rows
+    assert rows[0]["outputs"] == 4, rows
+    rows = vg.fuse("cuda:sm_90").report()
     assert [r["reduced"] for r in rows] == [(1,), (0,)], rows
-    assert rows[1]["outputs"] == 3
+    assert rows[1]["outputs"] == 3, rows
 
 
 def _one_param_model(w, x):

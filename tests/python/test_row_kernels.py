@@ -446,13 +446,18 @@ def test_cross_entropy_gradient_in_the_forward_row_kernel(rng, seed):
         f"{what}: the loss kernel {loss['kernel']} does not read the row kernel's losses\n{text}")
 
 
+@pytest.mark.parametrize("target", ["cpu", "cuda:sm_90"])
 @pytest.mark.parametrize("rows,n", [(300, 1024), (5, 33)], ids=["300x1024", "5x33"])
-def test_layer_norm_dgamma_dbeta_in_one_kernel(rows, n, rng, seed):
+def test_layer_norm_dgamma_dbeta_in_one_kernel(rows, n, target, rng, seed):
+    """dgamma and dbeta come from one kernel. On the CPU it is the row
+    kernel computing dx (and the loss): it folds them as column sums while
+    it walks the rows, so x and dy are read once. On a GPU (no scratch for
+    the accumulator rows) a column kernel reads them again."""
     x, w, b, dy = layer_norm_inputs(rng, rows, n)
-    fused = layer_norm_vg(n, x, w, b, dy).fuse("cpu")
+    fused = layer_norm_vg(n, x, w, b, dy).fuse(target)
     kernels, returned, lines = fusions(fused)
-    what = (f"layer_norm value_and_grad: dtype float32, shapes {[x.shape, w.shape, b.shape]}, "
-            f"seed {seed}")
+    what = (f"layer_norm value_and_grad for {target}: dtype float32, shapes "
+            f"{[x.shape, w.shape, b.shape]}, seed {seed}")
     text = "\n".join(lines)
     assert len(returned) == 4, f"{what}: returns {returned}\n{text}"
     produced = {v: k for k in kernels for v in k["results"]}
@@ -462,11 +467,41 @@ def test_layer_norm_dgamma_dbeta_in_one_kernel(rows, n, rng, seed):
         f"({dgamma and dgamma['kernel']}, {dbeta and dbeta['kernel']})\n{text}")
     assert dgamma["results"][returned[2]] == dgamma["results"][returned[3]] == f"tensor<{n}xf32>", (
         f"{what}: {dgamma['results']}\n{text}")
-    assert "reduced = array<i64: 0>" in dgamma["attrs"], f"{what}: {dgamma['attrs']}\n{text}"
     # dx comes from the row kernel and is not read back by another kernel.
     dx = returned[1]
     users = [l for l in readers(dx, lines) if not l.strip().startswith("return")]
     assert dx in produced and not users, f"{what}: dx {dx} read back by {users}\n{text}"
+    if target == "cpu":
+        assert produced[dx] is dgamma and produced.get(returned[0]) is dgamma, (
+            f"{what}: the loss, dx, dgamma and dbeta come from kernels "
+            f"{[produced.get(r, {}).get('kernel') for r in returned]}, not one\n{text}")
+        assert "reduced = array<i64: 1>" in dgamma["attrs"], f"{what}: {dgamma['attrs']}\n{text}"
+    else:
+        assert produced[dx] is not dgamma, f"{what}: dx in the column kernel\n{text}"
+        assert "reduced = array<i64: 0>" in dgamma["attrs"], f"{what}: {dgamma['attrs']}\n{text}"
+
+
+# Rows per slice (32 slices): 0 or 1 (1, 5 rows), not a multiple of the
+# group of 4 rows (37, 130), many (4099); rows of awkward lengths.
+@pytest.mark.parametrize("rows,n", [(1, 64), (5, 1024), (37, 1000), (130, 33), (4099, 1025)],
+                         ids=lambda v: str(v))
+def test_row_kernel_with_column_sums(rows, n, rng, seed):
+    """On the CPU, layer_norm's value and gradients are one row kernel that
+    also folds dgamma, dbeta and the loss as column sums (a partial kernel
+    over slices of rows, then a combine kernel): every result against the
+    float64 reference."""
+    x, w, b, dy = layer_norm_inputs(rng, rows, n)
+    fn = layer_norm_vg(n, x, w, b, dy).compile("cpu")
+    names = kernel_names(fn)
+    shapes = [x.shape, w.shape, b.shape, dy.shape]
+    assert len(names) == 2 and names[0].endswith("_partial") and names[1].endswith("_combine"), (
+        f"layer_norm value_and_grad {shapes}: kernels {names}, expected one row kernel with "
+        f"column sums (partial, combine)")
+    got = fn(x, w, b, dy)
+    labels = ["sum(layer_norm(x) * dy)", "layer_norm d/dx", "layer_norm d/dweight (dgamma)",
+              "layer_norm d/dbias (dbeta)"]
+    for name, g, (want, magnitude) in zip(labels, got, np_layer_norm_vjp(x, w, b, dy)):
+        assert_close(name, g, want, np.float32, seed, shapes, magnitude=magnitude)
 
 
 @pytest.mark.parametrize("shape", [(300, 1025), (4097, 64), (3, 70, 33)])
