@@ -289,6 +289,23 @@ private:
     return int(prog.kernels.size()) - 1;
   }
 
+  /// One slot buffer of `shape` per reduction of a split kernel, of the
+  /// reduction's compute type (f16 and bf16 sums fold in f32).
+  SmallVector<int> slotBuffers(ArrayRef<Operation *> reductions, const std::string &name,
+                               const Shape &shape) {
+    SmallVector<int> slots;
+    for (Operation *r : reductions) {
+      BufferInfo slot;
+      slot.name = name + "_slices" + std::to_string(prog.buffers.size());
+      Type t = getElementTypeOrSelf(r->getOperand(0).getType());
+      slot.dtype = t.isF16() || t.isBF16() ? DType::F32 : dtypeOf(t);
+      slot.shape = shape;
+      prog.buffers.push_back(slot);
+      slots.push_back(int(prog.buffers.size()) - 1);
+    }
+    return slots;
+  }
+
   /// A reduction with too little parallelism for its size: partial folds
   /// over slices in parallel, then a combine kernel folds the slices and
   /// computes the results (FusionToTile.h). A full reduction has one slot
@@ -307,16 +324,8 @@ private:
       for (auto [d, size] : llvm::enumerate(fusion.getDomain()))
         if (!llvm::is_contained(fusion.getReduced(), int64_t(d)))
           keptElements *= size;
-    SmallVector<int> slots;
-    for (Operation *r : reductions) {
-      BufferInfo slot;
-      slot.name = name + "_slices" + std::to_string(prog.buffers.size());
-      Type t = getElementTypeOrSelf(r->getOperand(0).getType());
-      slot.dtype = t.isF16() || t.isBF16() ? DType::F32 : dtypeOf(t);
-      slot.shape = column ? Shape{slices, keptElements} : Shape{slices};
-      prog.buffers.push_back(slot);
-      slots.push_back(int(prog.buffers.size()) - 1);
-    }
+    SmallVector<int> slots =
+        slotBuffers(reductions, name, column ? Shape{slices, keptElements} : Shape{slices});
     Step partial;
     partial.kind = Step::Kind::Kernel;
     partial.kernel = addKernel(ks->first, fusion, "reduction");
@@ -353,16 +362,7 @@ private:
     if (failed(ks))
       return failure();
     int64_t columns = fusion.getDomain().back();
-    SmallVector<int> slots;
-    for (Operation *r : sums) {
-      BufferInfo slot;
-      slot.name = name + "_slices" + std::to_string(prog.buffers.size());
-      Type t = getElementTypeOrSelf(r->getOperand(0).getType());
-      slot.dtype = t.isF16() || t.isBF16() ? DType::F32 : dtypeOf(t);
-      slot.shape = Shape{slices, columns};
-      prog.buffers.push_back(slot);
-      slots.push_back(int(prog.buffers.size()) - 1);
-    }
+    SmallVector<int> slots = slotBuffers(sums, name, Shape{slices, columns});
     Step partial;
     partial.kind = Step::Kind::Kernel;
     partial.kernel = addKernel(ks->partial, fusion, "reduction");

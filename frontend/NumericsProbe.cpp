@@ -85,6 +85,18 @@ int64_t reductionLength(Operation *op) {
       reduced *= fusion.getDomain()[d];
     k = std::max(k, reduced);
   }
+  // A kernel may also fold other dimensions than its own (a row kernel's
+  // column sums): each reduction's own length.
+  op->walk([&](Operation *inner) {
+    auto dims = inner->getAttrOfType<DenseI64ArrayAttr>("dims");
+    if (!dims || !llvm::isa<graph::ReduceSumOp, graph::ReduceMaxOp, graph::ReduceMinOp>(inner))
+      return;
+    auto in = llvm::cast<RankedTensorType>(inner->getOperand(0).getType()).getShape();
+    int64_t reduced = 1;
+    for (int64_t d : dims.asArrayRef())
+      reduced *= in[d];
+    k = std::max(k, reduced);
+  });
   return k;
 }
 

@@ -675,12 +675,22 @@ private:
   /// valid labels before the exponentials of the forward row kernel), its
   /// kernel forms apart and would re-read what the row kernel wrote.
   void mergeConsumerKernels() {
+    absorbReaders([&](unsigned b) { return !groups[b].library; },
+                  [&](unsigned a, unsigned b, ArrayRef<unsigned> deps) {
+                    return canAbsorb(a, b, deps);
+                  });
+  }
+
+  /// Each kernel `b` that `wanted` accepts joins the first kernel it reads
+  /// that `canMerge(a, b, kernels b reads)` accepts.
+  template <typename Wanted, typename CanMerge>
+  void absorbReaders(Wanted wanted, CanMerge canMerge) {
     for (unsigned b = 0; b < groups.size(); ++b) {
-      if (groups[b].ops.empty() || groups[b].library)
+      if (groups[b].ops.empty() || !wanted(b))
         continue;
       llvm::SmallSetVector<unsigned, 4> deps = kernelsRead(b);
       for (unsigned a : deps)
-        if (canAbsorb(a, b, deps.getArrayRef())) {
+        if (canMerge(a, b, deps.getArrayRef())) {
           absorb(a, b);
           break;
         }
@@ -738,17 +748,11 @@ private:
   /// target must have the scratch (TargetInfo::rowScratchBytes; none on
   /// GPUs, where the column kernel stays apart).
   void mergeColumnKernels() {
-    for (unsigned b = 0; b < groups.size(); ++b) {
-      Group &gb = groups[b];
-      if (gb.ops.empty() || gb.library || !gb.hasReduction || !isColumnReduction(gb.domain))
-        continue;
-      llvm::SmallSetVector<unsigned, 4> deps = kernelsRead(b);
-      for (unsigned a : deps)
-        if (canTakeColumns(a, b, deps.getArrayRef())) {
-          absorb(a, b);
-          break;
-        }
-    }
+    absorbReaders(
+        [&](unsigned b) {
+          return !groups[b].library && groups[b].hasReduction && isColumnReduction(groups[b].domain);
+        },
+        [&](unsigned a, unsigned b, ArrayRef<unsigned> deps) { return canTakeColumns(a, b, deps); });
   }
 
   /// Sums over every dimension but the innermost of `g`'s domain, or over
@@ -759,6 +763,26 @@ private:
       if (isReduction(op) && domainOf(op).reduced != groups[g].domain.reduced)
         ++count;
     return count;
+  }
+
+  /// Whether `op` of group `a` is, or reads, a sum over other dimensions
+  /// than a's (a column sum a has taken).
+  bool readsColumnSum(unsigned a, Operation *op) {
+    SmallVector<Operation *> work = {op};
+    llvm::SmallPtrSet<Operation *, 16> seen;
+    while (!work.empty()) {
+      Operation *cur = work.pop_back_val();
+      if (!seen.insert(cur).second)
+        continue;
+      if (isReduction(cur) && groupOf.lookup(cur) == a &&
+          domainOf(cur).reduced != groups[a].domain.reduced)
+        return true;
+      for (Value v : cur->getOperands())
+        if (Operation *def = v.getDefiningOp();
+            def && (recomputed.contains(def) || (groupOf.count(def) && groupOf.lookup(def) == a)))
+          work.push_back(def);
+    }
+    return false;
   }
 
   bool canTakeColumns(unsigned a, unsigned b, ArrayRef<unsigned> bDeps) {
@@ -781,9 +805,11 @@ private:
       return false;
     for (Operation *op : gb.ops) {
       if (isReduction(op)) {
-        // Sums of the domain, reading no other sum of the kernel.
+        // Sums of the domain that something reads, reading no other sum of
+        // the kernel.
         if (!llvm::isa<ReduceSumOp>(op) || domainOf(op).shape != ga.domain.shape ||
-            (!isColumnReduction(domainOf(op)) && !isTotal(op)) || readsReduced(b, op))
+            (!isColumnReduction(domainOf(op)) && !isTotal(op)) || readsReduced(b, op) ||
+            op->use_empty())
           return false;
         continue;
       }
@@ -793,13 +819,19 @@ private:
           !onlyUnitDimsChange(shapeOf(op->getResult(0)), ga.domain.shape))
         return false;
     }
-    // a's values read at their own elements, or a's row results broadcast
-    // along their rows.
+    // a's values read at their own elements, or a's row results (one value
+    // per row, computed from no column sum) broadcast along their rows. A
+    // column sum read back would be recomputed over every row at every
+    // element. Where a row result and a column have the same shape, the
+    // broadcast's direction is not known here: no merge.
+    SmallVector<int64_t> rowShape(ga.domain.shape.begin(), ga.domain.shape.end() - 1);
+    bool ambiguous = onlyUnitDimsChange(rowShape, ArrayRef<int64_t>(columns));
     for (Operation *op : gb.ops)
       for (const Read &read : readsOf(op))
         if (groupOf.lookup(read.producer) == a && read.remapped &&
-            (!read.broadcastOnly ||
-             numel(shapeOf(read.producer->getResult(0))) == numel(ga.domain.shape)))
+            (!read.broadcastOnly || ambiguous ||
+             !onlyUnitDimsChange(shapeOf(read.producer->getResult(0)), rowShape) ||
+             readsColumnSum(a, read.producer)))
           return false;
     // The row kernel waits for nothing more than before (so none of its
     // readers waits longer), and no cycle forms.

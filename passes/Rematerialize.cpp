@@ -180,7 +180,7 @@ public:
       return false;
     // Column sums fold across programs: their kernel is split in two by
     // codegen and cannot run inside another.
-    if (!columnSumsOfRowKernel(f).empty() || !columnSumsOfRowKernel(b).empty())
+    if (!columnSumsOfRowKernel(f).empty())
       return false;
     Block &body = b.getBody().front();
     if (f.getBody().front().getOperations().size() + body.getOperations().size() >

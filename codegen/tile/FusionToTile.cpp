@@ -514,6 +514,16 @@ private:
       kc.push_back(dc[d]);
     return matchUnitDims(kc, k.keptShape, shape);
   }
+  /// Rows [first, end) of slice `slice` of `n` slices of `rows` rows, and
+  /// the number of groups of `perGroup` rows that cover them.
+  std::tuple<Value, Value, Value> sliceRows(Value slice, int64_t rows, int64_t n,
+                                            int64_t perGroup) {
+    Value first = divS(mulS(slice, rows), n);
+    Value end = divS(mulS(addS(slice, cst(1)), rows), n);
+    Value groups =
+        divS(addS(b.create<arith::SubIOp>(loc, end, first), cst(perGroup - 1)), perGroup);
+    return {first, end, groups};
+  }
   /// Maps the fusion's inputs to the kernel's first arguments and, unless
   /// `partial` (a partial kernel writes slots, not the fusion's results),
   /// its results to the arguments after `extraBeforeOutputs` slot pointers.
@@ -1049,8 +1059,8 @@ FailureOr<Value> KernelEmitter::reduction(Operation *op, const Coords &c) {
   Value init = neutral(op, ct);
   if (vectorAcc)
     init = splat(init);
-  // Every layout accumulates f32 sums in f64 and rounds once, so a
-  // reduction computed in two layouts of one kernel gives the same value.
+  // f32 sums accumulate in f64 and round once (along a row, in groups of
+  // kSumGroup blocks summed in f32 first, see below).
   init = accumulatorInit(op, init);
   // A partial kernel reduces one slice: of the outer loop when it has a
   // trip per slice, else of the blocks of the lane loop.
@@ -1851,10 +1861,9 @@ LogicalResult KernelEmitter::emitColumnPartialByRows(int64_t n, ArrayRef<Operati
   constexpr int64_t kRowsPerGroup = 4;
   ReducedLoops rows = reducedLoops(fusion.getReduced(), ks.domain, /*lanesElsewhere=*/true);
   int64_t rowCount = numel(rows.outerSizes);
-  Value firstRow = divS(mulS(chunkId, rowCount), n);
-  Value endRow = divS(mulS(addS(chunkId, cst(1)), rowCount), n);
-  Value groups = divS(addS(b.create<arith::SubIOp>(loc, endRow, firstRow), cst(kRowsPerGroup - 1)),
-                      kRowsPerGroup);
+  // Named copies: the lambdas below capture them (C++17).
+  Value firstRow, endRow, groups;
+  std::tie(firstRow, endRow, groups) = sliceRows(chunkId, rowCount, n, kRowsPerGroup);
   if (failed(forLoopRange(
           cst(0), groups, ValueRange{},
           [&](Value g, ValueRange, SmallVectorImpl<Value> &) -> LogicalResult {
@@ -1963,13 +1972,15 @@ LogicalResult KernelEmitter::emitRowsWithColumnPartials(int64_t n, ArrayRef<Oper
   // read-modify-write per sum and row made the walk compute bound). The
   // last group repeats the slice's last row to fill up; the repeats store
   // the same results again (nothing is written over an input in this
-  // kernel) and fold nothing.
-  constexpr int64_t kRowsPerGroup = 4;
-  Value firstRow = divS(mulS(slice, ks.programs), n);
-  Value endRow = divS(mulS(addS(slice, cst(1)), ks.programs), n);
+  // kernel) and fold nothing. The group's rows are emitted one after the
+  // other: a long kernel body (more than half of the ops a kernel may
+  // take) walks one row at a time to keep the machine code, and its
+  // compile time, in bounds.
+  const int64_t kRowsPerGroup =
+      int64_t(fusion.getBody().front().getOperations().size()) <= 128 ? 4 : 1;
+  Value firstRow, endRow, groups;
+  std::tie(firstRow, endRow, groups) = sliceRows(slice, ks.programs, n, kRowsPerGroup);
   Value lastRow = b.create<arith::SubIOp>(loc, endRow, cst(1));
-  Value groups = divS(addS(b.create<arith::SubIOp>(loc, endRow, firstRow), cst(kRowsPerGroup - 1)),
-                      kRowsPerGroup);
   if (failed(forLoopRange(
           cst(0), groups, ValueRange{},
           [&](Value g, ValueRange, SmallVectorImpl<Value> &) -> LogicalResult {
@@ -2675,6 +2686,29 @@ FailureOr<RowColumnKernels> tilefuse::lowerRowsWithColumnSums(FusionOp fusion,
                                                              const TargetInfo &target,
                                                              StringRef name) {
   loadTileDialects(fusion.getContext());
+  // What the fusion pass merges (mergeColumnKernels): sums over every
+  // dimension but the innermost, or all, of the domain, with an f64
+  // accumulator row each in the target's scratch.
+  auto domain = fusion.getDomain();
+  int64_t rank = domain.size(), bytes = 0;
+  for (Operation *op : sums) {
+    auto dims = op->getAttrOfType<DenseI64ArrayAttr>("dims");
+    bool columnsOrAll = dims && (int64_t(dims.size()) == rank || int64_t(dims.size()) == rank - 1);
+    for (int64_t d = 0; columnsOrAll && d < int64_t(dims.size()); ++d)
+      columnsOrAll = dims[d] == d;
+    if (!llvm::isa<ReduceSumOp>(op) || ArrayRef<int64_t>(shapeOf(op->getOperand(0))) != domain ||
+        !columnsOrAll)
+      return op->emitOpError("cannot run in a row kernel: only sums of the kernel's domain over "
+                             "every dimension but the innermost, or over all, can (run the fusion "
+                             "pass to form the kernels)");
+    bytes += domain.back() * 8;
+  }
+  if (bytes > target.rowScratchBytes())
+    return fusion.emitOpError("folds ")
+           << sums.size() << " column sums of " << domain.back()
+           << " columns in its row kernel, which needs " << bytes
+           << " bytes of scratch; the " << target.name() << " target has "
+           << target.rowScratchBytes() << " (run the fusion pass for this target)";
   RowColumnKernels out;
   // Results that read a column sum exist once every slice is folded: they
   // are the sums themselves (the fusion pass puts nothing after them).

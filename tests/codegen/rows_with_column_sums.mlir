@@ -18,10 +18,8 @@
 // CHECK-LABEL: func.func @rows_and_columns_kernel0_partial_{{[0-9a-f]+}}(
 // CHECK-SAME:    tile.grid = 32 : i64
 // CHECK-COUNT-3: tile.scratch {elements = 96 : i64} : !tile.ptr<f64>
-// CHECK:         arith.minsi
-// CHECK:         arith.minsi
-// CHECK:         arith.minsi
-// CHECK:         arith.minsi
+// Four rows a group, each clamped to the slice's last row:
+// CHECK-COUNT-4: arith.minsi %{{[0-9]+}}, %{{[0-9]+}} : i64
 // CHECK-LABEL: func.func @rows_and_columns_kernel0_combine_{{[0-9a-f]+}}(
 // CHECK:         tile.reduce add %{{.*}} : vector<{{[0-9]+}}xf64> -> f64
 func.func @rows_and_columns(%x: tensor<64x96xf32>, %dy: tensor<64x96xf32>) -> (tensor<64x96xf32>, tensor<96xf32>, tensor<96xf32>, tensor<f32>) {

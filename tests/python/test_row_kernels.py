@@ -504,6 +504,60 @@ def test_row_kernel_with_column_sums(rows, n, rng, seed):
         assert_close(name, g, want, np.float32, seed, shapes, magnitude=magnitude)
 
 
+def test_row_kernel_with_column_sums_3d(rng, seed):
+    """layer_norm over the last dimension of a [3, 70, 33] input: the column
+    sums fold the two leading dimensions (rows 3 x 70)."""
+    x, w, b, dy = layer_norm_inputs(rng, 210, 33)
+    x3, dy3 = x.reshape(3, 70, 33), dy.reshape(3, 70, 33)
+    fn = tilefuse.trace(lambda x, w, b, dy: (F.layer_norm(x, (33,), w, b) * dy).sum(),
+                        x3, w, b, dy3).value_and_grad(wrt=(0, 1, 2)).compile("cpu")
+    names = kernel_names(fn)
+    shapes = [x3.shape, w.shape, b.shape, dy3.shape]
+    assert len(names) == 2 and names[0].endswith("_partial"), (
+        f"layer_norm value_and_grad {shapes}: kernels {names}")
+    got = list(fn(x3, w, b, dy3))
+    got[1] = np.asarray(got[1]).reshape(210, 33)
+    labels = ["sum(layer_norm(x) * dy)", "layer_norm d/dx", "layer_norm d/dweight (dgamma)",
+              "layer_norm d/dbias (dbeta)"]
+    for name, g, (want, magnitude) in zip(labels, got, np_layer_norm_vjp(x, w, b, dy)):
+        assert_close(name, g, want, np.float32, seed, shapes, magnitude=magnitude)
+
+
+def test_square_layer_norm_keeps_its_column_kernel(rng, seed):
+    """96 rows of 96: a row result broadcast and a column broadcast have the
+    same shape, so the fusion pass cannot tell the broadcast's direction
+    from the reads it sees and leaves the column sums in a kernel of their
+    own. Results against the float64 reference."""
+    x, w, b, dy = layer_norm_inputs(rng, 96, 96)
+    vg = layer_norm_vg(96, x, w, b, dy)
+    kernels, returned, lines = fusions(vg.fuse("cpu"))
+    produced = {v: k for k in kernels for v in k["results"]}
+    assert produced[returned[2]] is not produced[returned[1]], "\n".join(lines)
+    got = vg.compile("cpu")(x, w, b, dy)
+    shapes = [x.shape, w.shape, b.shape, dy.shape]
+    for g, (want, magnitude) in zip(got, np_layer_norm_vjp(x, w, b, dy)):
+        assert_close("layer_norm value_and_grad", g, want, np.float32, seed, shapes,
+                     magnitude=magnitude)
+
+
+def test_column_sum_of_a_column_sum_stays_apart(rng, seed):
+    """A column sum that reads another column sum back (the variance of
+    softmax's columns around their sum) does not join the row kernel that
+    took the first one: it would need that sum, which exists only after
+    every row, at every element. Results against float64 numpy."""
+    x = rng.standard_normal((300, 40)).astype(np.float32)
+    fn = lambda x: ((F.softmax(x, -1) - F.softmax(x, -1).sum(0)) ** 2).sum(0)
+    g = tilefuse.trace(fn, x)
+    kernels, returned, lines = fusions(g.fuse("cpu"))
+    produced = {v: k for k in kernels for v in k["results"]}
+    assert "reduced = array<i64: 0>" in produced[returned[0]]["attrs"], "\n".join(lines)
+    e = np.exp(f64(x) - f64(x).max(-1, keepdims=True))
+    p = e / e.sum(-1, keepdims=True)
+    want = ((p - p.sum(0)) ** 2).sum(0)
+    assert_close("column sum of a column sum", g.compile("cpu")(x), want, np.float32, seed,
+                 [x.shape], magnitude=np.abs(want))
+
+
 @pytest.mark.parametrize("shape", [(300, 1025), (4097, 64), (3, 70, 33)])
 def test_total_beside_column_sums(shape, seed):
     """A sum over the whole domain beside column sums of it is one kernel
