@@ -34,7 +34,8 @@ public:
 
   unsigned size() const { return unsigned(workers.size()) + 1; }
   /// Calls fn(begin, end) over a partition of [0, n) and waits for all.
-  /// `minPerThread` keeps tiny ranges on one thread.
+  /// Ranges hold at least `minPerThread` items (tiny grids stay on one
+  /// thread); there are a few per thread, claimed as threads get free.
   void parallelFor(int64_t n, int64_t minPerThread,
                    const std::function<void(int64_t, int64_t)> &fn);
 
