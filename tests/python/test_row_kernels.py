@@ -523,6 +523,37 @@ def test_row_kernel_with_column_sums_3d(rng, seed):
         assert_close(name, g, want, np.float32, seed, shapes, magnitude=magnitude)
 
 
+@pytest.mark.parametrize("rows,n", [(37, 1000), (4099, 64)], ids=lambda v: str(v))
+def test_rms_norm_value_and_grad(rows, n, rng, seed):
+    """RMS-norm (x * rsqrt(mean(x^2) + eps) * w) forward and backward: the
+    row kernel also folds d/dw as a column sum (one kernel, split into a
+    partial and a combine kernel). Results against float64."""
+    eps = 1e-6
+    x = (rng.standard_normal((rows, n)) * 2.0 + 1.0).astype(np.float32)
+    w = (rng.standard_normal(n) + 1.0).astype(np.float32)
+    dy = rng.standard_normal((rows, n)).astype(np.float32)
+
+    def loss(x, w, dy):
+        r = ((x * x).mean(-1, keepdim=True) + eps).rsqrt()
+        return (x * r * w * dy).sum()
+    fn = tilefuse.trace(loss, x, w, dy).value_and_grad(wrt=(0, 1)).compile("cpu")
+    names = kernel_names(fn)
+    assert len(names) == 2 and names[0].endswith("_partial"), (
+        f"rms_norm value_and_grad {[x.shape, w.shape]}: kernels {names}")
+    X, W, DY = f64(x), f64(w), f64(dy)
+    r = 1.0 / np.sqrt((X * X).mean(-1, keepdims=True) + eps)
+    g = DY * W
+    want = [((X * r * W * DY).sum(), np.abs(X * r * W * DY).sum()),
+            (r * g - X * r ** 3 * (g * X).mean(-1, keepdims=True),
+             r * np.abs(g) + np.abs(X) * r ** 3 * np.abs(g * X).mean(-1, keepdims=True)),
+            ((DY * X * r).sum(0), np.abs(DY * X * r).sum(0))]
+    got = fn(x, w, dy)
+    for name, gv, (wv, magnitude) in zip(["sum(rms_norm(x) * dy)", "rms_norm d/dx",
+                                          "rms_norm d/dweight"], got, want):
+        assert_close(name, gv, wv, np.float32, seed, [x.shape, w.shape, dy.shape],
+                     magnitude=magnitude)
+
+
 def test_square_layer_norm_keeps_its_column_kernel(rng, seed):
     """96 rows of 96: a row result broadcast and a column broadcast have the
     same shape, so the fusion pass cannot tell the broadcast's direction
