@@ -18,6 +18,7 @@
 
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/BuiltinAttributes.h"
+#include "llvm/ADT/DenseSet.h"
 
 #include <map>
 
@@ -70,33 +71,43 @@ std::string lowestFloat(Operation *op) {
   return lowest.isF16() ? "f16" : "bf16";
 }
 
-/// The longest sum a kernel's result element depends on: the contraction
-/// of a matmul, the reduced extent of a reduction kernel, else 1.
-int64_t reductionLength(Operation *op) {
+/// The longest sum result `result` of `op` depends on: the contraction of
+/// a matmul, the reduced extent of a reduction kernel, else 1; and the
+/// length of every reduction inside the kernel that the result reads (a row
+/// kernel's column sums fold other dimensions than its rows, for those
+/// results only).
+int64_t reductionLength(Operation *op, unsigned result) {
   int64_t k = 1;
   op->walk([&](graph::MatmulOp mm) {
     auto lhs = llvm::cast<RankedTensorType>(mm.getLhs().getType()).getShape();
     int64_t r = int64_t(lhs.size());
     k = std::max(k, mm.getTransposeLhs() ? lhs[r - 2] : lhs[r - 1]);
   });
-  if (auto fusion = llvm::dyn_cast<graph::FusionOp>(op)) {
-    int64_t reduced = 1;
-    for (int64_t d : fusion.getReduced())
-      reduced *= fusion.getDomain()[d];
-    k = std::max(k, reduced);
+  auto fusion = llvm::dyn_cast<graph::FusionOp>(op);
+  if (!fusion)
+    return k;
+  int64_t reduced = 1;
+  for (int64_t d : fusion.getReduced())
+    reduced *= fusion.getDomain()[d];
+  k = std::max(k, reduced);
+  SmallVector<Value> work = {fusion.getBody().front().getTerminator()->getOperand(result)};
+  llvm::DenseSet<Value> seen;
+  while (!work.empty()) {
+    Value v = work.pop_back_val();
+    Operation *def = v.getDefiningOp();
+    if (!def || !seen.insert(v).second)
+      continue;
+    if (auto dims = def->getAttrOfType<DenseI64ArrayAttr>("dims");
+        dims && llvm::isa<graph::ReduceSumOp, graph::ReduceMaxOp, graph::ReduceMinOp>(def)) {
+      auto in = llvm::cast<RankedTensorType>(def->getOperand(0).getType()).getShape();
+      int64_t length = 1;
+      for (int64_t d : dims.asArrayRef())
+        length *= in[d];
+      k = std::max(k, length);
+    }
+    for (Value operand : def->getOperands())
+      work.push_back(operand);
   }
-  // A kernel may also fold other dimensions than its own (a row kernel's
-  // column sums): each reduction's own length.
-  op->walk([&](Operation *inner) {
-    auto dims = inner->getAttrOfType<DenseI64ArrayAttr>("dims");
-    if (!dims || !llvm::isa<graph::ReduceSumOp, graph::ReduceMaxOp, graph::ReduceMinOp>(inner))
-      return;
-    auto in = llvm::cast<RankedTensorType>(inner->getOperand(0).getType()).getShape();
-    int64_t reduced = 1;
-    for (int64_t d : dims.asArrayRef())
-      reduced *= in[d];
-    k = std::max(k, reduced);
-  });
   return k;
 }
 
@@ -203,7 +214,7 @@ LogicalResult tilefuse::probeNumerics(func::FuncOp func, bool shadow,
       v.location = location;
       v.dtype = dtypeOf(r.getType());
       v.lowest = lowestFloat(&op);
-      v.reductionLength = reductionLength(&op);
+      v.reductionLength = reductionLength(&op, r.getResultNumber());
       v.output = int(r.getResultNumber());
       out.values.push_back(std::move(v));
       exposed.push_back(r);

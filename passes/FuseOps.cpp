@@ -822,10 +822,11 @@ private:
     // a's values read at their own elements, or a's row results (one value
     // per row, computed from no column sum) broadcast along their rows. A
     // column sum read back would be recomputed over every row at every
-    // element. Where a row result and a column have the same shape, the
-    // broadcast's direction is not known here: no merge.
+    // element. Where a column is as long as one of the row dimensions, a
+    // broadcast of a row result may run along the columns, which the reads
+    // seen here do not tell: no merge.
     SmallVector<int64_t> rowShape(ga.domain.shape.begin(), ga.domain.shape.end() - 1);
-    bool ambiguous = onlyUnitDimsChange(rowShape, ArrayRef<int64_t>(columns));
+    bool ambiguous = llvm::is_contained(rowShape, columns);
     for (Operation *op : gb.ops)
       for (const Read &read : readsOf(op))
         if (groupOf.lookup(read.producer) == a && read.remapped &&

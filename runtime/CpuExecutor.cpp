@@ -174,7 +174,7 @@ void CpuExecutor::runLocked(const std::vector<ArgRef> &args) {
         kargs.push_back(pointers[b]);
       CpuKernelFn fn = kernels[s.kernel];
       void **argv = kargs.data();
-      // About 16K elements per thread before splitting pays off.
+      // Ranges of about 16K elements at least: below that, splitting costs more than it saves.
       int64_t minPrograms = std::max<int64_t>(1, 16384 / std::max<int64_t>(1, k.elementsPerProgram));
       pool.parallelFor(k.grid, minPrograms,
                        [&](int64_t first, int64_t end) { fn(argv, first, end); });

@@ -34,9 +34,9 @@ public:
 
   unsigned size() const { return unsigned(workers.size()) + 1; }
   /// Calls fn(begin, end) over a partition of [0, n) and waits for all.
-  /// Ranges hold at least `minPerThread` items (tiny grids stay on one
-  /// thread); there are a few per thread, claimed as threads get free.
-  void parallelFor(int64_t n, int64_t minPerThread,
+  /// Ranges hold at least `minPerRange` items (tiny grids stay on one
+  /// thread); there are up to four per thread, claimed as threads get free.
+  void parallelFor(int64_t n, int64_t minPerRange,
                    const std::function<void(int64_t, int64_t)> &fn);
 
   /// The process-wide pool.

@@ -14,6 +14,7 @@
 
 #include "ir/graph/GraphDialect.h"
 #include "ir/tile/TileDialect.h"
+#include "passes/FuseOps.h"
 #include "passes/TargetInfo.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
@@ -1977,7 +1978,7 @@ LogicalResult KernelEmitter::emitRowsWithColumnPartials(int64_t n, ArrayRef<Oper
   // take) walks one row at a time to keep the machine code, and its
   // compile time, in bounds.
   const int64_t kRowsPerGroup =
-      int64_t(fusion.getBody().front().getOperations().size()) <= 128 ? 4 : 1;
+      fusion.getBody().front().getOperations().size() <= kMaxKernelOps / 2 ? 4 : 1;
   Value firstRow, endRow, groups;
   std::tie(firstRow, endRow, groups) = sliceRows(slice, ks.programs, n, kRowsPerGroup);
   Value lastRow = b.create<arith::SubIOp>(loc, endRow, cst(1));
@@ -1992,7 +1993,9 @@ LogicalResult KernelEmitter::emitRowsWithColumnPartials(int64_t n, ArrayRef<Oper
               valid.push_back(b.create<arith::CmpIOp>(loc, arith::CmpIPredicate::slt, row, endRow));
               rows.push_back(keptDomainCoords(ks, b.create<arith::MinSIOp>(loc, row, lastRow)));
             }
-            return emitProgram(ks, rows, valid, rowYields);
+            // One row a group: it is always a real one.
+            return emitProgram(ks, rows, kRowsPerGroup > 1 ? ArrayRef<Value>(valid) : ArrayRef<Value>(),
+                               rowYields);
           })))
     return failure();
   // slot[slice][column], rounded once as a column partial is.

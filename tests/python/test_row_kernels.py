@@ -554,6 +554,34 @@ def test_rms_norm_value_and_grad(rows, n, rng, seed):
                      magnitude=magnitude)
 
 
+def test_long_row_kernel_with_column_sums_walks_one_row_at_a_time(rng, seed):
+    """A row kernel with column sums whose body is long (layer_norm followed
+    by 25 tanh steps: over half the ops a kernel may take) walks one
+    row at a time instead of four (its machine code stays in bounds):
+    one row index clamp instead of four. Results against the reference
+    interpreter."""
+    x, w, b, dy = layer_norm_inputs(rng, 37, 96)
+
+    def fn(x, w, b, dy):
+        z = F.layer_norm(x, (96,), w, b)
+        for _ in range(25):
+            z = (z * 0.9).tanh() * 1.1 + 0.01
+        return (z * dy).sum()
+    g = tilefuse.trace(fn, x, w, b, dy).value_and_grad(wrt=(0, 1, 2))
+    compiled = g.compile("cpu")
+    names = kernel_names(compiled)
+    assert len(names) == 2 and names[0].endswith("_partial"), names
+    partial = compiled.tile_ir.split("func.func")[1]
+    clamps = re.findall(r"arith\.minsi %\d+, %\d+ : i64", partial)
+    assert len(clamps) == 1, f"{len(clamps)} row clamps in the partial kernel:\n{partial[:3000]}"
+    got = compiled(x, w, b, dy)
+    want = g.interpret(x, w, b, dy)
+    shapes = [x.shape, w.shape, b.shape, dy.shape]
+    for name, gv, wv in zip(["value", "d/dx", "d/dweight", "d/dbias"], got, want):
+        assert_close(f"layer_norm + 25 steps {name}", gv, wv, np.float32, seed, shapes,
+                     magnitude=np.abs(wv).max())
+
+
 def test_square_layer_norm_keeps_its_column_kernel(rng, seed):
     """96 rows of 96: a row result broadcast and a column broadcast have the
     same shape, so the fusion pass cannot tell the broadcast's direction

@@ -15,6 +15,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <mutex>
 #include <thread>
 
 #include <atomic>
@@ -90,6 +91,35 @@ TEST(ThreadPool, EveryIndexRunsExactlyOnce) {
     for (int64_t i = 0; i < n; ++i)
       EXPECT_EQ(hits[size_t(i)].load(), 1) << "n=" << n << " index " << i;
   }
+}
+
+// A grid is split into a few ranges per thread (claimed as threads get
+// free), each of at least `minPerRange` items.
+TEST(ThreadPool, RangesPerThreadAndTheirLeastSize) {
+  ThreadPool pool(3);
+  auto rangesOf = [&](int64_t n, int64_t minPerRange) {
+    std::mutex m;
+    std::vector<std::pair<int64_t, int64_t>> ranges;
+    pool.parallelFor(n, minPerRange, [&](int64_t b, int64_t e) {
+      std::lock_guard<std::mutex> lock(m);
+      ranges.emplace_back(b, e);
+    });
+    return ranges;
+  };
+  EXPECT_EQ(rangesOf(1000, 1).size(), 12u) << "3 threads, 4 ranges each";
+  auto sized = rangesOf(100, 10);
+  EXPECT_EQ(sized.size(), 10u);
+  for (auto [b, e] : sized)
+    EXPECT_GE(e - b, 10) << "range [" << b << ", " << e << ")";
+  EXPECT_EQ(rangesOf(15, 10).size(), 1u) << "one range's worth runs on the caller";
+  ThreadPool single(1);
+  int calls = 0;
+  single.parallelFor(1000, 1, [&](int64_t b, int64_t e) {
+    ++calls;
+    EXPECT_EQ(b, 0);
+    EXPECT_EQ(e, 1000);
+  });
+  EXPECT_EQ(calls, 1);
 }
 
 // Back-to-back grids (workers spinning), grids after the workers went to
