@@ -289,6 +289,20 @@ private:
     return int(prog.kernels.size()) - 1;
   }
 
+  /// A step of one of a split kernel's two kernels (`k`): it reads the
+  /// fusion's inputs, then the slot buffers; the caller adds what it writes.
+  Step splitStep(func::FuncOp k, graph::FusionOp fusion, const std::string &source,
+                 ArrayRef<int> slots) {
+    Step s;
+    s.kind = Step::Kind::Kernel;
+    s.kernel = addKernel(k, fusion, "reduction");
+    s.source = source;
+    for (Value in : fusion.getInputs())
+      s.buffers.push_back(bufferOf(in));
+    s.buffers.insert(s.buffers.end(), slots.begin(), slots.end());
+    return s;
+  }
+
   /// One slot buffer of `shape` per reduction of a split kernel, of the
   /// reduction's compute type (f16 and bf16 sums fold in f32).
   SmallVector<int> slotBuffers(ArrayRef<Operation *> reductions, const std::string &name,
@@ -326,19 +340,9 @@ private:
           keptElements *= size;
     SmallVector<int> slots =
         slotBuffers(reductions, name, column ? Shape{slices, keptElements} : Shape{slices});
-    Step partial;
-    partial.kind = Step::Kind::Kernel;
-    partial.kernel = addKernel(ks->first, fusion, "reduction");
-    partial.source = name + " (partial)";
-    for (Value in : fusion.getInputs())
-      partial.buffers.push_back(bufferOf(in));
-    partial.buffers.insert(partial.buffers.end(), slots.begin(), slots.end());
+    Step partial = splitStep(ks->first, fusion, name + " (partial)", slots);
     partial.outputs = int(slots.size());
-    Step combine;
-    combine.kind = Step::Kind::Kernel;
-    combine.kernel = addKernel(ks->second, fusion, "reduction");
-    combine.source = name + " (combine)";
-    combine.buffers = partial.buffers;
+    Step combine = splitStep(ks->second, fusion, name + " (combine)", slots);
     for (unsigned i = 0; i < fusion.getNumResults(); ++i)
       combine.buffers.push_back(result(*fusion, i));
     combine.outputs = int(fusion.getNumResults());
@@ -363,16 +367,8 @@ private:
       return failure();
     int64_t columns = fusion.getDomain().back();
     SmallVector<int> slots = slotBuffers(sums, name, Shape{slices, columns});
-    Step partial;
-    partial.kind = Step::Kind::Kernel;
-    partial.kernel = addKernel(ks->partial, fusion, "reduction");
-    partial.source = name + " (rows and column partials)";
-    for (Value in : fusion.getInputs())
-      partial.buffers.push_back(bufferOf(in));
-    partial.buffers.insert(partial.buffers.end(), slots.begin(), slots.end());
-    Step combine = partial;
-    combine.kernel = addKernel(ks->combine, fusion, "reduction");
-    combine.source = name + " (column combine)";
+    Step partial = splitStep(ks->partial, fusion, name + " (rows and column partials)", slots);
+    Step combine = splitStep(ks->combine, fusion, name + " (column combine)", slots);
     for (unsigned i : ks->rowYields)
       partial.buffers.push_back(result(*fusion, i));
     partial.outputs = int(slots.size() + ks->rowYields.size());
