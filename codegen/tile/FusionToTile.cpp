@@ -2305,13 +2305,13 @@ LogicalResult KernelEmitter::emitProgram(const KeptSpace &ks, ArrayRef<Coords> p
   for (unsigned i : yields) {
     auto s = shapeOf(yield->getOperand(i));
     if (squeezed(s) == squeezed(keptShape)) {
-     for (const Coords &dc : programs) {
-      Coords oc = keptCoords(dc, s);
-      FailureOr<Value> v = value(yield->getOperand(i), oc);
-      if (failed(v))
-        return failure();
-      computed.emplace_back(i, std::move(oc), *v);
-     }
+      for (const Coords &dc : programs) {
+        Coords oc = keptCoords(dc, s);
+        FailureOr<Value> v = value(yield->getOperand(i), oc);
+        if (failed(v))
+          return failure();
+        computed.emplace_back(i, std::move(oc), *v);
+      }
     } else if (squeezed(s) == squeezed(domain) || numel(s) == numel(domain)) {
       if (!earlyStored || !llvm::is_contained(earlyOutputs, i))
         domainOutputs.push_back(i);
