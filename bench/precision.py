@@ -3,6 +3,7 @@
 
     PYTHONPATH=build/python python3 bench/precision.py [--steps 20] [--rounds 3]
     PYTHONPATH=build/python python3 bench/precision.py --trajectory 100 [--seeds 0,1,2,3]
+    PYTHONPATH=build/python python3 bench/precision.py --trajectory 100 --noise-floor
     PYTHONPATH=build/python python3 bench/precision.py --numerics-report
 
 For gpt2_mini (AdamW) and a GPT-2-small-shaped layer (1 block, d=768, 12
@@ -35,6 +36,16 @@ in both, but tilefuse runs softmax, log_softmax and layer_norm in f32 while
 PyTorch's CPU autocast keeps them in their input's dtype, so gpt2_mini's
 attention softmax and mlp_mnist's log_softmax (both fed by a bf16 matmul)
 are bf16 there. Needs torch.
+
+`--noise-floor` (with `--trajectory`): how far apart two bf16 runs land
+when nothing but an equally valid rounding differs, to read the
+differences above against. Three more runs per workload and seed: PyTorch
+bf16 and tilefuse bf16 from the same parameters moved by an f32 ulp or
+two (each f32 parameter element times 1 +- 2^-23, signs drawn from the seed),
+and PyTorch bf16 with one intra-op thread instead of the process's
+(its GEMMs then block and sum in another order). Each is compared with its
+unperturbed twin; f32 runs from the moved parameters show the same
+perturbation stays at 1e-5 without bf16 roundoff.
 """
 import argparse
 import os
@@ -72,7 +83,22 @@ def _rel(a, b):
     return rel.max(), int(rel.argmax()), rel.mean()
 
 
-def trajectory(n, seeds=(0,)):
+def _moved_one_ulp(params, seed):
+    """params with every f32 element multiplied by 1 +- 2^-23 (one or two
+    f32 ulps of a normal number; signs drawn from the seed); others
+    unchanged."""
+    rng = np.random.default_rng(1000 + seed)
+    moved = {}
+    for name, value in params.items():
+        value = np.asarray(value)
+        if value.dtype == np.float32:
+            sign = rng.choice(np.array([-1.0, 1.0], np.float32), size=value.shape)
+            value = value * (np.float32(1) + sign * np.float32(2.0**-23))
+        moved[name] = value
+    return moved
+
+
+def trajectory(n, seeds=(0,), noise_floor=False):
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir,
                                     "tests", "python"))
     import torch
@@ -90,26 +116,47 @@ def trajectory(n, seeds=(0,)):
         losses = {}
         params = init(cfg, seed=seed)
         batches = [batch_fn(cfg, seed=10 * seed + s) for s in range(1, 6)]
-        for precision in ("fp32", "bf16"):
+
+        def tilefuse_run(precision, start):
             step = tilefuse.compile_train_step(
-                lambda p, b, s: loss(p, b, s, cfg, True), params, batches[0],
+                lambda p, b, s: loss(p, b, s, cfg, True), start, batches[0],
                 optimizer=optimizers[opt](lr=lr, weight_decay=wd), device="cpu",
                 precision=precision)
-            losses["tilefuse " + precision] = np.array(
-                [step(batches[i % 5]) for i in range(n)])
-        for precision, dtype in (("fp32", None), ("bf16", torch.bfloat16)):
-            losses["pytorch " + precision] = np.array(TR.torch_trajectory(
-                lambda p, b: torch_loss(p, b, None, cfg, True), params, batches, opt, lr, wd,
+            return np.array([step(batches[i % 5]) for i in range(n)])
+
+        def pytorch_run(dtype, start):
+            return np.array(TR.torch_trajectory(
+                lambda p, b: torch_loss(p, b, None, cfg, True), start, batches, opt, lr, wd,
                 n, autocast_dtype=dtype))
+
+        for precision, dtype in (("fp32", None), ("bf16", torch.bfloat16)):
+            losses["tilefuse " + precision] = tilefuse_run(precision, params)
+            losses["pytorch " + precision] = pytorch_run(dtype, params)
+        pairs = [("tilefuse bf16", "pytorch bf16"), ("tilefuse bf16", "tilefuse fp32"),
+                 ("pytorch bf16", "pytorch fp32"), ("tilefuse fp32", "pytorch fp32")]
+        if noise_floor:
+            moved = _moved_one_ulp(params, seed)
+            for precision, dtype in (("fp32", None), ("bf16", torch.bfloat16)):
+                losses[f"tilefuse {precision} +1ulp"] = tilefuse_run(precision, moved)
+                losses[f"pytorch {precision} +1ulp"] = pytorch_run(dtype, moved)
+            threads = torch.get_num_threads()
+            torch.set_num_threads(1 if threads > 1 else 2)
+            losses[f"pytorch bf16 {torch.get_num_threads()} thr"] = pytorch_run(
+                torch.bfloat16, params)
+            torch.set_num_threads(threads)
+            pairs += [("pytorch bf16", "pytorch bf16 +1ulp"),
+                      ("pytorch bf16", next(k for k in losses if k.endswith(" thr"))),
+                      ("tilefuse bf16", "tilefuse bf16 +1ulp"),
+                      ("pytorch fp32", "pytorch fp32 +1ulp"),
+                      ("tilefuse fp32", "tilefuse fp32 +1ulp")]
         print(f"{name} (seed {seed}): {n} steps ({opt} lr {lr:g}, weight decay {wd:g}, "
               "dropout 0); loss "
               + ", ".join(f"{k.replace('fp32', 'f32')} {v[0]:.4f} -> {v[-1]:.4f}"
-                          for k, v in losses.items()))
-        for a, b in (("tilefuse bf16", "pytorch bf16"), ("tilefuse bf16", "tilefuse fp32"),
-                     ("pytorch bf16", "pytorch fp32"), ("tilefuse fp32", "pytorch fp32")):
+                          for k, v in losses.items() if "ulp" not in k and "thr" not in k))
+        for a, b in pairs:
             top, at, mean = _rel(losses[a], losses[b])
             what = f"{a} vs {b}".replace("fp32", "f32")
-            print(f"  {what:30s} relative difference max {top:.2e} (step {at}), "
+            print(f"  {what:38s} relative difference max {top:.2e} (step {at}), "
                   f"mean {mean:.2e}", flush=True)
 
 
@@ -139,10 +186,15 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--trajectory", type=int, metavar="N")
     ap.add_argument("--seeds", default="0", help="parameter seeds of --trajectory: 0,1,2")
+    ap.add_argument("--noise-floor", action="store_true",
+                    help="with --trajectory: also bf16 runs moved by one f32 ulp / one thread")
     ap.add_argument("--numerics-report", action="store_true")
     args = ap.parse_args()
     if args.trajectory:
-        return trajectory(args.trajectory, [int(s) for s in args.seeds.split(",")])
+        return trajectory(args.trajectory, [int(s) for s in args.seeds.split(",")],
+                          args.noise_floor)
+    if args.noise_floor:
+        ap.error("--noise-floor goes with --trajectory N")
     if args.numerics_report:
         return numerics()
     for name, cfg in configs().items():
