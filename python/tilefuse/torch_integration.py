@@ -34,6 +34,21 @@ def _numpy(x):
     return np.asarray(x)
 
 
+def _check_values_readable(module, example_inputs):
+    """from_torch reads the parameters, buffers and example inputs into
+    host memory (the step keeps its own copies): tensors without values
+    there (the meta device, say) are refused by name."""
+    torch = _torch()
+    named = list(module.state_dict(keep_vars=True).items()) + [
+        (f"example input {i}", x) for i, x in enumerate(example_inputs)]
+    for name, t in named:
+        if isinstance(t, torch.Tensor) and t.device.type not in ("cpu", "cuda"):
+            raise CompileError(
+                f"from_torch: {name} is a tensor on the {t.device.type} device, whose values "
+                "tilefuse cannot read; move the module and inputs to the CPU or a CUDA GPU "
+                "first (module.to('cpu'))")
+
+
 def _loss_module(module, loss_fn):
     """An nn.Module whose forward is loss_fn(module, *inputs), or
     module(*inputs); `module` is its submodule "m"."""
@@ -227,6 +242,7 @@ def from_torch(module, example_inputs, optimizer, loss_fn=None, device="auto", s
         example_inputs = (example_inputs,)
     if isinstance(optimizer, torch.optim.Optimizer):
         optimizer = optimizer_from_torch(optimizer, module)
+    _check_values_readable(module, example_inputs)
     gm, names, _ = capture(module, example_inputs, loss_fn)
     unsupported = sorted({str(n.target) for n in gm.graph.nodes
                           if not aten_import.is_supported(n)})
@@ -283,13 +299,16 @@ class _Stats:
         self.partitioned = 0     # ATen graphs split between tilefuse and PyTorch
         self.eager = 0           # ATen graphs left to PyTorch entirely
         self.unsupported = {}    # op -> number of nodes
+        self.off_cpu = {}        # device type -> ATen graphs left to PyTorch for it
         self._seen_code = set()
 
     def __repr__(self):
         return (f"tilefuse backend: {self.graphs} graphs ({self.recompiles} recompilations), "
                 f"ATen graphs compiled {self.compiled}, partitioned {self.partitioned}, "
                 f"left to PyTorch {self.eager}; unsupported ops "
-                f"{dict(sorted(self.unsupported.items())) or 'none'}")
+                f"{dict(sorted(self.unsupported.items())) or 'none'}"
+                + (f"; graphs on other devices {dict(sorted(self.off_cpu.items()))}"
+                   if self.off_cpu else ""))
 
 
 stats = _Stats()
@@ -301,6 +320,33 @@ def _note_unsupported(ops):
             _log.warning("tilefuse: %s is not supported; that part of the graph runs in "
                          "PyTorch", op)
         stats.unsupported[op] = stats.unsupported.get(op, 0) + 1
+
+
+def _devices_off_cpu(gm):
+    """The device types other than the CPU of the tensors that ATen graph
+    `gm` reads or makes (e.g. {"cuda"}); empty for a CPU graph."""
+    torch = _torch()
+    found = set()
+    for n in gm.graph.nodes:
+        v = _val(n)
+        for t in v if isinstance(v, (list, tuple)) else [v]:
+            if isinstance(t, torch.Tensor) and t.device.type != "cpu":
+                found.add(t.device.type)
+    return found
+
+
+# Why a graph off the CPU runs in PyTorch. The backend exchanges tensors with
+# the compiled graph as numpy arrays in host memory: a CUDA graph's results
+# would come back as CPU tensors, a meta graph has no values to read.
+_OFF_CPU_REASON = "the torch.compile backend compiles graphs of CPU tensors only"
+
+
+def _note_off_cpu(devices):
+    for device in sorted(devices):
+        if device not in stats.off_cpu:
+            _log.warning("tilefuse: a graph of %s tensors runs in PyTorch: %s", device,
+                         _OFF_CPU_REASON)
+        stats.off_cpu[device] = stats.off_cpu.get(device, 0) + 1
 
 
 def _numpy_dtype(torch_dtype):
@@ -549,7 +595,13 @@ class _ShapeSpecialized:
 def _compile_aten_graph(gm, example_inputs, device):
     """One ATen graph from aot_autograd, compiled whole or split
     (_split_graph), or per input shapes where they are symbolic; the ops
-    left to PyTorch are logged once and counted."""
+    left to PyTorch are logged once and counted. A graph of tensors off the
+    CPU runs in PyTorch (_OFF_CPU_REASON), logged once per device."""
+    off_cpu = _devices_off_cpu(gm)
+    if off_cpu:
+        _note_off_cpu(off_cpu)
+        stats.eager += 1
+        return _boxed(gm.forward)
     if _has_symbolic_shapes(gm):
         return _boxed(_ShapeSpecialized(gm, device))
     return _boxed(_compile_static_graph(gm, device))
@@ -603,7 +655,8 @@ def tilefuse_backend(gm, example_inputs, device="cpu"):
     aot_autograd makes forward and backward ATen graphs with PyTorch's
     decompositions (except the ops in _KEPT_WHOLE, which tilefuse converts
     whole), and tilefuse compiles each graph for `device`. An op the
-    importer cannot convert runs in PyTorch (see `stats` and the log)."""
+    importer cannot convert runs in PyTorch (see `stats` and the log), as
+    does a graph of tensors off the CPU (CUDA, meta)."""
     torch = _torch()
     from torch._dynamo.backends.common import aot_autograd
     from torch._decomp import core_aten_decompositions
@@ -683,8 +736,13 @@ def explain(model, *inputs):
             bad = {}
             calls = [n for n in gm.graph.nodes if n.op == "call_function"]
             by_name = {n.name: n for n in calls}
+            off_cpu = _devices_off_cpu(gm)
             try:
-                _, left = _split_graph(gm, "cpu", compile=False)
+                if off_cpu:
+                    left = {f"the whole graph (tensors on {', '.join(sorted(off_cpu))}: "
+                            f"{_OFF_CPU_REASON})": []}
+                else:
+                    _, left = _split_graph(gm, "cpu", compile=False)
             except CompileError as e:
                 left = {f"the whole graph ({e})": []}
             for op, names in left.items():

@@ -422,11 +422,41 @@ def test_from_torch_bad_input():
     # Not a module.
     with pytest.raises(tilefuse.CompileError, match=r"needs a torch.nn.Module, got function"):
         tilefuse.from_torch(lambda x, y: x.sum(), (x, y), optim.AdamW(lr=LR), device="cpu")
+    # Tensors without values (the meta device): named, with what to do.
+    with pytest.raises(tilefuse.CompileError,
+                       match=r"net.1.weight is a tensor on the meta device.*module.to\('cpu'\)"):
+        tilefuse.from_torch(Z.MLPClassifier().to("meta"), (x, y), optim.AdamW(lr=LR),
+                            device="cpu")
+    with pytest.raises(tilefuse.CompileError, match=r"example input 0 is a tensor on the meta"):
+        tilefuse.from_torch(model, (x.to("meta"), y), optim.AdamW(lr=LR), device="cpu")
 
 
 # ---------------------------------------------------------------------------
 # 6. explain()
 # ---------------------------------------------------------------------------
+
+def test_backend_leaves_graphs_off_the_cpu_to_pytorch(caplog):
+    """The backend reads and returns tensors through host memory: a graph of
+    tensors on another device (here meta, as CUDA on a GPU machine) runs in
+    PyTorch, its results on that device, said once in the log and counted;
+    explain() names the reason."""
+    model = torch.nn.Linear(4, 3).to("meta")
+    x = torch.empty(2, 4, device="meta")
+    with caplog.at_level(logging.WARNING, logger="tilefuse"):
+        compiled = torch.compile(model, backend="tilefuse")
+        for _ in range(2):
+            y = compiled(x)
+            y.sum().backward()
+    assert y.device.type == "meta" and tuple(y.shape) == (2, 3)
+    assert model.weight.grad.device.type == "meta"
+    assert stats.off_cpu == {"meta": 2} and stats.compiled == 0 and stats.eager == 2, stats
+    said = [r.getMessage() for r in caplog.records if "meta tensors" in r.getMessage()]
+    assert said == ["tilefuse: a graph of meta tensors runs in PyTorch: the torch.compile "
+                    "backend compiles graphs of CPU tensors only"], said
+    explanation = tilefuse.explain(model, x)
+    assert not explanation.ok
+    assert any("tensors on meta" in op for op in explanation.unsupported_ops), explanation
+
 
 def test_explain():
     model = Z.CumprodModel()
