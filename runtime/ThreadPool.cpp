@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
+#include <cstring>
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
@@ -60,6 +61,33 @@ ThreadPool::ThreadPool(unsigned threads) {
   threads = std::min<unsigned>(threads, unsigned(kRangeMask));
   for (unsigned i = 1; i < threads; ++i)
     workers.emplace_back([this] { workerLoop(); });
+  // TILEFUSE_THREAD_POOL=own|openmp fixes the team (A/B measurements);
+  // other values leave the choice to setTeam.
+  const char *env = std::getenv("TILEFUSE_THREAD_POOL");
+  if (env && (std::strcmp(env, "own") == 0 || std::strcmp(env, "openmp") == 0)) {
+    teamFromEnvironment = true;
+#ifdef _OPENMP
+    openMP = std::strcmp(env, "openmp") == 0;
+#endif
+  }
+}
+
+bool ThreadPool::hasOpenMP() {
+#ifdef _OPENMP
+  return true;
+#else
+  return false;
+#endif
+}
+
+ThreadPool::Team ThreadPool::setTeam(Team wanted) {
+#ifdef _OPENMP
+  if (!teamFromEnvironment)
+    openMP = wanted == Team::OpenMP;
+#else
+  (void)wanted;
+#endif
+  return team();
 }
 
 ThreadPool::~ThreadPool() {
@@ -130,6 +158,17 @@ void ThreadPool::parallelFor(int64_t n, int64_t minPerRange,
     fn(0, n);
     return;
   }
+#ifdef _OPENMP
+  if (openMP.load()) {
+    // The same claims on the process's OpenMP threads; the region's end
+    // is the wait for every range.
+    std::atomic<int64_t> next{0};
+#pragma omp parallel num_threads(size())
+    for (int64_t p; (p = next.fetch_add(1)) < count;)
+      fn(n * p / count, n * (p + 1) / count);
+    return;
+  }
+#endif
   // One grid at a time: callers on other threads wait here.
   std::lock_guard<std::mutex> call(callMutex);
   task = &fn;

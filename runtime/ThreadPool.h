@@ -10,6 +10,13 @@
 // more than many of those kernels take, so workers (and a waiting caller)
 // spin for a short while before they sleep, as OpenMP runtimes do.
 //
+// In a process where another library runs OpenMP regions between
+// tilefuse's kernels (PyTorch, around the graphs its torch.compile backend
+// hands over), that library's idle threads spin for milliseconds after each
+// region, on the cores tilefuse's workers need. There the pool can run its
+// grids on the process's OpenMP threads instead (Team::OpenMP): the threads
+// that spin are then the ones that take the next grid.
+//
 //===----------------------------------------------------------------------===//
 #ifndef TILEFUSE_RUNTIME_THREADPOOL_H
 #define TILEFUSE_RUNTIME_THREADPOOL_H
@@ -33,6 +40,17 @@ public:
   ThreadPool &operator=(const ThreadPool &) = delete;
 
   unsigned size() const { return unsigned(workers.size()) + 1; }
+
+  /// The threads that run a grid's ranges beside the caller: this pool's
+  /// own workers, or the process's OpenMP threads (size() of them).
+  enum class Team { Own, OpenMP };
+  /// Chooses the team; returns the one in force, which stays as it was
+  /// where TILEFUSE_THREAD_POOL (own | openmp) chose it or the build has no
+  /// OpenMP.
+  Team setTeam(Team wanted);
+  Team team() const { return openMP.load() ? Team::OpenMP : Team::Own; }
+  /// Whether this build can run grids on OpenMP threads.
+  static bool hasOpenMP();
   /// Calls fn(begin, end) over a partition of [0, n) and waits for all.
   /// Ranges hold at least `minPerRange` items (tiny grids stay on one
   /// thread); there are up to four per thread, claimed as threads get free.
@@ -63,6 +81,8 @@ private:
   std::atomic<int> sleepingWorkers{0};
   std::atomic<bool> callerSleeping{false};
   std::atomic<bool> stopping{false};
+  std::atomic<bool> openMP{false};
+  bool teamFromEnvironment = false;
 };
 
 } // namespace tilefuse

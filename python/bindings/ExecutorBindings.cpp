@@ -6,6 +6,7 @@
 #include "runtime/CpuExecutor.h"
 #include "runtime/CudaDriver.h"
 #include "runtime/MemoryPlan.h"
+#include "runtime/ThreadPool.h"
 #ifdef TILEFUSE_HAVE_CUDA_EXECUTOR
 #include "runtime/CudaExecutor.h"
 #endif
@@ -600,4 +601,17 @@ void tilefuse::python::registerExecutorBindings(py::module_ &m) {
 #endif
     return py::make_tuple(n, why);
   }, "(number of usable CUDA devices, why none): the driver and cuBLAS are loaded at run time");
+  m.def("cpu_thread_team", [](const std::string &wanted) {
+    using Team = ThreadPool::Team;
+    ThreadPool &pool = ThreadPool::global();
+    if (wanted == "own" || wanted == "openmp")
+      pool.setTeam(wanted == "own" ? Team::Own : Team::OpenMP);
+    else if (!wanted.empty())
+      throw CompileError("cpu_thread_team: 'own' or 'openmp', not '" + wanted + "'");
+    return std::string(pool.team() == Team::OpenMP ? "openmp" : "own");
+  }, py::arg("wanted") = "",
+     "The threads that run CPU grids beside the caller: 'own' (tilefuse's pool) or 'openmp' "
+     "(the process's OpenMP threads, shared with PyTorch); with an argument, chooses first "
+     "(TILEFUSE_THREAD_POOL=own|openmp, where set, keeps its choice). Returns the team in force.");
+  m.attr("cpu_openmp") = ThreadPool::hasOpenMP();
 }

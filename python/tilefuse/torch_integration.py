@@ -671,6 +671,13 @@ def tilefuse_backend(gm, example_inputs, device="cpu"):
     kept = {getattr(torch.ops.aten, name) for name in _KEPT_WHOLE}
     decompositions = {op: fn for op, fn in core_aten_decompositions().items()
                       if getattr(op, "overloadpacket", op) not in kept}
+    if device == "cpu":
+        # PyTorch runs its ops (autograd, the optimizer) between the graphs
+        # compiled here, and its OpenMP threads spin for milliseconds after
+        # each, on the cores tilefuse's own workers need: tilefuse's grids
+        # run on those same OpenMP threads instead (runtime/ThreadPool.h).
+        from . import _core
+        _core.cpu_thread_team("openmp")
 
     def compiler(aten_gm, inputs):
         return _compile_aten_graph(aten_gm, inputs, device)

@@ -37,6 +37,7 @@ import torch  # noqa: E402
 
 import tilefuse  # noqa: E402
 from tilefuse import optim  # noqa: E402
+from tilefuse import _core  # noqa: E402
 from tilefuse.torch_integration import stats  # noqa: E402
 
 import torch_zoo as Z  # noqa: E402
@@ -53,12 +54,15 @@ _REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__
 
 @pytest.fixture(autouse=True)
 def fresh_backend():
-    """Every test starts with empty backend stats and no Dynamo caches."""
+    """Every test starts with empty backend stats and no Dynamo caches; the
+    CPU thread team the backend chose (OpenMP's) goes back to tilefuse's own
+    for the tests after."""
     torch._dynamo.reset()
     stats.reset()
     yield
     torch._dynamo.reset()
     stats.reset()
+    _core.cpu_thread_team("own")
 
 
 # ---------------------------------------------------------------------------
@@ -192,6 +196,10 @@ def test_torch_compile_trains_like_eager(name, caplog):
     check_params_after(name, STEPS, dict(model.named_parameters()),
                        dict(eager.named_parameters()), start)
     assert stats.graphs == 1 and stats.recompiles == 0, f"{name}: {stats}"
+    # The backend's graphs ran on the process's OpenMP threads (PyTorch's).
+    pinned = os.environ.get("TILEFUSE_THREAD_POOL") in ("own", "openmp")
+    if _core.cpu_openmp and not pinned:
+        assert _core.cpu_thread_team() == "openmp", name
     if name != "cumprod":
         assert stats.compiled == 2 and stats.partitioned == 0 and stats.eager == 0 \
             and not stats.unsupported, f"{name}: expected forward and backward compiled " \
@@ -434,6 +442,19 @@ def test_from_torch_bad_input():
 # ---------------------------------------------------------------------------
 # 6. explain()
 # ---------------------------------------------------------------------------
+
+def test_cpu_thread_team_choice():
+    """The CPU team is chosen by name (unless TILEFUSE_THREAD_POOL fixed
+    it); a wrong name says what is allowed."""
+    pinned = os.environ.get("TILEFUSE_THREAD_POOL")
+    own = pinned if pinned in ("own", "openmp") else "own"
+    assert _core.cpu_thread_team("own") == own
+    if _core.cpu_openmp and own == "own":
+        assert _core.cpu_thread_team("openmp") == "openmp"
+    with pytest.raises(tilefuse.CompileError, match=r"'own' or 'openmp', not 'omp'"):
+        _core.cpu_thread_team("omp")
+    assert _core.cpu_thread_team("own") == own
+
 
 def test_backend_leaves_graphs_off_the_cpu_to_pytorch(caplog):
     """The backend reads and returns tensors through host memory: a graph of

@@ -16,6 +16,7 @@
 #include <atomic>
 #include <chrono>
 #include <mutex>
+#include <set>
 #include <thread>
 
 #include <atomic>
@@ -120,6 +121,38 @@ TEST(ThreadPool, RangesPerThreadAndTheirLeastSize) {
     EXPECT_EQ(e, 1000);
   });
   EXPECT_EQ(calls, 1);
+}
+
+// On the OpenMP team, grids split into the same ranges, each run once, on
+// more than one thread; switching teams back and forth between grids is
+// safe.
+TEST(ThreadPool, OpenMPTeamRunsEveryRangeOnce) {
+  if (!ThreadPool::hasOpenMP())
+    GTEST_SKIP() << "this build has no OpenMP: grids run on the pool's own threads only";
+  ThreadPool pool(3);
+  ASSERT_EQ(pool.setTeam(ThreadPool::Team::OpenMP), ThreadPool::Team::OpenMP);
+  for (int round = 0; round < 20; ++round) {
+    if (round % 5 == 4)
+      pool.setTeam(round % 10 == 4 ? ThreadPool::Team::Own : ThreadPool::Team::OpenMP);
+    std::vector<std::atomic<int>> hits(1000);
+    std::mutex m;
+    std::set<std::thread::id> threads;
+    int ranges = 0;
+    pool.parallelFor(1000, 1, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i)
+        hits[size_t(i)].fetch_add(1);
+      // Long enough that every thread of the team claims a range.
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+      std::lock_guard<std::mutex> lock(m);
+      threads.insert(std::this_thread::get_id());
+      ++ranges;
+    });
+    for (size_t i = 0; i < hits.size(); ++i)
+      ASSERT_EQ(hits[i].load(), 1) << "index " << i << ", round " << round;
+    EXPECT_EQ(ranges, 12) << "3 threads, 4 ranges each; round " << round;
+    EXPECT_GT(threads.size(), 1u) << "round " << round;
+  }
+  EXPECT_EQ(pool.setTeam(ThreadPool::Team::Own), ThreadPool::Team::Own);
 }
 
 // Back-to-back grids (workers spinning), grids after the workers went to
