@@ -45,7 +45,7 @@ two (each f32 parameter element times 1 +- 2^-23, signs drawn from the seed),
 and PyTorch bf16 with one intra-op thread instead of the process's
 (its GEMMs then block and sum in another order). Each is compared with its
 unperturbed twin; f32 runs from the moved parameters show the same
-perturbation stays at 1e-5 without bf16 roundoff.
+perturbation stays near 1e-5 without bf16 roundoff.
 """
 import argparse
 import os
@@ -141,9 +141,11 @@ def trajectory(n, seeds=(0,), noise_floor=False):
                 losses[f"pytorch {precision} +1ulp"] = pytorch_run(dtype, moved)
             threads = torch.get_num_threads()
             torch.set_num_threads(1 if threads > 1 else 2)
-            losses[f"pytorch bf16 {torch.get_num_threads()} thr"] = pytorch_run(
-                torch.bfloat16, params)
-            torch.set_num_threads(threads)
+            try:
+                losses[f"pytorch bf16 {torch.get_num_threads()} thr"] = pytorch_run(
+                    torch.bfloat16, params)
+            finally:
+                torch.set_num_threads(threads)
             pairs += [("pytorch bf16", "pytorch bf16 +1ulp"),
                       ("pytorch bf16", next(k for k in losses if k.endswith(" thr"))),
                       ("tilefuse bf16", "tilefuse bf16 +1ulp"),

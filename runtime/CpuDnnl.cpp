@@ -45,6 +45,8 @@ struct Dnnl {
   decltype(&dnnl_primitive_execute) primitiveExecute = nullptr;
   decltype(&dnnl_memory_create) memoryCreate = nullptr;
   decltype(&dnnl_memory_set_data_handle) memorySetDataHandle = nullptr;
+  decltype(&dnnl_memory_destroy) memoryDestroy = nullptr;
+  decltype(&dnnl_stream_destroy) streamDestroy = nullptr;
   decltype(&dnnl_primitive_attr_create) attrCreate = nullptr;
   decltype(&dnnl_primitive_attr_destroy) attrDestroy = nullptr;
   decltype(&dnnl_primitive_attr_set_scratchpad_mode) attrSetScratchpadMode = nullptr;
@@ -121,6 +123,8 @@ struct Dnnl {
     sym(primitiveExecute, "dnnl_primitive_execute");
     sym(memoryCreate, "dnnl_memory_create");
     sym(memorySetDataHandle, "dnnl_memory_set_data_handle");
+    sym(memoryDestroy, "dnnl_memory_destroy");
+    sym(streamDestroy, "dnnl_stream_destroy");
     sym(attrCreate, "dnnl_primitive_attr_create");
     sym(attrDestroy, "dnnl_primitive_attr_destroy");
     sym(attrSetScratchpadMode, "dnnl_primitive_attr_set_scratchpad_mode");
@@ -259,6 +263,17 @@ struct SlabThread {
     bool ready = false;
   };
   std::map<const void *, Memories> memories;
+  // Released when the thread ends: OpenMP teams come and go with the
+  // threads that start them.
+  ~SlabThread() {
+    Dnnl &d = Dnnl::get();
+    for (auto &entry : memories)
+      for (dnnl_memory_t m : {entry.second.a, entry.second.b, entry.second.c, entry.second.scratch})
+        if (m)
+          d.memoryDestroy(m);
+    if (stream)
+      d.streamDestroy(stream);
+  }
 };
 
 /// This thread's OpenMP team at one thread while it lives.

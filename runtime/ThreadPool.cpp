@@ -3,11 +3,16 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
+#endif
+#ifdef _OPENMP
+#include <omp.h>
+#include <pthread.h>
 #endif
 
 using namespace tilefuse;
@@ -24,6 +29,9 @@ constexpr int kGenerationShift = 2 * kRangeBits;
 inline uint64_t generationOf(uint64_t c) { return c >> kGenerationShift; }
 inline int64_t partsOf(uint64_t c) { return int64_t((c >> kRangeBits) & kRangeMask); }
 inline int64_t nextOf(uint64_t c) { return int64_t(c & kRangeMask); }
+
+/// Set in a child process after fork (see the constructor).
+std::atomic<bool> forkedChild{false};
 
 /// How long an idle thread spins before it sleeps: longer than the gap
 /// between two kernels of a step, far shorter than a step of Python.
@@ -61,15 +69,25 @@ ThreadPool::ThreadPool(unsigned threads) {
   threads = std::min<unsigned>(threads, unsigned(kRangeMask));
   for (unsigned i = 1; i < threads; ++i)
     workers.emplace_back([this] { workerLoop(); });
-  // TILEFUSE_THREAD_POOL=own|openmp fixes the team (A/B measurements);
-  // other values leave the choice to setTeam.
-  const char *env = std::getenv("TILEFUSE_THREAD_POOL");
-  if (env && (std::strcmp(env, "own") == 0 || std::strcmp(env, "openmp") == 0)) {
-    teamFromEnvironment = true;
-#ifdef _OPENMP
-    openMP = std::strcmp(env, "openmp") == 0;
-#endif
+  // TILEFUSE_THREAD_POOL=own|openmp fixes the team (A/B measurements).
+  if (const char *env = std::getenv("TILEFUSE_THREAD_POOL")) {
+    bool own = std::strcmp(env, "own") == 0, omp = std::strcmp(env, "openmp") == 0;
+    if (own || omp)
+      teamFromEnvironment = true;
+    if (!own && !(omp && hasOpenMP()))
+      std::fprintf(stderr,
+                   "tilefuse: TILEFUSE_THREAD_POOL=%s ignored: %s; grids run on %s\n", env,
+                   omp ? "this build has no OpenMP" : "it takes 'own' or 'openmp'",
+                   omp ? "tilefuse's own threads" : "the team tilefuse chooses");
+    openMP = omp && hasOpenMP();
   }
+#ifdef _OPENMP
+  // libgomp cannot start a team in a child forked after the parent ran
+  // one; the own pool can (its caller runs every range when no worker is
+  // left), so a forked child goes back to it.
+  static std::once_flag atFork;
+  std::call_once(atFork, [] { pthread_atfork(nullptr, nullptr, [] { forkedChild = true; }); });
+#endif
 }
 
 bool ThreadPool::hasOpenMP() {
@@ -81,13 +99,21 @@ bool ThreadPool::hasOpenMP() {
 }
 
 ThreadPool::Team ThreadPool::setTeam(Team wanted) {
-#ifdef _OPENMP
   if (!teamFromEnvironment)
-    openMP = wanted == Team::OpenMP;
-#else
-  (void)wanted;
-#endif
+    openMP = wanted == Team::OpenMP && hasOpenMP();
   return team();
+}
+
+unsigned ThreadPool::threadsPerGrid() const {
+#ifdef _OPENMP
+  if (team() == Team::OpenMP)
+    return unsigned(std::max(1, std::min(int(size()), omp_get_max_threads())));
+#endif
+  return size();
+}
+
+ThreadPool::Team ThreadPool::team() const {
+  return openMP.load() && !forkedChild.load() ? Team::OpenMP : Team::Own;
 }
 
 ThreadPool::~ThreadPool() {
@@ -123,7 +149,9 @@ void ThreadPool::runRanges(uint64_t generation) {
 }
 
 void ThreadPool::workerLoop() {
-  uint64_t seen = generationOf(claims.load());
+  // The generation the pool was made with, not the current one: a worker
+  // that starts after the first grid was published must still take part.
+  uint64_t seen = 0;
   for (;;) {
     auto published = [&] { return stopping.load() || generationOf(claims.load()) != seen; };
     if (!spinUntil(published)) {
@@ -158,19 +186,27 @@ void ThreadPool::parallelFor(int64_t n, int64_t minPerRange,
     fn(0, n);
     return;
   }
+  // One grid at a time: callers on other threads wait here.
+  std::lock_guard<std::mutex> call(callMutex);
 #ifdef _OPENMP
-  if (openMP.load()) {
-    // The same claims on the process's OpenMP threads; the region's end
-    // is the wait for every range.
+  if (team() == Team::OpenMP) {
+    // The same claims on the process's OpenMP threads, as many as the
+    // caller's OpenMP setting allows (torch.set_num_threads sets it): a
+    // larger team would be threads beyond the ones the other library keeps.
+    // The region's end is the wait for every range.
+    int teamSize = int(threadsPerGrid());
+    if (teamSize == 1) {
+      fn(0, n);
+      return;
+    }
+    int64_t parts = std::min<int64_t>(int64_t(teamSize) * kRangesPerThread, ranges);
     std::atomic<int64_t> next{0};
-#pragma omp parallel num_threads(size())
-    for (int64_t p; (p = next.fetch_add(1)) < count;)
-      fn(n * p / count, n * (p + 1) / count);
+#pragma omp parallel num_threads(teamSize)
+    for (int64_t p; (p = next.fetch_add(1)) < parts;)
+      fn(n * p / parts, n * (p + 1) / parts);
     return;
   }
 #endif
-  // One grid at a time: callers on other threads wait here.
-  std::lock_guard<std::mutex> call(callMutex);
   task = &fn;
   items = n;
   finished = 0;

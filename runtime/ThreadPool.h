@@ -42,18 +42,26 @@ public:
   unsigned size() const { return unsigned(workers.size()) + 1; }
 
   /// The threads that run a grid's ranges beside the caller: this pool's
-  /// own workers, or the process's OpenMP threads (size() of them).
+  /// own workers, or the process's OpenMP threads (at most size(), and no
+  /// more than the caller's omp_get_max_threads()). Either way one grid
+  /// runs at a time. A process forked from one that used OpenMP runs its
+  /// grids on the own team.
   enum class Team { Own, OpenMP };
   /// Chooses the team; returns the one in force, which stays as it was
   /// where TILEFUSE_THREAD_POOL (own | openmp) chose it or the build has no
   /// OpenMP.
   Team setTeam(Team wanted);
-  Team team() const { return openMP.load() ? Team::OpenMP : Team::Own; }
+  Team team() const;
+  /// The threads (the caller's included) a grid started on this thread
+  /// runs on now.
+  unsigned threadsPerGrid() const;
   /// Whether this build can run grids on OpenMP threads.
   static bool hasOpenMP();
   /// Calls fn(begin, end) over a partition of [0, n) and waits for all.
   /// Ranges hold at least `minPerRange` items (tiny grids stay on one
   /// thread); there are up to four per thread, claimed as threads get free.
+  /// `fn` must not throw: it runs on other threads (and in an OpenMP
+  /// region), where an exception ends the process.
   void parallelFor(int64_t n, int64_t minPerRange,
                    const std::function<void(int64_t, int64_t)> &fn);
 
@@ -66,7 +74,7 @@ private:
   void runRanges(uint64_t generation);
 
   std::vector<std::thread> workers;
-  std::mutex callMutex; ///< one grid at a time
+  std::mutex callMutex; ///< one grid at a time, on either team
   std::mutex sleepMutex;
   std::condition_variable wake, done;
 

@@ -39,7 +39,7 @@ def _check_values_readable(module, example_inputs):
     host memory (the step keeps its own copies): tensors without values
     there (the meta device, say) are refused by name."""
     torch = _torch()
-    named = list(module.state_dict(keep_vars=True).items()) + [
+    named = list(module.named_parameters()) + list(module.named_buffers()) + [
         (f"example input {i}", x) for i, x in enumerate(example_inputs)]
     for name, t in named:
         if isinstance(t, torch.Tensor) and t.device.type not in ("cpu", "cuda"):
@@ -592,6 +592,17 @@ class _ShapeSpecialized:
         return _compile_static_graph(static_gm, self.device)
 
 
+def _share_openmp_threads():
+    """PyTorch runs its ops (autograd, the optimizer) between the graphs the
+    backend compiles, and its OpenMP threads spin for milliseconds after
+    each, on the cores tilefuse's own workers need: tilefuse's CPU grids
+    (compiled functions and loaded artifacts alike) run on those same
+    OpenMP threads from then on (runtime/ThreadPool.h)."""
+    from . import _core, _runtime
+    for module in (_core, _runtime):
+        module.cpu_thread_team("openmp")
+
+
 def _compile_aten_graph(gm, example_inputs, device):
     """One ATen graph from aot_autograd, compiled whole or split
     (_split_graph), or per input shapes where they are symbolic; the ops
@@ -602,6 +613,9 @@ def _compile_aten_graph(gm, example_inputs, device):
         _note_off_cpu(off_cpu)
         stats.eager += 1
         return _boxed(gm.forward)
+    from .compiler import resolve_device
+    if resolve_device(device) == "cpu":
+        _share_openmp_threads()
     if _has_symbolic_shapes(gm):
         return _boxed(_ShapeSpecialized(gm, device))
     return _boxed(_compile_static_graph(gm, device))
@@ -671,14 +685,6 @@ def tilefuse_backend(gm, example_inputs, device="cpu"):
     kept = {getattr(torch.ops.aten, name) for name in _KEPT_WHOLE}
     decompositions = {op: fn for op, fn in core_aten_decompositions().items()
                       if getattr(op, "overloadpacket", op) not in kept}
-    if device == "cpu":
-        # PyTorch runs its ops (autograd, the optimizer) between the graphs
-        # compiled here, and its OpenMP threads spin for milliseconds after
-        # each, on the cores tilefuse's own workers need: tilefuse's grids
-        # run on those same OpenMP threads instead (runtime/ThreadPool.h).
-        from . import _core
-        _core.cpu_thread_team("openmp")
-
     def compiler(aten_gm, inputs):
         return _compile_aten_graph(aten_gm, inputs, device)
 

@@ -7,6 +7,9 @@
 * `seed` / `rng`: a per-test seed (stable across runs, different for every
   test id; TILEFUSE_TEST_SEED shifts all of them) and a numpy Generator
   seeded with it. Failure messages print the seed.
+* Every test starts with CPU grids on tilefuse's own threads (the
+  torch.compile backend moves them to OpenMP's, process-wide), so what a
+  test runs on does not depend on the tests before it.
 """
 import atexit
 import importlib.util
@@ -58,3 +61,12 @@ def seed(request):
 @pytest.fixture
 def rng(seed):
     return np.random.default_rng(seed)
+
+
+@pytest.fixture(autouse=True)
+def own_cpu_threads():
+    import tilefuse  # noqa: F401  (the extension modules below come with it)
+    from tilefuse import _core, _runtime
+    for module in (_core, _runtime):
+        module.cpu_thread_team("own")
+    yield

@@ -178,6 +178,50 @@ def test_same_results_on_one_thread(rng, tmp_path):
     assert np.array_equal(outs[0], outs[1])
 
 
+def _team_pinned():
+    return os.environ.get("TILEFUSE_THREAD_POOL") in ("own", "openmp")
+
+
+@pytest.mark.skipif(not tilefuse._core.cpu_openmp or _team_pinned(),
+                    reason="this build has no OpenMP team, or TILEFUSE_THREAD_POOL fixes it")
+def test_same_results_on_openmp_threads(rng):
+    """Grids on the process's OpenMP threads (what the torch.compile backend
+    chooses) compute what they compute on tilefuse's own, bit for bit: a
+    GEMM's slabs and a kernel's programs do not depend on the team."""
+    x = rng.standard_normal((300, 257)).astype(np.float32)
+    w = rng.standard_normal((257, 129)).astype(np.float32)
+    fn = tilefuse.compile(lambda x, w: (F.softmax(x @ w, -1) * 2.0).sum(0), x, w, device="cpu")
+    core = tilefuse._core
+    try:
+        outs = []
+        for team in ("own", "openmp", "own"):
+            assert core.cpu_thread_team(team) == team
+            outs.append(fn(x, w))
+    finally:
+        core.cpu_thread_team("own")
+    assert np.array_equal(outs[0], outs[1]) and np.array_equal(outs[0], outs[2])
+    assert_compiled_close(outs[1], fn.graph.interpret(x, w), "softmax(x @ w) on OpenMP threads")
+
+
+@pytest.mark.skipif(_team_pinned(), reason="TILEFUSE_THREAD_POOL fixes the team")
+def test_cpu_thread_team_is_chosen_by_name():
+    for module in (tilefuse._core, tilefuse._runtime):
+        assert module.cpu_thread_team("own") == "own"
+        assert module.cpu_thread_team("openmp") == ("openmp" if module.cpu_openmp else "own")
+        with pytest.raises(tilefuse.CompileError, match=r"'own' or 'openmp', not 'omp'"):
+            module.cpu_thread_team("omp")
+        assert module.cpu_thread_team("own") == "own"
+
+
+def test_thread_pool_environment_value_it_does_not_know_is_said():
+    code = ("import numpy as np, tilefuse\nx = np.ones(4, np.float32)\n"
+            "assert (tilefuse.compile(lambda x: x * 2, x, device='cpu')(x) == 2).all()")
+    env = dict(os.environ, TILEFUSE_THREAD_POOL="omp")
+    run = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    assert "TILEFUSE_THREAD_POOL=omp ignored: it takes 'own' or 'openmp'" in run.stderr, run.stderr
+
+
 # ---------------------------------------------------------------------------
 # Errors
 # ---------------------------------------------------------------------------

@@ -54,15 +54,12 @@ _REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__
 
 @pytest.fixture(autouse=True)
 def fresh_backend():
-    """Every test starts with empty backend stats and no Dynamo caches; the
-    CPU thread team the backend chose (OpenMP's) goes back to tilefuse's own
-    for the tests after."""
+    """Every test starts with empty backend stats and no Dynamo caches."""
     torch._dynamo.reset()
     stats.reset()
     yield
     torch._dynamo.reset()
     stats.reset()
-    _core.cpu_thread_team("own")
 
 
 # ---------------------------------------------------------------------------
@@ -197,9 +194,9 @@ def test_torch_compile_trains_like_eager(name, caplog):
                        dict(eager.named_parameters()), start)
     assert stats.graphs == 1 and stats.recompiles == 0, f"{name}: {stats}"
     # The backend's graphs ran on the process's OpenMP threads (PyTorch's).
-    pinned = os.environ.get("TILEFUSE_THREAD_POOL") in ("own", "openmp")
-    if _core.cpu_openmp and not pinned:
+    if _core.cpu_openmp and "TILEFUSE_THREAD_POOL" not in os.environ:
         assert _core.cpu_thread_team() == "openmp", name
+        assert tilefuse._runtime.cpu_thread_team() == "openmp", name
     if name != "cumprod":
         assert stats.compiled == 2 and stats.partitioned == 0 and stats.eager == 0 \
             and not stats.unsupported, f"{name}: expected forward and backward compiled " \
@@ -443,19 +440,6 @@ def test_from_torch_bad_input():
 # 6. explain()
 # ---------------------------------------------------------------------------
 
-def test_cpu_thread_team_choice():
-    """The CPU team is chosen by name (unless TILEFUSE_THREAD_POOL fixed
-    it); a wrong name says what is allowed."""
-    pinned = os.environ.get("TILEFUSE_THREAD_POOL")
-    own = pinned if pinned in ("own", "openmp") else "own"
-    assert _core.cpu_thread_team("own") == own
-    if _core.cpu_openmp and own == "own":
-        assert _core.cpu_thread_team("openmp") == "openmp"
-    with pytest.raises(tilefuse.CompileError, match=r"'own' or 'openmp', not 'omp'"):
-        _core.cpu_thread_team("omp")
-    assert _core.cpu_thread_team("own") == own
-
-
 def test_backend_leaves_graphs_off_the_cpu_to_pytorch(caplog):
     """The backend reads and returns tensors through host memory: a graph of
     tensors on another device (here meta, as CUDA on a GPU machine) runs in
@@ -471,6 +455,8 @@ def test_backend_leaves_graphs_off_the_cpu_to_pytorch(caplog):
     assert y.device.type == "meta" and tuple(y.shape) == (2, 3)
     assert model.weight.grad.device.type == "meta"
     assert stats.off_cpu == {"meta": 2} and stats.compiled == 0 and stats.eager == 2, stats
+    if "TILEFUSE_THREAD_POOL" not in os.environ:  # no CPU graph: the threads stay as they were
+        assert _core.cpu_thread_team() == "own"
     said = [r.getMessage() for r in caplog.records if "meta tensors" in r.getMessage()]
     assert said == ["tilefuse: a graph of meta tensors runs in PyTorch: the torch.compile "
                     "backend compiles graphs of CPU tensors only"], said

@@ -124,16 +124,18 @@ TEST(ThreadPool, RangesPerThreadAndTheirLeastSize) {
 }
 
 // On the OpenMP team, grids split into the same ranges, each run once, on
-// more than one thread; switching teams back and forth between grids is
-// safe.
+// OpenMP's threads: none of the pool's own workers takes a range (the
+// caller takes part on both teams). Switching teams between grids and
+// grids from several callers at once are safe.
 TEST(ThreadPool, OpenMPTeamRunsEveryRangeOnce) {
   if (!ThreadPool::hasOpenMP())
     GTEST_SKIP() << "this build has no OpenMP: grids run on the pool's own threads only";
+  if (std::getenv("TILEFUSE_THREAD_POOL"))
+    GTEST_SKIP() << "TILEFUSE_THREAD_POOL fixes the team";
+  using Team = ThreadPool::Team;
   ThreadPool pool(3);
-  ASSERT_EQ(pool.setTeam(ThreadPool::Team::OpenMP), ThreadPool::Team::OpenMP);
-  for (int round = 0; round < 20; ++round) {
-    if (round % 5 == 4)
-      pool.setTeam(round % 10 == 4 ? ThreadPool::Team::Own : ThreadPool::Team::OpenMP);
+  // Ranges long enough that every thread of a team claims one.
+  auto grid = [&](int round) {
     std::vector<std::atomic<int>> hits(1000);
     std::mutex m;
     std::set<std::thread::id> threads;
@@ -141,18 +143,39 @@ TEST(ThreadPool, OpenMPTeamRunsEveryRangeOnce) {
     pool.parallelFor(1000, 1, [&](int64_t b, int64_t e) {
       for (int64_t i = b; i < e; ++i)
         hits[size_t(i)].fetch_add(1);
-      // Long enough that every thread of the team claims a range.
       std::this_thread::sleep_for(std::chrono::milliseconds(2));
       std::lock_guard<std::mutex> lock(m);
       threads.insert(std::this_thread::get_id());
       ++ranges;
     });
     for (size_t i = 0; i < hits.size(); ++i)
-      ASSERT_EQ(hits[i].load(), 1) << "index " << i << ", round " << round;
-    EXPECT_EQ(ranges, 12) << "3 threads, 4 ranges each; round " << round;
+      EXPECT_EQ(hits[i].load(), 1) << "index " << i << ", round " << round;
+    EXPECT_EQ(ranges, 4 * int(pool.threadsPerGrid())) << "4 ranges a thread; round " << round;
     EXPECT_GT(threads.size(), 1u) << "round " << round;
+    threads.erase(std::this_thread::get_id());
+    return threads;
+  };
+  // Every fourth round on the own team (its workers, still there), the
+  // others on OpenMP's: the two sets of threads (the caller aside) never meet.
+  std::set<std::thread::id> own, openMP;
+  for (int round = 0; round < 12; ++round) {
+    Team team = round % 4 == 0 ? Team::Own : Team::OpenMP;
+    ASSERT_EQ(pool.setTeam(team), team);
+    if (team == Team::Own)
+      EXPECT_EQ(pool.threadsPerGrid(), 3u);
+    (team == Team::Own ? own : openMP).merge(grid(round));
   }
-  EXPECT_EQ(pool.setTeam(ThreadPool::Team::Own), ThreadPool::Team::Own);
+  EXPECT_FALSE(own.empty());
+  EXPECT_FALSE(openMP.empty());
+  for (std::thread::id t : openMP)
+    EXPECT_EQ(own.count(t), 0u) << "a thread ran ranges on both teams";
+  // Several callers at once: each grid still runs every range once.
+  std::vector<std::thread> callers;
+  for (int c = 0; c < 3; ++c)
+    callers.emplace_back([&, c] { grid(100 + c); });
+  for (std::thread &t : callers)
+    t.join();
+  EXPECT_EQ(pool.setTeam(Team::Own), Team::Own);
 }
 
 // Back-to-back grids (workers spinning), grids after the workers went to
