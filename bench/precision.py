@@ -44,8 +44,8 @@ bf16 and tilefuse bf16 from the same parameters moved by an f32 ulp or
 two (each f32 parameter element times 1 +- 2^-23, signs drawn from the seed),
 and PyTorch bf16 with one intra-op thread instead of the process's
 (its GEMMs then block and sum in another order). Each is compared with its
-unperturbed twin; f32 runs from the moved parameters show the same
-perturbation stays near 1e-5 without bf16 roundoff.
+unperturbed twin; f32 runs from the moved parameters show how far the
+same perturbation goes without bf16 roundoff.
 """
 import argparse
 import os

@@ -10,6 +10,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "runtime/CpuDnnl.h"
+#include "runtime/ThreadPool.h"
 
 #ifdef TILEFUSE_HAVE_DNNL_HEADERS
 #include <oneapi/dnnl/dnnl.h>
@@ -19,6 +20,8 @@
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <new>
+#include <optional>
 #include <tuple>
 #include <vector>
 
@@ -91,8 +94,10 @@ struct Dnnl {
   dnnl_status_t (*attrSetFpmathMode)(dnnl_primitive_attr_t, int) = nullptr;
 
   static Dnnl &get() {
-    static Dnnl d;
-    return d;
+    // Never destroyed: threads' SlabThread destructors may run after
+    // static destruction began.
+    static Dnnl *d = new Dnnl;
+    return *d;
   }
 
   Dnnl() {
@@ -221,6 +226,13 @@ struct Dnnl {
   }
 };
 
+/// This thread's OpenMP team at one thread while it lives.
+struct TeamOfOne {
+  Dnnl &d;
+  int before;
+  explicit TeamOfOne(Dnnl &d) : d(d), before(d.ompGetMaxThreads()) { d.ompSetNumThreads(1); }
+  ~TeamOfOne() { d.ompSetNumThreads(before); }
+};
 } // namespace
 
 bool tilefuse::cpu::dnnlGemm(const Step &s, DType dtype, const void *a, const void *b,
@@ -228,6 +240,10 @@ bool tilefuse::cpu::dnnlGemm(const Step &s, DType dtype, const void *a, const vo
   Dnnl &d = Dnnl::get();
   if (!d.engine || dtype != DType::BF16)
     return false;
+  // oneDNN's own OpenMP team cannot start in a forked child.
+  std::optional<TeamOfOne> alone;
+  if (ThreadPool::forked())
+    alone.emplace(d);
   std::lock_guard<std::mutex> lock(d.mutex);
   Dnnl::Matmul &mm = d.matmulFor(s);
   if (!mm.usable)
@@ -276,13 +292,6 @@ struct SlabThread {
   }
 };
 
-/// This thread's OpenMP team at one thread while it lives.
-struct TeamOfOne {
-  Dnnl &d;
-  int before;
-  explicit TeamOfOne(Dnnl &d) : d(d), before(d.ompGetMaxThreads()) { d.ompSetNumThreads(1); }
-  ~TeamOfOne() { d.ompSetNumThreads(before); }
-};
 } // namespace
 
 bool tilefuse::cpu::dnnlSgemmSlab(bool transA, bool transB, int64_t rows, int64_t n, int64_t k,
@@ -292,7 +301,9 @@ bool tilefuse::cpu::dnnlSgemmSlab(bool transA, bool transB, int64_t rows, int64_
   if (!d.engine || !d.f32 || rows <= 0 || n <= 0 || k <= 0)
     return false;
   TeamOfOne team(d);
-  {
+  // A slab runs on a pool thread, where an exception would end the process:
+  // running out of memory for this thread's handles leaves it to the BLAS.
+  try {
     Dnnl::SlabMatmul *mm;
     {
       std::lock_guard<std::mutex> lock(d.mutex);
@@ -330,6 +341,8 @@ bool tilefuse::cpu::dnnlSgemmSlab(bool transA, bool transB, int64_t rows, int64_
       return false;
     d.f32Slabs.fetch_add(1, std::memory_order_relaxed);
     return true;
+  } catch (const std::bad_alloc &) {
+    return false;
   }
 }
 

@@ -12,6 +12,9 @@
 #endif
 #ifdef _OPENMP
 #include <omp.h>
+#endif
+#ifdef __unix__
+#include <link.h>
 #include <pthread.h>
 #endif
 
@@ -30,8 +33,41 @@ inline uint64_t generationOf(uint64_t c) { return c >> kGenerationShift; }
 inline int64_t partsOf(uint64_t c) { return int64_t((c >> kRangeBits) & kRangeMask); }
 inline int64_t nextOf(uint64_t c) { return int64_t(c & kRangeMask); }
 
-/// Set in a child process after fork (see the constructor).
+/// Set in a child process after fork. libgomp cannot start a team in a
+/// child forked after the parent ran one, and the child has none of the
+/// parent's workers: its grids run on the caller alone. Registered when the
+/// library loads, before any team or pool exists.
 std::atomic<bool> forkedChild{false};
+#ifdef __unix__
+const int registerFork = pthread_atfork(nullptr, nullptr, [] { forkedChild = true; });
+#endif
+
+/// Whether this thread is running a range of a grid: a grid started there
+/// runs inline (a second lock of the call mutex would never return).
+thread_local bool inGrid = false;
+
+/// OpenMP runtimes loaded in this process (libgomp, under any name; LLVM's
+/// libomp; Intel's libiomp5): grids share threads with another library
+/// only when there is one.
+int openMPRuntimesLoaded() {
+  int count = 0;
+#ifdef __unix__
+  dl_iterate_phdr(
+      [](dl_phdr_info *info, size_t, void *data) {
+        const char *path = info->dlpi_name ? info->dlpi_name : "";
+        const char *base = std::strrchr(path, '/');
+        base = base ? base + 1 : path;
+        for (const char *name : {"libgomp", "libomp.", "libomp-", "libiomp5"})
+          if (std::strncmp(base, name, std::strlen(name)) == 0) {
+            ++*static_cast<int *>(data);
+            break;
+          }
+        return 0;
+      },
+      &count);
+#endif
+  return count;
+}
 
 /// How long an idle thread spins before it sleeps: longer than the gap
 /// between two kernels of a step, far shorter than a step of Python.
@@ -70,7 +106,8 @@ ThreadPool::ThreadPool(unsigned threads) {
   for (unsigned i = 1; i < threads; ++i)
     workers.emplace_back([this] { workerLoop(); });
   // TILEFUSE_THREAD_POOL=own|openmp fixes the team (A/B measurements).
-  if (const char *env = std::getenv("TILEFUSE_THREAD_POOL")) {
+  const char *env = std::getenv("TILEFUSE_THREAD_POOL");
+  if (env && *env) {
     bool own = std::strcmp(env, "own") == 0, omp = std::strcmp(env, "openmp") == 0;
     if (own || omp)
       teamFromEnvironment = true;
@@ -81,14 +118,9 @@ ThreadPool::ThreadPool(unsigned threads) {
                    omp ? "tilefuse's own threads" : "the team tilefuse chooses");
     openMP = omp && hasOpenMP();
   }
-#ifdef _OPENMP
-  // libgomp cannot start a team in a child forked after the parent ran
-  // one; the own pool can (its caller runs every range when no worker is
-  // left), so a forked child goes back to it.
-  static std::once_flag atFork;
-  std::call_once(atFork, [] { pthread_atfork(nullptr, nullptr, [] { forkedChild = true; }); });
-#endif
 }
+
+bool ThreadPool::forked() { return forkedChild.load(); }
 
 bool ThreadPool::hasOpenMP() {
 #ifdef _OPENMP
@@ -99,8 +131,11 @@ bool ThreadPool::hasOpenMP() {
 }
 
 ThreadPool::Team ThreadPool::setTeam(Team wanted) {
+  // OpenMP's threads are the other library's only where one runtime serves
+  // the process (a second one, under another name, would be a third set of
+  // threads).
   if (!teamFromEnvironment)
-    openMP = wanted == Team::OpenMP && hasOpenMP();
+    openMP = wanted == Team::OpenMP && hasOpenMP() && openMPRuntimesLoaded() == 1;
   return team();
 }
 
@@ -127,8 +162,11 @@ ThreadPool::~ThreadPool() {
 }
 
 ThreadPool &ThreadPool::global() {
-  static ThreadPool pool;
-  return pool;
+  // Never destroyed: joining the workers at exit would run their
+  // thread-local state's destructors (oneDNN handles) after the libraries
+  // those belong to have shut down.
+  static ThreadPool *pool = new ThreadPool;
+  return *pool;
 }
 
 void ThreadPool::runRanges(uint64_t generation) {
@@ -138,7 +176,9 @@ void ThreadPool::runRanges(uint64_t generation) {
       continue; // `c` now holds the current value
     // Claimed: the job cannot change before this range is finished.
     int64_t p = nextOf(c), n = partsOf(c);
+    inGrid = true;
     (*task)(items * p / n, items * (p + 1) / n);
+    inGrid = false;
     // The last range done wakes a caller that went to sleep waiting.
     if (finished.fetch_add(1) + 1 == n && callerSleeping.load()) {
       std::lock_guard<std::mutex> lock(sleepMutex);
@@ -182,7 +222,7 @@ void ThreadPool::parallelFor(int64_t n, int64_t minPerRange,
   int64_t count = size() <= 1 ? 1
                               : std::min<int64_t>({int64_t(size()) * kRangesPerThread, ranges,
                                                    int64_t(kRangeMask)});
-  if (count <= 1) {
+  if (count <= 1 || inGrid || forkedChild.load()) {
     fn(0, n);
     return;
   }
@@ -201,9 +241,14 @@ void ThreadPool::parallelFor(int64_t n, int64_t minPerRange,
     }
     int64_t parts = std::min<int64_t>(int64_t(teamSize) * kRangesPerThread, ranges);
     std::atomic<int64_t> next{0};
+    auto run = [&fn](int64_t begin, int64_t end) {
+      inGrid = true;
+      fn(begin, end);
+      inGrid = false;
+    };
 #pragma omp parallel num_threads(teamSize)
     for (int64_t p; (p = next.fetch_add(1)) < parts;)
-      fn(n * p / parts, n * (p + 1) / parts);
+      run(n * p / parts, n * (p + 1) / parts);
     return;
   }
 #endif

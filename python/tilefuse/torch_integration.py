@@ -597,7 +597,8 @@ def _share_openmp_threads():
     backend compiles, and its OpenMP threads spin for milliseconds after
     each, on the cores tilefuse's own workers need: tilefuse's CPU grids
     (compiled functions and loaded artifacts alike) run on those same
-    OpenMP threads from then on (runtime/ThreadPool.h)."""
+    OpenMP threads from then on (runtime/ThreadPool.h), where one OpenMP
+    runtime serves the process."""
     from . import _core, _runtime
     for module in (_core, _runtime):
         module.cpu_thread_team("openmp")
@@ -614,7 +615,11 @@ def _compile_aten_graph(gm, example_inputs, device):
         stats.eager += 1
         return _boxed(gm.forward)
     from .compiler import resolve_device
-    if resolve_device(device) == "cpu":
+    try:
+        on_cpu = resolve_device(device) == "cpu"
+    except CompileError:  # no such device here: _compile_static_graph says so
+        on_cpu = False
+    if on_cpu:
         _share_openmp_threads()
     if _has_symbolic_shapes(gm):
         return _boxed(_ShapeSpecialized(gm, device))

@@ -8,8 +8,9 @@
   test id; TILEFUSE_TEST_SEED shifts all of them) and a numpy Generator
   seeded with it. Failure messages print the seed.
 * Every test starts with CPU grids on tilefuse's own threads (the
-  torch.compile backend moves them to OpenMP's, process-wide), so what a
-  test runs on does not depend on the tests before it.
+  torch.compile backend moves them to OpenMP's, process-wide; unless
+  TILEFUSE_THREAD_POOL fixes the team), so what a test runs on does not
+  depend on the tests before it.
 """
 import atexit
 import importlib.util
@@ -65,8 +66,8 @@ def rng(seed):
 
 @pytest.fixture(autouse=True)
 def own_cpu_threads():
-    import tilefuse  # noqa: F401  (the extension modules below come with it)
-    from tilefuse import _core, _runtime
-    for module in (_core, _runtime):
+    import tilefuse
+    modules = [tilefuse._runtime] + ([tilefuse._core] if tilefuse.HAVE_COMPILER else [])
+    for module in modules:
         module.cpu_thread_team("own")
     yield

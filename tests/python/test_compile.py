@@ -9,6 +9,7 @@ fusion_checks.COMPILED_TOLERANCES (1e-4 relative to max(1, max |want|) plus
 import os
 import subprocess
 import sys
+import textwrap
 
 import numpy as np
 import pytest
@@ -201,6 +202,29 @@ def test_same_results_on_openmp_threads(rng):
         core.cpu_thread_team("own")
     assert np.array_equal(outs[0], outs[1]) and np.array_equal(outs[0], outs[2])
     assert_compiled_close(outs[1], fn.graph.interpret(x, w), "softmax(x @ w) on OpenMP threads")
+
+
+@pytest.mark.skipif(not tilefuse._core.cpu_openmp or _team_pinned(),
+                    reason="this build has no OpenMP team, or TILEFUSE_THREAD_POOL fixes it")
+def test_forked_child_runs_grids_after_the_parent_ran_openmp_teams(tmp_path):
+    """libgomp cannot start a team in a child forked after the parent ran
+    one: the child's grids run on its calling thread, with the same results."""
+    code = textwrap.dedent("""
+        import os, sys, numpy as np, tilefuse, tilefuse.functional as F
+        x = np.random.default_rng(0).standard_normal((600, 513)).astype(np.float32)
+        w = np.random.default_rng(1).standard_normal((513, 257)).astype(np.float32)
+        fn = tilefuse.compile(lambda x, w: F.softmax(x @ w, -1), x, w, device="cpu")
+        assert tilefuse._core.cpu_thread_team("openmp") == "openmp"
+        want = fn(x, w)
+        pid = os.fork()
+        if pid == 0:
+            ok = np.array_equal(fn(x, w), want)
+            os._exit(0 if ok else 3)
+        _, status = os.waitpid(pid, 0)
+        sys.exit(os.waitstatus_to_exitcode(status))
+        """)
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, (run.returncode, run.stderr)
 
 
 @pytest.mark.skipif(_team_pinned(), reason="TILEFUSE_THREAD_POOL fixes the team")

@@ -49,6 +49,7 @@ def test_nothing_of_llvm_or_mlir_is_included_or_linked(runtime_build):
         ldd = subprocess.run(["ldd", str(binary)], capture_output=True, text=True).stdout
         assert "libMLIR" not in ldd and "libLLVM" not in ldd, ldd
         assert "libcuda" not in ldd and "libcublas" not in ldd, ldd  # loaded at run time
+        assert "libgomp" not in ldd, ldd  # its threads are its own
     assert not list((runtime_build / "python" / "tilefuse").glob("_core*.so"))
 
 

@@ -434,6 +434,10 @@ def test_from_torch_bad_input():
                             device="cpu")
     with pytest.raises(tilefuse.CompileError, match=r"example input 0 is a tensor on the meta"):
         tilefuse.from_torch(model, (x.to("meta"), y), optim.AdamW(lr=LR), device="cpu")
+    masked = Z.MLPClassifier()  # a buffer outside the state_dict (persistent=False)
+    masked.register_buffer("mask", torch.empty(10, device="meta"), persistent=False)
+    with pytest.raises(tilefuse.CompileError, match=r"mask is a tensor on the meta device"):
+        tilefuse.from_torch(masked, (x, y), optim.AdamW(lr=LR), device="cpu")
 
 
 # ---------------------------------------------------------------------------

@@ -134,19 +134,35 @@ TEST(ThreadPool, OpenMPTeamRunsEveryRangeOnce) {
     GTEST_SKIP() << "TILEFUSE_THREAD_POOL fixes the team";
   using Team = ThreadPool::Team;
   ThreadPool pool(3);
+  pool.setTeam(Team::OpenMP);
+  if (pool.team() != Team::OpenMP || pool.threadsPerGrid() < 2)
+    GTEST_SKIP() << "no OpenMP team of two threads here (OMP_NUM_THREADS=1, one CPU, or "
+                    "several OpenMP runtimes loaded)";
+  std::atomic<int> active{0}, mostActive{0};
   // Ranges long enough that every thread of a team claims one.
   auto grid = [&](int round) {
     std::vector<std::atomic<int>> hits(1000);
     std::mutex m;
     std::set<std::thread::id> threads;
     int ranges = 0;
+    int inside = 0; // ranges of this grid running now
     pool.parallelFor(1000, 1, [&](int64_t b, int64_t e) {
+      {
+        std::lock_guard<std::mutex> lock(m);
+        if (inside++ == 0) { // the grid's first range running: one grid more
+          int now = active.fetch_add(1) + 1;
+          for (int seen = mostActive.load(); now > seen && !mostActive.compare_exchange_weak(seen, now);)
+            ;
+        }
+      }
       for (int64_t i = b; i < e; ++i)
         hits[size_t(i)].fetch_add(1);
       std::this_thread::sleep_for(std::chrono::milliseconds(2));
       std::lock_guard<std::mutex> lock(m);
       threads.insert(std::this_thread::get_id());
       ++ranges;
+      if (--inside == 0)
+        active.fetch_sub(1);
     });
     for (size_t i = 0; i < hits.size(); ++i)
       EXPECT_EQ(hits[i].load(), 1) << "index " << i << ", round " << round;
@@ -169,12 +185,15 @@ TEST(ThreadPool, OpenMPTeamRunsEveryRangeOnce) {
   EXPECT_FALSE(openMP.empty());
   for (std::thread::id t : openMP)
     EXPECT_EQ(own.count(t), 0u) << "a thread ran ranges on both teams";
-  // Several callers at once: each grid still runs every range once.
+  // Several callers at once: each grid still runs every range once, one
+  // grid at a time.
+  ASSERT_EQ(pool.setTeam(Team::OpenMP), Team::OpenMP);
   std::vector<std::thread> callers;
   for (int c = 0; c < 3; ++c)
     callers.emplace_back([&, c] { grid(100 + c); });
   for (std::thread &t : callers)
     t.join();
+  EXPECT_EQ(mostActive.load(), 1) << "grids of one pool overlapped";
   EXPECT_EQ(pool.setTeam(Team::Own), Team::Own);
 }
 
