@@ -21,7 +21,6 @@
 #include <map>
 #include <mutex>
 #include <new>
-#include <optional>
 #include <tuple>
 #include <vector>
 
@@ -48,8 +47,6 @@ struct Dnnl {
   decltype(&dnnl_primitive_execute) primitiveExecute = nullptr;
   decltype(&dnnl_memory_create) memoryCreate = nullptr;
   decltype(&dnnl_memory_set_data_handle) memorySetDataHandle = nullptr;
-  decltype(&dnnl_memory_destroy) memoryDestroy = nullptr;
-  decltype(&dnnl_stream_destroy) streamDestroy = nullptr;
   decltype(&dnnl_primitive_attr_create) attrCreate = nullptr;
   decltype(&dnnl_primitive_attr_destroy) attrDestroy = nullptr;
   decltype(&dnnl_primitive_attr_set_scratchpad_mode) attrSetScratchpadMode = nullptr;
@@ -94,8 +91,8 @@ struct Dnnl {
   dnnl_status_t (*attrSetFpmathMode)(dnnl_primitive_attr_t, int) = nullptr;
 
   static Dnnl &get() {
-    // Never destroyed: threads' SlabThread destructors may run after
-    // static destruction began.
+    // Never destroyed: pool threads may still run slabs while the process
+    // exits.
     static Dnnl *d = new Dnnl;
     return *d;
   }
@@ -128,8 +125,6 @@ struct Dnnl {
     sym(primitiveExecute, "dnnl_primitive_execute");
     sym(memoryCreate, "dnnl_memory_create");
     sym(memorySetDataHandle, "dnnl_memory_set_data_handle");
-    sym(memoryDestroy, "dnnl_memory_destroy");
-    sym(streamDestroy, "dnnl_stream_destroy");
     sym(attrCreate, "dnnl_primitive_attr_create");
     sym(attrDestroy, "dnnl_primitive_attr_destroy");
     sym(attrSetScratchpadMode, "dnnl_primitive_attr_set_scratchpad_mode");
@@ -240,10 +235,11 @@ bool tilefuse::cpu::dnnlGemm(const Step &s, DType dtype, const void *a, const vo
   Dnnl &d = Dnnl::get();
   if (!d.engine || dtype != DType::BF16)
     return false;
-  // oneDNN's own OpenMP team cannot start in a forked child.
-  std::optional<TeamOfOne> alone;
+  // oneDNN's bf16 matmuls keep the thread count they were made with, and
+  // an OpenMP team cannot start in a child forked after the parent ran one:
+  // there the GEMM takes the f32 path.
   if (ThreadPool::forked())
-    alone.emplace(d);
+    return false;
   std::lock_guard<std::mutex> lock(d.mutex);
   Dnnl::Matmul &mm = d.matmulFor(s);
   if (!mm.usable)
@@ -279,17 +275,10 @@ struct SlabThread {
     bool ready = false;
   };
   std::map<const void *, Memories> memories;
-  // Released when the thread ends: OpenMP teams come and go with the
-  // threads that start them.
-  ~SlabThread() {
-    Dnnl &d = Dnnl::get();
-    for (auto &entry : memories)
-      for (dnnl_memory_t m : {entry.second.a, entry.second.b, entry.second.c, entry.second.scratch})
-        if (m)
-          d.memoryDestroy(m);
-    if (stream)
-      d.streamDestroy(stream);
-  }
+  // The oneDNN handles are not destroyed when the thread ends: a thread of
+  // an OpenMP team can end while the process exits and oneDNN shuts down.
+  // A thread that ends leaves its stream and memories (a few small objects
+  // per slab shape).
 };
 
 } // namespace

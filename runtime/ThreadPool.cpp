@@ -15,6 +15,8 @@
 #endif
 #ifdef __unix__
 #include <link.h>
+#endif
+#if defined(__unix__) || defined(__APPLE__)
 #include <pthread.h>
 #endif
 
@@ -33,18 +35,28 @@ inline uint64_t generationOf(uint64_t c) { return c >> kGenerationShift; }
 inline int64_t partsOf(uint64_t c) { return int64_t((c >> kRangeBits) & kRangeMask); }
 inline int64_t nextOf(uint64_t c) { return int64_t(c & kRangeMask); }
 
-/// Set in a child process after fork. libgomp cannot start a team in a
-/// child forked after the parent ran one, and the child has none of the
-/// parent's workers: its grids run on the caller alone. Registered when the
-/// library loads, before any team or pool exists.
+/// Whether this process started grid threads (a pool's workers, an OpenMP
+/// team), and whether it is a child forked after that: libgomp cannot start
+/// a team in such a child, and the parent's workers do not exist there, so
+/// its grids run on the caller alone. A child of a process that started
+/// none makes its own pool as usual. Registered when the library loads.
+std::atomic<bool> threadsStarted{false};
 std::atomic<bool> forkedChild{false};
-#ifdef __unix__
-const int registerFork = pthread_atfork(nullptr, nullptr, [] { forkedChild = true; });
+#if defined(__unix__) || defined(__APPLE__)
+const int registerFork =
+    pthread_atfork(nullptr, nullptr, [] { forkedChild = threadsStarted.load(); });
 #endif
 
 /// Whether this thread is running a range of a grid: a grid started there
 /// runs inline (a second lock of the call mutex would never return).
 thread_local bool inGrid = false;
+
+/// Marks this thread as running a range while it lives.
+struct InGrid {
+  bool before = inGrid;
+  InGrid() { inGrid = true; }
+  ~InGrid() { inGrid = before; }
+};
 
 /// OpenMP runtimes loaded in this process (libgomp, under any name; LLVM's
 /// libomp; Intel's libiomp5): grids share threads with another library
@@ -57,6 +69,8 @@ int openMPRuntimesLoaded() {
         const char *path = info->dlpi_name ? info->dlpi_name : "";
         const char *base = std::strrchr(path, '/');
         base = base ? base + 1 : path;
+        if (std::strncmp(base, "libgomp-plugin", 14) == 0) // offload plugins, not runtimes
+          return 0;
         for (const char *name : {"libgomp", "libomp.", "libomp-", "libiomp5"})
           if (std::strncmp(base, name, std::strlen(name)) == 0) {
             ++*static_cast<int *>(data);
@@ -105,6 +119,8 @@ ThreadPool::ThreadPool(unsigned threads) {
   threads = std::min<unsigned>(threads, unsigned(kRangeMask));
   for (unsigned i = 1; i < threads; ++i)
     workers.emplace_back([this] { workerLoop(); });
+  if (!workers.empty())
+    threadsStarted = true;
   // TILEFUSE_THREAD_POOL=own|openmp fixes the team (A/B measurements).
   const char *env = std::getenv("TILEFUSE_THREAD_POOL");
   if (env && *env) {
@@ -140,6 +156,8 @@ ThreadPool::Team ThreadPool::setTeam(Team wanted) {
 }
 
 unsigned ThreadPool::threadsPerGrid() const {
+  if (inGrid || forkedChild.load())
+    return 1;
 #ifdef _OPENMP
   if (team() == Team::OpenMP)
     return unsigned(std::max(1, std::min(int(size()), omp_get_max_threads())));
@@ -176,9 +194,10 @@ void ThreadPool::runRanges(uint64_t generation) {
       continue; // `c` now holds the current value
     // Claimed: the job cannot change before this range is finished.
     int64_t p = nextOf(c), n = partsOf(c);
-    inGrid = true;
-    (*task)(items * p / n, items * (p + 1) / n);
-    inGrid = false;
+    {
+      InGrid scope;
+      (*task)(items * p / n, items * (p + 1) / n);
+    }
     // The last range done wakes a caller that went to sleep waiting.
     if (finished.fetch_add(1) + 1 == n && callerSleeping.load()) {
       std::lock_guard<std::mutex> lock(sleepMutex);
@@ -223,6 +242,7 @@ void ThreadPool::parallelFor(int64_t n, int64_t minPerRange,
                               : std::min<int64_t>({int64_t(size()) * kRangesPerThread, ranges,
                                                    int64_t(kRangeMask)});
   if (count <= 1 || inGrid || forkedChild.load()) {
+    InGrid scope;
     fn(0, n);
     return;
   }
@@ -236,15 +256,16 @@ void ThreadPool::parallelFor(int64_t n, int64_t minPerRange,
     // The region's end is the wait for every range.
     int teamSize = int(threadsPerGrid());
     if (teamSize == 1) {
+      InGrid scope;
       fn(0, n);
       return;
     }
     int64_t parts = std::min<int64_t>(int64_t(teamSize) * kRangesPerThread, ranges);
     std::atomic<int64_t> next{0};
+    threadsStarted = true;
     auto run = [&fn](int64_t begin, int64_t end) {
-      inGrid = true;
+      InGrid scope;
       fn(begin, end);
-      inGrid = false;
     };
 #pragma omp parallel num_threads(teamSize)
     for (int64_t p; (p = next.fetch_add(1)) < parts;)

@@ -49,7 +49,9 @@ public:
   /// Chooses the team; returns the one in force, which stays as it was
   /// where TILEFUSE_THREAD_POOL (own | openmp) chose it. OpenMP is refused
   /// (Own) where the build has no OpenMP or the process has loaded more
-  /// than one OpenMP runtime (their threads would not be shared).
+  /// than one OpenMP runtime (their threads would not be shared; counted on
+  /// Linux only: elsewhere OpenMP is refused). TILEFUSE_THREAD_POOL=openmp
+  /// skips that count.
   Team setTeam(Team wanted);
   Team team() const;
   /// The threads (the caller's included) a grid started on this thread
@@ -57,15 +59,16 @@ public:
   unsigned threadsPerGrid() const;
   /// Whether this build can run grids on OpenMP threads.
   static bool hasOpenMP();
-  /// Whether this process is a child forked from one that loaded tilefuse
-  /// (libgomp cannot start a team there).
+  /// Whether this process is a child forked after its parent started grid
+  /// threads (libgomp cannot start a team there).
   static bool forked();
   /// Calls fn(begin, end) over a partition of [0, n) and waits for all.
   /// Ranges hold at least `minPerRange` items (tiny grids stay on one
   /// thread); there are up to four per thread, claimed as threads get free.
   /// `fn` must not throw: it runs on other threads (and in an OpenMP
   /// region), where an exception ends the process. A grid started inside
-  /// `fn`, or in a forked child, runs on the calling thread alone.
+  /// `fn`, or in a child forked after this process started grid threads,
+  /// runs on the calling thread alone.
   void parallelFor(int64_t n, int64_t minPerRange,
                    const std::function<void(int64_t, int64_t)> &fn);
 

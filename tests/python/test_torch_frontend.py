@@ -444,6 +444,22 @@ def test_from_torch_bad_input():
 # 6. explain()
 # ---------------------------------------------------------------------------
 
+@pytest.mark.skipif(_core.cuda_devices()[0] > 0, reason="a GPU is here: device='cuda' compiles")
+def test_backend_for_a_device_not_here_leaves_graphs_to_pytorch(caplog):
+    """The backend asked for a device this machine lacks logs why and lets
+    PyTorch run the graphs, with eager's results."""
+    import functools
+    model, eager = twins(Z.MLPClassifier)
+    x, y = Z.MLPClassifier.make_inputs(0)
+    backend = functools.partial(tilefuse.torch_integration.tilefuse_backend, device="cuda")
+    with caplog.at_level(logging.WARNING, logger="tilefuse"):
+        loss = torch.compile(model, backend=backend)(x, y)
+    check_loss("mlp, device='cuda' without a GPU", 0, loss.item(), eager(x, y).item())
+    assert stats.compiled == 0 and stats.eager == 1, stats
+    assert any("could not compile a graph, it runs in PyTorch" in r.getMessage()
+               for r in caplog.records), [r.getMessage() for r in caplog.records]
+
+
 def test_backend_leaves_graphs_off_the_cpu_to_pytorch(caplog):
     """The backend reads and returns tensors through host memory: a graph of
     tensors on another device (here meta, as CUDA on a GPU machine) runs in
