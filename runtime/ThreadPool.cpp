@@ -238,10 +238,13 @@ void ThreadPool::parallelFor(int64_t n, int64_t minPerRange,
   // 2 threads, the two variants in turn in one process).
   constexpr int64_t kRangesPerThread = 4;
   int64_t ranges = std::max<int64_t>(1, n / std::max<int64_t>(1, minPerRange));
-  int64_t count = size() <= 1 ? 1
-                              : std::min<int64_t>({int64_t(size()) * kRangesPerThread, ranges,
-                                                   int64_t(kRangeMask)});
-  if (count <= 1 || inGrid || forkedChild.load()) {
+  // One thread inside a range or in a forked child; the OpenMP team's size
+  // otherwise.
+  int64_t threads = threadsPerGrid();
+  int64_t count = threads <= 1 ? 1
+                               : std::min<int64_t>({threads * kRangesPerThread, ranges,
+                                                    int64_t(kRangeMask)});
+  if (count <= 1) {
     InGrid scope;
     fn(0, n);
     return;
@@ -251,25 +254,16 @@ void ThreadPool::parallelFor(int64_t n, int64_t minPerRange,
 #ifdef _OPENMP
   if (team() == Team::OpenMP) {
     // The same claims on the process's OpenMP threads, as many as the
-    // caller's OpenMP setting allows (torch.set_num_threads sets it): a
-    // larger team would be threads beyond the ones the other library keeps.
-    // The region's end is the wait for every range.
-    int teamSize = int(threadsPerGrid());
-    if (teamSize == 1) {
-      InGrid scope;
-      fn(0, n);
-      return;
-    }
-    int64_t parts = std::min<int64_t>(int64_t(teamSize) * kRangesPerThread, ranges);
+    // caller's OpenMP setting allows (torch.set_num_threads sets it, see
+    // threadsPerGrid): a larger team would be threads beyond the ones the
+    // other library keeps. The region's end is the wait for every range.
     std::atomic<int64_t> next{0};
     threadsStarted = true;
-    auto run = [&fn](int64_t begin, int64_t end) {
+#pragma omp parallel num_threads(int(threads))
+    for (int64_t p; (p = next.fetch_add(1)) < count;) {
       InGrid scope;
-      fn(begin, end);
-    };
-#pragma omp parallel num_threads(teamSize)
-    for (int64_t p; (p = next.fetch_add(1)) < parts;)
-      run(n * p / parts, n * (p + 1) / parts);
+      fn(n * p / count, n * (p + 1) / count);
+    }
     return;
   }
 #endif

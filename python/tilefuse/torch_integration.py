@@ -690,6 +690,7 @@ def tilefuse_backend(gm, example_inputs, device="cpu"):
     kept = {getattr(torch.ops.aten, name) for name in _KEPT_WHOLE}
     decompositions = {op: fn for op, fn in core_aten_decompositions().items()
                       if getattr(op, "overloadpacket", op) not in kept}
+
     def compiler(aten_gm, inputs):
         return _compile_aten_graph(aten_gm, inputs, device)
 
