@@ -13,6 +13,7 @@ torch.compile backend then runs that part of the graph in PyTorch.
 """
 import operator
 import sys
+import weakref
 
 import numpy as np
 import torch
@@ -24,6 +25,7 @@ from ._dtypes import dtype_name
 from ._composites import floor_divide
 from ._dtypes import is_float
 from ._tracing import Tensor, _lift, cat, stack, where
+from ._tracing import _active as _active_tracers
 
 aten = torch.ops.aten
 
@@ -69,10 +71,48 @@ def _conversion(target):
 
 def is_supported(node):
     """Whether the importer converts this FX node (placeholders, outputs and
-    attributes always; calls when their target is in the table)."""
+    attributes always; calls when their target is in the table, or when
+    their value is a constant of the graph, which PyTorch computes once)."""
     if node.op != "call_function":
         return True
-    return node.target is operator.getitem or _conversion(node.target) is not None
+    return (node.target is operator.getitem or _conversion(node.target) is not None
+            or is_constant(node))
+
+
+def is_constant(node):
+    """Whether FX node `node`'s value depends on no graph input and draws no
+    random numbers (position tables built from arange, say): such a value
+    is the same at every call."""
+    if not isinstance(node, torch.fx.Node):
+        return True
+    if node in _CONSTANT:
+        return _CONSTANT[node]
+    # Iteratively, inputs first (graphs are deep: no recursion).
+    pending = [node]
+    while pending:
+        n = pending[-1]
+        if n in _CONSTANT:
+            pending.pop()
+            continue
+        if n.op == "get_attr":
+            _CONSTANT[n] = True
+        elif n.op != "call_function" or n.target in RANDOM_OPS:
+            _CONSTANT[n] = False
+        else:
+            inputs = []
+            torch.fx.node.map_arg((n.args, n.kwargs), inputs.append)
+            unknown = [i for i in inputs if i not in _CONSTANT]
+            if unknown:
+                pending.extend(unknown)
+                continue
+            _CONSTANT[n] = all(_CONSTANT[i] for i in inputs)
+        pending.pop()
+    return _CONSTANT[node]
+
+
+# is_constant's answers, per node (a node of a partition's own graph is
+# another node than the one it was copied from).
+_CONSTANT = weakref.WeakKeyDictionary()
 
 
 # ---------------------------------------------------------------------------
@@ -487,7 +527,13 @@ def _addmm(bias, a, b, beta=1, alpha=1):
 def _embedding(weight, indices, padding_idx=-1, scale_grad_by_freq=False, sparse=False):
     if scale_grad_by_freq or sparse:
         raise UnsupportedOp(aten.embedding, "scale_grad_by_freq and sparse are not supported")
-    return F.embedding(indices, weight)
+    out = F.embedding(indices, weight)
+    if padding_idx is not None and padding_idx >= 0:
+        # nn.Embedding(padding_idx=) reads the padding row but never trains
+        # it: lookups of that row carry no gradient back to the table.
+        pad = (indices != padding_idx).reshape(*indices.shape, *[1] * (out.ndim - indices.ndim))
+        out = where(pad, out, out.detach())
+    return out
 
 
 # -- reductions ---------------------------------------------------------------------
@@ -536,6 +582,22 @@ def _max_dim(x, dim, keepdim=False):
 @converts(aten.min.dim)
 def _min_dim(x, dim, keepdim=False):
     return tuple(_via_int(x, lambda v: v.min(dim, keepdim)))
+
+
+@converts(aten.any.dim, aten.any.dims, aten.any.default)
+def _any(x, dim=None, keepdim=False):
+    """Whether any element (along dim) is nonzero, as bool."""
+    dims = _dims(x, dim)
+    nonzero = (x != 0).to("i32")
+    return nonzero.amax(dims if dims is not None else tuple(range(x.ndim)), keepdim) != 0
+
+
+@converts(aten.all.dim, aten.all.dims, aten.all.default)
+def _all(x, dim=None, keepdim=False):
+    """Whether every element (along dim) is nonzero, as bool."""
+    dims = _dims(x, dim)
+    nonzero = (x != 0).to("i32")
+    return nonzero.amin(dims if dims is not None else tuple(range(x.ndim)), keepdim) != 0
 
 
 @converts(aten.cumsum)
@@ -680,6 +742,111 @@ def _gather(x, dim, index, sparse_grad=False):
     return picked.sum(dim + 1)
 
 
+# -- attention (scaled dot product) ---------------------------------------------------
+#
+# PyTorch's CPU SDPA is a forward op returning (output, logsumexp) and a
+# backward op reading both. Each converts with exactly PyTorch's outputs,
+# so either may run on either side of a partition boundary. (The math is
+# materialised: the scores of a whole row block are built.)
+
+def _kv_heads(x, heads, op):
+    """Key/value heads [.., Hk, S, E] repeated to the query's `heads`
+    (grouped-query attention: query head h reads key head h // (H / Hk))."""
+    hk = x.shape[-3]
+    if hk == heads:
+        return x
+    if heads % hk:
+        raise UnsupportedOp(op, f"{heads} query heads over {hk} key/value heads "
+                                "(the key/value heads must divide the query heads)")
+    lead, (s, e) = x.shape[:-3], x.shape[-2:]
+    return x.unsqueeze(-3).expand(*lead, hk, heads // hk, s, e).reshape(*lead, heads, s, e)
+
+
+def _kv_heads_grad(g, hk, op):
+    """The gradient of _kv_heads: each key/value head sums its group's."""
+    heads = g.shape[-3]
+    if hk == heads:
+        return g
+    lead, (s, e) = g.shape[:-3], g.shape[-2:]
+    return g.reshape(*lead, hk, heads // hk, s, e).sum(-3)
+
+
+def _attention_scores(q, k, attn_mask, is_causal, scale):
+    """q k^T * scale, masked: -inf above the diagonal when causal (the
+    diagonal aligned top-left, as PyTorch's tril), -inf where a boolean mask
+    is False, a float mask added."""
+    scale = (1.0 / float(np.sqrt(q.shape[-1]))) if scale is None else float(scale)
+    s = (q @ k.transpose(-2, -1)) * scale
+    rows, cols = s.shape[-2], s.shape[-1]
+    if is_causal:
+        keep = _Importer.current.constant(np.tril(np.ones((rows, cols), bool)), "i1")
+        s = where(keep, s, float("-inf"))
+    if attn_mask is not None:
+        s = where(attn_mask, s, float("-inf")) if attn_mask.dtype == "i1" \
+            else s + attn_mask.to(s.dtype)
+    return s, scale
+
+
+def _no_dropout(op, dropout_p):
+    if dropout_p:
+        raise UnsupportedOp(op, f"dropout_p={dropout_p} (attention dropout runs in PyTorch)")
+
+
+@converts(aten._scaled_dot_product_flash_attention_for_cpu)
+def _sdpa_flash_cpu(q, k, v, dropout_p=0.0, is_causal=False, attn_mask=None, scale=None):
+    """(output, logsumexp [B, H, L] of the scaled, masked scores)."""
+    op = aten._scaled_dot_product_flash_attention_for_cpu
+    _no_dropout(op, dropout_p)
+    heads = q.shape[-3]
+    s, _ = _attention_scores(q, _kv_heads(k, heads, op), attn_mask, is_causal, scale)
+    out = F.softmax(s, -1) @ _kv_heads(v, heads, op)
+    return out.to(q.dtype), s.logsumexp(-1).to("f32")
+
+
+@converts(aten._scaled_dot_product_flash_attention_for_cpu_backward)
+def _sdpa_flash_cpu_backward(grad_out, q, k, v, out, lse, dropout_p, is_causal,
+                             attn_mask=None, scale=None):
+    """(dq, dk, dv) from the probabilities recomputed from the saved
+    logsumexp: dv = p^T dO, ds = p * (dO v^T - rowsum(dO * O)),
+    dq = ds k * scale, dk = ds^T q * scale."""
+    op = aten._scaled_dot_product_flash_attention_for_cpu_backward
+    _no_dropout(op, dropout_p)
+    heads, hk = q.shape[-3], k.shape[-3]
+    kx, vx = _kv_heads(k, heads, op), _kv_heads(v, heads, op)
+    s, scale = _attention_scores(q, kx, attn_mask, is_causal, scale)
+    p = (s - lse.to(s.dtype).unsqueeze(-1)).exp()
+    dv = p.transpose(-2, -1) @ grad_out
+    delta = (grad_out * out).sum(-1, keepdim=True)
+    ds = p * (grad_out @ vx.transpose(-2, -1) - delta)
+    dq = (ds @ kx) * scale
+    dk = (ds.transpose(-2, -1) @ q) * scale
+    return dq, _kv_heads_grad(dk, hk, op), _kv_heads_grad(dv, hk, op)
+
+
+@converts(aten._scaled_dot_product_attention_math)
+def _sdpa_math(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, dropout_mask=None,
+               scale=None, enable_gqa=False):
+    """(output, the attention probabilities)."""
+    op = aten._scaled_dot_product_attention_math
+    _no_dropout(op, dropout_p if dropout_mask is None else 0.0)
+    heads = q.shape[-3]
+    s, _ = _attention_scores(q, _kv_heads(k, heads, op), attn_mask, is_causal, scale)
+    p = F.softmax(s, -1)
+    if dropout_p and dropout_mask is not None:
+        p = where(dropout_mask, p * (1.0 / (1.0 - dropout_p)), 0.0)
+    return p @ _kv_heads(v, heads, op), p
+
+
+@converts(aten.scaled_dot_product_attention)
+def _sdpa(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
+          enable_gqa=False):
+    op = aten.scaled_dot_product_attention
+    _no_dropout(op, dropout_p)
+    heads = q.shape[-3]
+    s, _ = _attention_scores(q, _kv_heads(k, heads, op), attn_mask, is_causal, scale)
+    return F.softmax(s, -1) @ _kv_heads(v, heads, op)
+
+
 # ---------------------------------------------------------------------------
 # Running a graph
 # ---------------------------------------------------------------------------
@@ -693,10 +860,11 @@ class _Importer(torch.fx.Interpreter):
     # F.dropout numbers from 0 in the same graph.
     FIRST_STREAM = 1 << 20
 
-    def __init__(self, gm, tracer_like, seed=None):
+    def __init__(self, gm, tracer, seed=None):
         super().__init__(gm, garbage_collect_values=False)
-        self._like = tracer_like
+        self._tracer = tracer
         self._seed = seed
+        self._torch_values = {}
         self._stream = self.FIRST_STREAM
         order = {n: i for i, n in enumerate(gm.graph.nodes)}
         self._order = order
@@ -706,17 +874,46 @@ class _Importer(torch.fx.Interpreter):
         if self._seed is None:
             raise UnsupportedOp("random numbers (rand, bernoulli, dropout)",
                                 "the graph has no seed input")
-        seed = self._seed if isinstance(self._seed, Tensor) else _lift(self._like._tracer,
+        seed = self._seed if isinstance(self._seed, Tensor) else _lift(self._tracer,
                                                                        np.int64(self._seed))
         self._stream += 1
-        t = self._like._tracer
+        t = self._tracer
         return Tensor(t, t.random_uniform(seed._id, dtype_name(dtype), list(shape),
                                           self._stream))
 
     def constant(self, value, dtype):
         """`value` (numpy) as a constant of the graph, of tilefuse dtype `dtype`."""
-        c = _lift(self._like._tracer, np.asarray(value))
+        c = _lift(self._tracer, np.asarray(value))
         return c if c.dtype == dtype_name(dtype) else c.to(dtype)
+
+    def torch_value(self, node):
+        """The value of constant node `node` (is_constant), computed by
+        PyTorch (once per node)."""
+        if not isinstance(node, torch.fx.Node):
+            return node
+        if node not in self._torch_values:
+            if node.op == "get_attr":
+                value = self.fetch_attr(node.target)
+            else:
+                args, kwargs = torch.fx.node.map_arg((node.args, node.kwargs), self.torch_value)
+                with torch.no_grad():
+                    value = node.target(*args, **kwargs)
+            self._torch_values[node] = value
+        return self._torch_values[node]
+
+    def _folded(self, n):
+        """Constant node `n`, which the table does not convert, as
+        tilefuse constants of the values PyTorch computes for it."""
+        def convert(v):
+            if isinstance(v, torch.Tensor):
+                t = v.detach().cpu()
+                name = torch_dtype_name(t.dtype)
+                return self.constant((t.float() if t.dtype == torch.bfloat16 else t).numpy(),
+                                     name)
+            if isinstance(v, (list, tuple)):
+                return type(v)(convert(x) for x in v)
+            return v
+        return convert(self.torch_value(n))
 
     def run_node(self, n):
         if n.op == "call_function" and n.target in IN_PLACE and n.args:
@@ -730,7 +927,11 @@ class _Importer(torch.fx.Interpreter):
                 raise UnsupportedOp(n.target, f"{mutated} is a view, updated in place",
                                     node=n.name)
         try:
-            out = super().run_node(n)
+            if (n.op == "call_function" and n.target is not operator.getitem
+                    and _conversion(n.target) is None and is_constant(n)):
+                out = self._folded(n)
+            else:
+                out = super().run_node(n)
         except UnsupportedOp as e:
             if e.node is None:
                 e.node = n.name
@@ -792,14 +993,20 @@ def _conform_one(node, out, val):
     return out if out.dtype == want else out.to(want)
 
 
+def _active_tracer():
+    return _active_tracers[-1] if _active_tracers else None
+
+
 def run_fx(gm, inputs, seed=None):
     """The outputs of FX graph `gm` run on `inputs` (traced tensors, or
     anything tilefuse lifts), as the graph's output structure. `seed` (a
     traced 0-d int64) feeds its random ops (uses_random)."""
     like = next((x for x in inputs if isinstance(x, Tensor)), None)
-    if like is None:
-        raise CompileError("an FX graph needs at least one traced tensor input")
-    importer = _Importer(gm, like, seed)
+    tracer = like._tracer if like is not None else _active_tracer()
+    if tracer is None:
+        raise CompileError("run_fx runs an FX graph inside tilefuse.trace (on traced "
+                           "tensors); call it from the traced function")
+    importer = _Importer(gm, tracer, seed)
     previous, _Importer.current = _Importer.current, importer
     try:
         return importer.run(*inputs)

@@ -464,6 +464,7 @@ class LoadedTrainStep(LoadedFunction):
         self._aliases = sorted(program.aliases, key=lambda ra: ra[1])
         self._kept = [a for _, a in self._aliases]
         self._ready = False
+        self.resumed = None
 
     @property
     def state_arguments(self):
@@ -500,16 +501,45 @@ class LoadedTrainStep(LoadedFunction):
         self._require_state()
         return dict(zip(self._kept_names(), self.state()))
 
+    # What a TrainStep's state_dict() holds besides the kept arguments: the
+    # caller of a loaded step passes step and lr at every call, so these are
+    # only kept (`resumed`) for it to continue from.
+    _CALLER_KEPT = ("step", "lr", "seed", "optimizer")
+
     def load_state_dict(self, state):
         """Restores the kept arguments from a state_dict() of a step loaded
-        from the same artifact (or any dict with the same names, shapes and
-        dtypes); a first call may take the place of set_state()."""
+        from the same artifact, or of the TrainStep that exported it (or any
+        dict with the same names, shapes and dtypes); a first call may take
+        the place of set_state(). A TrainStep's "step", "lr", "seed" and
+        "optimizer" entries are checked (the optimizer must be the
+        artifact's) and kept in `resumed` ({"step": int, "lr": float or
+        [float per group], "seed": int}): calls take the step number and
+        learning rate, so continue with loaded(batch, [seed,]
+        resumed["step"] + 1, resumed["lr"])."""
         names, args = self._kept_names(), self.arguments
         who = "LoadedTrainStep.load_state_dict"
-        _check_keys(state, names, who)
+        extra = [k for k in self._CALLER_KEPT if isinstance(state, Mapping) and k in state]
+        if extra and len(extra) != len(self._CALLER_KEPT):
+            missing = [k for k in self._CALLER_KEPT if k not in extra]
+            raise CompileError(f"{who}: the state dict has {_listing(extra)} but not "
+                               f"{_listing(missing)}; a TrainStep's state_dict() has all four")
+        _check_keys(state, names + extra, who)
         values = [_check_array(state, name, args[a][2], _NUMPY[args[a][1]], who)
                   for name, a in zip(names, self._kept)]
+        resumed = None
+        if extra:
+            kind = str(np.asarray(state["optimizer"]))
+            want = self.interface.get("optimizer")
+            if want is not None and kind != want:
+                raise CompileError(f"{who}: the state dict is of a {kind!r} optimizer, this "
+                                   f"step was compiled with {want!r}")
+            lr = np.asarray(state["lr"], np.float64)
+            resumed = {"step": int(np.asarray(state["step"])),
+                       "lr": float(lr) if lr.ndim == 0 else [float(v) for v in lr],
+                       "seed": int(np.asarray(state["seed"]))}
         self.set_state(values)
+        if resumed is not None:
+            self.resumed = resumed
 
     def _kept_names(self):
         names = [self.arguments[a][0] for a in self._kept]
@@ -519,8 +549,9 @@ class LoadedTrainStep(LoadedFunction):
         return names
 
     def __call__(self, *args):
-        """step(batch, [seed,] step, lr) -> loss; the batch as the dict (or
-        nesting) the step was traced with, or its leaves one by one."""
+        """step(batch, [seed,] step, lr) -> loss (a float, as TrainStep's);
+        the batch as the dict (or nesting) the step was traced with, or its
+        leaves one by one."""
         self._require_state()
         spec = self.interface.get("batch_spec")
         if spec is not None and args and isinstance(args[0], (dict, list, tuple)):
@@ -536,7 +567,7 @@ class LoadedTrainStep(LoadedFunction):
                                f"besides its kept state, got {len(args)}")
         rest = iter(args)
         full = [None if i in self._kept else next(rest) for i in range(n)]
-        return self._program.run(full, results=[0])[0]
+        return float(self._program.run(full, results=[0])[0])
 
     def _require_state(self):
         if not self._ready:

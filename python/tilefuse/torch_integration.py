@@ -90,8 +90,12 @@ def capture(module, example_inputs, loss_fn=None):
     with torch.no_grad():
         example = [p.detach() for p in params.values()] + list(example_inputs)
         # Functionalized: in-place updates (through views too) become
-        # plain ops, as the importer converts them.
-        gm = make_fx(torch.func.functionalize(loss, remove="mutations"))(*example)
+        # plain ops, as the importer converts them. Ops the importer has no
+        # conversion for are reduced with PyTorch's decompositions (the
+        # backend's table), the others kept whole.
+        gm = make_fx(torch.func.functionalize(loss, remove="mutations"),
+                     decomposition_table=_capture_decompositions(),
+                     record_stack_traces=True)(*example)
         out = loss(*example)
     if not isinstance(out, torch.Tensor) or out.ndim != 0 or not out.dtype.is_floating_point:
         raise CompileError(
@@ -99,6 +103,25 @@ def capture(module, example_inputs, loss_fn=None):
             f"{type(out).__name__}{list(out.shape) if isinstance(out, torch.Tensor) else ''}; "
             "pass loss_fn=lambda module, *inputs: ... for modules that return something else")
     return gm, names, buffers
+
+
+def _capture_decompositions():
+    """from_torch's decompositions: the backend's (_decompositions), for
+    the ops the importer does not convert whole."""
+    from . import aten_import
+    return {op: fn for op, fn in _decompositions().items()
+            if aten_import._conversion(op) is None}
+
+
+def _source_line(node):
+    """'File "...", line N, in f' of the user's code that made FX node
+    `node`, or None."""
+    trace = (node.meta.get("stack_trace") or "").strip().splitlines()
+    frames = [t.strip() for t in trace if t.strip().startswith("File")]
+    for frame in reversed(frames):
+        if "/torch/" not in frame and "/tilefuse/" not in frame:
+            return frame
+    return frames[-1] if frames else None
 
 
 class TorchTrainStep:
@@ -110,9 +133,16 @@ class TorchTrainStep:
     brings them back; `train_step` is the tilefuse TrainStep underneath
     (optimizer state, report(), memory_plan(), numerics_report())."""
 
-    def __init__(self, module, train_step, names):
+    def __init__(self, module, train_step, names, torch_optimizer=None):
         self.train_step = train_step
         self._names = names
+        # A torch.optim optimizer given to from_torch is followed at every
+        # step: its groups' learning rates (what LR schedulers change) are
+        # read before each call; a change to anything compiled into the
+        # step (momentum, betas, eps, weight decay) is refused.
+        self._torch_optimizer = torch_optimizer
+        self._compiled_options = (_compiled_options(torch_optimizer)
+                                  if torch_optimizer is not None else None)
         # Every state_dict key of the module -> its parameter's name (tied
         # weights share one), or None for buffers.
         torch = _torch()
@@ -125,7 +155,24 @@ class TorchTrainStep:
         self._torch = torch
 
     def __call__(self, *inputs):
+        if self._torch_optimizer is not None:
+            self._follow_torch_optimizer()
         return self.train_step(tuple(_numpy(x) for x in inputs))
+
+    def _follow_torch_optimizer(self):
+        opt = self._torch_optimizer
+        now = _compiled_options(opt)
+        if now != self._compiled_options:
+            changed = sorted({k for before, after in zip(self._compiled_options, now)
+                              for k in before if before[k] != after.get(k)}
+                             | ({"param_groups"} if len(now) != len(self._compiled_options)
+                                else set()))
+            raise CompileError(
+                f"from_torch: the torch optimizer's {', '.join(changed)} changed after the "
+                "step was compiled; only each group's lr is read at every step (LR schedulers "
+                "work), other options are compiled in: call from_torch again")
+        for group, torch_group in zip(self.train_step.param_groups, opt.param_groups):
+            group["lr"] = float(torch_group["lr"])
 
     @property
     def lr(self):
@@ -174,6 +221,19 @@ class TorchTrainStep:
 
     def memory_plan(self):
         return self.train_step.memory_plan()
+
+
+# Options of a torch optimizer's groups that the compiled step bakes in (lr
+# is an operand of the step and is read at every call).
+_BAKED_OPTIONS = ("momentum", "nesterov", "dampening", "betas", "eps", "weight_decay",
+                  "amsgrad", "maximize")
+
+
+def _compiled_options(optimizer):
+    """Per group of a torch optimizer: its options compiled into the step
+    and its parameters (by identity)."""
+    return [dict({k: g[k] for k in _BAKED_OPTIONS if k in g},
+                 params=tuple(id(p) for p in g["params"])) for g in optimizer.param_groups]
 
 
 def optimizer_from_torch(optimizer, module):
@@ -228,7 +288,10 @@ def from_torch(module, example_inputs, optimizer, loss_fn=None, device="auto", s
     `optimizer` (a tilefuse.optim optimizer) in one step; parameters and
     optimizer state stay in the runtime. Buffers are constants of the step.
     `optimizer` may also be a torch.optim SGD/Adam/AdamW over the module's
-    parameters (its param_groups kept: optimizer_from_torch). The keyword
+    parameters (its param_groups kept: optimizer_from_torch); the step then
+    reads each group's lr from it before every call, so PyTorch LR
+    schedulers (`sched.step()`) drive it, and refuses a change to any other
+    option (those are compiled in). The keyword
     arguments are compile_train_step's; with `accumulate=k` the example
     inputs are one micro-batch (what the module takes) and each call takes
     k of them stacked along a new first dimension."""
@@ -240,15 +303,37 @@ def from_torch(module, example_inputs, optimizer, loss_fn=None, device="auto", s
         raise CompileError(f"from_torch needs a torch.nn.Module, got {type(module).__name__}")
     if not isinstance(example_inputs, (tuple, list)):
         example_inputs = (example_inputs,)
+    torch_optimizer = None
     if isinstance(optimizer, torch.optim.Optimizer):
+        torch_optimizer = optimizer
         optimizer = optimizer_from_torch(optimizer, module)
     _check_values_readable(module, example_inputs)
-    gm, names, _ = capture(module, example_inputs, loss_fn)
-    unsupported = sorted({str(n.target) for n in gm.graph.nodes
-                          if not aten_import.is_supported(n)})
+    try:
+        gm, names, _ = capture(module, example_inputs, loss_fn)
+    except CompileError:
+        raise
+    except Exception as e:  # noqa: BLE001 (PyTorch's tracer failing on the inputs)
+        hint = ""
+        if accumulate != 1:
+            hint = (f"; with accumulate={accumulate} the example inputs are one micro-batch "
+                    "(what module(*inputs) takes), not the stacked inputs of a call")
+        raise CompileError(f"from_torch: capturing module(*example_inputs) failed: "
+                           f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+                           f"{hint}") from e
+    unsupported = {}
+    for n in gm.graph.nodes:
+        if not aten_import.is_supported(n):
+            unsupported.setdefault(str(n.target), []).append(_source_line(n))
     if unsupported:
-        raise CompileError(f"from_torch: tilefuse cannot convert {', '.join(unsupported)} "
-                           "(tilefuse.explain lists where they come from)")
+        rows = []
+        for op, lines in sorted(unsupported.items()):
+            where = sorted({line for line in lines if line})
+            rows.append(f"{op} x{len(lines)}" + (f" (from {'; '.join(where[:3])})"
+                                                  if where else ""))
+        raise CompileError("from_torch: tilefuse cannot convert these ops of the forward "
+                           "pass: " + ", ".join(rows) + ". torch.compile(model, "
+                           "backend=\"tilefuse\") runs such ops in PyTorch and the rest in "
+                           "tilefuse")
     params = {n: _numpy(p) for n, p in module.named_parameters() if p.requires_grad}
     if not params:
         raise CompileError("from_torch: the module has no parameter that requires a gradient")
@@ -266,7 +351,7 @@ def from_torch(module, example_inputs, optimizer, loss_fn=None, device="auto", s
     step = compile_train_step(loss, params, batch, optimizer, device=device, seed=seed,
                               memory_budget=memory_budget, precision=precision,
                               loss_scale=loss_scale, accumulate=accumulate)
-    return TorchTrainStep(module, step, names)
+    return TorchTrainStep(module, step, names, torch_optimizer)
 
 
 # ---------------------------------------------------------------------------
@@ -280,7 +365,48 @@ _log = logging.getLogger("tilefuse")
 # ATen ops whose PyTorch decompositions tilefuse does not want: it converts
 # them whole (its fused composites are faster than their pieces).
 _KEPT_WHOLE = ("nll_loss_forward", "nll_loss_backward", "_log_softmax", "_softmax",
-               "native_layer_norm", "gelu", "embedding", "embedding_dense_backward")
+               "native_layer_norm", "gelu", "embedding", "embedding_dense_backward",
+               "_scaled_dot_product_flash_attention_for_cpu",
+               "_scaled_dot_product_attention_math")
+
+# A forward op with several outputs saves some of them for a backward op of
+# its own. Its decomposition is applied to the forward graph only, the
+# backward op may stay whole (PyTorch runs it when tilefuse does not convert
+# it), and it then reads the decomposition's outputs as if they were the
+# op's: where they are not (SDPA's decomposition returns the probabilities
+# where the op returns the log-sum-exp), gradients are silently wrong. So a
+# multi-output op is decomposed only when every output of its decomposition
+# is the op's own, checked against eager for each op listed here
+# (tests/python/test_torch_decompositions.py); backward ops (outputs that
+# are all gradients, read by nothing else) may always be.
+_MULTI_OUTPUT_DECOMPOSITIONS_CHECKED = (
+    "aten::_fused_rms_norm", "aten::var_mean", "aten::var_mean.dim", "aten::std_mean",
+    "aten::std_mean.correction", "aten::std_mean.dim", "aten::aminmax",
+    "aten::log_sigmoid_forward")
+
+
+def _tensor_outputs(op):
+    schema = getattr(op, "_schema", None)
+    return 0 if schema is None else sum(1 for r in schema.returns if str(r.type) == "Tensor")
+
+
+def _decompositions():
+    """The decomposition table the backend hands to aot_autograd: PyTorch's
+    core ATen decompositions, less the ops tilefuse converts whole
+    (_KEPT_WHOLE) and the multi-output forward ops whose decompositions are
+    not known to return exactly the op's outputs."""
+    torch = _torch()
+    from torch._decomp import core_aten_decompositions
+    kept = {getattr(torch.ops.aten, name) for name in _KEPT_WHOLE}
+    table = {}
+    for op, fn in core_aten_decompositions().items():
+        if getattr(op, "overloadpacket", op) in kept:
+            continue
+        if (_tensor_outputs(op) > 1 and not op.name().endswith("_backward")
+                and op.name() not in _MULTI_OUTPUT_DECOMPOSITIONS_CHECKED):
+            continue
+        table[op] = fn
+    return table
 
 
 class _Stats:
@@ -454,6 +580,7 @@ def _split_graph(gm, device, compile=True):
     import copy
     import operator
     from . import aten_import
+    torch = _torch()
     from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
     from torch.fx.passes.operator_support import OperatorSupportBase
     original = gm
@@ -468,9 +595,11 @@ def _split_graph(gm, device, compile=True):
         return ops
 
     for _ in range(len(calls) + 1):
-        # Partitioning rewrites its module in place: each try starts afresh
-        # (node names survive the copy).
-        gm = copy.deepcopy(original)
+        # Partitioning rewrites its module in place: each try starts from a
+        # copy of the graph (node names and meta survive it) over the same
+        # attributes, never copied (a model's buffers may be meta or fake
+        # tensors, which cannot be).
+        gm = torch.fx.GraphModule(original, copy.deepcopy(original.graph))
         if not excluded:
             try:
                 return _compiled_callable(gm, device, compile), {}
@@ -491,6 +620,7 @@ def _split_graph(gm, device, compile=True):
             return (original.forward if compile else None), left_out()
         fused = partitioner.fuse_partitions(partitions)
         retry = False
+        failed = {}
         for name, sub in list(fused.named_children()):
             try:
                 run = _compiled_callable(sub, device, compile)
@@ -500,13 +630,22 @@ def _split_graph(gm, device, compile=True):
                 excluded[e.node] = e.op
                 retry = True
                 break
+            except CompileError as e:
+                # A part tilefuse cannot compile runs in PyTorch; the rest
+                # of the graph is still compiled.
+                _log.warning("tilefuse: a part of a graph runs in PyTorch: %s", e)
+                for n in sub.graph.nodes:
+                    if n.op == "call_function" and n.target is not operator.getitem:
+                        failed.setdefault(f"{n.target} (in a part that did not compile: "
+                                          f"{str(e).splitlines()[0][:200]})", []).append(n.name)
+                continue
             if compile:
                 setattr(fused, name, _Callable(run))
         if retry:
             continue
         if compile:
             fused.recompile()
-        return (fused.forward if compile else None), left_out()
+        return (fused.forward if compile else None), {**left_out(), **failed}
     raise CompileError("tilefuse: the graph did not settle into partitions")
 
 
@@ -672,13 +811,14 @@ def tilefuse_backend(gm, example_inputs, device="cpu"):
     """The torch.compile backend (`torch.compile(model, backend="tilefuse")`,
     registered as a torch_dynamo_backends entry point). Dynamo captures,
     aot_autograd makes forward and backward ATen graphs with PyTorch's
-    decompositions (except the ops in _KEPT_WHOLE, which tilefuse converts
-    whole), and tilefuse compiles each graph for `device`. An op the
+    decompositions (_decompositions: not those of the ops tilefuse converts
+    whole, nor of multi-output ops whose decompositions could pair a
+    forward with a backward it does not match), and tilefuse compiles each
+    graph for `device`. An op the
     importer cannot convert runs in PyTorch (see `stats` and the log), as
     does a graph of tensors off the CPU (CUDA, meta)."""
-    torch = _torch()
+    _torch()
     from torch._dynamo.backends.common import aot_autograd
-    from torch._decomp import core_aten_decompositions
 
     key = gm.code
     stats.graphs += 1
@@ -687,15 +827,12 @@ def tilefuse_backend(gm, example_inputs, device="cpu"):
         _log.info("tilefuse: recompiling a graph for new input shapes (%d so far)",
                   stats.recompiles)
     stats._seen_code.add(key)
-    kept = {getattr(torch.ops.aten, name) for name in _KEPT_WHOLE}
-    decompositions = {op: fn for op, fn in core_aten_decompositions().items()
-                      if getattr(op, "overloadpacket", op) not in kept}
 
     def compiler(aten_gm, inputs):
         return _compile_aten_graph(aten_gm, inputs, device)
 
     return aot_autograd(fw_compiler=compiler, bw_compiler=compiler,
-                        decompositions=decompositions)(gm, example_inputs)
+                        decompositions=_decompositions())(gm, example_inputs)
 
 
 class Explanation:
@@ -743,12 +880,8 @@ def explain(model, *inputs):
     PyTorch, with the source lines they come from."""
     torch = _torch()
     from torch._dynamo.backends.common import aot_autograd
-    from torch._decomp import core_aten_decompositions
 
     graphs = []
-    kept = {getattr(torch.ops.aten, name) for name in _KEPT_WHOLE}
-    decompositions = {op: fn for op, fn in core_aten_decompositions().items()
-                      if getattr(op, "overloadpacket", op) not in kept}
 
     def recorder(kind):
         def compiler(gm, example_inputs):
@@ -777,7 +910,7 @@ def explain(model, *inputs):
         return compiler
 
     backend = aot_autograd(fw_compiler=recorder("forward"), bw_compiler=recorder("backward"),
-                           decompositions=decompositions)
+                           decompositions=_decompositions())
     torch._dynamo.reset()
     try:
         out = torch.compile(model, backend=backend, dynamic=False)(*inputs)
