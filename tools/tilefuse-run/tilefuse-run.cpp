@@ -5,8 +5,11 @@
 //
 // Runs the artifact on the given .npy inputs (one per argument, in order),
 // or on synthetic ones (floats uniform in [-1, 1) from a fixed generator,
-// integers 0, booleans false), prints each result's dtype, shape and sum
-// and the mean time of a run, and with --save writes result<i>.npy files.
+// integers 0, booleans false; for a training step, a start a fresh
+// optimizer could have: parameters uniform in [-1, 1), optimizer state 0,
+// loss scale 65536, step 1, learning rate 1e-3), prints each result's
+// dtype, shape and sum and the mean time of a run, and with --save writes
+// result<i>.npy files.
 // CPU artifacts run on this CPU, CUDA artifacts on the first GPU (replaying
 // a CUDA graph per run unless --no-graphs).
 //
@@ -30,15 +33,80 @@ constexpr const char *kUsage =
     "usage: tilefuse-run model.tfa [--inputs=a.npy,b.npy,...] [--save=DIR] [--repeat=N] "
     "[--no-graphs] [--tf32]\n";
 
-/// Arguments of `p` drawn from a fixed generator.
+/// The arguments of a training step (a program with kept arguments) that
+/// must not be random: a start a fresh optimizer could have. Random
+/// optimizer state is not one (a negative second moment makes Adam's
+/// sqrt NaN), nor step 0 (Adam's bias correction divides by 1 - beta^0).
+/// The kept arguments are the parameters, then each optimizer state slot
+/// for every parameter in the same order, then a loss scaler's three 0-d
+/// values; the parameters are found as the shortest prefix whose
+/// shapes and dtypes the rest repeats (too short a prefix only zeroes
+/// parameters, which is still a valid start).
+std::vector<std::optional<double>> trainStepStart(const Program &p) {
+  std::vector<std::optional<double>> fixed(p.arguments.size());
+  if (p.aliases.empty())
+    return fixed;
+  std::vector<size_t> kept;
+  for (size_t a = 0; a < p.arguments.size(); ++a)
+    for (const auto &[result, argument] : p.aliases)
+      if (size_t(argument) == a) {
+        kept.push_back(a);
+        break;
+      }
+  auto info = [&](size_t a) -> const BufferInfo & { return p.buffers[p.arguments[a]]; };
+  size_t slots = kept.size();
+  if (slots >= 3 && info(kept[slots - 3]).shape.empty() && info(kept[slots - 2]).shape.empty() &&
+      info(kept[slots - 1]).shape.empty() && isFloatDType(info(kept[slots - 3]).dtype) &&
+      !isFloatDType(info(kept[slots - 2]).dtype)) {
+    fixed[kept[slots - 3]] = 65536.0; // scale; growth tracker, applied steps 0
+    fixed[kept[slots - 2]] = fixed[kept[slots - 1]] = 0.0;
+    slots -= 3;
+  }
+  size_t params = slots;
+  for (size_t n = 1; n < slots; ++n) {
+    if (slots % n)
+      continue;
+    bool repeats = true;
+    for (size_t i = n; i < slots && repeats; ++i)
+      repeats = info(kept[i]).shape == info(kept[i % n]).shape &&
+                info(kept[i]).dtype == info(kept[i % n]).dtype;
+    if (repeats) {
+      params = n;
+      break;
+    }
+  }
+  for (size_t i = params; i < slots; ++i)
+    fixed[kept[i]] = 0.0;
+  // After the batch: [seed,] step (0-d integers), then a learning rate per
+  // parameter group (0-d f64).
+  for (size_t a = p.arguments.size(); a-- > 0;) {
+    const BufferInfo &b = info(a);
+    if (fixed[a] || !b.shape.empty() || std::find(kept.begin(), kept.end(), a) != kept.end())
+      break;
+    if (b.dtype == DType::F64)
+      fixed[a] = 1e-3;
+    else if (!isFloatDType(b.dtype))
+      fixed[a] = 1.0;
+    else
+      break;
+  }
+  return fixed;
+}
+
+/// Arguments of `p` drawn from a fixed generator (trainStepStart's values
+/// where it has one).
 std::vector<HostTensor> syntheticArguments(const Program &p) {
   std::vector<HostTensor> args;
+  std::vector<std::optional<double>> fixed = trainStepStart(p);
   uint64_t state = 0x9E3779B97F4A7C15ull;
-  for (int b : p.arguments) {
-    HostTensor t(p.buffers[b].dtype, p.buffers[b].shape);
+  for (size_t a = 0; a < p.arguments.size(); ++a) {
+    const BufferInfo &info = p.buffers[p.arguments[a]];
+    HostTensor t(info.dtype, info.shape);
     for (int64_t i = 0; i < t.size(); ++i) {
       state = state * 6364136223846793005ull + 1442695040888963407ull;
-      if (isFloatDType(t.dtype))
+      if (fixed[a])
+        t.setDouble(i, *fixed[a]);
+      else if (isFloatDType(t.dtype))
         t.setDouble(i, double(state >> 11) / double(1ull << 53) * 2 - 1);
     }
     args.push_back(std::move(t));
