@@ -896,7 +896,7 @@ class _Importer(torch.fx.Interpreter):
                 value = self.fetch_attr(node.target)
             else:
                 args, kwargs = torch.fx.node.map_arg((node.args, node.kwargs), self.torch_value)
-                with torch.no_grad():
+                with _real_values():
                     value = node.target(*args, **kwargs)
             self._torch_values[node] = value
         return self._torch_values[node]
@@ -906,10 +906,10 @@ class _Importer(torch.fx.Interpreter):
         tilefuse constants of the values PyTorch computes for it."""
         def convert(v):
             if isinstance(v, torch.Tensor):
-                t = v.detach().cpu()
-                name = torch_dtype_name(t.dtype)
-                return self.constant((t.float() if t.dtype == torch.bfloat16 else t).numpy(),
-                                     name)
+                with _real_values():
+                    t = v.detach().cpu()
+                    array = (t.float() if t.dtype == torch.bfloat16 else t).numpy()
+                return self.constant(array, torch_dtype_name(t.dtype))
             if isinstance(v, (list, tuple)):
                 return type(v)(convert(x) for x in v)
             return v
@@ -958,6 +958,18 @@ class _Importer(torch.fx.Interpreter):
         if fn is None:
             raise UnsupportedOp(target)
         return fn(*args, **kwargs)
+
+
+def _real_values():
+    """A context computing with real tensors, also where the caller traces
+    (aot_autograd compiles under a fake-tensor mode)."""
+    import contextlib
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+    from torch.fx.experimental.proxy_tensor import disable_proxy_modes_tracing
+    stack = contextlib.ExitStack()
+    for ctx in (torch.no_grad(), unset_fake_temporarily(), disable_proxy_modes_tracing()):
+        stack.enter_context(ctx)
+    return stack
 
 
 _VIEW_OPS = {"view", "_unsafe_view", "reshape", "slice", "select", "transpose", "permute",

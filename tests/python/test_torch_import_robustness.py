@@ -1,0 +1,133 @@
+"""The PyTorch paths on what users' models do beyond plain layers: values
+computed from constants only (position tables from torch.arange) fold
+instead of sending the graph to PyTorch, ops the importer lacks but PyTorch
+decomposes (torch.triu/tril) convert in from_torch as in the backend, an
+op neither converts is named with its source line, a mistaken
+accumulate= example gets a hint, and partitioning never copies a graph's
+attributes (a model's buffers may be uncopyable).
+
+Tolerance: losses relative 1e-5 (float32)."""
+import copy
+
+import pytest
+import torch
+
+import tilefuse
+from tilefuse import CompileError
+from tilefuse.torch_integration import stats
+
+RTOL = 1e-5
+
+
+@pytest.fixture(autouse=True)
+def fresh_backend():
+    torch._dynamo.reset()
+    stats.reset()
+    yield
+    torch._dynamo.reset()
+    stats.reset()
+
+
+class Positions(torch.nn.Module):
+    """A cosine position table from arange and linspace (constants of the
+    graph, through torch.cos, which tilefuse has no kernel for) and an
+    inline upper-triangular mask."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(8, 8)
+
+    def forward(self, x):
+        t = torch.arange(x.shape[1])
+        pe = torch.cos(t[:, None] * torch.linspace(0.1, 1.0, 8)[None, :])
+        h = self.lin(x + pe)
+        h = h.masked_fill(torch.triu(torch.ones(x.shape[1], 8, dtype=torch.bool), 1), 0.0)
+        return h.square().mean()
+
+
+def test_constant_subgraphs_fold_in_the_backend():
+    torch.manual_seed(0)
+    model, x = Positions(), torch.randn(2, 5, 8)
+    want = model(x)
+    want.backward()
+    want_grad = model.lin.weight.grad.clone()
+    model.zero_grad()
+    got = torch.compile(model, backend="tilefuse")(x)
+    got.backward()
+    assert abs(got.item() - want.item()) <= RTOL * abs(want.item())
+    assert torch.allclose(model.lin.weight.grad, want_grad, rtol=1e-5, atol=1e-7)
+    assert stats.compiled == 2 and stats.partitioned == 0 and stats.eager == 0, stats
+    assert tilefuse.explain(model, x).ok
+
+
+def test_constant_subgraphs_and_triu_convert_in_from_torch():
+    torch.manual_seed(1)
+    model, x = Positions(), torch.randn(2, 5, 8)
+    twin = copy.deepcopy(model)
+    opt = torch.optim.SGD(twin.parameters(), lr=0.1)
+    step = tilefuse.from_torch(model, (x,), torch.optim.SGD(model.parameters(), lr=0.1))
+    for _ in range(3):
+        opt.zero_grad()
+        want = twin(x)
+        want.backward()
+        opt.step()
+        got = step(x)
+        assert abs(got - want.item()) <= RTOL * abs(want.item())
+
+
+class Cumprod(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(8, 8)
+
+    def forward(self, x):
+        return torch.cumprod(self.lin(x), 1).mean()  # the op tilefuse lacks
+
+
+def test_from_torch_names_what_does_not_convert_with_its_line():
+    model = Cumprod()
+    with pytest.raises(CompileError) as e:
+        tilefuse.from_torch(model, (torch.randn(2, 5, 8),),
+                            torch.optim.SGD(model.parameters(), lr=0.1))
+    msg = str(e.value)
+    assert "aten.cumprod" in msg and "test_torch_import_robustness.py\", line" in msg, msg
+    assert 'backend="tilefuse"' in msg
+
+
+def test_accumulate_with_stacked_examples_gets_a_hint():
+    model = Positions()
+    x = torch.randn(2, 5, 8)
+    with pytest.raises(CompileError, match="accumulate=2 the example inputs are one "
+                                           "micro-batch"):
+        tilefuse.from_torch(model, (torch.stack([x, x]),),
+                            torch.optim.SGD(model.parameters(), lr=0.1), accumulate=2)
+
+
+class Uncopyable(torch.nn.Module):
+    """A model with an op that forces partitioning; the test makes deep
+    copies of graph modules fail (as they do for HF models whose buffers
+    live on the meta device or in fake modes)."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(8, 8)
+
+    def forward(self, x):
+        h = torch.cumprod(self.lin(x), 1)
+        return (h * 2 + 1).relu().mean()
+
+
+def test_partitioning_does_not_copy_the_graphs_attributes(monkeypatch):
+    import torch.fx
+    real = torch.fx.GraphModule.__deepcopy__
+
+    def refuse(self, memo):
+        raise RuntimeError("a graph module was deep-copied")
+    monkeypatch.setattr(torch.fx.GraphModule, "__deepcopy__", refuse)
+    torch.manual_seed(2)
+    model, x = Uncopyable(), torch.randn(2, 5, 8)
+    want = model(x)
+    got = torch.compile(model, backend="tilefuse")(x)
+    assert abs(got.item() - want.item()) <= RTOL * abs(want.item())
+    assert stats.partitioned >= 1, stats
+    monkeypatch.setattr(torch.fx.GraphModule, "__deepcopy__", real)
