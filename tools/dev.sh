@@ -57,6 +57,11 @@ install_python_packages() {
   python3 -c "import torch" 2>/dev/null || missing+=(torch)
   # Draws memory plans (MemoryPlan.save_png).
   python3 -c "import matplotlib" 2>/dev/null || missing+=(matplotlib)
+  # The models users bring (HF transformers, built from configs) and what
+  # PyTorch's OpInfo database needs: the PyTorch-import tests run both.
+  python3 -c "import transformers" 2>/dev/null || missing+=(transformers)
+  python3 -c "import expecttest" 2>/dev/null || missing+=(expecttest)
+  python3 -c "import hypothesis" 2>/dev/null || missing+=(hypothesis)
   if [ "${#missing[@]}" -gt 0 ]; then
     log "installing Python packages: ${missing[*]}"
     # Debian's own python3 is "externally managed"; tilefuse installs beside it.

@@ -19,6 +19,7 @@ import numpy as np
 import torch
 import torch.fx
 
+from . import _trig
 from . import functional as F
 from ._core import CompileError
 from ._dtypes import dtype_name
@@ -171,6 +172,16 @@ for _op, _name in [(aten.neg, "neg"), (aten.exp, "exp"), (aten.log, "log"),
                    (aten.erf, "erf"), (aten.log1p, "log1p"), (aten.expm1, "expm1"),
                    (aten.floor, "floor"), (aten.ceil, "ceil"), (aten.trunc, "trunc")]:
     CONVERSIONS[_op] = _unary(_name)
+
+
+@converts(aten.sin)
+def _sin(x):
+    return _trig.sin(x)
+
+
+@converts(aten.cos)
+def _cos(x):
+    return _trig.cos(x)
 
 
 @converts(aten.reciprocal)
@@ -485,7 +496,37 @@ def _select_scatter(x, src, dim, index):
 
 @converts(aten.cat)
 def _cat(tensors, dim=0):
-    return cat(list(tensors), dim)
+    # ATen skips empty parts (also 1-D empty ones of any other rank: a
+    # key/value cache starts as torch.tensor([])).
+    parts = [t for t in tensors if not (isinstance(t, Tensor) and 0 in t.shape)]
+    if not parts:
+        return tensors[0]
+    return parts[0] if len(parts) == 1 else cat(parts, dim)
+
+
+@converts(aten.constant_pad_nd)
+def _constant_pad_nd(x, pad, value=0):
+    """x padded (or cropped, for negative amounts) with `value`: pad lists
+    (before, after) pairs from the last dimension backwards."""
+    if len(pad) % 2 or len(pad) // 2 > x.ndim:
+        raise UnsupportedOp(aten.constant_pad_nd, f"pad {list(pad)} for a rank-{x.ndim} input")
+    for i in range(len(pad) // 2):
+        dim = x.ndim - 1 - i
+        before, after = int(pad[2 * i]), int(pad[2 * i + 1])
+        n = x.shape[dim]
+        x = _slice(x, dim, max(0, -before), n - max(0, -after))
+        parts = []
+        for amount in (before, after):
+            if amount > 0:
+                shape = list(x.shape)
+                shape[dim] = amount
+                parts.append(_Importer.current.constant(np.full(shape, value), x.dtype))
+            else:
+                parts.append(None)
+        pieces = [p for p in (parts[0], x, parts[1]) if p is not None]
+        if len(pieces) > 1:
+            x = cat(pieces, dim)
+    return x
 
 
 @converts(aten.stack)
@@ -724,6 +765,39 @@ def _embedding_dense_backward(grad, indices, num_weights, padding_idx, scale_gra
     return grad._wrap(grad._tracer.scatter_add(base._id, indices._id, grad._id))
 
 
+@converts(aten.index.Tensor)
+def _index_tensor(x, indices):
+    """x[i0, i1, ...] with integer index tensors (None: a whole dimension),
+    PyTorch's advanced indexing: the index tensors broadcast together to
+    S; the result has S where the indexed dimensions were when they are
+    adjacent, else first, then the dimensions not indexed. A gather of rows
+    of x with its indexed dimensions moved first and merged."""
+    indices = list(indices) + [None] * (x.ndim - len(indices))
+    picked = [d for d, i in enumerate(indices) if i is not None]
+    if any(indices[d].dtype == "i1" for d in picked):
+        raise UnsupportedOp(aten.index.Tensor, "a boolean mask index (the result's shape "
+                                               "depends on the data)")
+    rest = [d for d in range(x.ndim) if d not in picked]
+    adjacent = picked == list(range(picked[0], picked[-1] + 1))
+    moved = x.permute(*(picked + rest)) if picked + rest != list(range(x.ndim)) else x
+    sizes = [x.shape[d] for d in picked]
+    flat = None
+    for d, n in zip(picked, sizes):
+        i = indices[d].to("i64")
+        i = where(i < 0, i + n, i)
+        flat = i if flat is None else flat * n + i
+    rows = moved.reshape(int(np.prod(sizes)), *[x.shape[d] for d in rest])
+    wide = rows.to("i32") if rows.dtype == "i1" else rows
+    out = F.embedding(flat, wide)
+    if rows.dtype == "i1":
+        out = out != 0
+    if adjacent and picked[0] > 0:  # S goes where the indexed dimensions were
+        s = flat.ndim
+        lead = list(range(s, s + picked[0]))
+        out = out.permute(*(lead + list(range(s)) + list(range(s + picked[0], out.ndim))))
+    return out
+
+
 @converts(aten.gather)
 def _gather(x, dim, index, sparse_grad=False):
     """out[.., i, ..] = x[.., index[.., i, ..], ..] along `dim`: a one-hot
@@ -948,7 +1022,10 @@ class _Importer(torch.fx.Interpreter):
     def get_attr(self, target, args, kwargs):
         value = super().get_attr(target, args, kwargs)
         if isinstance(value, torch.Tensor):
-            return self.constant(value.detach().cpu().numpy(), torch_dtype_name(value.dtype))
+            with _real_values():
+                t = value.detach().cpu()
+                array = (t.float() if t.dtype == torch.bfloat16 else t).numpy()
+            return self.constant(array, torch_dtype_name(t.dtype))
         return value
 
     def call_function(self, target, args, kwargs):

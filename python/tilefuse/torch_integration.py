@@ -93,9 +93,10 @@ def capture(module, example_inputs, loss_fn=None):
         # plain ops, as the importer converts them. Ops the importer has no
         # conversion for are reduced with PyTorch's decompositions (the
         # backend's table), the others kept whole.
-        gm = make_fx(torch.func.functionalize(loss, remove="mutations"),
-                     decomposition_table=_capture_decompositions(),
-                     record_stack_traces=True)(*example)
+        with _compiling():
+            gm = make_fx(torch.func.functionalize(loss, remove="mutations"),
+                         decomposition_table=_capture_decompositions(),
+                         record_stack_traces=True)(*example)
         out = loss(*example)
     if not isinstance(out, torch.Tensor) or out.ndim != 0 or not out.dtype.is_floating_point:
         raise CompileError(
@@ -103,6 +104,24 @@ def capture(module, example_inputs, loss_fn=None):
             f"{type(out).__name__}{list(out.shape) if isinstance(out, torch.Tensor) else ''}; "
             "pass loss_fn=lambda module, *inputs: ... for modules that return something else")
     return gm, names, buffers
+
+
+class _compiling:
+    """While from_torch captures a module, torch.compiler.is_compiling() is
+    True, as it is under torch.compile: models take the paths they keep for
+    compilers (HF transformers, for one, then never reads a tensor's values
+    to choose a path, which a captured graph could not follow)."""
+
+    def __enter__(self):
+        import torch.compiler
+        self._module = torch.compiler
+        self._before = getattr(torch.compiler, "_is_compiling_flag", None)
+        if self._before is not None:
+            torch.compiler._is_compiling_flag = True
+
+    def __exit__(self, *exc):
+        if self._before is not None:
+            self._module._is_compiling_flag = self._before
 
 
 def _capture_decompositions():
