@@ -27,18 +27,20 @@ struct LossScaleConfig {
   int64_t growthInterval = 2000;
 };
 
-/// PyTorch semantics (torch.optim.SGD / Adam / AdamW). The learning rate and
+/// PyTorch semantics (torch.optim.SGD / Adam / AdamW / RMSprop). The learning rate and
 /// the step count are operands of the train step, not fields here, so a
 /// schedule never recompiles.
 struct OptimizerConfig {
-  enum class Kind { SGD, Adam, AdamW };
+  enum class Kind { SGD, Adam, AdamW, RMSprop };
   Kind kind = Kind::AdamW;
-  double momentum = 0.0;    ///< SGD
+  double momentum = 0.0;    ///< SGD, RMSprop
   bool nesterov = false;    ///< SGD
   double beta1 = 0.9;       ///< Adam, AdamW
   double beta2 = 0.999;     ///< Adam, AdamW
-  double eps = 1e-8;        ///< Adam, AdamW
-  double weightDecay = 0.0; ///< L2 for SGD/Adam, decoupled for AdamW
+  double eps = 1e-8;        ///< Adam, AdamW, RMSprop
+  double alpha = 0.99;      ///< RMSprop: decay of the squared-gradient average
+  bool centered = false;    ///< RMSprop: subtract the squared mean gradient
+  double weightDecay = 0.0; ///< L2 for SGD/Adam/RMSprop, decoupled for AdamW
   double clipNorm = 0.0;    ///< > 0: clip gradients to this global norm
   LossScaleConfig lossScale;
   /// Parameter groups (torch.optim param_groups): parameter i belongs to
@@ -73,6 +75,8 @@ struct OptimizerConfig {
       return "momentum, weight_decay, clip_norm and eps must be >= 0";
     if (!(beta1 >= 0 && beta1 < 1) || !(beta2 >= 0 && beta2 < 1))
       return "betas must be in [0, 1)";
+    if (!(alpha >= 0))
+      return "alpha must be >= 0";
     for (double wd : paramWeightDecay)
       if (!(wd >= 0))
         return "every parameter group's weight_decay must be >= 0";
@@ -87,13 +91,17 @@ struct OptimizerConfig {
     return "";
   }
 
-  /// Optimizer-state tensors per parameter (momentum buffer; m and v).
+  /// Optimizer-state tensors per parameter (momentum buffer; m and v;
+  /// RMSprop's square average, then its momentum buffer and gradient
+  /// average when used).
   unsigned statePerParam() const {
     if (kind == Kind::SGD)
       return momentum != 0.0 ? 1 : 0;
+    if (kind == Kind::RMSprop)
+      return 1 + (momentum != 0.0 ? 1 : 0) + (centered ? 1 : 0);
     return 2;
   }
-  /// Parses "sgd", "adam", "adamw"; returns false for anything else.
+  /// Parses "sgd", "adam", "adamw", "rmsprop"; false for anything else.
   static bool parseKind(const std::string &name, Kind &kind);
 
   /// A config from the flat list every front end passes (the pass options,
@@ -103,7 +111,7 @@ struct OptimizerConfig {
                           double weightDecay, double clipNorm,
                           OptimizerConfig &out, std::string &error) {
     if (!parseKind(kind, out.kind)) {
-      error = "unknown optimizer '" + kind + "'; expected sgd, adam or adamw";
+      error = "unknown optimizer '" + kind + "'; expected sgd, adam, adamw or rmsprop";
       return false;
     }
     out.momentum = momentum;
@@ -122,6 +130,7 @@ inline bool OptimizerConfig::parseKind(const std::string &name, Kind &kind) {
   if (name == "sgd") kind = Kind::SGD;
   else if (name == "adam") kind = Kind::Adam;
   else if (name == "adamw") kind = Kind::AdamW;
+  else if (name == "rmsprop") kind = Kind::RMSprop;
   else return false;
   return true;
 }

@@ -48,7 +48,7 @@ def BuildTrainStepPass : Pass<"build-train-step", "mlir::ModuleOp"> {
     Option<"numParams", "num-params", "unsigned", /*default=*/"1",
            "How many leading arguments are parameters">,
     Option<"optimizer", "optimizer", "std::string", /*default=*/"\"adamw\"",
-           "sgd, adam or adamw">,
+           "sgd, adam, adamw or rmsprop">,
     Option<"momentum", "momentum", "double", /*default=*/"0.0", "SGD momentum">,
     Option<"nesterov", "nesterov", "bool", /*default=*/"false", "SGD Nesterov momentum">,
     Option<"beta1", "beta1", "double", /*default=*/"0.9", "Adam beta1">,

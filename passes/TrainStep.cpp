@@ -73,6 +73,24 @@ public:
       Value denom = e.addScalar(e.sqrt(vHat), c.eps);
       return e.sub(p, e.mul(lrP, e.div(mHat, denom)));
     }
+    case OptimizerConfig::Kind::RMSprop: {
+      // Slots: square average, [momentum buffer], [gradient average].
+      if (weightDecay != 0)
+        g = e.add(g, e.mulScalar(p, weightDecay));
+      state[0] = e.add(e.mulScalar(state[0], c.alpha),
+                       e.mulScalar(e.mul(g, g), 1.0 - c.alpha));
+      Value avg = state[0];
+      if (c.centered) {
+        // As PyTorch's grad_avg.lerp_(g, 1 - alpha), rounding included.
+        Value &gAvg = state.back();
+        gAvg = e.add(gAvg, e.mulScalar(e.sub(g, gAvg), 1.0 - c.alpha));
+        avg = e.sub(avg, e.mul(gAvg, gAvg));
+      }
+      Value update = e.div(g, e.addScalar(e.sqrt(avg), c.eps));
+      if (c.momentum != 0)
+        update = state[1] = e.add(e.mulScalar(state[1], c.momentum), update);
+      return e.sub(p, e.mul(lrP, update));
+    }
     }
     return p;
   }

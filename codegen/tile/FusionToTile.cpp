@@ -876,9 +876,18 @@ FailureOr<Value> KernelEmitter::elementwise(Operation *op, const Coords &c) {
     Value k = b.create<arith::ConstantOp>(loc, b.getIntegerAttr(et, i));
     return llvm::isa<VectorType>(x.getType()) ? splat(k) : k;
   };
+  // Booleans are i1, whose signed reading of true is -1: their order
+  // (false < true) is the unsigned one. (maximum/minimum refuse i1.)
+  bool isBool = !isFloat && !xs.empty() &&
+                getElementTypeOrSelf(xs[0].getType()).isInteger(1);
   auto cmp = [&](arith::CmpFPredicate f, arith::CmpIPredicate i) -> Value {
     if (isFloat)
       return b.create<arith::CmpFOp>(loc, f, xs[0], xs[1]);
+    if (isBool) {
+      using I = arith::CmpIPredicate;
+      i = i == I::slt ? I::ult : i == I::sle ? I::ule : i == I::sgt ? I::ugt
+          : i == I::sge ? I::uge : i;
+    }
     return b.create<arith::CmpIOp>(loc, i, xs[0], xs[1]);
   };
   using P = arith::CmpFPredicate;

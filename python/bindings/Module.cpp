@@ -85,12 +85,15 @@ OptimizerConfig optimizerConfigFrom(const py::dict &options) {
     if (k == "kind") {
       std::string kind = py::cast<std::string>(value);
       if (!OptimizerConfig::parseKind(kind, c.kind))
-        throw CompileError("unknown optimizer '" + kind + "'; expected sgd, adam or adamw");
+        throw CompileError("unknown optimizer '" + kind +
+                           "'; expected sgd, adam, adamw or rmsprop");
     } else if (k == "momentum") c.momentum = py::cast<double>(value);
     else if (k == "nesterov") c.nesterov = py::cast<bool>(value);
     else if (k == "beta1") c.beta1 = py::cast<double>(value);
     else if (k == "beta2") c.beta2 = py::cast<double>(value);
     else if (k == "eps") c.eps = py::cast<double>(value);
+    else if (k == "alpha") c.alpha = py::cast<double>(value);
+    else if (k == "centered") c.centered = py::cast<bool>(value);
     else if (k == "weight_decay") c.weightDecay = py::cast<double>(value);
     else if (k == "clip_norm") c.clipNorm = py::cast<double>(value);
     else if (k == "loss_scale") c.lossScale.dynamic = py::cast<bool>(value);

@@ -326,3 +326,158 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
             scores.dtype)
     weights = Tensor(q._tracer, q._tracer.softmax(scores._id, -1))
     return weights @ v
+
+
+# -- activations and normalization -----------------------------------------------------
+
+def _float_only(x, what):
+    x = _tensor(x, what)
+    if not is_float(x.dtype):
+        raise CompileError(f"{what}: expects a floating-point tensor, got {x.dtype} "
+                           f"{list(x.shape)} (as PyTorch); cast it first with x.float()")
+    return x
+
+
+def leaky_relu(input, negative_slope=0.01, inplace=False):
+    """x where x > 0, else negative_slope * x (the gradient at 0 is
+    negative_slope, as PyTorch's)."""
+    x = _float_only(input, "leaky_relu")
+    if inplace:
+        raise CompileError("leaky_relu(inplace=True): a traced tensor cannot be changed in "
+                           "place; use the returned tensor (inplace=False)")
+    return where(x > 0, x, x * float(negative_slope))
+
+
+# torch.finfo(dtype).eps: rms_norm's default eps.
+_FINFO_EPS = {"f32": 2.0 ** -23, "f64": 2.0 ** -52, "f16": 2.0 ** -10, "bf16": 2.0 ** -7}
+
+
+def rms_norm(input, normalized_shape, weight=None, eps=None):
+    """PyTorch's F.rms_norm: x / sqrt(mean(x^2) + eps) * weight over the
+    trailing `normalized_shape` dims; eps defaults to the input dtype's
+    machine epsilon (torch.finfo(dtype).eps); f16/bf16 compute in f32."""
+    x = _float_only(input, "rms_norm")
+    shape = (int(normalized_shape),) if isinstance(normalized_shape, (int, np.integer)) \
+        else tuple(int(s) for s in normalized_shape)
+    k = len(shape)
+    if k == 0 or k > x.ndim or tuple(x.shape[x.ndim - k:]) != shape:
+        raise CompileError(f"rms_norm: normalized_shape {list(shape)} does not match the "
+                           f"trailing dimensions of the input {list(x.shape)}")
+    low = x.dtype in ("f16", "bf16")
+    xc = x.to("f32") if low else x
+    dims = list(range(x.ndim - k, x.ndim))
+    e = _FINFO_EPS[x.dtype] if eps is None else float(eps)
+    y = xc * ((xc * xc).mean(dims, keepdim=True) + e).rsqrt()
+    if weight is not None:
+        w = _lift(x._tracer, weight, x)
+        if tuple(w.shape) != shape:
+            raise CompileError(f"rms_norm: weight has shape {list(w.shape)}; it must have the "
+                               f"normalized shape {list(shape)}")
+        y = y * (w if w.dtype == y.dtype else w.to(y.dtype))
+    return y.to(x.dtype) if low else y
+
+
+def _vector_norm(x, p, d):
+    """The p-norm of `x` along `d` (kept), with a zero gradient, not NaN,
+    where the norm is 0 (as PyTorch's)."""
+    if p == math.inf:
+        return _reduce(x.abs(), "max", [d], True)
+    if p == -math.inf:
+        return _reduce(x.abs(), "min", [d], True)
+    if p == 0:
+        return _reduce((x != 0).to(x.dtype), "sum", [d], True)
+    if p == 1:
+        return _reduce(x.abs(), "sum", [d], True)
+    s = _reduce(x * x if p == 2 else x.abs() ** p, "sum", [d], True)
+    positive = s > 0
+    safe = where(positive, s, 1.0)
+    return where(positive, safe.sqrt() if p == 2 else safe ** (1.0 / p), 0.0)
+
+
+def normalize(input, p=2.0, dim=1, eps=1e-12, out=None):
+    """PyTorch's F.normalize: x / max(||x||_p, eps) along `dim`."""
+    x = _float_only(input, "normalize")
+    if out is not None:
+        raise CompileError("normalize(out=...): a traced tensor cannot be written in place; "
+                           "use the returned tensor")
+    d = x._dim(dim, "normalize")
+    return x / clamp(_vector_norm(x, float(p), d), min=float(eps))
+
+
+_PAD_MODES = ("constant", "reflect", "replicate", "circular")
+
+
+def pad(input, pad, mode="constant", value=None):
+    """PyTorch's F.pad: `pad` lists (left, right) amounts from the last dim
+    backwards: (1, 2) pads the last dim by 1 before and 2 after, (1, 2, 3, 4)
+    also the dim before it by 3 and 4. "constant" fills with `value` (0)
+    and crops where an amount is negative; "reflect" mirrors without the
+    edge (an amount < that dim's size), "replicate" repeats the edge,
+    "circular" wraps around (an amount <= the size); those three take
+    amounts >= 0, on any of the last len(pad) // 2 dims."""
+    x = _tensor(input, "pad")
+    amounts = [int(a) for a in pad]
+    if len(amounts) % 2:
+        raise CompileError(f"pad: the padding length must be divisible by 2, got {amounts}")
+    if len(amounts) // 2 > x.ndim:
+        raise CompileError(f"pad: {amounts} pads {len(amounts) // 2} dims; the input "
+                           f"{list(x.shape)} has {x.ndim}")
+    if mode not in _PAD_MODES:
+        raise CompileError(f"pad: mode must be one of {', '.join(_PAD_MODES)}, got {mode!r}")
+    if mode != "constant":
+        if value is not None and value != 0:
+            raise CompileError(f"pad: mode {mode!r} takes no value (only 'constant' fills "
+                               f"with one), got value={value}")
+        if any(a < 0 for a in amounts):
+            raise CompileError(f"pad: mode {mode!r} takes amounts >= 0, got {amounts}; crop "
+                               f"with a slice (or mode='constant', whose negative amounts "
+                               f"crop) first")
+    for i in range(len(amounts) // 2):
+        d = x.ndim - 1 - i
+        x = _pad_dim(x, d, amounts[2 * i], amounts[2 * i + 1], mode,
+                     0.0 if value is None else float(value), amounts)
+    return x
+
+
+def _take(x, d, start, stop):
+    key = [slice(None)] * x.ndim
+    key[d] = slice(start, stop)
+    return x[tuple(key)]
+
+
+def _pad_dim(x, d, left, right, mode, value, amounts):
+    n = x.shape[d]
+    if n + left + right < 0:
+        raise CompileError(f"pad: {amounts} leaves dim {d} of {list(x.shape)} with a negative "
+                           f"size {n + left + right}")
+    if left < 0 or right < 0:  # constant mode: negative amounts crop
+        x = _take(x, d, max(-left, 0), n - max(-right, 0))
+        left, right, n = max(left, 0), max(right, 0), x.shape[d]
+    if left == 0 and right == 0:
+        return x
+    if mode == "reflect" and max(left, right) >= n:
+        raise CompileError(f"pad: mode 'reflect' needs amounts smaller than the dim's size: "
+                           f"{amounts} on dim {d} of size {n} (input {list(x.shape)})")
+    if mode == "replicate" and n == 0:
+        raise CompileError(f"pad: mode 'replicate' cannot pad dim {d} of size 0")
+    if mode == "circular" and max(left, right) > n:
+        raise CompileError(f"pad: mode 'circular' needs amounts at most the dim's size: "
+                           f"{amounts} on dim {d} of size {n} (input {list(x.shape)})")
+
+    def piece(size, at_start):
+        if mode == "constant":
+            shape = list(x.shape)
+            shape[d] = size
+            return Tensor(x._tracer, x._tracer.full(value, x.dtype, shape))
+        if mode == "replicate":
+            shape = list(x.shape)
+            shape[d] = size
+            edge = _take(x, d, 0, 1) if at_start else _take(x, d, n - 1, n)
+            return edge.expand(shape)
+        if mode == "reflect":
+            part = _take(x, d, 1, size + 1) if at_start else _take(x, d, n - 1 - size, n - 1)
+            return flip(part, [d])
+        return _take(x, d, n - size, n) if at_start else _take(x, d, 0, size)  # circular
+
+    parts = ([piece(left, True)] if left else []) + [x] + ([piece(right, False)] if right else [])
+    return cat(parts, d)

@@ -55,6 +55,13 @@ class autocast:
         return False
 
 
+# The user's line that made each traced value, per open trace ({id(tracer):
+# {value id: "file:line"}}), so errors found after tracing (a loss that is
+# not 0-d) can name the line that computed the value.
+_ORIGINS = {}
+_LAST_LINE = threading.local()
+
+
 def _user_location(tracer):
     """Tags the next ops with the user's file and line (and whether
     autocast applies to them)."""
@@ -62,8 +69,10 @@ def _user_location(tracer):
     frame = _user_frame()
     if frame is None:
         tracer.clear_location()
+        _LAST_LINE.text = None
     else:
         tracer.set_location(frame.f_code.co_filename, frame.f_lineno)
+        _LAST_LINE.text = f"{frame.f_code.co_filename}:{frame.f_lineno}"
 
 
 def _where():
@@ -101,6 +110,9 @@ class Tensor:
     def __init__(self, tracer, value_id):
         self._tracer = tracer
         self._id = value_id
+        origins = _ORIGINS.get(id(tracer))
+        if origins is not None and value_id not in origins:
+            origins[value_id] = getattr(_LAST_LINE, "text", None)
 
     # -- metadata ---------------------------------------------------------
     @property
@@ -126,6 +138,19 @@ class Tensor:
             raise CompileError("len() of a 0-d tensor")
         return self.shape[0]
 
+    def dim(self):
+        """The number of dimensions (ndim), as PyTorch's Tensor.dim()."""
+        return self.ndim
+
+    def item(self):
+        raise CompileError(_no_value("x.item()", self))
+
+    def __float__(self):
+        raise CompileError(_no_value("float(x)", self))
+
+    def __int__(self):
+        raise CompileError(_no_value("int(x)", self))
+
     def __repr__(self):
         return f"Tensor({self.dtype}{list(self.shape)})"
 
@@ -149,7 +174,24 @@ class Tensor:
     def _binary(self, op, other, reverse=False):
         other = self._lift(other)
         a, b = (other, self) if reverse else (self, other)
+        if a.dtype == "i1" and b.dtype == "i1" and op in _BOOL_BINARY:
+            return _BOOL_BINARY[op](a, b)
         return self._call("binary", op, a._id, b._id)
+
+    def _logical(self, op, other, reverse=False):
+        """`&`, `|`, `^`: logical on boolean tensors (as PyTorch's bitwise
+        ops on bool); integer tensors would need bitwise ops, which the
+        graph does not have."""
+        other = self._lift(other)
+        a, b = (other, self) if reverse else (self, other)
+        if a.dtype != "i1" or b.dtype != "i1":
+            symbol = {"and": "&", "or": "|", "xor": "^"}[op]
+            raise CompileError(
+                f"{symbol} (bitwise_{op}) of {_type_text(a)} and {_type_text(b)}: only boolean "
+                f"tensors are supported (logical {op}); the graph has no bitwise integer or "
+                f"float ops. For masks, compare first, e.g. (x > 0) {symbol} (y < 1); for "
+                f"0/1 integer flags use (a != 0) {symbol} (b != 0){_where()}")
+        return _LOGICAL[op](a, b)
 
     # -- operators --------------------------------------------------------
     def __add__(self, o): return self._binary("add", o)
@@ -172,7 +214,31 @@ class Tensor:
     def __le__(self, o): return self._binary("le", o)
     def __gt__(self, o): return self._binary("gt", o)
     def __ge__(self, o): return self._binary("ge", o)
-    def __neg__(self): return self._call("unary", "neg", self._id)
+    def __and__(self, o): return self._logical("and", o)
+    def __rand__(self, o): return self._logical("and", o, True)
+    def __or__(self, o): return self._logical("or", o)
+    def __ror__(self, o): return self._logical("or", o, True)
+    def __xor__(self, o): return self._logical("xor", o)
+    def __rxor__(self, o): return self._logical("xor", o, True)
+
+    def __invert__(self):
+        """`~x`: logical not of a boolean tensor; bitwise not (-x - 1, two's
+        complement) of an integer one, as PyTorch."""
+        if self.dtype == "i1":
+            return where(self, False, True)
+        if is_float(self.dtype):
+            raise CompileError(
+                f"~ (bitwise_not) of a floating-point {_type_text(self)} is not defined (as in "
+                f"PyTorch); for a mask use ~(x > 0) or (x <= 0){_where()}")
+        return -self - 1
+
+    def __neg__(self):
+        if self.dtype == "i1":
+            raise CompileError(
+                f"- (negation) of a boolean {_type_text(self)} is not supported, as in "
+                f"PyTorch; to invert a mask use ~mask or mask.logical_not(){_where()}")
+        return self._call("unary", "neg", self._id)
+
     def __abs__(self): return self._call("unary", "abs", self._id)
     __hash__ = object.__hash__
 
@@ -195,6 +261,7 @@ class Tensor:
     def sigmoid(self): return self._call("unary", "sigmoid", self._id)
     def erf(self): return self._call("unary", "erf", self._id)
     def relu(self): return self._call("unary", "relu", self._id)
+    def pow(self, exponent): return self ** exponent
     def maximum(self, o): return self._binary("maximum", o)
     def minimum(self, o): return self._binary("minimum", o)
     def log1p(self): return _composites.log1p(self)
@@ -204,6 +271,18 @@ class Tensor:
     def trunc(self): return _composites.trunc(self)
     def fmod(self, o): return _composites.fmod(self, o)
     def remainder(self, o): return _composites.remainder(self, o)
+
+    def logical_not(self):
+        return where(_truth(self), False, True)
+
+    def logical_and(self, o):
+        return _truth(self)._logical("and", _truth(self._lift(o)))
+
+    def logical_or(self, o):
+        return _truth(self)._logical("or", _truth(self._lift(o)))
+
+    def logical_xor(self, o):
+        return _truth(self)._logical("xor", _truth(self._lift(o)))
 
     def detach(self):
         """The same values with no gradient flowing back (PyTorch's detach)."""
@@ -415,6 +494,20 @@ class Tensor:
         perm[d0], perm[d1] = perm[d1], perm[d0]
         return self.permute(perm)
 
+    def t(self):
+        """Transpose of a 2-D tensor; a 0-d or 1-d tensor as it is (PyTorch's
+        Tensor.t())."""
+        if self.ndim > 2:
+            raise CompileError(
+                f"t() expects a tensor with <= 2 dimensions, got {_type_text(self)}; use "
+                f"x.transpose(dim0, dim1) or x.permute(...) for more dims{_where()}")
+        return self if self.ndim < 2 else self.transpose(0, 1)
+
+    def contiguous(self, memory_format=None):
+        """The tensor itself: traced tensors have no memory layout (the
+        compiler chooses it), so every tensor is contiguous."""
+        return self
+
     @property
     def T(self):
         return self.permute(list(reversed(range(self.ndim))))
@@ -466,6 +559,48 @@ class Tensor:
         return impl(*args, **kwargs)
 
 
+def _type_text(t):
+    """`tensor<3x4xf32>`, as the tracer's own messages write types."""
+    return "tensor<" + "".join(f"{s}x" for s in t.shape) + f"{t.dtype}>"
+
+
+def _no_value(what, t):
+    return (f"{what} of a traced {_type_text(t)}: a traced tensor has no value while tracing "
+            f"(the graph is built once, for every input), so it cannot become a Python "
+            f"number. Keep the computation in tensors (tilefuse.where instead of an `if` on "
+            f"the value; a 0-d tensor broadcasts like a number), or return the tensor from "
+            f"the traced function and read its value from the result{_where()}")
+
+
+def _truth(t):
+    """A boolean tensor: `t` itself, or t != 0 (PyTorch's logical_* ops)."""
+    return t if t.dtype == "i1" else t != 0
+
+
+def _bool_sub(a, b):
+    raise CompileError(
+        f"- (subtraction) of two boolean tensors ({_type_text(a)}, {_type_text(b)}) is not "
+        f"supported, as in PyTorch; to invert a mask use ~mask, for 'a and not b' use "
+        f"a & ~b, for 'a differs from b' use a ^ b{_where()}")
+
+
+# Logical ops of boolean tensors, from select (the graph has no bitwise ops).
+_LOGICAL = {
+    "and": lambda a, b: where(a, b, False),
+    "or": lambda a, b: where(a, True, b),
+    "xor": lambda a, b: a != b,
+}
+# PyTorch's arithmetic of two boolean tensors stays boolean: + is or, * is
+# and. Orderings (False < True) are written as logic too: compiled code
+# would otherwise compare i1 values as signed integers (True as -1).
+_BOOL_BINARY = {
+    "add": _LOGICAL["or"], "mul": _LOGICAL["and"], "maximum": _LOGICAL["or"],
+    "minimum": _LOGICAL["and"], "sub": _bool_sub,
+    "lt": lambda a, b: where(a, False, b), "le": lambda a, b: where(a, b, True),
+    "gt": lambda a, b: where(b, False, a), "ge": lambda a, b: where(b, a, True),
+}
+
+
 def _lift(tracer, x, like=None):
     """Turns a Python scalar or numpy array into a Tensor of `tracer`."""
     if isinstance(x, Tensor):
@@ -493,9 +628,24 @@ def _lift(tracer, x, like=None):
     return Tensor(tracer, tracer.constant(arr))
 
 
+def _refuse_mask_index(t, mask):
+    shape = list(mask.shape) if isinstance(mask, Tensor) else list(np.shape(mask))
+    raise CompileError(
+        f"x[mask] with a boolean mask: the number of elements it selects from "
+        f"{_type_text(t)} (mask shape {shape}) depends on the mask's values, and a traced "
+        f"graph has static shapes, so boolean-mask indexing is not supported. Keep the "
+        f"shape and zero the others: tilefuse.where(mask, x, 0) (then e.g. .sum(), or "
+        f"divide by mask.sum() for a mean), or x.masked_fill(~mask, 0){_where()}")
+
+
 def _index(t, key):
     """Basic indexing: ints, slices (positive steps), None, Ellipsis; an
     integer Tensor as the only key gathers rows (embedding lookup)."""
+    keys = key if isinstance(key, tuple) else (key,)
+    for k in keys:
+        if isinstance(k, Tensor) and k.dtype == "i1" or (
+                isinstance(k, (np.ndarray, list)) and np.asarray(k).dtype == np.bool_):
+            _refuse_mask_index(t, k)
     if isinstance(t, Tensor) and isinstance(key, Tensor):
         _user_location(t._tracer)
         return t._wrap(t._tracer.gather(t._id, key._id))
@@ -1051,6 +1201,74 @@ def _np_einsum(*operands, out=None, optimize=False, **kwargs):
     return t
 
 
+class FusionReport(list):
+    """The kernels of a fused Graph: a list of dicts (Graph.report's keys)
+    that prints as a table."""
+
+    def table(self):
+        from .runtime import _short_ops
+        header = ["#", "kernel", "kind", "domain", "reduced", "fused ops", "in/out"]
+        rows = [[str(i), str(r.get("name", "?")), str(r.get("kind", "?")),
+                 "x".join(str(d) for d in r.get("domain", ())) or "-",
+                 ",".join(str(d) for d in r.get("reduced", ())) or "-",
+                 _short_ops(r.get("ops", [])), f"{r.get('inputs', '?')}/{r.get('outputs', '?')}"]
+                for i, r in enumerate(self)]
+        widths = [max(len(c[j]) for c in [header] + rows) for j in range(len(header))]
+
+        def fmt(cells):
+            return "  ".join(c.rjust(w) if j == 0 else c.ljust(w)
+                             for j, (c, w) in enumerate(zip(cells, widths))).rstrip()
+        n = len(self)
+        return "\n".join([f"{n} kernel{'' if n == 1 else 's'}", fmt(header),
+                          fmt(["-" * w for w in widths])] + [fmt(r) for r in rows])
+
+    def __str__(self):
+        return self.table()
+
+    __repr__ = __str__
+
+    def _repr_pretty_(self, printer, cycle):  # IPython
+        printer.text(self.table())
+
+
+def _dims_text(shape):
+    return "".join(f"{d}x" for d in shape)
+
+
+def _short_errors(build, *args):
+    """`build(*args)`, its CompileError without the IR listings that MLIR
+    attaches to diagnostics (the message keeps the op, its source line and
+    the reason); TILEFUSE_ERROR_IR=1 keeps them."""
+    try:
+        return build(*args)
+    except CompileError as e:
+        text = str(e)
+        if os.environ.get("TILEFUSE_ERROR_IR") == "1":
+            raise
+        short = _without_ir(text)
+        if short == text:
+            raise
+        raise CompileError(short + "\n(set TILEFUSE_ERROR_IR=1 for the IR)") from None
+
+
+def _without_ir(text):
+    """Drops the 'note: see current operation: <op>' notes MLIR attaches to
+    diagnostics (the op printed in full: for a function, its whole body)."""
+    out, depth, pending = [], 0, False
+    for line in text.split("\n"):
+        if pending or depth > 0:
+            depth += line.count("{") - line.count("}")
+            pending = pending and not line.strip()
+            continue
+        if "note: see current operation:" in line:
+            rest = line.split("note: see current operation:", 1)[1]
+            depth = rest.count("{") - rest.count("}")
+            pending = not rest.strip()
+            continue
+        out.append(line)
+    return "\n".join(out).rstrip()
+
+
 class Graph:
     """A graph-dialect program: from `trace` or `parse`."""
 
@@ -1062,6 +1280,7 @@ class Graph:
         # argument structure and names, so a loaded function takes the same
         # dicts the traced one did.
         self._interface = interface
+        self._origin = None  # trace() sets it: names the user's lines in errors
 
     def mlir(self):
         """The textual graph-dialect IR."""
@@ -1094,7 +1313,51 @@ class Graph:
         index in `wrt`."""
         if isinstance(wrt, int):
             wrt = (wrt,)
-        return Graph(self._graph.value_and_grad([int(i) for i in wrt]))
+        wrt = [int(i) for i in wrt]
+        self._check_loss("value_and_grad")
+        inputs, names = self.inputs, self._argument_names()
+        for i in wrt:
+            if not 0 <= i < len(inputs):
+                raise CompileError(
+                    f"value_and_grad: argument index {i} is out of range: {self._name()} has "
+                    f"{len(inputs)} (flat) arguments; wrt takes indices 0..{len(inputs) - 1}"
+                    f"{_where()}")
+            dtype, shape = inputs[i]
+            if not is_float(dtype):
+                raise CompileError(
+                    f"value_and_grad: argument {i}{names[i]} of {self._name()} is a "
+                    f"tensor<{_dims_text(shape)}{dtype}>; only floating-point arguments have "
+                    f"gradients: leave it out of wrt (or pass it as float){_where()}")
+        return Graph(_short_errors(self._graph.value_and_grad, wrt))
+
+    def _name(self):
+        return f"@{self._graph.entry}" if self._origin is None else self._origin.name
+
+    def _argument_names(self):
+        """' (<pytree path>)' of each flat argument, or '' when unknown."""
+        n = len(self.inputs)
+        if self._in_spec is None:
+            return [""] * n
+        names = _pytree.leaf_names(self._in_spec)
+        return [f" ({k})" if k else "" for k in names] if len(names) == n else [""] * n
+
+    def _check_loss(self, what, who=None):
+        """CompileError unless the first result is a 0-d floating-point loss
+        (what differentiation needs), naming the line that computed it."""
+        outputs = self.outputs
+        if outputs and is_float(outputs[0][0]) and len(outputs[0][1]) == 0:
+            return
+        line = "" if self._origin is None else self._origin.result(0)
+        if not outputs:
+            got = "returns nothing"
+        else:
+            dtype, shape = outputs[0]
+            got = f"returns a tensor<{_dims_text(shape)}{dtype}> as its first result{line}"
+        fix = ("reduce it to one number before returning it, e.g. loss.mean() or loss.sum() "
+               "(losses: reduction='mean')" if outputs and is_float(outputs[0][0]) else
+               "return a floating-point 0-d loss first (e.g. x.float().mean())")
+        raise CompileError(f"{what}: {who or self._name()} {got}; differentiation needs a "
+                           f"0-d floating-point loss: {fix}{_where()}")
 
     def fuse(self, target="cpu"):
         """This graph lowered to primitive ops and grouped into kernels
@@ -1119,8 +1382,11 @@ class Graph:
         `tilefuse.autocast(False)` in f32. Arguments and results keep their
         types; the casts are visible in `.mlir()`. Apply it to the
         forward/loss graph, before value_and_grad."""
-        return Graph(self._graph.autocast(str(precision), [str(k) for k in keep_fp32]),
-                     self._in_spec, self._out_spec, self._interface)
+        graph = Graph(_short_errors(self._graph.autocast, str(precision),
+                                    [str(k) for k in keep_fp32]),
+                      self._in_spec, self._out_spec, self._interface)
+        graph._origin = self._origin
+        return graph
 
     def numerics_report(self, *args, device="auto"):
         """Every kernel of this graph, compiled for `device`, against the
@@ -1174,8 +1440,9 @@ class Graph:
     def report(self):
         """One dict per kernel, in execution order: name, kind (pointwise,
         reduction, matmul or library), domain, reduced dims, the source ops
-        it computes, and its input/output counts. Call on a fused graph."""
-        return self._graph.report()
+        it computes, and its input/output counts. Call on a fused graph.
+        The list prints as a table (`print(g.fuse().report())`)."""
+        return FusionReport(self._graph.report())
 
     def __repr__(self):
         return self.summary()
@@ -1189,6 +1456,15 @@ def trace(fn, *args):
     if not name.isidentifier():
         name = "main"
     tracer = _core.Tracer(name)
+    origins = _ORIGINS[id(tracer)] = {}
+    _LAST_LINE.text = None
+    try:
+        return _trace(fn, args, leaves, in_spec, name, tracer, origins)
+    finally:
+        del _ORIGINS[id(tracer)]
+
+
+def _trace(fn, args, leaves, in_spec, name, tracer, origins):
     symbolic = []
     for i, leaf in enumerate(leaves):
         arr = np.asarray(leaf)
@@ -1215,7 +1491,34 @@ def trace(fn, *args):
                 f"{name} returned a {type(leaf).__name__}; a traced function must return tensors"
             )
         ids.append(leaf._id)
-    return Graph(tracer.finish(ids), in_spec, out_spec)
+    graph = Graph(tracer.finish(ids), in_spec, out_spec)
+    label = getattr(fn, "__name__", "")
+    label = label if label.isidentifier() else "the traced function"
+    graph._origin = _Origin(label, _definition(fn), [origins.get(i) for i in ids])
+    return graph
+
+
+class _Origin:
+    """Where a traced graph came from, for errors found after tracing: the
+    function's name and definition line, and the line that computed each
+    result."""
+
+    def __init__(self, name, definition, result_lines):
+        self.name = name
+        self.definition = definition
+        self.result_lines = result_lines
+
+    def result(self, i):
+        """' (computed at file:line)' for result `i`, or the definition."""
+        line = self.result_lines[i] if i < len(self.result_lines) else None
+        if line:
+            return f" (computed at {line})"
+        return f" (defined at {self.definition})" if self.definition else ""
+
+
+def _definition(fn):
+    code = getattr(fn, "__code__", None)
+    return None if code is None else f"{code.co_filename}:{code.co_firstlineno}"
 
 
 def _plain_pairs(tree):

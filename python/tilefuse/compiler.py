@@ -125,6 +125,16 @@ class CompiledFunction:
         return self._exe.compile_seconds
 
     @property
+    def compile_stages(self):
+        """Where this compile's time went: a list of (stage name, seconds)
+        in pipeline order: "primitives" (composites lowered to primitive
+        ops), "fuse", "tile" (tile kernels and the program), "machine code"
+        (JIT or NVRTC). A compile served from the in-process cache repeats
+        the stages of the compile that filled it (see `cache_hit`); one
+        served from the disk cache has the single stage "disk cache"."""
+        return list(self._exe.compile_stages)
+
+    @property
     def cache_hit(self):
         """Whether the graph's kernels came from this process's cache."""
         return self._exe.cache_hit

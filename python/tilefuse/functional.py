@@ -341,6 +341,20 @@ def binary_cross_entropy(input, target, weight=None, size_average=None, reduce=N
     return loss.sum() if reduction == "sum" else loss.mean()
 
 
+def l1_loss(input, target, size_average=None, reduce=None, reduction="mean"):
+    """torch.nn.functional.l1_loss: |input - target|, averaged, summed or per
+    element (the gradient at input == target is 0, as PyTorch's sign);
+    input and target have the same shape."""
+    what = "l1_loss"
+    reduction = _reduction(what, reduction, size_average, reduce)
+    x, t = _pair(what, input, target)
+    d = (x - t).abs()
+    if reduction == "none":
+        return d
+    return d.sum() if reduction == "sum" else d.mean()
+
+
 # -- written from primitives (tilefuse/_composites.py) -----------------------------
 from ._composites import (  # noqa: E402
-    binary_cross_entropy_with_logits, one_hot, scaled_dot_product_attention, softplus)
+    binary_cross_entropy_with_logits, leaky_relu, normalize, one_hot, pad, rms_norm,
+    scaled_dot_product_attention, softplus)

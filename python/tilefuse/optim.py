@@ -118,6 +118,37 @@ class AdamW(Adam):
 
 
 @dataclass
+class RMSprop(_Groups):
+    """torch.optim.RMSprop: square_avg = alpha*square_avg + (1-alpha)*g^2
+    (g with L2 weight decay added), p -= lr * g / (sqrt(square_avg) + eps);
+    `centered` subtracts the squared running mean of g under the root,
+    `momentum` keeps a buffer buf = momentum*buf + g / (...) and steps by it.
+    State slots: "square_avg", then "momentum_buffer" (momentum > 0) and
+    "grad_avg" (centered)."""
+
+    lr: float = 1e-2
+    alpha: float = 0.99
+    eps: float = 1e-8
+    weight_decay: float = 0.0
+    momentum: float = 0.0
+    centered: bool = False
+    clip_grad_norm: Optional[float] = None
+    param_groups: Optional[list] = None
+
+    def _config(self):
+        _check(self.lr >= 0 and self.alpha >= 0 and self.eps >= 0 and self.momentum >= 0 and
+               self.weight_decay >= 0,
+               f"RMSprop: lr, alpha, eps, momentum and weight_decay must be >= 0, got {self}")
+        return dict(kind="rmsprop", momentum=self.momentum, nesterov=False, beta1=0.0,
+                    beta2=0.0, eps=self.eps, alpha=self.alpha, centered=bool(self.centered),
+                    weight_decay=self.weight_decay, clip_norm=self.clip_grad_norm or 0.0)
+
+    def state_names(self):
+        return (["square_avg"] + (["momentum_buffer"] if self.momentum else []) +
+                (["grad_avg"] if self.centered else []))
+
+
+@dataclass
 class LossScale:
     """Dynamic loss scaling with torch.amp.GradScaler's semantics, compiled
     into the training step (no host round-trip): the loss's gradient is

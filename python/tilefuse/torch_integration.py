@@ -245,7 +245,7 @@ class TorchTrainStep:
 # Options of a torch optimizer's groups that the compiled step bakes in (lr
 # is an operand of the step and is read at every call).
 _BAKED_OPTIONS = ("momentum", "nesterov", "dampening", "betas", "eps", "weight_decay",
-                  "amsgrad", "maximize")
+                  "amsgrad", "maximize", "alpha", "centered")
 
 
 def _compiled_options(optimizer):
@@ -257,22 +257,23 @@ def _compiled_options(optimizer):
 
 def optimizer_from_torch(optimizer, module):
     """The tilefuse.optim optimizer doing what torch.optim `optimizer`
-    (SGD, Adam or AdamW over `module`'s parameters) does, its param_groups
+    (SGD, Adam, AdamW or RMSprop over `module`'s parameters) does, its param_groups
     kept (by parameter name: lr and weight_decay per group). Options that
     differ between groups other than those, and options tilefuse does not
     have (amsgrad, maximize, dampening, ...), are a CompileError."""
     from . import optim
     torch = _torch()
-    kinds = {torch.optim.SGD: "sgd", torch.optim.Adam: "adam", torch.optim.AdamW: "adamw"}
+    kinds = {torch.optim.SGD: "sgd", torch.optim.Adam: "adam", torch.optim.AdamW: "adamw",
+             torch.optim.RMSprop: "rmsprop"}
     kind = kinds.get(type(optimizer))
     if kind is None:
-        raise CompileError(f"from_torch converts torch.optim.SGD, Adam and AdamW, not "
+        raise CompileError(f"from_torch converts torch.optim.SGD, Adam, AdamW and RMSprop, not "
                            f"{type(optimizer).__name__}")
     names = {id(p): n for n, p in module.named_parameters() if p.requires_grad}
     frozen = {id(p) for p in module.parameters() if not p.requires_grad}
     groups, shared = [], {}
     same = {"sgd": ("momentum", "nesterov"), "adam": ("betas", "eps"),
-            "adamw": ("betas", "eps")}[kind]
+            "adamw": ("betas", "eps"), "rmsprop": ("alpha", "eps", "momentum", "centered")}[kind]
     refused = {"amsgrad": False, "maximize": False, "dampening": 0, "differentiable": False}
     for i, g in enumerate(optimizer.param_groups):
         for key, ok in refused.items():
@@ -293,6 +294,10 @@ def optimizer_from_torch(optimizer, module):
     if kind == "sgd":
         return optim.SGD(lr=groups[0]["lr"], momentum=shared["momentum"],
                          nesterov=shared["nesterov"], param_groups=groups)
+    if kind == "rmsprop":
+        return optim.RMSprop(lr=groups[0]["lr"], alpha=shared["alpha"], eps=shared["eps"],
+                             momentum=shared["momentum"], centered=shared["centered"],
+                             param_groups=groups)
     cls = optim.Adam if kind == "adam" else optim.AdamW
     return cls(lr=groups[0]["lr"], betas=tuple(shared["betas"]), eps=shared["eps"],
                param_groups=groups)
@@ -306,7 +311,7 @@ def from_torch(module, example_inputs, optimizer, loss_fn=None, device="auto", s
     tilefuse graph, differentiated by tilefuse and followed by
     `optimizer` (a tilefuse.optim optimizer) in one step; parameters and
     optimizer state stay in the runtime. Buffers are constants of the step.
-    `optimizer` may also be a torch.optim SGD/Adam/AdamW over the module's
+    `optimizer` may also be a torch.optim SGD/Adam/AdamW/RMSprop over the module's
     parameters (its param_groups kept: optimizer_from_torch); the step then
     reads each group's lr from it before every call, so PyTorch LR
     schedulers (`sched.step()`) drive it, and refuses a change to any other

@@ -5,7 +5,7 @@ import numpy as np
 
 from . import _pytree
 from ._core import CompileError
-from ._tracing import trace
+from ._tracing import Graph, _short_errors, trace
 from .compiler import resolve_device
 from .optim import LossScale
 from .runtime import _check_array, _check_keys, _check_scalar
@@ -76,6 +76,12 @@ class TrainStep:
     def compiled(self):
         """The compiled step (its kernels: `step.compiled.report()`)."""
         return self._compiled
+
+    @property
+    def compile_stages(self):
+        """(stage name, seconds) of the step's compile, in pipeline order
+        (CompiledFunction.compile_stages)."""
+        return self._compiled.compile_stages
 
     def report(self, profile=False):
         """The compiled step's kernels as a table (CompiledFunction.report)."""
@@ -458,14 +464,16 @@ def _build_train_step(loss_fn, params, example_batch, optimizer, seed, precision
         groups = [{"params": n, "lr": lr, "weight_decay": float(
             optimizer.param_groups[i].get("weight_decay", optimizer.weight_decay))}
             for i, (n, lr) in enumerate(zip(group_names, lrs))]
+    who = getattr(loss_fn, "__name__", "")
+    who = f"the loss function {who}" if who.isidentifier() else "the loss function"
     if accumulate != 1:
         loss_fn = _accumulating(loss_fn, accumulate, example_batch, uses_seed)
     args = [params, example_batch] + ([np.int64(seed)] if uses_seed else [])
     loss_graph = trace(loss_fn, *args)
+    loss_graph._check_loss("compile_train_step", who)
     if precision != "fp32" or keep_fp32:
         loss_graph = loss_graph.autocast(precision, keep_fp32)
-    graph = loss_graph._graph.train_step(len(param_leaves), config)
-    from ._tracing import Graph
+    graph = _short_errors(loss_graph._graph.train_step, len(param_leaves), config)
 
     # The artifact's argument names: the state_dict() keys of TrainStep.
     batch_names = ["batch/" + n if n else "batch" for n in _pytree.leaf_names(batch_spec)]

@@ -2,6 +2,8 @@
 // RUN: tilefuse-opt %s "--build-train-step=num-params=2 optimizer=sgd momentum=0.9 clip-norm=1.0" | FileCheck %s --check-prefix=SGD
 // RUN: tilefuse-opt %s "--build-train-step=num-params=2 optimizer=sgd" | FileCheck %s --check-prefix=PLAIN
 // RUN: tilefuse-opt %s "--build-train-step=num-params=2 optimizer=adam dynamic-loss-scale=true growth-interval=3" | FileCheck %s --check-prefix=SCALED
+// RUN: tilefuse-opt %s "--build-train-step=num-params=2 optimizer=adam dynamic-loss-scale=true growth-interval=3" | FileCheck %s --check-prefix=APPLIED
+// RUN: tilefuse-opt %s "--build-train-step=num-params=2 optimizer=rmsprop momentum=0.9" | FileCheck %s --check-prefix=RMSPROP
 // RUN: not tilefuse-opt %s "--build-train-step=num-params=2 optimizer=lion" 2>&1 | FileCheck %s --check-prefix=BAD
 // RUN: not tilefuse-opt %s "--build-train-step=num-params=2 optimizer=adam beta1=1.5" 2>&1 | FileCheck %s --check-prefix=BETA
 
@@ -42,7 +44,16 @@ func.func @loss(%w: tensor<3x2xf32>, %b: tensor<2xf32>, %x: tensor<4x3xf32>, %y:
 // PLAIN-SAME:    %arg0: tensor<3x2xf32>, %arg1: tensor<2xf32>, %arg2: tensor<4x3xf32>, %arg3: tensor<4x2xf32>, %arg4: tensor<i64>, %arg5: tensor<f64>)
 // PLAIN-SAME:    -> (tensor<f32>, tensor<3x2xf32> {tilefuse.aliases = 0 : i64}, tensor<2xf32> {tilefuse.aliases = 1 : i64})
 
-// BAD: error: unknown optimizer 'lion'; expected sgd, adam or adamw
+// RMSprop with momentum: the square average and the momentum buffer per
+// parameter; no bias correction (no power of the step).
+// RMSPROP-LABEL: func.func @loss_train_step(
+// RMSPROP-SAME:    %arg0: tensor<3x2xf32>, %arg1: tensor<2xf32>, %arg2: tensor<3x2xf32>, %arg3: tensor<2xf32>, %arg4: tensor<3x2xf32>, %arg5: tensor<2xf32>, %arg6: tensor<4x3xf32>, %arg7: tensor<4x2xf32>, %arg8: tensor<i64>, %arg9: tensor<f64>)
+// RMSPROP-NOT:     graph.pow
+// RMSPROP:         graph.sqrt %{{.+}} : tensor<3x2xf32>
+// RMSPROP-NOT:     graph.pow
+// RMSPROP:         return
+
+// BAD: error: unknown optimizer 'lion'; expected sgd, adam, adamw or rmsprop
 
 // Dynamic loss scaling: the scale (f32), the growth tracker and the applied
 // count (i64) follow the optimizer state and are carried like it. The
@@ -67,6 +78,13 @@ func.func @loss(%w: tensor<3x2xf32>, %b: tensor<2xf32>, %x: tensor<4x3xf32>, %y:
 // SCALED:         %[[BACKOFF:.+]] = graph.full 5.000000e-01 : tensor<f64>
 // SCALED:         graph.select %[[FINITE]], %{{.+}}, %{{.+}} : (tensor<i1>, tensor<f32>, tensor<f32>)
 // SCALED:         return
-// SCALED-NOT:     %arg11
+
+// The same step: Adam's bias correction counts applied updates, so the step
+// operand (%arg11) is an argument that nothing in the body reads (bias
+// correction from it would not see skipped steps).
+// APPLIED-LABEL: func.func @loss_train_step(
+// APPLIED-SAME:    %arg11: tensor<i64>, %arg12: tensor<f64>)
+// APPLIED-NOT:     %arg11
+// APPLIED:         return
 
 // BETA: betas must be in [0, 1)

@@ -131,3 +131,22 @@ def test_a_changed_compiled_option_is_refused():
     opt.param_groups[0]["momentum"] = 0.5
     with pytest.raises(CompileError, match="momentum changed.*only each group's lr"):
         step(x)
+
+
+@pytest.mark.parametrize("options", [{}, {"momentum": 0.9, "centered": True,
+                                          "weight_decay": 0.01}])
+def test_torch_rmsprop_converts(options):
+    model, twin = _twins(Tiny)
+    x = torch.randn(8, 3)
+    step = tilefuse.from_torch(model, (x,), torch.optim.RMSprop(model.parameters(), lr=0.01,
+                                                                **options))
+    opt = torch.optim.RMSprop(twin.parameters(), lr=0.01, **options)
+    for t in range(4):
+        opt.zero_grad()
+        want = twin(x)
+        want.backward()
+        opt.step()
+        got = step(x)
+        assert abs(got - want.item()) <= RTOL * abs(want.item()), (t, got, want.item())
+    for n, p in twin.state_dict().items():
+        assert _max_rel(step.state_dict()[n], p) <= 1e-4, n

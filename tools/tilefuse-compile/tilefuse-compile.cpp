@@ -1,7 +1,7 @@
 //===- tilefuse-compile.cpp - graph-dialect .mlir -> .tfa artifact --------===//
 //
 //   tilefuse-compile model.mlir --target=cpu|cuda:sm_90 -o model.tfa
-//       [--entry=NAME] [--precision=fp32|bf16|fp16] [--train --num-params=N --optimizer=sgd|adam|adamw
+//       [--entry=NAME] [--precision=fp32|bf16|fp16] [--train --num-params=N --optimizer=sgd|adam|adamw|rmsprop
 //        --weight-decay=W --momentum=M --clip-norm=C --loss-scale=dynamic|none
 //        --growth-interval=N] [--numerics-report]
 //
@@ -66,7 +66,7 @@ int usage(const std::string &why) {
   std::cerr << "tilefuse-compile: " << why << "\n"
             << "usage: tilefuse-compile model.mlir --target=cpu|cuda:sm_XX -o out.tfa "
                "[--entry=NAME] [--precision=fp32|bf16|fp16] [--train --num-params=N "
-               "--optimizer=sgd|adam|adamw --weight-decay=W --momentum=M --clip-norm=C "
+               "--optimizer=sgd|adam|adamw|rmsprop --weight-decay=W --momentum=M --clip-norm=C "
                "--loss-scale=dynamic|none --growth-interval=N] [--numerics-report]\n";
   return 2;
 }
