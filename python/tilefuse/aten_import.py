@@ -439,6 +439,21 @@ def _identity(x, memory_format=None):
     return x
 
 
+@converts(aten.copy.default)
+def _copy(x, src, non_blocking=False):
+    """The functional form of x.copy_(src): src in x's dtype, broadcast to
+    x's shape."""
+    src = src if isinstance(src, Tensor) else _scalar_like(x, src)
+    src = src.to(x.dtype)
+    return src if tuple(src.shape) == tuple(x.shape) else src.expand(*x.shape)
+
+
+@converts(torch.ops.prims.fma.default)
+def _fma(a, b, c):
+    """a * b + c (PyTorch's decompositions use it for lerp and addcmul)."""
+    return a * b + c
+
+
 @converts(aten._to_copy)
 def _to_copy(x, dtype=None, layout=None, device=None, pin_memory=None, non_blocking=False,
              memory_format=None):

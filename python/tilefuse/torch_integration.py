@@ -516,11 +516,15 @@ def _val(node):
     return node.meta.get("val", node.meta.get("example_value"))
 
 
-def _compiled_callable(gm, device, compile=True):
+def _compiled_callable(gm, device, compile=True, updates=None):
     """A callable running FX graph `gm` (every node supported) through
     tilefuse, taking and returning torch tensors (CPU tensors share memory
     with the arrays tilefuse reads and returns). With compile=False the
-    graph is only converted (explain), and None is returned."""
+    graph is only converted (explain), and None is returned. `updates`
+    ({output index: input index}): outputs that are an input's new value
+    (an optimizer's parameters and state, updated in place by PyTorch's
+    code): they are written into that input's memory and the input itself
+    is returned, so the caller's copy into the input is no copy at all."""
     from . import aten_import
     from ._tracing import trace
     torch = _torch()
@@ -569,9 +573,28 @@ def _compiled_callable(gm, device, compile=True):
             arrays.append(t.contiguous().cpu().numpy())
         if random:
             arrays.append(np.int64(torch.randint(0, 2 ** 62, ()).item()))
-        results = exe.run(arrays, None, "numpy")
+        into = None
+        in_place = {}
+        if updates:
+            for k, i in enumerate(present):
+                j = updates.get(i)
+                if j is None or j >= len(args):
+                    continue
+                target = args[j]
+                if (target.dtype == want[k] and target.dtype != torch.bfloat16
+                        and target.device.type == "cpu" and target.is_contiguous()
+                        and tuple(target.shape) == tuple(out_vals[k].shape)):
+                    in_place[k] = target
+            if in_place:
+                into = [in_place[k].detach().numpy() if k in in_place
+                        else np.empty(tuple(out_vals[k].shape), _numpy_dtype(want[k]))
+                        for k in range(len(present))]
+        results = exe.run(arrays, None, "numpy", into)
         full = [constants.get(i) for i in range(len(outs))]
-        for i, r, w in zip(present, results, want):
+        for k, (i, r, w) in enumerate(zip(present, results, want)):
+            if k in in_place:
+                full[i] = in_place[k]
+                continue
             o = torch.from_numpy(np.asarray(r))
             full[i] = o.to(w) if o.dtype != w else o
         return full[0] if single else full
@@ -593,7 +616,7 @@ def _statically_supported(node):
     return aten_import.is_supported(node)
 
 
-def _split_graph(gm, device, compile=True):
+def _split_graph(gm, device, compile=True, updates=None):
     """(callable, {op: [node names]} left to PyTorch) for one ATen graph:
     compiled whole when every node converts, else split by torch.fx's
     capability-based partitioner so the converted parts run in tilefuse and
@@ -626,7 +649,7 @@ def _split_graph(gm, device, compile=True):
         gm = torch.fx.GraphModule(original, copy.deepcopy(original.graph))
         if not excluded:
             try:
-                return _compiled_callable(gm, device, compile), {}
+                return _compiled_callable(gm, device, compile, updates), {}
             except aten_import.UnsupportedOp as e:
                 if e.node is None or e.node in excluded:
                     raise
@@ -767,7 +790,24 @@ def _share_openmp_threads():
         module.cpu_thread_team("openmp")
 
 
-def _compile_aten_graph(gm, example_inputs, device):
+def _input_updates(forward):
+    """{output index: input index} of the outputs of the ATen graph being
+    compiled that are new values of its inputs (aot_autograd returns a
+    mutated input's new value first among a forward graph's outputs and
+    copies it into the input after the call)."""
+    if not forward:
+        return None
+    torch = _torch()
+    ctx = torch._guards.TracingContext.try_get()
+    meta = getattr(ctx, "fw_metadata", None) if ctx is not None else None
+    indices = getattr(meta, "mutated_inp_runtime_indices", None)
+    if not indices:
+        return None
+    return {k: int(i) for k, i in enumerate(indices)
+            if meta.input_info[i].mutates_data and not meta.input_info[i].mutates_metadata}
+
+
+def _compile_aten_graph(gm, example_inputs, device, forward=False):
     """One ATen graph from aot_autograd, compiled whole or split
     (_split_graph), or per input shapes where they are symbolic; the ops
     left to PyTorch are logged once and counted. A graph of tensors off the
@@ -786,14 +826,15 @@ def _compile_aten_graph(gm, example_inputs, device):
         _share_openmp_threads()
     if _has_symbolic_shapes(gm):
         return _boxed(_ShapeSpecialized(gm, device))
-    return _boxed(_compile_static_graph(gm, device))
+    return _boxed(_compile_static_graph(gm, device, _input_updates(forward)))
 
 
-def _compile_static_graph(gm, device):
+def _compile_static_graph(gm, device, updates=None):
     """A callable for ATen graph `gm` with static shapes: tilefuse's
-    compile of it, whole or split, or `gm` itself when nothing converts."""
+    compile of it, whole or split, or `gm` itself when nothing converts.
+    `updates`: see _compiled_callable."""
     try:
-        run, left = _split_graph(gm, device)
+        run, left = _split_graph(gm, device, updates=updates)
     except CompileError as e:
         _log.warning("tilefuse: could not compile a graph, it runs in PyTorch: %s", e)
         stats.eager += 1
@@ -852,10 +893,13 @@ def tilefuse_backend(gm, example_inputs, device="cpu"):
                   stats.recompiles)
     stats._seen_code.add(key)
 
-    def compiler(aten_gm, inputs):
+    def fw_compiler(aten_gm, inputs):
+        return _compile_aten_graph(aten_gm, inputs, device, forward=True)
+
+    def bw_compiler(aten_gm, inputs):
         return _compile_aten_graph(aten_gm, inputs, device)
 
-    return aot_autograd(fw_compiler=compiler, bw_compiler=compiler,
+    return aot_autograd(fw_compiler=fw_compiler, bw_compiler=bw_compiler,
                         decompositions=_decompositions())(gm, example_inputs)
 
 
