@@ -15,6 +15,13 @@ TOLERANCES = {
 }
 
 
+def bf16(a):
+    """float32 -> the nearest bfloat16 (ties to even), as float32."""
+    bits = np.ascontiguousarray(a, dtype=np.float32).view(np.uint32).astype(np.uint64)
+    bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000
+    return bits.astype(np.uint32).view(np.float32)
+
+
 def out_of_tolerance(got, want, rtol, atol, magnitude=None):
     """(bad, err, bound) elementwise, in float64: NaN and infinities of
     `want` must be matched exactly; `magnitude` (the sum of a sum's terms'

@@ -52,7 +52,8 @@ def test_compiled_dropout_masks_follow_the_distribution_and_the_backward_reuses_
     np.testing.assert_allclose(g[kept], 1 / (1 - P), rtol=1e-6,
                                err_msg="the backward pass does not use the forward mask")
     assert not g[~kept].any(), "dropped elements got a gradient"
-    assert torch_integration.stats.compiled >= 1 and not torch_integration.stats.unsupported
+    s = torch_integration.stats
+    assert (s.compiled, s.partitioned, s.eager, s.unsupported) == (2, 0, 0, {}), s
     # A new mask per call; the same ones after the same torch.manual_seed.
     y2 = f(x)
     assert (y2.detach() != y.detach()).any(), "two calls drew the same mask"
@@ -63,9 +64,12 @@ def test_compiled_dropout_masks_follow_the_distribution_and_the_backward_reuses_
 
 def test_eval_mode_has_no_dropout():
     torch._dynamo.reset()
+    torch_integration.stats.reset()
     m = Drop().eval()
     y = torch.compile(m, backend="tilefuse", dynamic=False)(torch.ones(N))
     assert torch.equal(y.detach(), torch.ones(N))
+    s = torch_integration.stats
+    assert s.compiled >= 1 and (s.partitioned, s.eager, s.unsupported) == (0, 0, {}), s
 
 
 def test_from_torch_draws_a_mask_per_step():
