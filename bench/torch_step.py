@@ -2,11 +2,14 @@
 """A GPT-2-style nn.Module's training step four ways, same run, CPU.
 
     PYTHONPATH=build/python python3 bench/torch_step.py [--steps 20] [--rounds 3] [--threads 2]
+        [--model gpt2_mini|hf-gpt2-small]
 
-The model (tests/python/torch_zoo.py's GPT at gpt2_mini's sizes: vocab 1024,
-seq 128, d 128, 4 heads, 2 layers, batch 4, tied LM head, dropout 0) and
-AdamW (lr 1e-3, decay 0.1 on 2-d weights, 0 on the rest), from the same
-parameters and batch:
+The model (gpt2_mini: tests/python/torch_zoo.py's GPT at gpt2_mini's sizes:
+vocab 1024, seq 128, d 128, 4 heads, 2 layers, batch 4, tied LM head,
+dropout 0; hf-gpt2-small: HuggingFace transformers' GPT2LMHeadModel at GPT-2
+small's shape, 12 layers, d 768, 12 heads, vocab 50257, seq 512, batch 2,
+dropout 0, its own loss, SDPA attention) and AdamW (lr 1e-3, decay 0.1 on
+2-d weights, 0 on the rest), from the same parameters and batch:
 
 - eager: PyTorch forward, backward, torch.optim.AdamW (foreach);
 - inductor: torch.compile(model) (forward and backward by Inductor), the
@@ -47,9 +50,9 @@ def torch_path(model, compile_backend=None):
         else model
     opt = torch.optim.AdamW(groups(model), lr=1e-3)
 
-    def step(idx, targets):
+    def step(*inputs):
         opt.zero_grad(set_to_none=True)
-        loss = net(idx, targets)
+        loss = net(*inputs)
         loss.backward()
         opt.step()
         return loss.item()
@@ -63,19 +66,38 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--skip-inductor", action="store_true",
                     help="leave out torch.compile's default backend (its cold compile is slow)")
+    ap.add_argument("--model", default="gpt2_mini", choices=["gpt2_mini", "hf-gpt2-small"])
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     os.environ.setdefault("OMP_NUM_THREADS", str(args.threads))
     torch.manual_seed(0)
 
-    class GPT(torch_zoo.GPT):  # gpt2_mini's sizes
-        vocab, seq, d, n_head, n_layer, batch = 1024, 128, 128, 4, 2, 4
+    if args.model == "gpt2_mini":
+        class GPT(torch_zoo.GPT):  # gpt2_mini's sizes
+            vocab, seq, d, n_head, n_layer, batch = 1024, 128, 128, 4, 2, 4
+        make = GPT
+        inputs = GPT.make_inputs(1)
+        title = "GPT-2-style step (gpt2_mini sizes)"
+    else:
+        import transformers
 
-    base = GPT()
-    idx, targets = GPT.make_inputs(1)
+        class HFGPT2(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.m = transformers.GPT2LMHeadModel(transformers.GPT2Config(
+                    n_layer=12, n_embd=768, n_head=12, vocab_size=50257, n_positions=1024,
+                    resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0))
+
+            def forward(self, ids):
+                return self.m(input_ids=ids, labels=ids).loss
+        make = HFGPT2
+        inputs = (torch.randint(0, 50257, (2, 512), generator=torch.Generator().manual_seed(1)),)
+        title = "HF GPT2LMHeadModel step (GPT-2 small: 12 layers, d 768, seq 512, batch 2)"
+
+    base = make()
 
     def fresh():
-        m = GPT()
+        m = make()
         m.load_state_dict(base.state_dict())
         return m
 
@@ -86,16 +108,16 @@ def main():
     for name, backend in paths:
         fn = torch_path(fresh(), backend)
         t = time.perf_counter()
-        fn(idx, targets)
+        fn(*inputs)
         cold[name] = time.perf_counter() - t
-        steps[name] = (lambda f: lambda: f(idx, targets))(fn)
+        steps[name] = (lambda f: lambda: f(*inputs))(fn)
     model = fresh()
     t = time.perf_counter()
-    step = tilefuse.from_torch(model, (idx, targets), torch.optim.AdamW(groups(model), lr=1e-3),
+    step = tilefuse.from_torch(model, inputs, torch.optim.AdamW(groups(model), lr=1e-3),
                                device="cpu")
-    step(idx, targets)
+    step(*inputs)
     cold["from_torch"] = time.perf_counter() - t
-    steps["from_torch"] = lambda: step(idx, targets)
+    steps["from_torch"] = lambda: step(*inputs)
 
     samples = {k: [] for k in steps}
     for _ in range(args.rounds):
@@ -108,8 +130,7 @@ def main():
                 times.append(time.perf_counter() - t)
             samples[name].append(statistics.median(times))
     ref = statistics.median(samples["from_torch"])
-    print(f"GPT-2-style step (gpt2_mini sizes), {args.threads} threads, torch "
-          f"{torch.__version__}")
+    print(f"{title}, {args.threads} threads, torch {torch.__version__}")
     print(f"{'path':18s} {'cold compile s':>15s} {'step ms':>9s} {'/ from_torch':>13s}")
     for name in steps:
         t = statistics.median(samples[name])

@@ -464,11 +464,17 @@ class _Stats:
 stats = _Stats()
 
 
-def _note_unsupported(ops):
-    for op in ops:
+def _note_unsupported(left, gm=None):
+    """Counts the ops left to PyTorch ({op: [node names]}) and logs each op
+    once, with the user's source line of its first node when `gm` knows
+    it."""
+    nodes = {n.name: n for n in gm.graph.nodes} if gm is not None else {}
+    for op in sorted(left):
         if op not in stats.unsupported:
+            line = next((_source_line(nodes[name]) for name in left[op] if name in nodes
+                         and _source_line(nodes[name])), None)
             _log.warning("tilefuse: %s is not supported; that part of the graph runs in "
-                         "PyTorch", op)
+                         "PyTorch%s", op, f" ({line})" if line else "")
         stats.unsupported[op] = stats.unsupported.get(op, 0) + 1
 
 
@@ -840,7 +846,7 @@ def _compile_static_graph(gm, device, updates=None):
         stats.eager += 1
         return gm.forward
     if left:
-        _note_unsupported(sorted(left))
+        _note_unsupported(left, gm)
         if run is gm.forward or getattr(run, "__self__", None) is gm:
             stats.eager += 1
         else:

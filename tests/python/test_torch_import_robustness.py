@@ -131,3 +131,14 @@ def test_partitioning_does_not_copy_the_graphs_attributes(monkeypatch):
     assert abs(got.item() - want.item()) <= RTOL * abs(want.item())
     assert stats.partitioned >= 1, stats
     monkeypatch.setattr(torch.fx.GraphModule, "__deepcopy__", real)
+
+
+def test_an_op_left_to_pytorch_is_logged_once_with_its_line(caplog):
+    model, x = Cumprod(), torch.randn(2, 5, 8)
+    with caplog.at_level("WARNING", logger="tilefuse"):
+        compiled = torch.compile(model, backend="tilefuse")
+        for _ in range(2):
+            compiled(x).backward()
+    lines = [r.getMessage() for r in caplog.records if "aten.cumprod" in r.getMessage()]
+    assert len(lines) == 1, lines
+    assert 'test_torch_import_robustness.py", line' in lines[0] and "in forward" in lines[0]
