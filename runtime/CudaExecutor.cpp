@@ -3,6 +3,12 @@
 // The CUDA headers are used for types and prototypes only; every function
 // is looked up in libcuda / libcublas / libcublasLt at run time.
 //
+// Why one file of ~900 lines: it is one object's lifecycle against one set
+// of driver handles (the run-time-loaded function table, then acquire,
+// enqueue, launch, read back, release), and the table stays private to it:
+// a split would put the dynamically loaded driver API in a header that the
+// runtime's other files (which must not touch the driver) could include.
+//
 //===----------------------------------------------------------------------===//
 #include "runtime/CudaExecutor.h"
 #include "runtime/MemoryPlan.h"
