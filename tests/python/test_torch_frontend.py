@@ -1,7 +1,7 @@
 """The PyTorch front end: torch.compile(model, backend="tilefuse"),
 tilefuse.from_torch and tilefuse.explain, on the nn.Modules of torch_zoo.py
 (a nanoGPT-style GPT with tied LM head, an MLP classifier, an embedding
-recommender, and a model using torch.cumprod, which tilefuse does not
+recommender, and a model using torch.lgamma, which tilefuse does not
 convert) against eager PyTorch.
 
 Error measures and tolerances (float32 throughout; never loosened to make a
@@ -210,16 +210,17 @@ def test_torch_compile_trains_like_eager(name, caplog):
     if _core.cpu_openmp and "TILEFUSE_THREAD_POOL" not in os.environ:
         assert _core.cpu_thread_team() == "openmp", name
         assert tilefuse._runtime.cpu_thread_team() == "openmp", name
-    if name != "cumprod":
+    if name != "lgamma":
         check_converted(f"{name}: forward and backward compiled whole", compiled=2)
         return
-    # (d): cumprod runs in PyTorch, the rest of forward and backward in tilefuse.
-    check_converted(f"{name}: forward and backward partitioned around cumprod", compiled=0,
-                    partitioned=2, unsupported=["aten.cumprod.default"])
+    # (d): lgamma runs in PyTorch, the rest of forward and backward in tilefuse.
+    check_converted(f"{name}: forward and backward partitioned around lgamma", compiled=0,
+                    partitioned=2,
+                    unsupported=["aten.digamma.default", "aten.lgamma.default"])
     warnings = [r for r in caplog.records if r.name == "tilefuse"
-                and r.levelno == logging.WARNING and "cumprod" in r.getMessage()]
+                and r.levelno == logging.WARNING and "lgamma" in r.getMessage()]
     assert len(warnings) == 1, (f"{name}: expected one WARNING from the 'tilefuse' logger "
-                                f"naming cumprod (logged once per op), got "
+                                f"naming lgamma (logged once per op), got "
                                 f"{[r.getMessage() for r in caplog.records]}")
 
 
@@ -494,21 +495,23 @@ def test_backend_leaves_graphs_off_the_cpu_to_pytorch(caplog):
 
 
 def test_explain():
-    model = Z.CumprodModel()
-    e = tilefuse.explain(model, *Z.CumprodModel.make_inputs(0))
-    where = source_line(Z.CumprodModel.forward, "torch.cumprod")
+    model = Z.LgammaModel()
+    e = tilefuse.explain(model, *Z.LgammaModel.make_inputs(0))
+    where = source_line(Z.LgammaModel.forward, "torch.lgamma")
     assert not e.ok
     assert [g["kind"] for g in e.graphs] == ["forward", "backward"], e.graphs
-    for g in e.graphs:
-        ops = {op: lines for op, lines in g["unsupported"].items()
-               if op.startswith("aten.cumprod")}
-        assert ops, f"cumprod: explain: {g['kind']} graph does not list aten.cumprod: {g}"
+    # The forward's lgamma, the backward's digamma (lgamma's derivative):
+    # both from the same line of the model.
+    for g, op_name in zip(e.graphs, ("aten.lgamma", "aten.digamma")):
+        ops = {op: lines for op, lines in g["unsupported"].items() if op.startswith(op_name)}
+        assert ops, f"lgamma: explain: {g['kind']} graph does not list {op_name}: {g}"
         lines = [line for ls in ops.values() for line in ls]
         assert lines and all(where in line for line in lines), \
-            f"cumprod: explain: {g['kind']} graph: source lines {lines}, want {where}"
-    assert set(e.unsupported_ops) == {"aten.cumprod.default"}, e.unsupported_ops
+            f"lgamma: explain: {g['kind']} graph: source lines {lines}, want {where}"
+    assert set(e.unsupported_ops) == {"aten.lgamma.default", "aten.digamma.default"}, \
+        e.unsupported_ops
     text = str(e)
-    assert "aten.cumprod.default" in text and where in text and "(forward)" in text \
+    assert "aten.lgamma.default" in text and "aten.digamma.default" in text and where in text and "(forward)" in text \
         and "(backward)" in text, text
 
     gpt = Z.GPT()
@@ -522,8 +525,7 @@ def test_explain():
 
 def test_explain_agrees_with_backend_on_bool_max():
     """What explain() says converts, the backend compiles. max(dim) of a bool
-    tensor is in PyTorch's cumprod backward decomposition (CumprodModel's
-    backward graph has one)."""
+    tensor is in PyTorch's cumprod backward decomposition."""
     def f(x):
         values, index = (x > 0).max(dim=1, keepdim=True)
         return values.float() * x + index

@@ -9,7 +9,7 @@ given targets, and has a `make_inputs(seed)` giving example inputs.
 * MLPClassifier: Flatten, Linear, ReLU, Linear, log_softmax + nll_loss.
 * Recommender: user and item embedding tables, dot-product interaction and
   a small MLP, BCE-with-logits loss.
-* CumprodModel: an MLP with torch.cumprod in the middle (an op tilefuse does
+* LgammaModel: an MLP with torch.lgamma in the middle (an op tilefuse does
   not convert), to exercise the partitioned fallback.
 """
 import math
@@ -189,7 +189,7 @@ class Recommender(nn.Module):
 # (d) An op tilefuse lacks
 # ---------------------------------------------------------------------------
 
-class CumprodModel(nn.Module):
+class LgammaModel(nn.Module):
     n_in, hidden, classes, batch = 12, 16, 5, 6
 
     def __init__(self):
@@ -199,7 +199,7 @@ class CumprodModel(nn.Module):
 
     def forward(self, x, y=None):
         h = torch.sigmoid(self.fc1(x))
-        h = torch.cumprod(0.5 + h, dim=-1)  # tilefuse has no cumprod: runs in PyTorch
+        h = torch.lgamma(0.5 + h)  # tilefuse has no lgamma: runs in PyTorch
         logits = self.fc2(h)
         if y is None:
             return logits
@@ -214,4 +214,4 @@ class CumprodModel(nn.Module):
         return x, y
 
 
-ZOO = {"gpt": GPT, "mlp": MLPClassifier, "recommender": Recommender, "cumprod": CumprodModel}
+ZOO = {"gpt": GPT, "mlp": MLPClassifier, "recommender": Recommender, "lgamma": LgammaModel}

@@ -1,0 +1,35 @@
+"""Random numbers (Philox, from the graph's seed): PyTorch's distributions,
+not its bits."""
+import numpy as np
+
+from .._tracing import where
+from . import _dtype_of, aten, converts, importer
+
+
+@converts(aten.rand)
+def _rand(size, dtype=None, layout=None, device=None, pin_memory=None, generator=None):
+    return importer().uniform(tuple(size), _dtype_of(dtype))
+
+
+@converts(aten.bernoulli.p, aten.bernoulli_.float)
+def _bernoulli(x, p=0.5, generator=None):
+    return (importer().uniform(x.shape, "f32") < p).to(x.dtype)
+
+
+@converts(aten.native_dropout)
+def _native_dropout(x, p, train):
+    if not train or p == 0:
+        return x, importer().constant(np.ones(x.shape, bool), "i1")
+    if p >= 1:  # everything dropped
+        return x * 0, importer().constant(np.zeros(x.shape, bool), "i1")
+    keep = importer().uniform(x.shape, "f32") >= p
+    return where(keep, x * (1.0 / (1.0 - p)), 0.0).to(x.dtype), keep
+
+
+RANDOM_OPS = (aten.rand.default, aten.bernoulli.p, aten.bernoulli_.float,
+              aten.native_dropout.default)
+
+
+def uses_random(gm):
+    """Whether graph `gm` draws random numbers (then it needs a seed)."""
+    return any(n.op == "call_function" and n.target in RANDOM_OPS for n in gm.graph.nodes)
