@@ -536,10 +536,18 @@ def _compiled_callable(gm, device, compile=True, updates=None):
     torch = _torch()
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     examples = []
-    for n in placeholders:
+    # Empty inputs of a dtype tilefuse lacks (batch norm's uint8 reserve
+    # buffer, which its backward receives and ignores) go in as empty f32:
+    # they hold no value to read.
+    stand_ins = set()
+    for j, n in enumerate(placeholders):
         v = _val(n)
         if not isinstance(v, torch.Tensor):
             raise aten_import.UnsupportedOp(f"a non-tensor input ({n.name}: {type(v).__name__})")
+        if v.numel() == 0 and v.dtype in (torch.uint8, torch.int8, torch.int16):
+            stand_ins.add(j)
+            examples.append(np.zeros(tuple(v.shape), dtype=np.float32))
+            continue
         examples.append(np.zeros(tuple(v.shape), dtype=_numpy_dtype(v.dtype)))
     out_node = next(n for n in gm.graph.nodes if n.op == "output")
     outs = out_node.args[0]
@@ -547,13 +555,25 @@ def _compiled_callable(gm, device, compile=True, updates=None):
     outs = [outs] if single else list(outs)
     # A backward graph returns None for inputs without a gradient; a graph
     # specialized to static shapes returns its sizes as plain numbers.
-    present = [i for i, o in enumerate(outs) if isinstance(o, torch.fx.Node)]
+    # An empty tensor output (batch norm's CPU reserve buffer, say) has no
+    # values to compute: it is made empty at each call.
+    empties = {i: _val(o) for i, o in enumerate(outs) if isinstance(o, torch.fx.Node)
+               and isinstance(_val(o), torch.Tensor) and _val(o).numel() == 0}
+    present = [i for i, o in enumerate(outs) if isinstance(o, torch.fx.Node)
+               and i not in empties]
     constants = {i: o for i, o in enumerate(outs)
                  if o is not None and not isinstance(o, torch.fx.Node)}
     out_vals = [_val(outs[i]) for i in present]
     if any(not isinstance(o, torch.Tensor) for o in out_vals):
         raise aten_import.UnsupportedOp("a graph output that is not a tensor")
     random = aten_import.uses_random(gm)
+    if not present:  # nothing to compute: every output empty, None or a number
+        def nothing(*args):
+            full = [constants.get(i) for i in range(len(outs))]
+            for i, v in empties.items():
+                full[i] = torch.empty(tuple(v.shape), dtype=v.dtype)
+            return full[0] if single else full
+        return nothing if compile else None
 
     def fn(*xs):
         # With random ops, the last input is a seed drawn per call from
@@ -572,7 +592,10 @@ def _compiled_callable(gm, device, compile=True, updates=None):
 
     def run(*args):
         arrays = []
-        for a in args:
+        for j, a in enumerate(args):
+            if j in stand_ins:
+                arrays.append(np.zeros(tuple(a.shape), dtype=np.float32))
+                continue
             t = a.detach()
             if t.dtype == torch.bfloat16:
                 t = t.float()
@@ -597,6 +620,8 @@ def _compiled_callable(gm, device, compile=True, updates=None):
                         for k in range(len(present))]
         results = exe.run(arrays, None, "numpy", into)
         full = [constants.get(i) for i in range(len(outs))]
+        for i, v in empties.items():
+            full[i] = torch.empty(tuple(v.shape), dtype=v.dtype)
         for k, (i, r, w) in enumerate(zip(present, results, want)):
             if k in in_place:
                 full[i] = in_place[k]
@@ -817,7 +842,12 @@ def _compile_aten_graph(gm, example_inputs, device, forward=False):
     """One ATen graph from aot_autograd, compiled whole or split
     (_split_graph), or per input shapes where they are symbolic; the ops
     left to PyTorch are logged once and counted. A graph of tensors off the
-    CPU runs in PyTorch (_OFF_CPU_REASON), logged once per device."""
+    CPU runs in PyTorch (_OFF_CPU_REASON), logged once per device. A graph
+    that computes nothing (a backward whose gradients are all None, say)
+    is its own compiled form: there is no kernel to make."""
+    if not any(n.op == "call_function" for n in gm.graph.nodes):
+        stats.compiled += 1
+        return _boxed(gm.forward)
     off_cpu = _devices_off_cpu(gm)
     if off_cpu:
         _note_off_cpu(off_cpu)

@@ -158,3 +158,51 @@ def test_an_op_left_to_pytorch_is_logged_once_with_its_line(caplog):
     lines = [r.getMessage() for r in caplog.records if "aten.lgamma" in r.getMessage()]
     assert len(lines) == 1, lines
     assert 'test_torch_import_robustness.py", line' in lines[0] and "in forward" in lines[0]
+
+
+def test_cat_of_empty_parts_keeps_the_result_shape():
+    """glu of a [0, 2] tensor: its backward concatenates two [0, 1] halves
+    into [0, 2] (the parts are empty in another dim than cat's)."""
+    x = torch.randn(0, 2, requires_grad=True)
+    y = torch.compile(lambda x: torch.nn.functional.glu(x, 1), backend="tilefuse")(x)
+    (y * 1.0).sum().backward()
+    assert y.shape == (0, 1) and x.grad.shape == (0, 2)
+    assert (stats.compiled, stats.partitioned, stats.eager) == (2, 0, 0), stats
+
+
+def test_a_backward_of_no_gradients_needs_no_kernel():
+    """torch.norm(x, 0) (a count of nonzeros) has no gradient: its backward
+    graph returns None and is its own compiled form."""
+    x = torch.randn(5, 5, requires_grad=True)
+    y = torch.compile(lambda x: torch.norm(x, 0), backend="tilefuse")(x)
+    y.backward()
+    assert y.item() == 25.0 and (x.grad is None or not x.grad.any())
+    assert (stats.compiled, stats.partitioned, stats.eager) == (2, 0, 0), stats
+
+
+def test_batch_norm_module_trains_whole_with_its_running_statistics():
+    """nn.BatchNorm1d in training mode: PyTorch hands over
+    _batch_norm_with_update, whose empty uint8 reserve buffer goes from the
+    forward graph to the backward graph; both graphs compile whole and the
+    running statistics follow eager's."""
+    torch.manual_seed(3)
+    model = torch.nn.Sequential(torch.nn.Linear(6, 8), torch.nn.BatchNorm1d(8),
+                                torch.nn.ReLU(), torch.nn.Linear(8, 1))
+    twin = copy.deepcopy(model)
+    compiled = torch.compile(model, backend="tilefuse", dynamic=False)
+    opts = [torch.optim.SGD(m.parameters(), lr=0.1) for m in (model, twin)]
+    for step in range(3):
+        x = torch.randn(16, 6, generator=torch.Generator().manual_seed(step))
+        losses = []
+        for m, opt in zip((compiled, twin), opts):
+            opt.zero_grad()
+            loss = m(x).square().mean()
+            loss.backward()
+            opt.step()
+            losses.append(loss.item())
+        assert abs(losses[0] - losses[1]) <= RTOL * abs(losses[1]), (step, losses)
+    for name in ("running_mean", "running_var"):
+        got, want = getattr(model[1], name), getattr(twin[1], name)
+        assert (got - want).abs().max().item() <= 1e-6 * max(1.0, want.abs().max().item())
+    assert model[1].num_batches_tracked.item() == 3
+    assert (stats.compiled, stats.partitioned, stats.eager) == (2, 0, 0), stats

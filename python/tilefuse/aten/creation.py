@@ -85,6 +85,13 @@ def _new_empty(x, size, *args, dtype=None, layout=None, device=None, pin_memory=
     return importer().constant(np.zeros(tuple(size)), _dtype_of(dtype, x.dtype))
 
 
+@converts(aten.empty_strided)
+def _empty_strided(size, stride, dtype=None, layout=None, device=None, pin_memory=None):
+    """Uninitialised memory (strides are layout, which tilefuse chooses):
+    zeros, as _empty."""
+    return importer().constant(np.zeros(tuple(size)), _dtype_of(dtype))
+
+
 @converts(aten._efficientzerotensor)
 def _zero_tensor(size, dtype=None, layout=None, device=None, pin_memory=None):
     return importer().constant(np.zeros(tuple(size)), _dtype_of(dtype))

@@ -306,3 +306,40 @@ def _leaky_relu(x, negative_slope=0.01):
 @converts(aten.leaky_relu_backward.default)
 def _leaky_relu_backward(grad, x, negative_slope, self_is_result):
     return where(x > 0, grad, grad * float(negative_slope))
+
+
+@converts("torch_nn._linear_cross_entropy_batch_chunked.default")
+def _linear_cross_entropy_chunked(x, w, target, b, weight, reduction, ignore_index,
+                                  label_smoothing, batch_chunk_size, acc_policy, acc_dtype,
+                                  allow_retain_graph, need_dx, need_dw, need_db):
+    """F.linear_cross_entropy's chunked form (torch 2.15+), which returns the
+    loss and, already in the forward, the gradients of x, w and b (its
+    backward scales them by the loss's gradient). Its chunks only bound
+    PyTorch's memory; tilefuse computes the same sums whole and lets the
+    fusion and memory plan keep the logits' footprint. Class weights,
+    label smoothing and 16-bit inputs run in PyTorch."""
+    op = "torch_nn._linear_cross_entropy_batch_chunked"
+    if weight is not None or label_smoothing:
+        raise UnsupportedOp(op, "class weights or label smoothing")
+    if x.dtype != "f32" or w.dtype != "f32" or reduction not in ("mean", "sum") \
+            or x.ndim not in (1, 2):
+        raise UnsupportedOp(op, f"{x.dtype} input of rank {x.ndim}, reduction {reduction!r}")
+    xs = x.reshape(1, -1) if x.ndim == 1 else x
+    ys = target.reshape(1) if target.ndim == 0 else target
+    z = xs @ w.t()
+    if b is not None:
+        z = z + b
+    classes = z.shape[1]
+    log_p = F.log_softmax(z, 1)
+    valid = ys != ignore_index
+    hit = where(valid, ys, 0).unsqueeze(1) == importer().constant(np.arange(classes), "i64")
+    nll = where(valid, -where(hit, log_p, 0.0).sum(1), 0.0)
+    count = valid.to("f32").sum()
+    loss = nll.sum() / count if reduction == "mean" else nll.sum()
+    per_row = where(valid, 1.0 / count if reduction == "mean" else 1.0, 0.0).unsqueeze(1)
+    dz = (log_p.exp() - hit.to("f32")) * per_row
+    empty = importer().constant(np.zeros((0, 0)), "f32")
+    dx = (dz @ w).reshape(*x.shape) if need_dx else empty
+    dw = dz.t() @ xs if need_dw else empty
+    db = dz.sum(0) if need_db else importer().constant(np.zeros((0,)), "f32")
+    return loss, dx, dw, db

@@ -198,6 +198,9 @@ def _bitwise(op, logical):
 CONVERSIONS[aten.bitwise_and.Tensor] = _bitwise(aten.bitwise_and, _logical_and)
 CONVERSIONS[aten.bitwise_or.Tensor] = _bitwise(aten.bitwise_or, _logical_or)
 CONVERSIONS[aten.bitwise_xor.Tensor] = _bitwise(aten.bitwise_xor, _logical_xor)
+CONVERSIONS[aten.bitwise_and.Scalar] = CONVERSIONS[aten.bitwise_and.Tensor]
+CONVERSIONS[aten.bitwise_or.Scalar] = CONVERSIONS[aten.bitwise_or.Tensor]
+CONVERSIONS[aten.bitwise_xor.Scalar] = CONVERSIONS[aten.bitwise_xor.Tensor]
 
 
 @converts(aten.where.self, aten.where.ScalarSelf, aten.where.ScalarOther, aten.where.Scalar)

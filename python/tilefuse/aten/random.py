@@ -1,14 +1,41 @@
 """Random numbers (Philox, from the graph's seed): PyTorch's distributions,
 not its bits."""
+import math
+
 import numpy as np
 
+from .. import _trig
 from .._tracing import where
 from . import _dtype_of, aten, converts, importer
+
+
+def _standard_normal(shape, dtype):
+    """Standard normal numbers by Box-Muller from two uniform streams (in
+    f32: u1 in (0, 1], so the logarithm is finite)."""
+    u1 = 1.0 - importer().uniform(shape, "f32")
+    u2 = importer().uniform(shape, "f32")
+    z = (-2.0 * u1.log()).sqrt() * _trig.cos(u2 * (2.0 * math.pi))
+    return z.to(dtype)
 
 
 @converts(aten.rand)
 def _rand(size, dtype=None, layout=None, device=None, pin_memory=None, generator=None):
     return importer().uniform(tuple(size), _dtype_of(dtype))
+
+
+@converts(aten.randn.default)
+def _randn(size, dtype=None, layout=None, device=None, pin_memory=None, generator=None):
+    return _standard_normal(tuple(size), _dtype_of(dtype))
+
+
+@converts(aten.rand_like.default)
+def _rand_like(x, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None):
+    return importer().uniform(x.shape, _dtype_of(dtype, x.dtype))
+
+
+@converts(aten.randn_like.default)
+def _randn_like(x, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None):
+    return _standard_normal(x.shape, _dtype_of(dtype, x.dtype))
 
 
 @converts(aten.bernoulli.p, aten.bernoulli_.float)
@@ -26,7 +53,8 @@ def _native_dropout(x, p, train):
     return where(keep, x * (1.0 / (1.0 - p)), 0.0).to(x.dtype), keep
 
 
-RANDOM_OPS = (aten.rand.default, aten.bernoulli.p, aten.bernoulli_.float,
+RANDOM_OPS = (aten.rand.default, aten.randn.default, aten.rand_like.default,
+              aten.randn_like.default, aten.bernoulli.p, aten.bernoulli_.float,
               aten.native_dropout.default)
 
 

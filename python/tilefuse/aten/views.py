@@ -125,11 +125,14 @@ def _select_scatter(x, src, dim, index):
 
 @converts(aten.cat)
 def _cat(tensors, dim=0):
-    # ATen skips empty parts (also 1-D empty ones of any other rank: a
-    # key/value cache starts as torch.tensor([])).
+    # An empty result (parts empty in another dim than `dim`) is zeros of
+    # its shape. Otherwise an empty part adds nothing: it is empty along
+    # `dim`, or a 1-D empty tensor, which ATen skips whatever the others'
+    # rank (a key/value cache starts as torch.tensor([])).
+    shape = importer().result_shape()
+    if 0 in shape:
+        return importer().constant(np.zeros(shape), importer().result_dtype())
     parts = [t for t in tensors if not (isinstance(t, Tensor) and 0 in t.shape)]
-    if not parts:
-        return tensors[0]
     return parts[0] if len(parts) == 1 else cat(parts, dim)
 
 
@@ -156,6 +159,31 @@ def _constant_pad_nd(x, pad, value=0):
         if len(pieces) > 1:
             x = cat(pieces, dim)
     return x
+
+
+@converts(aten.replication_pad1d_backward.default, aten.replication_pad2d_backward.default,
+          aten.replication_pad3d_backward.default)
+def _replication_pad_backward(grad, x, padding):
+    """The gradient of replicate padding (whose forward PyTorch writes as
+    an index by clamped positions), one padded dim at a time from the last:
+    the interior of `grad` back at its place, each edge band summed into
+    the first or last element, and the elements a negative amount cropped
+    away given 0."""
+    for i in range(len(padding) // 2):
+        dim = grad.ndim - 1 - i
+        before, after = int(padding[2 * i]), int(padding[2 * i + 1])
+        n, m = x.shape[dim], grad.shape[dim]
+        lo, hi = max(0, -before), min(n, m - before)   # x's elements grad has
+        keep = [0, 0] * i
+        dx = _constant_pad_nd(_slice(grad, dim, lo + before, hi + before), keep + [lo, n - hi])
+        if before > 0:
+            band = _slice(grad, dim, 0, before).sum(dim, True)
+            dx = dx + _constant_pad_nd(band, keep + [0, n - 1])
+        if after > 0 and before + n < m:
+            band = _slice(grad, dim, before + n, m).sum(dim, True)
+            dx = dx + _constant_pad_nd(band, keep + [n - 1, 0])
+        grad = dx
+    return grad
 
 
 @converts(aten.stack)
