@@ -935,7 +935,13 @@ def tilefuse_backend(gm, example_inputs, device="cpu"):
     def bw_compiler(aten_gm, inputs):
         return _compile_aten_graph(aten_gm, inputs, device)
 
+    # Inductor's partitioner: the backward recomputes views and cheap
+    # pointwise ops instead of the forward saving them (a transposed weight
+    # saved for the backward is a transposed copy the GEMM would otherwise
+    # read in place); random ops are never recomputed.
+    from torch._functorch.partitioners import min_cut_rematerialization_partition
     return aot_autograd(fw_compiler=fw_compiler, bw_compiler=bw_compiler,
+                        partition_fn=min_cut_rematerialization_partition,
                         decompositions=_decompositions())(gm, example_inputs)
 
 

@@ -206,3 +206,43 @@ def test_batch_norm_module_trains_whole_with_its_running_statistics():
         assert (got - want).abs().max().item() <= 1e-6 * max(1.0, want.abs().max().item())
     assert model[1].num_batches_tracked.item() == 3
     assert (stats.compiled, stats.partitioned, stats.eager) == (2, 0, 0), stats
+
+
+def test_a_tied_head_reads_the_embedding_in_place(monkeypatch):
+    """An LM head tied to the embedding (logits = h @ wte.T): the forward
+    graph keeps no transposed copy of wte for the backward (the partitioner
+    recomputes the view there), so no kernel of either graph is a bare
+    transpose; the GEMMs read wte transposed in place."""
+    from tilefuse import torch_integration as TI
+    compiled = []
+    real = TI._compiled_callable
+
+    def record(*args, **kwargs):
+        run = real(*args, **kwargs)
+        if run is not None and hasattr(run, "tilefuse_compiled"):
+            compiled.append(run.tilefuse_compiled)
+        return run
+    monkeypatch.setattr(TI, "_compiled_callable", record)
+
+    class Tied(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.wte = torch.nn.Embedding(300, 16)
+
+        def forward(self, ids):
+            h = torch.tanh(self.wte(ids))
+            return torch.nn.functional.cross_entropy(h @ self.wte.weight.T, ids.flatten(0))
+
+    torch.manual_seed(4)
+    model, ids = Tied(), torch.randint(0, 300, (12,))
+    twin = copy.deepcopy(model)
+    got = torch.compile(model, backend="tilefuse", dynamic=False)(ids)
+    got.backward()
+    want = twin(ids)
+    want.backward()
+    assert abs(got.item() - want.item()) <= RTOL * abs(want.item())
+    grad_err = (model.wte.weight.grad - twin.wte.weight.grad).abs().max().item()
+    assert grad_err <= 1e-5 * twin.wte.weight.grad.abs().max().item()
+    assert (stats.compiled, stats.partitioned, stats.eager) == (2, 0, 0), stats
+    kernels = [row for fn in compiled for row in fn.report()]
+    assert not [r for r in kernels if r.get("ops") == ["graph.transpose"]], kernels
