@@ -71,3 +71,17 @@ def own_cpu_threads():
     for module in modules:
         module.cpu_thread_team("own")
     yield
+
+
+@pytest.fixture
+def fresh_torch_backend():
+    """Empty torch.compile backend stats and no Dynamo caches before and
+    after the test (modules of PyTorch tests use it for every test:
+    `pytestmark = pytest.mark.usefixtures("fresh_torch_backend")`)."""
+    import torch
+    from tilefuse.torch_integration import stats
+    torch._dynamo.reset()
+    stats.reset()
+    yield
+    torch._dynamo.reset()
+    stats.reset()

@@ -117,13 +117,7 @@ def _check(name, path, got, want):
             f"(relative {abs(g - w) / abs(w):.3g} > {LOSS_RTOL:g})")
 
 
-@pytest.fixture(autouse=True)
-def fresh_backend():
-    torch._dynamo.reset()
-    stats.reset()
-    yield
-    torch._dynamo.reset()
-    stats.reset()
+pytestmark = pytest.mark.usefixtures("fresh_torch_backend")
 
 
 @pytest.mark.parametrize("name", list(MODELS))

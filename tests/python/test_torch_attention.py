@@ -9,7 +9,6 @@ Tolerances (float32): outputs, log-sum-exp and gradients
 max|got - eager| / max|eager| <= 1e-5 (RTOL; the reductions run in another
 order than PyTorch's kernels, observed ~1e-7); losses relative 1e-5.
 """
-import numpy as np
 import pytest
 import torch
 import torch.nn.functional as TF
@@ -22,13 +21,7 @@ RTOL = 1e-5
 aten = torch.ops.aten
 
 
-@pytest.fixture(autouse=True)
-def fresh_backend():
-    torch._dynamo.reset()
-    stats.reset()
-    yield
-    torch._dynamo.reset()
-    stats.reset()
+pytestmark = pytest.mark.usefixtures("fresh_torch_backend")
 
 
 def max_rel(got, want):

@@ -52,14 +52,7 @@ STEPS = 20
 _REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-@pytest.fixture(autouse=True)
-def fresh_backend():
-    """Every test starts with empty backend stats and no Dynamo caches."""
-    torch._dynamo.reset()
-    stats.reset()
-    yield
-    torch._dynamo.reset()
-    stats.reset()
+pytestmark = pytest.mark.usefixtures("fresh_torch_backend")
 
 
 # ---------------------------------------------------------------------------

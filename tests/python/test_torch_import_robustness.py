@@ -20,13 +20,7 @@ from tilefuse.torch_integration import stats
 RTOL = 1e-5
 
 
-@pytest.fixture(autouse=True)
-def fresh_backend():
-    torch._dynamo.reset()
-    stats.reset()
-    yield
-    torch._dynamo.reset()
-    stats.reset()
+pytestmark = pytest.mark.usefixtures("fresh_torch_backend")
 
 
 class Positions(torch.nn.Module):

@@ -27,13 +27,7 @@ OPTIMIZERS = {
 }
 
 
-@pytest.fixture(autouse=True)
-def fresh_backend():
-    torch._dynamo.reset()
-    stats.reset()
-    yield
-    torch._dynamo.reset()
-    stats.reset()
+pytestmark = pytest.mark.usefixtures("fresh_torch_backend")
 
 
 @pytest.mark.parametrize("name", list(OPTIMIZERS))
