@@ -567,11 +567,18 @@ def _compiled_callable(gm, device, compile=True, updates=None):
     if any(not isinstance(o, torch.Tensor) for o in out_vals):
         raise aten_import.UnsupportedOp("a graph output that is not a tensor")
     random = aten_import.uses_random(gm)
+
+    def uncomputed():
+        """The outputs no kernel computes (numbers, None, empty tensors), in
+        place; the computed ones left None for the caller to fill."""
+        full = [constants.get(i) for i in range(len(outs))]
+        for i, v in empties.items():
+            full[i] = torch.empty(tuple(v.shape), dtype=v.dtype)
+        return full
+
     if not present:  # nothing to compute: every output empty, None or a number
         def nothing(*args):
-            full = [constants.get(i) for i in range(len(outs))]
-            for i, v in empties.items():
-                full[i] = torch.empty(tuple(v.shape), dtype=v.dtype)
+            full = uncomputed()
             return full[0] if single else full
         return nothing if compile else None
 
@@ -619,9 +626,7 @@ def _compiled_callable(gm, device, compile=True, updates=None):
                         else np.empty(tuple(out_vals[k].shape), _numpy_dtype(want[k]))
                         for k in range(len(present))]
         results = exe.run(arrays, None, "numpy", into)
-        full = [constants.get(i) for i in range(len(outs))]
-        for i, v in empties.items():
-            full[i] = torch.empty(tuple(v.shape), dtype=v.dtype)
+        full = uncomputed()
         for k, (i, r, w) in enumerate(zip(present, results, want)):
             if k in in_place:
                 full[i] = in_place[k]
