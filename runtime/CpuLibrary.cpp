@@ -102,6 +102,7 @@ constexpr int kRowMajor = 101, kNoTrans = 111, kTrans = 112;
 template <typename T, typename Fn>
 void gemmParallel(const Step &s, const T *a, const T *b, T *c, Fn blas) {
   ThreadPool &pool = ThreadPool::global();
+  bool dnnlFirst = cpu::f32GemmPrefersDnnl(s.transposeA, s.transposeB, s.m, s.n, s.k);
   int64_t slabsPerMatrix = 1;
   if (s.batch < int64_t(pool.size()))
     slabsPerMatrix = std::max<int64_t>(1, std::min<int64_t>(int64_t(pool.size()), s.m / 32));
@@ -118,10 +119,11 @@ void gemmParallel(const Step &s, const T *a, const T *b, T *c, Fn blas) {
       int64_t lda = s.transposeA ? s.m : s.k;
       const T *pb = b + i * s.k * s.n;
       T *pc = c + i * s.m * s.n + r0 * s.n;
-      // 2-D f32 GEMMs: oneDNN's slab kernels where it is loaded (batched
-      // ones stay with the BLAS: oneDNN is slower on transposed batches).
+      // 2-D f32 GEMMs: oneDNN's slab kernels where it is loaded and
+      // faster for the shape (batched ones stay with the BLAS: oneDNN is
+      // slower on transposed batches).
       if constexpr (std::is_same_v<T, float>)
-        if (s.batch == 1 &&
+        if (s.batch == 1 && dnnlFirst &&
             cpu::dnnlSgemmSlab(s.transposeA, s.transposeB, r1 - r0, s.n, s.k, pa, lda, pb,
                                s.transposeB ? s.k : s.n, pc, s.n))
           continue;
@@ -179,6 +181,43 @@ void trim(std::vector<float> &buffer) {
 } // namespace
 
 std::string cpu::blasName() { return Blas::get().name; }
+
+void cpu::sgemmOnThisThread(bool transposeA, bool transposeB, int64_t m, int64_t n, int64_t k,
+                             float alpha, const float *a, int64_t lda, const float *b,
+                             int64_t ldb, float beta, float *c, int64_t ldc) {
+  if (m <= 0 || n <= 0)
+    return;
+  if (auto sgemm = Blas::get().sgemm) {
+    sgemm(kRowMajor, transposeA ? kTrans : kNoTrans, transposeB ? kTrans : kNoTrans, int(m),
+          int(n), int(k), alpha, a, int(lda), b, int(ldb), beta, c, int(ldc));
+    return;
+  }
+  for (int64_t r = 0; r < m; ++r)
+    for (int64_t j = 0; j < n; ++j) {
+      float acc = 0;
+      for (int64_t p = 0; p < k; ++p)
+        acc += (transposeA ? a[p * lda + r] : a[r * lda + p]) *
+               (transposeB ? b[j * ldb + p] : b[p * ldb + j]);
+      c[r * ldc + j] = alpha * acc + (beta == 0.0f ? 0.0f : beta * c[r * ldc + j]);
+    }
+}
+
+bool cpu::f32GemmPrefersDnnl(bool transposeA, bool transposeB, int64_t m, int64_t n,
+                             int64_t k) {
+  // TILEFUSE_DNNL_F32=all: oneDNN whatever the shape (to measure it).
+  static const bool always = [] {
+    const char *v = std::getenv("TILEFUSE_DNNL_F32");
+    return v && std::string(v) == "all";
+  }();
+  if (transposeB || always)
+    return true;
+  // A transposed: oneDNN up to ~0.5 GFLOP (0.74-0.94x OpenBLAS's time at
+  // gpt2_mini's sizes), OpenBLAS above (oneDNN 1.1-1.45x slower at GPT-2
+  // small's). Untransposed: OpenBLAS (oneDNN 0.83-2.35x its time, 2.35x
+  // on 1024x768 @ 768x3072).
+  constexpr double kSmallTransposedAFlops = 5e8;
+  return transposeA && 2.0 * double(m) * double(n) * double(k) <= kSmallTransposedAFlops;
+}
 
 void cpu::gemm(const Step &s, DType dtype, const void *a, const void *b, void *c) {
   switch (dtype) {

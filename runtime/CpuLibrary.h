@@ -23,6 +23,21 @@ void gather(const BufferInfo &table, const BufferInfo &indices,
 void scatterAdd(const BufferInfo &base, const BufferInfo &indices,
                 const void *basePtr, const void *indexPtr,
                 const void *updatesPtr, void *out);
+/// c = alpha op(a) op(b) + beta c on the calling thread only (row-major,
+/// leading dimensions as CBLAS takes them), through the BLAS loaded at run
+/// time or a plain loop: for kernels that split work over the pool
+/// themselves and multiply blocks inside each task.
+void sgemmOnThisThread(bool transposeA, bool transposeB, int64_t m, int64_t n, int64_t k,
+                       float alpha, const float *a, int64_t lda, const float *b, int64_t ldb,
+                       float beta, float *c, int64_t ldc);
+/// Whether a 2-D f32 GEMM of this shape runs its row slabs through oneDNN
+/// (where it is loaded) rather than the BLAS. Measured per shape and
+/// transpose on 2 AVX-512 cores (bench/results/2026-12-05-f32-gemm-library.md):
+/// oneDNN 2.6 is the faster with B transposed at every size and on small
+/// GEMMs with A transposed; OpenBLAS is the faster, up to 2.4x, on
+/// untransposed operands and on large GEMMs with A transposed.
+/// TILEFUSE_DNNL_F32=all picks oneDNN for every shape, =0 none.
+bool f32GemmPrefersDnnl(bool transposeA, bool transposeB, int64_t m, int64_t n, int64_t k);
 /// The BLAS library GEMMs go to ("libopenblas.so.0", "libblis.so.4"), or
 /// "built-in loop" when none loads (or TILEFUSE_BLAS=none).
 std::string blasName();

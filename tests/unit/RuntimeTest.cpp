@@ -603,6 +603,19 @@ TEST(CpuLibrary, Bf16GemmsThroughOneDnnMatchTheWideningPath) {
   }
 }
 
+TEST(CpuLibrary, F32GemmLibraryFollowsTheMeasuredShapes) {
+  // B transposed: oneDNN at every size.
+  EXPECT_TRUE(cpu::f32GemmPrefersDnnl(false, true, 1024, 3072, 768));
+  EXPECT_TRUE(cpu::f32GemmPrefersDnnl(false, true, 8, 8, 8));
+  // Untransposed: the BLAS (oneDNN 2.35x slower on 1024x768 @ 768x3072).
+  EXPECT_FALSE(cpu::f32GemmPrefersDnnl(false, false, 1024, 3072, 768));
+  EXPECT_FALSE(cpu::f32GemmPrefersDnnl(false, false, 512, 512, 128));
+  // A transposed: oneDNN while small (gpt2_mini's weight gradients), the
+  // BLAS from ~0.5 GFLOP (GPT-2 small's).
+  EXPECT_TRUE(cpu::f32GemmPrefersDnnl(true, false, 128, 384, 512));
+  EXPECT_FALSE(cpu::f32GemmPrefersDnnl(true, false, 768, 2304, 1024));
+}
+
 TEST(CpuLibrary, F32GemmsThroughOneDnnSlabsMatchDoublePrecision) {
   if (cpu::dnnlStatus() != "loaded")
     GTEST_SKIP() << "oneDNN GEMMs: " << cpu::dnnlStatus();
@@ -629,6 +642,12 @@ TEST(CpuLibrary, F32GemmsThroughOneDnnSlabsMatchDoublePrecision) {
       for (float &v : b)
         v = dist(gen);
       cpu::gemm(s, DType::F32, a.data(), b.data(), c.data());
+      // The same GEMM as one slab through oneDNN whatever the shape
+      // (cpu::gemm may have given it to the BLAS); oneDNN may refuse a
+      // shape it has only a reference kernel for.
+      std::vector<float> slab(size_t(m * n), 7.0f);
+      bool viaDnnl = cpu::dnnlSgemmSlab(ta, tb, m, n, k, a.data(), ta ? m : k, b.data(),
+                                        tb ? k : n, slab.data(), n);
       for (int64_t r = 0; r < m; ++r)
         for (int64_t col = 0; col < n; ++col) {
           double want = 0, magnitude = 0;
@@ -638,9 +657,12 @@ TEST(CpuLibrary, F32GemmsThroughOneDnnSlabsMatchDoublePrecision) {
             want += p;
             magnitude += std::abs(p);
           }
-          ASSERT_NEAR(c[size_t(r * n + col)], want, 1e-6 * double(k) * magnitude + 1e-7)
-              << "row " << r << " col " << col << " of " << m << "x" << n << "x" << k
-              << (ta ? " A^T" : "") << (tb ? " B^T" : "") << ", round " << round;
+          for (const std::vector<float> *got : {&c, &slab})
+            if (got == &c || viaDnnl)
+              ASSERT_NEAR((*got)[size_t(r * n + col)], want, 1e-6 * double(k) * magnitude + 1e-7)
+                << (got == &c ? "cpu::gemm" : "one oneDNN slab") << ": row " << r << " col "
+                << col << " of " << m << "x" << n << "x" << k << (ta ? " A^T" : "")
+                << (tb ? " B^T" : "") << ", round " << round;
         }
     }
   EXPECT_GT(cpu::dnnlF32SlabsRun(), slabsBefore) << "no GEMM slab ran through oneDNN";
