@@ -198,6 +198,14 @@ private:
       prog.steps.push_back(s);
       return success();
     }
+    if (auto attention = llvm::dyn_cast<graph::AttentionOp>(op))
+      return attentionStep(op, attention.getQuery(), attention.getKey(), attention.getValue(),
+                           attention.getMask(), attention.getScale().convertToDouble(),
+                           attention.getCausal(), {});
+    if (auto grad = llvm::dyn_cast<graph::AttentionGradOp>(op))
+      return attentionStep(op, grad.getQuery(), grad.getKey(), grad.getValue(), grad.getMask(),
+                           grad.getScale().convertToDouble(), grad.getCausal(),
+                           {grad.getResult(), grad.getLogsumexp(), grad.getGrad()});
     if (auto ret = llvm::dyn_cast<func::ReturnOp>(op)) {
       for (auto [index, v] : llvm::enumerate(ret.getOperands())) {
         int b = bufferOf(v);
@@ -478,6 +486,49 @@ private:
     if (numel(a) != s.batch * s.m * s.k || numel(b) != s.batch * s.k * s.n)
       return mm.emitOpError() << "broadcasts batch dimensions; the GEMM step "
                                  "needs equal batch dimensions";
+    return success();
+  }
+
+  /// A graph.attention (`saved` empty) or graph.attention_grad step (`saved`:
+  /// the forward's result and logsumexp, and the result's cotangent):
+  /// sizes from the graph's types, the kernels' layout (runtime/CpuAttention.h).
+  LogicalResult attentionStep(Operation &op, Value q, Value k, Value v, Value mask,
+                              double scale, bool causal, ArrayRef<Value> saved) {
+    auto qt = llvm::cast<RankedTensorType>(q.getType());
+    if (!qt.getElementType().isF32())
+      return op.emitOpError("runs compiled in f32 only, got ")
+             << qt << "; f64 attention runs in the reference interpreter only";
+    Shape qs = shapeOf(q), ks = shapeOf(k), vs = shapeOf(v);
+    size_t r = qs.size();
+    Step s;
+    s.kind = saved.empty() ? Step::Kind::Attention : Step::Kind::AttentionGrad;
+    s.source = op.getName().getStringRef().str();
+    s.batch = 1;
+    for (size_t i = 0; i + 3 < r; ++i)
+      s.batch *= qs[i];
+    AttentionParams &a = s.attention;
+    a.heads = qs[r - 3], a.queries = qs[r - 2], a.headDim = qs[r - 1];
+    a.kvHeads = ks[r - 3], a.keys = ks[r - 2], a.valueDim = vs[r - 1];
+    a.causal = causal, a.scale = scale;
+    s.buffers = {bufferOf(q), bufferOf(k), bufferOf(v)};
+    for (Value x : saved)
+      s.buffers.push_back(bufferOf(x));
+    if (mask) {
+      Shape ms = shapeOf(mask);
+      a.mask = llvm::cast<RankedTensorType>(mask.getType()).getElementType().isInteger(1) ? 1 : 2;
+      // The verifier allows the query's batch dimensions or all 1, and
+      // the query's heads or 1: 1 broadcasts (a stride of 0).
+      int64_t maskBatch = 1;
+      for (size_t i = 0; i + 3 < r; ++i)
+        maskBatch *= ms[i];
+      a.maskHeadStride = ms[r - 3] == 1 ? 0 : a.queries * a.keys;
+      a.maskBatchStride = maskBatch == 1 ? 0 : ms[r - 3] * a.queries * a.keys;
+      s.buffers.push_back(bufferOf(mask));
+    }
+    s.outputs = int(op.getNumResults());
+    for (unsigned i = 0; i < op.getNumResults(); ++i)
+      s.buffers.push_back(result(op, i));
+    prog.steps.push_back(s);
     return success();
   }
 

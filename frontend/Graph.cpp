@@ -260,6 +260,11 @@ std::shared_ptr<Graph> Graph::trainStep(unsigned numParams,
                      });
 }
 
+std::shared_ptr<Graph> Graph::primitive() const {
+  return deriveGraph(*impl_, "cannot lower @" + impl_->entry,
+                     [](func::FuncOp f) -> FailureOr<func::FuncOp> { return f; });
+}
+
 std::shared_ptr<Graph> Graph::fuse(const std::string &target) const {
   std::unique_ptr<TargetInfo> info = TargetInfo::get(target);
   if (!info)

@@ -114,6 +114,9 @@ public:
   /// This graph lowered to primitives and fused into kernels for `target`
   /// ("cpu" or "cuda[:sm_XX]"); it computes the same values.
   std::shared_ptr<Graph> fuse(const std::string &target = "cpu") const;
+  /// This graph as the fusion pass receives it: attention recognised,
+  /// composites decomposed, canonicalized, CSE'd.
+  std::shared_ptr<Graph> primitive() const;
   /// The kernels of the entry function, in execution order (for a graph
   /// that is not fused, every primitive op would be its own kernel: fuse()
   /// first).

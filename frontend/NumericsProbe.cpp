@@ -34,7 +34,7 @@ bool isLowFloat(Type t) { return t.isF16() || t.isBF16(); }
 /// exact).
 bool isKernel(Operation *op) {
   return llvm::isa<graph::FusionOp, graph::MatmulOp, graph::GatherOp,
-                   graph::ScatterAddOp>(op);
+                   graph::ScatterAddOp, graph::AttentionOp, graph::AttentionGradOp>(op);
 }
 
 std::string opName(Operation *op) {

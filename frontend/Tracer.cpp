@@ -159,6 +159,33 @@ struct Tracer::Impl {
     return builder.getNamedAttr(name, value);
   }
 
+  /// Creates OpTy of several results, their types inferred, verified.
+  template <typename OpTy>
+  Operation *createMulti(unsigned numResults, ValueRange operands,
+                         ArrayRef<NamedAttribute> attrs) {
+    Operation *op = nullptr;
+    std::string name = OpTy::getOperationName().str();
+    runCapturingDiagnostics("cannot trace " + name, [&]() -> LogicalResult {
+      SmallVector<Type> placeholders(numResults, operands.front().getType());
+      op = builder.create<OpTy>(loc, TypeRange(placeholders), operands, attrs).getOperation();
+      SmallVector<Type, 3> types;
+      if (failed(llvm::cast<InferTypeOpInterface>(op).inferReturnTypes(
+              &ctx(), op->getLoc(), op->getOperands(), op->getAttrDictionary(),
+              op->getPropertiesStorage(), op->getRegions(), types))) {
+        op->erase();
+        return failure();
+      }
+      for (auto [r, t] : llvm::zip(op->getResults(), types))
+        r.setType(t);
+      if (failed(mlir::verify(op))) {
+        op->erase();
+        return failure();
+      }
+      return success();
+    });
+    return op;
+  }
+
   Value full(double value, DType dtype, const Shape &shape) {
     return create<FullOp>(tensorType(dtype, shape), {},
                           {attr("value", builder.getF64FloatAttr(value))});
@@ -568,6 +595,35 @@ ValueId Tracer::gather(ValueId table, ValueId indices) {
 ValueId Tracer::scatterAdd(ValueId base, ValueId indices, ValueId updates) {
   Value b = impl_->get(base), i = impl_->get(indices), u = impl_->get(updates);
   return impl_->put(impl_->create<ScatterAddOp>(b.getType(), {b, i, u}));
+}
+
+std::vector<ValueId> Tracer::attention(ValueId q, ValueId k, ValueId v, ValueId mask,
+                                       double scale, bool causal) {
+  SmallVector<Value> operands = {impl_->get(q), impl_->get(k), impl_->get(v)};
+  if (mask >= 0)
+    operands.push_back(impl_->get(mask));
+  auto &bl = impl_->builder;
+  Operation *op = impl_->createMulti<AttentionOp>(
+      2, operands,
+      {impl_->attr("scale", bl.getF64FloatAttr(scale)),
+       impl_->attr("causal", bl.getBoolAttr(causal))});
+  return {impl_->put(op->getResult(0)), impl_->put(op->getResult(1))};
+}
+
+std::vector<ValueId> Tracer::attentionGrad(ValueId q, ValueId k, ValueId v, ValueId out,
+                                           ValueId lse, ValueId grad, ValueId mask,
+                                           double scale, bool causal) {
+  SmallVector<Value> operands = {impl_->get(q),   impl_->get(k),   impl_->get(v),
+                                 impl_->get(out), impl_->get(lse), impl_->get(grad)};
+  if (mask >= 0)
+    operands.push_back(impl_->get(mask));
+  auto &bl = impl_->builder;
+  Operation *op = impl_->createMulti<AttentionGradOp>(
+      3, operands,
+      {impl_->attr("scale", bl.getF64FloatAttr(scale)),
+       impl_->attr("causal", bl.getBoolAttr(causal))});
+  return {impl_->put(op->getResult(0)), impl_->put(op->getResult(1)),
+          impl_->put(op->getResult(2))};
 }
 
 ValueId Tracer::randomUniform(ValueId seed, DType dtype, const Shape &shape,

@@ -85,6 +85,13 @@ public:
   ValueId scatterAdd(ValueId base, ValueId indices, ValueId updates);
   ValueId randomUniform(ValueId seed, DType dtype, const Shape &shape,
                         int64_t stream);
+  /// graph.attention: {result, logsumexp}; `mask` < 0 means no mask.
+  std::vector<ValueId> attention(ValueId q, ValueId k, ValueId v, ValueId mask, double scale,
+                                 bool causal);
+  /// graph.attention_grad: {dq, dk, dv}; `mask` < 0 means no mask.
+  std::vector<ValueId> attentionGrad(ValueId q, ValueId k, ValueId v, ValueId out,
+                                     ValueId lse, ValueId grad, ValueId mask, double scale,
+                                     bool causal);
 
   ValueId softmax(ValueId a, int64_t dim);
   ValueId logSoftmax(ValueId a, int64_t dim);

@@ -49,8 +49,11 @@ Rule ruleOf(Operation *op, ArrayRef<std::string> keepFloat32) {
   // Reductions that sum many values, normalizations, exponentials and
   // logarithms, and every loss: rounding there grows with the length of
   // what is summed or with the magnitude of the exponent.
+  // The fused attention kernels compute in f32 (their 16-bit variants are
+  // yet to come).
   if (llvm::isa<SoftmaxOp, LogSoftmaxOp, LayerNormOp, ExpOp, LogOp, Log1pOp, Expm1Op, PowOp,
-                SqrtOp, RsqrtOp, ReduceSumOp, CrossEntropyOp, NllOp, MseOp, BceOp>(op))
+                SqrtOp, RsqrtOp, ReduceSumOp, CrossEntropyOp, NllOp, MseOp, BceOp, AttentionOp,
+                AttentionGradOp>(op))
     return Rule::Float32;
   return Rule::Follow;
 }

@@ -81,6 +81,9 @@ public:
   /// `copy` recomputes `value` (a checkpointed region's op rerun in the
   /// backward pass, or a recompute barrier's result).
   void noteRecomputed(Value copy, Value value) { recomputes[copy] = value; }
+  /// Values that depend on a differentiated argument (rules that cannot
+  /// give some operand a cotangent refuse only where it would be needed).
+  void noteVaried(llvm::DenseSet<Value> values) { varied = std::move(values); }
   /// The backward ops of a forward op carry its location (the user's line).
   void at(Location l) { e.setLocation(l); }
 
@@ -98,6 +101,7 @@ private:
   GraphEmitter e;
   llvm::DenseMap<Value, Value> adjoints;
   llvm::DenseMap<Value, Value> recomputes;
+  llvm::DenseSet<Value> varied;
 };
 
 void ReverseBuilder::minMax(Value a, Value b, Value g, bool isMax) {
@@ -162,7 +166,7 @@ Value ReverseBuilder::unslice(Value g, ArrayRef<int64_t> start,
 }
 
 LogicalResult ReverseBuilder::visit(Operation *op, Value g) {
-  bool handled = true;
+  bool handled = true, refused = false;
   llvm::TypeSwitch<Operation *>(op)
       .Case([&](AddOp o) {
         accumulate(o.getLhs(), g);
@@ -318,6 +322,26 @@ LogicalResult ReverseBuilder::visit(Operation *op, Value g) {
         accumulate(b, tb ? e.matmul(g, a, true, ta) : e.matmul(a, g, !ta, false));
       })
       .Case([&](RecomputeBarrierOp o) { accumulate(o.getOperand(), g); })
+      .Case([&](AttentionOp o) {
+        // FlashAttention-2's backward: reads the forward's output and
+        // log-sum-exp instead of any saved probabilities.
+        auto grads = e.builder().create<AttentionGradOp>(
+            e.location(), o.getQuery(), o.getKey(), o.getValue(), o.getResult(),
+            o.getLogsumexp(), g, o.getMask(), o.getScaleAttr(), o.getCausalAttr());
+        accumulate(o.getQuery(), grads.getGradQuery());
+        accumulate(o.getKey(), grads.getGradKey());
+        accumulate(o.getValue(), grads.getGradValue());
+        // A mask that no differentiated argument reaches needs no
+        // cotangent; one that does would need the L x S score gradient the
+        // fused kernel never builds.
+        if (Value mask = o.getMask(); mask && varied.contains(mask)) {
+          o->emitOpError("cannot differentiate its mask: the mask depends on a "
+                         "differentiated argument; compute the mask from inputs that "
+                         "are not differentiated, or write the attention out with "
+                         "matmul and softmax");
+          refused = true;
+        }
+      })
       .Case([&](GatherOp o) {
         Value table = o.getTable();
         if (needsCotangent(table))
@@ -335,6 +359,8 @@ LogicalResult ReverseBuilder::visit(Operation *op, Value g) {
       .Case<EqOp, NeOp, LtOp, LeOp, GtOp, GeOp, ArgmaxOp, ConstantOp, FullOp,
             IotaOp, RandomUniformOp, FloorOp, StopGradientOp>([](Operation *) {})
       .Default([&](Operation *) { handled = false; });
+  if (refused)
+    return failure();
   if (!handled)
     return op->emitOpError("has no differentiation rule")
            << (op->getDialect() && op->getDialect()->getNamespace() == "graph"
@@ -418,6 +444,15 @@ FailureOr<func::FuncOp> tilefuse::buildValueAndGrad(func::FuncOp primal,
     seed = GraphEmitter(b, loss.getLoc()).fullLike(loss, 1.0);
   }
   reverse.accumulate(loss, seed);
+  {
+    llvm::DenseSet<Value> varied;
+    for (unsigned i : wrt)
+      varied.insert(grad.getArgument(i));
+    for (Operation &op : body.without_terminator())
+      if (llvm::any_of(op.getOperands(), [&](Value v) { return varied.contains(v); }))
+        varied.insert(op.getResults().begin(), op.getResults().end());
+    reverse.noteVaried(std::move(varied));
+  }
   SmallVector<Operation *> forward;
   std::map<int64_t, SmallVector<Operation *>> regions; // checkpointed ops, in order
   for (Operation &op : body.without_terminator()) {
@@ -429,7 +464,16 @@ FailureOr<func::FuncOp> tilefuse::buildValueAndGrad(func::FuncOp primal,
   // Forward op of a checkpointed region -> its copy in the backward pass.
   llvm::DenseMap<Operation *, Operation *> rerun;
   for (Operation *op : llvm::reverse(forward)) {
-    if (op->getNumResults() != 1)
+    if (auto attention = llvm::dyn_cast<AttentionOp>(op);
+        attention && reverse.adjoint(attention.getLogsumexp()))
+      return op->emitOpError("has no differentiation rule for its logsumexp result; "
+                             "only its attention output can be differentiated");
+    if (llvm::isa<AttentionGradOp>(op) &&
+        llvm::any_of(op->getResults(), [&](Value r) { return bool(reverse.adjoint(r)); }))
+      return op->emitOpError("has no differentiation rule: second derivatives through "
+                             "fused attention are not computed (PyTorch's flash attention "
+                             "has none either)");
+    if (op->getNumResults() != 1 && !llvm::isa<AttentionOp, AttentionGradOp>(op))
       return op->emitOpError("has no differentiation rule");
     Value g = reverse.adjoint(op->getResult(0));
     if (!g)

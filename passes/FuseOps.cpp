@@ -96,11 +96,11 @@ private:
     Operation *def = reshape.getOperand().getDefiningOp();
     if (def && (isGenerator(def) || recomputed.contains(def)))
       return false;
-    // GEMM steps take their sizes from the graph's types; gathers and
+    // GEMM and attention steps take their sizes from the graph's types; gathers and
     // scatters read their buffers' shapes, so those get a real reshape.
     return llvm::all_of(op->getUsers(), [](Operation *user) {
       return llvm::isa<GraphDialect>(user->getDialect()) &&
-             (!isLibraryCall(user) || llvm::isa<MatmulOp>(user));
+             (!isLibraryCall(user) || llvm::isa<MatmulOp, AttentionOp, AttentionGradOp>(user));
     });
   }
 
@@ -503,8 +503,9 @@ LogicalResult tilefuse::fuseFunction(func::FuncOp func, const TargetInfo &target
   for (Operation &op : func.getBody().front().without_terminator()) {
     if (llvm::isa<FusionOp>(op))
       return op.emitOpError("is already fused; run the fusion pass once");
-    if (op.getNumResults() != 1 || op.getDialect() != nullptr &&
-                                       op.getDialect()->getNamespace() != "graph")
+    bool multiResultCall = llvm::isa<AttentionOp, AttentionGradOp>(op);
+    if ((op.getNumResults() != 1 && !multiResultCall) ||
+        (op.getDialect() != nullptr && op.getDialect()->getNamespace() != "graph"))
       return op.emitOpError("cannot be fused: the fusion pass expects primitive "
                             "graph ops with one result");
     if (llvm::isa<ReluOp, SiluOp, GeluOp, SoftmaxOp, LogSoftmaxOp, LayerNormOp,

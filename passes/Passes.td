@@ -150,3 +150,20 @@ def RematerializePass : Pass<"rematerialize", "mlir::ModuleOp"> {
 }
 
 #endif // TILEFUSE_PASSES
+
+def RecognizeAttentionPass : Pass<"recognize-attention", "mlir::ModuleOp"> {
+  let summary = "Turn attention written out with matmul and softmax into graph.attention";
+  let description = [{
+    `softmax(select(mask, q k^T * c, fill)) v` (the scale, the mask, and
+    the transpose of k as an op or a matmul flag each optional; softmax over
+    the last dimension; every intermediate used only on this path) becomes
+    one `graph.attention`, whose kernels never build the L x S scores. The
+    mask must be a constant: the causal triangle (tril) becomes the causal
+    flag, any other constant in which every query row keeps a key becomes
+    the mask operand; `fill` must be -inf or at most -1e9 (a score that
+    far below the row's largest has probability exactly 0 in f32, as a
+    masked one has). f32 only. A dropout between the softmax and the
+    product stops the match.
+  }];
+  let dependentDialects = ["::tilefuse::graph::GraphDialect"];
+}

@@ -17,6 +17,9 @@ struct FusedPipelineOptions : PassPipelineOptions<FusedPipelineOptions> {
 } // namespace
 
 void tilefuse::buildPrimitiveGraphPipeline(OpPassManager &pm) {
+  // 0. Attention written out with matmul and softmax -> graph.attention
+  //    (before decomposition takes the softmax apart).
+  pm.addPass(createRecognizeAttentionPass());
   // 1. Composites (softmax, layer_norm, losses, ...) -> primitive ops.
   pm.addPass(createDecomposeCompositesPass());
   // 2. Fold identities introduced by the rules (x * 1, reshape of reshape).
@@ -36,8 +39,8 @@ void tilefuse::buildFusedGraphPipeline(OpPassManager &pm,
 
 void tilefuse::registerTilefusePipelines() {
   PassPipelineRegistration<>("tilefuse-primitive",
-                             "Lower graph ops to primitives (decompose, "
-                             "canonicalize, cse)",
+                             "Lower graph ops to primitives (recognize attention, "
+                             "decompose, canonicalize, cse)",
                              buildPrimitiveGraphPipeline);
   PassPipelineRegistration<FusedPipelineOptions>(
       "tilefuse-fused", "Primitives grouped into fused kernels",

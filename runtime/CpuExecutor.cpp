@@ -2,6 +2,7 @@
 #include "runtime/CpuExecutor.h"
 
 #include "runtime/MemoryPlan.h"
+#include "runtime/CpuAttention.h"
 #include "runtime/CpuLibrary.h"
 #include "runtime/ThreadPool.h"
 
@@ -201,6 +202,10 @@ void CpuExecutor::runLocked(const std::vector<ArgRef> &args) {
       copyBytes(pointers[s.buffers[1]], pointers[s.buffers[0]],
                   prog.buffers[s.buffers[0]].byteSize());
       break;
+    case Step::Kind::Attention:
+    case Step::Kind::AttentionGrad:
+      runAttention(s, pointers);
+      break;
     }
     if (!poison.empty())
       poisonBuffers(poison[index]);
@@ -212,6 +217,36 @@ void CpuExecutor::runLocked(const std::vector<ArgRef> &args) {
   for (auto [result, argument] : carries)
     if (prog.results[result] != prog.arguments[argument]) // in place: nothing to swap
       std::swap(pointers[prog.results[result]], kept[argument]);
+}
+
+namespace {
+/// The buffers of an attention step as the kernels take them.
+cpu::AttentionShape attentionShape(const Step &s) {
+  const AttentionParams &a = s.attention;
+  cpu::AttentionShape shape;
+  shape.batch = s.batch, shape.heads = a.heads, shape.kvHeads = a.kvHeads;
+  shape.queries = a.queries, shape.keys = a.keys;
+  shape.headDim = a.headDim, shape.valueDim = a.valueDim;
+  shape.causal = a.causal, shape.scale = a.scale;
+  shape.mask = cpu::AttentionMask(a.mask);
+  shape.maskBatchStride = a.maskBatchStride, shape.maskHeadStride = a.maskHeadStride;
+  return shape;
+}
+} // namespace
+
+void CpuExecutor::runAttention(const Step &s, const std::vector<void *> &at) {
+  cpu::AttentionShape shape = attentionShape(s);
+  auto f = [&](size_t i) { return static_cast<float *>(at[size_t(s.buffers[i])]); };
+  if (s.kind == Step::Kind::Attention) {
+    const void *mask = s.attention.mask ? at[size_t(s.buffers[3])] : nullptr;
+    size_t out = s.buffers.size() - 2;
+    cpu::attentionForward(shape, f(0), f(1), f(2), mask, f(out), f(out + 1));
+    return;
+  }
+  const void *mask = s.attention.mask ? at[size_t(s.buffers[6])] : nullptr;
+  size_t out = s.buffers.size() - 3;
+  cpu::attentionBackward(shape, f(0), f(1), f(2), mask, f(3), f(4), f(5), f(out), f(out + 1),
+                         f(out + 2));
 }
 
 void CpuExecutor::poisonBuffers(const std::vector<int> &dead) {

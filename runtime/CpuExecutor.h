@@ -62,6 +62,8 @@ private:
   void runLocked(const std::vector<ArgRef> &args);
   /// Fills the buffers' bytes with 0xFF (TILEFUSE_POISON_ARENA).
   void poisonBuffers(const std::vector<int> &dead);
+  /// An attention step (forward or backward) through runtime/CpuAttention.h.
+  void runAttention(const Step &s, const std::vector<void *> &pointers);
 
   Program prog;
   std::vector<CpuKernelFn> kernels;

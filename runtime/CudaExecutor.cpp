@@ -332,6 +332,9 @@ void CudaExecutor::acquire(const std::vector<std::pair<std::string, std::string>
     check(a.cuModuleGetFunction(&f, load(code), code.c_str()), "finding kernel " + symbol);
     s.kernels.push_back(f);
   }
+  for (const Step &st : prog.steps)
+    if (st.kind == Step::Kind::Attention || st.kind == Step::Kind::AttentionGrad)
+      throw CompileError(cudaAttentionMissing(st.source));
   bool needsLibrary = std::any_of(prog.steps.begin(), prog.steps.end(), [](const Step &st) {
     return st.kind == Step::Kind::Gather || st.kind == Step::Kind::ScatterAdd;
   });
@@ -784,6 +787,9 @@ void CudaExecutor::enqueueSteps(bool timed) {
                                 prog.buffers[st.buffers[0]].byteSize(), s.stream),
             "copy for " + st.source);
       break;
+    case Step::Kind::Attention:
+    case Step::Kind::AttentionGrad:
+      throw CompileError(cudaAttentionMissing(st.source)); // refused at load already
     }
     if (!poison.empty())
       poisonBuffers(poison[index]);

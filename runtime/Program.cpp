@@ -23,15 +23,28 @@ static size_t writtenIndex(const Step &step) {
   case Step::Kind::Gather: return 2;
   case Step::Kind::ScatterAdd: return 3;
   case Step::Kind::Copy: return 1;
-  case Step::Kind::Kernel: break;
+  case Step::Kind::Kernel:
+  case Step::Kind::Attention:
+  case Step::Kind::AttentionGrad: break;
   }
   return 0;
 }
 
+static bool writesTrailing(const Step &step) {
+  return step.kind == Step::Kind::Kernel || step.kind == Step::Kind::Attention ||
+         step.kind == Step::Kind::AttentionGrad;
+}
+
 static bool writes(const Step &step, size_t i) {
-  if (step.kind == Step::Kind::Kernel)
+  if (writesTrailing(step))
     return i + size_t(std::max(0, step.outputs)) >= step.buffers.size();
   return i == writtenIndex(step);
+}
+
+std::string tilefuse::cudaAttentionMissing(const std::string &source) {
+  return source + ": the fused attention kernels run on the CPU only so far; compile "
+                  "this function for device='cpu', or write the attention out with matmul "
+                  "and softmax for CUDA";
 }
 
 std::vector<int> tilefuse::stepReads(const Step &step) {
@@ -40,6 +53,51 @@ std::vector<int> tilefuse::stepReads(const Step &step) {
     if (!writes(step, i))
       out.push_back(step.buffers[i]);
   return out;
+}
+
+/// An attention step's buffers against its sizes: f32 q, k, v, out, lse
+/// (and dOut, dq, dk, dv) of exactly the element counts the sizes give, a
+/// mask of one byte (i1) or f32 per score it is read at.
+static void validateAttention(const Program &p, const Step &s, const std::string &what) {
+  const AttentionParams &a = s.attention;
+  bool grad = s.kind == Step::Kind::AttentionGrad;
+  size_t want = (grad ? 9 : 5) + (a.mask ? 1 : 0);
+  if (s.buffers.size() != want || s.outputs != (grad ? 3 : 2))
+    throw CompileError("corrupt program: " + what + " has " + std::to_string(s.buffers.size()) +
+                       " buffers and " + std::to_string(s.outputs) + " outputs, expected " +
+                       std::to_string(want) + " and " + std::to_string(grad ? 3 : 2));
+  if (s.batch < 1 || a.heads < 1 || a.kvHeads < 1 || a.heads % a.kvHeads || a.queries < 0 ||
+      a.keys < 0 || a.headDim < 0 || a.valueDim < 0 || a.mask < 0 || a.mask > 2)
+    throw CompileError("corrupt program: " + what + " has impossible attention sizes");
+  int64_t q = s.batch * a.heads * a.queries, kv = s.batch * a.kvHeads * a.keys;
+  std::vector<int64_t> sizes = {q * a.headDim, kv * a.headDim, kv * a.valueDim};
+  if (grad)
+    sizes.insert(sizes.end(), {q * a.valueDim, q, q * a.valueDim});
+  size_t firstOutput = s.buffers.size() - size_t(s.outputs);
+  std::vector<int64_t> outputs = grad ? std::vector<int64_t>{q * a.headDim, kv * a.headDim,
+                                                             kv * a.valueDim}
+                                      : std::vector<int64_t>{q * a.valueDim, q};
+  auto expect = [&](size_t index, int64_t elements) {
+    const BufferInfo &b = p.buffers[s.buffers[index]];
+    if (b.dtype != DType::F32 || numElements(b.shape) != elements)
+      throw CompileError("corrupt program: " + what + " buffer " + std::to_string(index) +
+                         " is " + dtypeName(b.dtype) + shapeToString(b.shape) + ", expected " +
+                         std::to_string(elements) + " f32 elements");
+  };
+  for (size_t i = 0; i < sizes.size(); ++i)
+    expect(i, sizes[i]);
+  for (size_t i = 0; i < outputs.size(); ++i)
+    expect(firstOutput + i, outputs[i]);
+  if (a.mask) {
+    const BufferInfo &m = p.buffers[s.buffers[sizes.size()]];
+    int64_t reach = (s.batch - 1) * a.maskBatchStride + (a.heads - 1) * a.maskHeadStride +
+                    a.queries * a.keys;
+    if (m.dtype != (a.mask == 1 ? DType::I1 : DType::F32) || a.maskBatchStride < 0 ||
+        a.maskHeadStride < 0 || numElements(m.shape) < reach)
+      throw CompileError("corrupt program: " + what + " mask is " + dtypeName(m.dtype) +
+                         shapeToString(m.shape) + ", too small for its strides or of the "
+                         "wrong type");
+  }
 }
 
 void Program::checkCarry(size_t result, size_t argument) const {
@@ -177,6 +235,10 @@ void Program::validate() const {
     case Step::Kind::Gather: want = 3; break;
     case Step::Kind::ScatterAdd: want = 4; break;
     case Step::Kind::Copy: want = 2; break;
+    case Step::Kind::Attention:
+    case Step::Kind::AttentionGrad:
+      validateAttention(*this, s, what);
+      continue;
     }
     if (s.kind == Step::Kind::Gemm) {
       bool bias = false;

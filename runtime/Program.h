@@ -46,20 +46,36 @@ struct ProgramKernel {
   std::vector<std::string> fusedOps;
 };
 
+/// The sizes and flags of an attention step (graph.attention and
+/// graph.attention_grad; runtime/CpuAttention.h gives the semantics).
+struct AttentionParams {
+  int64_t heads = 1, kvHeads = 1, queries = 0, keys = 0, headDim = 0, valueDim = 0;
+  bool causal = false;
+  double scale = 1.0;
+  /// 0: no mask, 1: i1 (a byte per score, 0 masks out), 2: additive f32.
+  int32_t mask = 0;
+  int64_t maskBatchStride = 0, maskHeadStride = 0;
+};
+
 struct Step {
-  enum class Kind { Kernel, Gemm, Gather, ScatterAdd, Copy };
+  enum class Kind { Kernel, Gemm, Gather, ScatterAdd, Copy, Attention, AttentionGrad };
   Kind kind = Kind::Kernel;
   /// Kernel: inputs then outputs. Gemm: a, b, c. Gather: table, indices,
   /// out. ScatterAdd: base, indices, updates, out. Copy: src, dst.
+  /// Attention: q, k, v, [mask], out, lse. AttentionGrad: q, k, v, out,
+  /// lse, dOut, [mask], dq, dk, dv.
   std::vector<int> buffers;
-  /// Kernel: how many of `buffers`, at the end, it writes (the rest it
-  /// reads). The other kinds write one buffer, fixed by the kind (see
-  /// stepWrites).
+  /// Kernel and attention steps: how many of `buffers`, at the end, it
+  /// writes (the rest it reads). The other kinds write one buffer, fixed by
+  /// the kind (see stepWrites).
   int outputs = 1;
   int kernel = -1; ///< index into Program::kernels
   // GEMM: c[i] = op(a[i]) * op(b[i]) for i < batch; op transposes when asked.
   int64_t batch = 1, m = 0, n = 0, k = 0;
   bool transposeA = false, transposeB = false;
+  /// Attention steps: `batch` above is the product of the leading
+  /// (batch) dimensions.
+  AttentionParams attention;
   /// GEMM epilogue the GEMM library applies (cuBLASLt on CUDA), in order:
   /// "bias" (adds buffer 3, one value per column of c) and/or "relu".
   /// Empty on the CPU, whose BLAS applies none.
@@ -116,6 +132,10 @@ struct Program {
   /// for it must be copied before a run, never written.
   bool writesArgument(size_t argument) const;
 };
+
+/// Why a program with an attention step (`source`) cannot run on CUDA:
+/// the fused attention kernels exist for the CPU only so far.
+std::string cudaAttentionMissing(const std::string &source);
 
 /// The buffers `step` reads and the buffers it writes, in step order.
 std::vector<int> stepReads(const Step &step);

@@ -128,6 +128,13 @@ std::string tilefuse::serializeProgram(const Program &p) {
     w.put<uint32_t>(uint32_t(s.epilogue.size()));
     for (const std::string &op : s.epilogue)
       w.str(op);
+    const AttentionParams &a = s.attention;
+    for (int64_t v : {a.heads, a.kvHeads, a.queries, a.keys, a.headDim, a.valueDim,
+                      a.maskBatchStride, a.maskHeadStride})
+      w.put<int64_t>(v);
+    w.put<uint8_t>(a.causal);
+    w.put<double>(a.scale);
+    w.put<int32_t>(a.mask);
   }
   for (const std::vector<int> *list : {&p.arguments, &p.results}) {
     w.put<uint32_t>(uint32_t(list->size()));
@@ -212,7 +219,7 @@ Program tilefuse::deserializeProgram(const std::string &bytes) {
   for (uint32_t i = 0; i < ns; ++i) {
     Step s;
     uint8_t kind = r.get<uint8_t>("a step kind");
-    if (kind > uint8_t(Step::Kind::Copy))
+    if (kind > uint8_t(Step::Kind::AttentionGrad))
       throw CompileError("corrupt program: step " + std::to_string(i) + " has kind " +
                          std::to_string(kind));
     s.kind = Step::Kind(kind);
@@ -234,6 +241,13 @@ Program tilefuse::deserializeProgram(const std::string &bytes) {
     uint32_t nepi = r.count("epilogue op", 8);
     for (uint32_t e = 0; e < nepi; ++e)
       s.epilogue.push_back(r.str("an epilogue op"));
+    AttentionParams &a = s.attention;
+    for (int64_t *v : {&a.heads, &a.kvHeads, &a.queries, &a.keys, &a.headDim, &a.valueDim,
+                       &a.maskBatchStride, &a.maskHeadStride})
+      *v = r.get<int64_t>("an attention size");
+    a.causal = r.get<uint8_t>("an attention flag") != 0;
+    a.scale = r.get<double>("an attention scale");
+    a.mask = r.get<int32_t>("an attention mask kind");
     p.steps.push_back(std::move(s));
   }
   for (std::vector<int> *list : {&p.arguments, &p.results}) {

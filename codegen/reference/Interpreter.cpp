@@ -209,6 +209,24 @@ std::vector<RefTensor> runBlock(Block &block, Evaluator &ev) {
         ev.set(r, std::move(value));
       continue;
     }
+    if (auto attention = llvm::dyn_cast<AttentionOp>(op)) {
+      const RefTensor *mask = attention.getMask() ? &ev.get(attention.getMask()) : nullptr;
+      auto outs = ref::attention(ev.get(attention.getQuery()), ev.get(attention.getKey()),
+                                 ev.get(attention.getValue()), mask,
+                                 attention.getScale().convertToDouble(), attention.getCausal());
+      for (auto [r, value] : llvm::zip(attention.getResults(), outs))
+        ev.set(r, std::move(value));
+      continue;
+    }
+    if (auto grad = llvm::dyn_cast<AttentionGradOp>(op)) {
+      const RefTensor *mask = grad.getMask() ? &ev.get(grad.getMask()) : nullptr;
+      auto outs = ref::attentionGrad(ev.get(grad.getQuery()), ev.get(grad.getKey()),
+                                     ev.get(grad.getValue()), ev.get(grad.getGrad()), mask,
+                                     grad.getScale().convertToDouble(), grad.getCausal());
+      for (auto [r, value] : llvm::zip(grad.getResults(), outs))
+        ev.set(r, std::move(value));
+      continue;
+    }
     if (op.getNumResults() != 1)
       throw CompileError("reference interpreter: unsupported op " +
                          describe(&op));

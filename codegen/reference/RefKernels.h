@@ -58,6 +58,13 @@ RefTensor gather(const RefTensor &table, const RefTensor &indices,
                  const std::string &what = "graph.gather");
 RefTensor scatterAdd(const RefTensor &base, const RefTensor &indices,
                      const RefTensor &updates);
+/// graph.attention: {result, logsumexp}. `mask` may be null.
+std::vector<RefTensor> attention(const RefTensor &q, const RefTensor &k, const RefTensor &v,
+                                 const RefTensor *mask, double scale, bool causal);
+/// graph.attention_grad: {dq, dk, dv} given the result's cotangent `grad`.
+std::vector<RefTensor> attentionGrad(const RefTensor &q, const RefTensor &k,
+                                     const RefTensor &v, const RefTensor &grad,
+                                     const RefTensor *mask, double scale, bool causal);
 RefTensor randomUniform(const RefTensor &seed, int64_t stream, DType dtype,
                         const Shape &shape);
 

@@ -373,6 +373,98 @@ LogicalResult MatmulOp::inferReturnTypes(MLIRContext *, Loc loc,
   return success();
 }
 
+namespace {
+/// The checks graph.attention and graph.attention_grad share: f32 q, k, v
+/// of equal rank >= 3 ([B..., H, L, E], [B..., Hk, S, E], [B..., Hk, S,
+/// Ev]), Hk dividing H, and a mask [B'..., H', L, S] whose leading
+/// dimensions are the query's or 1 (i1 or f32).
+LogicalResult checkAttentionOperands(Loc loc, StringRef name, Value query, Value key,
+                                     Value value, Value mask) {
+  auto q = tensorType(query), k = tensorType(key), v = tensorType(value);
+  Type elem = q.getElementType();
+  if ((!elem.isF32() && !elem.isF64()) || k.getElementType() != elem ||
+      v.getElementType() != elem)
+    return opError(loc, name, "expects query, key and value all f32 (or all f64), got ", q,
+                   ", ", k, " and ", v, "; cast them first");
+  int64_t r = q.getRank();
+  if (r < 3 || k.getRank() != r || v.getRank() != r)
+    return opError(loc, name, "expects query [..., H, L, E], key [..., Hk, S, E] and value "
+                              "[..., Hk, S, Ev] of one rank >= 3, got ",
+                   q, ", ", k, " and ", v);
+  for (int64_t i = 0; i + 3 < r; ++i)
+    if (k.getDimSize(i) != q.getDimSize(i) || v.getDimSize(i) != q.getDimSize(i))
+      return opError(loc, name, "batch dimensions differ: query ", q, ", key ", k,
+                     ", value ", v, "; broadcast them explicitly");
+  int64_t heads = q.getDimSize(r - 3), kvHeads = k.getDimSize(r - 3);
+  if (v.getDimSize(r - 3) != kvHeads || v.getDimSize(r - 2) != k.getDimSize(r - 2))
+    return opError(loc, name, "key ", k, " and value ", v,
+                   " must have the same heads and sequence length");
+  if (kvHeads < 1 || heads % kvHeads)
+    return opError(loc, name, "the key/value heads (", kvHeads,
+                   ") must divide the query heads (", heads, "): query ", q, ", key ", k);
+  if (k.getDimSize(r - 1) != q.getDimSize(r - 1))
+    return opError(loc, name, "query ", q, " and key ", k,
+                   " must have the same head size (last dimension)");
+  if (!mask)
+    return success();
+  auto m = tensorType(mask);
+  if (m.getElementType() != elem && !isBool(m.getElementType()))
+    return opError(loc, name, "expects an i1 mask or one of the query's type (", elem,
+                   "), got ", m);
+  if (m.getRank() != r || m.getDimSize(r - 2) != q.getDimSize(r - 2) ||
+      m.getDimSize(r - 1) != k.getDimSize(r - 2))
+    return opError(loc, name, "mask ", m, " must be [..., L, S] of the query's rank with L = ",
+                   q.getDimSize(r - 2), " and S = ", k.getDimSize(r - 2),
+                   "; reshape or broadcast it");
+  bool batchWhole = true, batchOne = true;
+  for (int64_t i = 0; i + 3 < r; ++i) {
+    batchWhole &= m.getDimSize(i) == q.getDimSize(i);
+    batchOne &= m.getDimSize(i) == 1;
+  }
+  int64_t mh = m.getDimSize(r - 3);
+  if (!(batchWhole || batchOne) || (mh != heads && mh != 1))
+    return opError(loc, name, "mask ", m, " must have the query's batch dimensions or all 1, "
+                   "and the query's heads (", heads, ") or 1; broadcast it explicitly");
+  return success();
+}
+} // namespace
+
+LogicalResult AttentionOp::inferReturnTypes(MLIRContext *, Loc loc, Adaptor adaptor,
+                                            SmallVectorImpl<Type> &out) {
+  if (failed(checkAttentionOperands(loc, getOperationName(), adaptor.getQuery(),
+                                    adaptor.getKey(), adaptor.getValue(), adaptor.getMask())))
+    return failure();
+  auto q = tensorType(adaptor.getQuery()), v = tensorType(adaptor.getValue());
+  SmallVector<int64_t> shape(q.getShape());
+  shape.back() = v.getShape().back();
+  out.push_back(RankedTensorType::get(shape, q.getElementType()));
+  out.push_back(RankedTensorType::get(q.getShape().drop_back(), q.getElementType()));
+  return success();
+}
+
+LogicalResult AttentionGradOp::inferReturnTypes(MLIRContext *, Loc loc, Adaptor adaptor,
+                                                SmallVectorImpl<Type> &out) {
+  StringRef name = getOperationName();
+  if (failed(checkAttentionOperands(loc, name, adaptor.getQuery(), adaptor.getKey(),
+                                    adaptor.getValue(), adaptor.getMask())))
+    return failure();
+  auto q = tensorType(adaptor.getQuery()), v = tensorType(adaptor.getValue());
+  SmallVector<int64_t> outShape(q.getShape());
+  outShape.back() = v.getShape().back();
+  auto want = RankedTensorType::get(outShape, q.getElementType());
+  auto lseWant = RankedTensorType::get(q.getShape().drop_back(), q.getElementType());
+  if (adaptor.getResult().getType() != want || adaptor.getGrad().getType() != want)
+    return opError(loc, name, "result ", adaptor.getResult().getType(), " and grad ",
+                   adaptor.getGrad().getType(), " must both be ", want);
+  if (adaptor.getLogsumexp().getType() != lseWant)
+    return opError(loc, name, "logsumexp ", adaptor.getLogsumexp().getType(), " must be ",
+                   lseWant);
+  out.push_back(adaptor.getQuery().getType());
+  out.push_back(adaptor.getKey().getType());
+  out.push_back(adaptor.getValue().getType());
+  return success();
+}
+
 LogicalResult GatherOp::inferReturnTypes(MLIRContext *, Loc loc,
                                          Adaptor adaptor,
                                          SmallVectorImpl<Type> &out) {

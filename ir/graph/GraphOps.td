@@ -422,6 +422,66 @@ def Graph_MatmulOp : Graph_Op<"matmul", [InferTypeOpAdaptor]> {
   let hasFolder = 1;
 }
 
+def Graph_AttentionOp : Graph_Op<"attention", [InferTypeOpAdaptor]> {
+  let summary = "fused scaled dot-product attention (an anchor op, like matmul)";
+  let description = [{
+    `query: [B..., H, L, E]`, `key: [B..., Hk, S, E]`, `value: [B..., Hk, S, Ev]`,
+    optional `mask: [B'..., H', L, S]` (each leading dimension equal to the
+    query's or 1; i1: false masks the score out; float: added to the score)
+    -> `result: [B..., H, L, Ev]`, `logsumexp: [B..., H, L]`.
+    Hk divides H: query head h reads key/value head h / (H / Hk).
+
+    `score = scale * q k^T`, then the mask, then `-inf` above the diagonal
+    where `causal` (aligned top-left, as PyTorch's is_causal);
+    `result = softmax(score) v`, `logsumexp = log(sum(exp(score)))` per
+    query row. A row whose scores are all `-inf` gets 0 and a logsumexp of 0.
+    Executed by a library kernel that never builds the L x S scores
+    (FlashAttention-2): the logsumexp is what `graph.attention_grad` needs.
+    f32 (compiled) or f64 (the reference interpreter); the mask is i1 or of
+    the query's type.
+
+    Example:
+    ```mlir
+    %o, %lse = graph.attention %q, %k, %v {scale = 1.250000e-01 : f64, causal = true}
+        : (tensor<2x4x16x64xf32>, tensor<2x4x16x64xf32>, tensor<2x4x16x64xf32>)
+        -> (tensor<2x4x16x64xf32>, tensor<2x4x16xf32>)
+    ```
+  }];
+  let arguments = (ins Graph_FloatTensor:$query, Graph_FloatTensor:$key,
+                       Graph_FloatTensor:$value, Optional<Graph_Tensor>:$mask,
+                       F64Attr:$scale, DefaultValuedAttr<BoolAttr, "false">:$causal);
+  let results = (outs Graph_FloatTensor:$result, Graph_FloatTensor:$logsumexp);
+  let assemblyFormat = "$query `,` $key `,` $value (`,` $mask^)? attr-dict `:` functional-type(operands, results)";
+}
+
+def Graph_AttentionGradOp : Graph_Op<"attention_grad", [InferTypeOpAdaptor]> {
+  let summary = "gradients of graph.attention (FlashAttention-2 backward)";
+  let description = [{
+    Operands: `query`, `key`, `value`, `result` and `logsumexp` of a
+    `graph.attention` with the same `scale`, `causal` and `mask`, and the
+    result's cotangent `grad` (the shape of `result`). Results: the
+    cotangents of `query`, `key` and `value` (their shapes). The
+    probabilities are recomputed from `logsumexp`; a key/value head's
+    gradients sum over the query heads that read it.
+
+    Example:
+    ```mlir
+    %dq, %dk, %dv = graph.attention_grad %q, %k, %v, %o, %lse, %do {scale = 1.250000e-01 : f64}
+        : (tensor<2x4x16x64xf32>, tensor<2x4x16x64xf32>, tensor<2x4x16x64xf32>,
+           tensor<2x4x16x64xf32>, tensor<2x4x16xf32>, tensor<2x4x16x64xf32>)
+        -> (tensor<2x4x16x64xf32>, tensor<2x4x16x64xf32>, tensor<2x4x16x64xf32>)
+    ```
+  }];
+  let arguments = (ins Graph_FloatTensor:$query, Graph_FloatTensor:$key,
+                       Graph_FloatTensor:$value, Graph_FloatTensor:$result,
+                       Graph_FloatTensor:$logsumexp, Graph_FloatTensor:$grad,
+                       Optional<Graph_Tensor>:$mask,
+                       F64Attr:$scale, DefaultValuedAttr<BoolAttr, "false">:$causal);
+  let results = (outs Graph_FloatTensor:$grad_query, Graph_FloatTensor:$grad_key,
+                      Graph_FloatTensor:$grad_value);
+  let assemblyFormat = "$query `,` $key `,` $value `,` $result `,` $logsumexp `,` $grad (`,` $mask^)? attr-dict `:` functional-type(operands, results)";
+}
+
 def Graph_GatherOp : Graph_Op<"gather", [InferTypeOpAdaptor]> {
   let summary = "rows of a table by integer index (embedding lookup)";
   let description = [{

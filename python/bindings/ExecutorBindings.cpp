@@ -464,6 +464,17 @@ py::list tilefuse::python::programKernels(const Program &p) {
       row["shape"] = py::make_tuple(s.batch, s.m, s.n, s.k);
       row["ops"] = std::vector<std::string>{s.source};
       break;
+    case Step::Kind::Attention:
+    case Step::Kind::AttentionGrad: {
+      const AttentionParams &a = s.attention;
+      row["name"] = s.kind == Step::Kind::Attention ? "attention" : "attention_grad";
+      row["kind"] = "library";
+      // (batch, heads, queries, keys, head size); the kernels never hold
+      // the queries x keys scores.
+      row["shape"] = py::make_tuple(s.batch, a.heads, a.queries, a.keys, a.headDim);
+      row["ops"] = std::vector<std::string>{s.source};
+      break;
+    }
     case Step::Kind::Gather:
     case Step::Kind::ScatterAdd:
     case Step::Kind::Copy:

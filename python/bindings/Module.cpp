@@ -152,6 +152,7 @@ PYBIND11_MODULE(_core, m) {
         return rows;
       }, py::arg("target") = "cuda:sm_90")
       .def("fuse", &Graph::fuse, py::arg("target") = "cpu")
+      .def("primitive", &Graph::primitive)
       .def("report", [](const Graph &g) {
         py::list rows;
         for (const KernelInfo &k : g.report()) {
@@ -285,6 +286,8 @@ PYBIND11_MODULE(_core, m) {
       .def("matmul_transposed", &Tracer::matmulTransposed)
       .def("gather", &Tracer::gather)
       .def("scatter_add", &Tracer::scatterAdd)
+      .def("attention", &Tracer::attention)
+      .def("attention_grad", &Tracer::attentionGrad)
       .def("random_uniform", [](Tracer &t, ValueId seed, const std::string &dt,
                                 const Shape &s, int64_t stream) {
         return t.randomUniform(seed, dtypeArg(dt), s, stream);

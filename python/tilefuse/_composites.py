@@ -12,6 +12,7 @@ import numpy as np
 
 from ._core import CompileError
 from ._dtypes import is_float
+from ._attention import fused_attention
 from ._tracing import Tensor, _lift, cat, where
 
 
@@ -299,7 +300,9 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
                                  is_causal=False, scale=None):
     """softmax(q k^T * scale + mask) v over the last two dims (PyTorch's
     F.scaled_dot_product_attention without dropout); a boolean mask keeps
-    where True, a float mask is added; is_causal keeps j <= i."""
+    where True, a float mask is added; is_causal keeps j <= i. f32 operands
+    become one graph.attention (the fused kernels); others are written out
+    with matmul and softmax."""
     q = _float(_tensor(query, "scaled_dot_product_attention"))
     k = _lift(q._tracer, key, q)
     v = _lift(q._tracer, value, q)
@@ -314,14 +317,17 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
         raise CompileError(
             f"scaled_dot_product_attention: expects query [..., L, E], key [..., S, E], "
             f"value [..., S, Ev]; got {list(q.shape)}, {list(k.shape)}, {list(v.shape)}")
+    mask = None if attn_mask is None else _lift(q._tracer, attn_mask)
+    fused = fused_attention(q, k, v, mask, scale, is_causal)
+    if fused is not None:  # graph.attention: no L x S scores in memory
+        return fused[0]
     factor = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
     scores = (q @ k.transpose(-2, -1)) * factor
     L, S = q.shape[-2], k.shape[-2]
     if is_causal:
         keep = Tensor(q._tracer, q._tracer.constant(np.tril(np.ones((L, S), dtype=bool))))
         scores = where(keep, scores, -math.inf)
-    elif attn_mask is not None:
-        mask = _lift(q._tracer, attn_mask)
+    elif mask is not None:
         scores = where(mask, scores, -math.inf) if mask.dtype == "i1" else scores + mask.to(
             scores.dtype)
     weights = Tensor(q._tracer, q._tracer.softmax(scores._id, -1))

@@ -32,3 +32,13 @@ func.func @one_arg(%a: tensor<3xf32>) -> tensor<f32> {
   %0 = graph.reduce_sum %a {dims = array<i64: 0>} : (tensor<3xf32>) -> tensor<f32>
   return %0 : tensor<f32>
 }
+
+// -----
+
+// A second derivative through fused attention: its gradient op has no rule.
+func.func @attention_grad_twice(%q: tensor<1x1x2x4xf32>, %o: tensor<1x1x2x4xf32>, %l: tensor<1x1x2xf32>) -> tensor<f32> {
+  // expected-error @+1 {{'graph.attention_grad' op has no differentiation rule: second derivatives through fused attention are not computed}}
+  %dq, %dk, %dv = graph.attention_grad %q, %q, %q, %o, %l, %o {scale = 1.0 : f64} : (tensor<1x1x2x4xf32>, tensor<1x1x2x4xf32>, tensor<1x1x2x4xf32>, tensor<1x1x2x4xf32>, tensor<1x1x2xf32>, tensor<1x1x2x4xf32>) -> (tensor<1x1x2x4xf32>, tensor<1x1x2x4xf32>, tensor<1x1x2x4xf32>)
+  %s = graph.reduce_sum %dq {dims = array<i64: 0, 1, 2, 3>} : (tensor<1x1x2x4xf32>) -> tensor<f32>
+  return %s : tensor<f32>
+}

@@ -20,7 +20,7 @@ REDUCTIONS = {"reduce_sum", "reduce_max", "reduce_min", "argmax"}
 VIEWS = {"broadcast_in_dim", "reshape", "transpose", "slice"}
 CHEAP = VIEWS | {"concat", "cast", "select", "eq", "ne", "lt", "le", "gt", "ge", "add",
                  "sub", "mul", "neg", "abs", "maximum", "minimum"}
-LIBRARY = {"matmul", "gather", "scatter_add"}
+LIBRARY = {"matmul", "gather", "scatter_add", "attention", "attention_grad"}
 # A reshape between kernels and matmuls shares its operand's buffer: no
 # kernel, no report row.
 BUFFER_VIEWS = {"reshape"}
@@ -91,18 +91,10 @@ def ops_with_sizes(lines):
 
 def lowered_ops(graph):
     """(kind, numel) of the primitive ops of `graph`'s entry function as the
-    fusion pass receives it (decomposed, canonicalized, CSE'd). Graphs have
-    no lowering API, but value_and_grad copies the module through the same
-    pipeline and keeps the source function next to the new one; so this
-    needs a graph whose first result is a 0-d float (a loss)."""
-    entry = graph._graph.entry
-    wrt = next(i for i, (dt, _) in enumerate(graph.inputs) if dt.startswith(("f", "bf")))
-    # A train step's results carry aliasing attributes, which value_and_grad
-    # does not copy to its new function (an autodiff limitation, not under
-    # test here): differentiate a re-parsed copy without them.
-    text = re.sub(r" \{tilefuse\.aliases = \d+ : i64\}", "", graph.mlir())
-    derived = tilefuse.parse(text, entry).value_and_grad([wrt])
-    return ops_with_sizes(entry_body(derived.mlir(), entry))
+    fusion pass receives it (attention recognised, decomposed, canonicalized,
+    CSE'd)."""
+    lowered = graph._graph.primitive()
+    return ops_with_sizes(entry_body(lowered.mlir(), lowered.entry))
 
 
 def check_structure(fused):

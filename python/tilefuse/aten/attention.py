@@ -2,12 +2,15 @@
 
 PyTorch's CPU SDPA is a forward op returning (output, logsumexp) and a
 backward op reading both. Each converts with exactly PyTorch's outputs, so
-either may run on either side of a partition boundary. (The math is
-materialised: the scores of a whole row block are built.)
+either may run on either side of a partition boundary. f32 attention
+becomes graph.attention / graph.attention_grad (the fused kernels: no L x S
+scores in memory); what the fused op cannot take (other dtypes, the math
+variant's probabilities output) is written out with matmul and softmax.
 """
 import numpy as np
 
 from .. import functional as F
+from .._attention import fused_attention, fused_attention_grad
 from .._tracing import where
 from . import UnsupportedOp, aten, converts, importer
 
@@ -60,6 +63,9 @@ def _sdpa_flash_cpu(q, k, v, dropout_p=0.0, is_causal=False, attn_mask=None, sca
     """(output, logsumexp [B, H, L] of the scaled, masked scores)."""
     op = aten._scaled_dot_product_flash_attention_for_cpu
     _no_dropout(op, dropout_p)
+    fused = fused_attention(q, k, v, attn_mask, scale, is_causal)
+    if fused is not None:
+        return fused
     heads = q.shape[-3]
     s, _ = _attention_scores(q, _kv_heads(k, heads, op), attn_mask, is_causal, scale)
     out = F.softmax(s, -1) @ _kv_heads(v, heads, op)
@@ -74,6 +80,9 @@ def _sdpa_flash_cpu_backward(grad_out, q, k, v, out, lse, dropout_p, is_causal,
     dq = ds k * scale, dk = ds^T q * scale."""
     op = aten._scaled_dot_product_flash_attention_for_cpu_backward
     _no_dropout(op, dropout_p)
+    fused = fused_attention_grad(grad_out, q, k, v, out, lse, attn_mask, scale, is_causal)
+    if fused is not None:
+        return fused
     heads, hk = q.shape[-3], k.shape[-3]
     kx, vx = _kv_heads(k, heads, op), _kv_heads(v, heads, op)
     s, scale = _attention_scores(q, kx, attn_mask, is_causal, scale)
@@ -105,6 +114,9 @@ def _sdpa(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
           enable_gqa=False):
     op = aten.scaled_dot_product_attention
     _no_dropout(op, dropout_p)
+    fused = fused_attention(q, k, v, attn_mask, scale, is_causal)
+    if fused is not None:
+        return fused[0]
     heads = q.shape[-3]
     s, _ = _attention_scores(q, _kv_heads(k, heads, op), attn_mask, is_causal, scale)
     return F.softmax(s, -1) @ _kv_heads(v, heads, op)
