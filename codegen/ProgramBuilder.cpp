@@ -199,13 +199,9 @@ private:
       return success();
     }
     if (auto attention = llvm::dyn_cast<graph::AttentionOp>(op))
-      return attentionStep(op, attention.getQuery(), attention.getKey(), attention.getValue(),
-                           attention.getMask(), attention.getScale().convertToDouble(),
-                           attention.getCausal(), {});
+      return attentionStep(op, attention, {});
     if (auto grad = llvm::dyn_cast<graph::AttentionGradOp>(op))
-      return attentionStep(op, grad.getQuery(), grad.getKey(), grad.getValue(), grad.getMask(),
-                           grad.getScale().convertToDouble(), grad.getCausal(),
-                           {grad.getResult(), grad.getLogsumexp(), grad.getGrad()});
+      return attentionStep(op, grad, {grad.getResult(), grad.getLogsumexp(), grad.getGrad()});
     if (auto ret = llvm::dyn_cast<func::ReturnOp>(op)) {
       for (auto [index, v] : llvm::enumerate(ret.getOperands())) {
         int b = bufferOf(v);
@@ -492,8 +488,10 @@ private:
   /// A graph.attention (`saved` empty) or graph.attention_grad step (`saved`:
   /// the forward's result and logsumexp, and the result's cotangent):
   /// sizes from the graph's types, the kernels' layout (runtime/CpuAttention.h).
-  LogicalResult attentionStep(Operation &op, Value q, Value k, Value v, Value mask,
-                              double scale, bool causal, ArrayRef<Value> saved) {
+  template <typename OpTy>
+  LogicalResult attentionStep(Operation &op, OpTy attention, ArrayRef<Value> saved) {
+    Value q = attention.getQuery(), k = attention.getKey(), v = attention.getValue();
+    Value mask = attention.getMask();
     auto qt = llvm::cast<RankedTensorType>(q.getType());
     if (!qt.getElementType().isF32())
       return op.emitOpError("runs compiled in f32 only, got ")
@@ -509,7 +507,9 @@ private:
     AttentionParams &a = s.attention;
     a.heads = qs[r - 3], a.queries = qs[r - 2], a.headDim = qs[r - 1];
     a.kvHeads = ks[r - 3], a.keys = ks[r - 2], a.valueDim = vs[r - 1];
-    a.causal = causal, a.scale = scale;
+    a.causal = attention.getCausal(), a.scale = attention.getScale().convertToDouble();
+    a.dropoutP = attention.getDropoutP().convertToDouble();
+    a.stream = attention.getStream();
     s.buffers = {bufferOf(q), bufferOf(k), bufferOf(v)};
     for (Value x : saved)
       s.buffers.push_back(bufferOf(x));
@@ -525,6 +525,8 @@ private:
       a.maskBatchStride = maskBatch == 1 ? 0 : ms[r - 3] * a.queries * a.keys;
       s.buffers.push_back(bufferOf(mask));
     }
+    if (Value seed = attention.getSeed())
+      s.buffers.push_back(bufferOf(seed));
     s.outputs = int(op.getNumResults());
     for (unsigned i = 0; i < op.getNumResults(); ++i)
       s.buffers.push_back(result(op, i));

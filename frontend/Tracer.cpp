@@ -597,31 +597,50 @@ ValueId Tracer::scatterAdd(ValueId base, ValueId indices, ValueId updates) {
   return impl_->put(impl_->create<ScatterAddOp>(b.getType(), {b, i, u}));
 }
 
+namespace {
+/// The attributes graph.attention and graph.attention_grad share, with the
+/// operand segments of their optional mask and seed.
+SmallVector<NamedAttribute> attentionAttrs(OpBuilder &bl, int32_t fixedOperands, bool mask,
+                                           bool seed, double scale, bool causal,
+                                           double dropoutP, int64_t stream) {
+  SmallVector<int32_t> segments(size_t(fixedOperands), 1);
+  segments.push_back(mask ? 1 : 0);
+  segments.push_back(seed ? 1 : 0);
+  return {bl.getNamedAttr("scale", bl.getF64FloatAttr(scale)),
+          bl.getNamedAttr("causal", bl.getBoolAttr(causal)),
+          bl.getNamedAttr("dropout_p", bl.getF64FloatAttr(dropoutP)),
+          bl.getNamedAttr("stream", bl.getI64IntegerAttr(stream)),
+          bl.getNamedAttr("operandSegmentSizes", bl.getDenseI32ArrayAttr(segments))};
+}
+} // namespace
+
 std::vector<ValueId> Tracer::attention(ValueId q, ValueId k, ValueId v, ValueId mask,
-                                       double scale, bool causal) {
+                                       double scale, bool causal, ValueId seed,
+                                       double dropoutP, int64_t stream) {
   SmallVector<Value> operands = {impl_->get(q), impl_->get(k), impl_->get(v)};
   if (mask >= 0)
     operands.push_back(impl_->get(mask));
-  auto &bl = impl_->builder;
+  if (seed >= 0)
+    operands.push_back(impl_->get(seed));
   Operation *op = impl_->createMulti<AttentionOp>(
       2, operands,
-      {impl_->attr("scale", bl.getF64FloatAttr(scale)),
-       impl_->attr("causal", bl.getBoolAttr(causal))});
+      attentionAttrs(impl_->builder, 3, mask >= 0, seed >= 0, scale, causal, dropoutP, stream));
   return {impl_->put(op->getResult(0)), impl_->put(op->getResult(1))};
 }
 
 std::vector<ValueId> Tracer::attentionGrad(ValueId q, ValueId k, ValueId v, ValueId out,
                                            ValueId lse, ValueId grad, ValueId mask,
-                                           double scale, bool causal) {
+                                           double scale, bool causal, ValueId seed,
+                                           double dropoutP, int64_t stream) {
   SmallVector<Value> operands = {impl_->get(q),   impl_->get(k),   impl_->get(v),
                                  impl_->get(out), impl_->get(lse), impl_->get(grad)};
   if (mask >= 0)
     operands.push_back(impl_->get(mask));
-  auto &bl = impl_->builder;
+  if (seed >= 0)
+    operands.push_back(impl_->get(seed));
   Operation *op = impl_->createMulti<AttentionGradOp>(
       3, operands,
-      {impl_->attr("scale", bl.getF64FloatAttr(scale)),
-       impl_->attr("causal", bl.getBoolAttr(causal))});
+      attentionAttrs(impl_->builder, 6, mask >= 0, seed >= 0, scale, causal, dropoutP, stream));
   return {impl_->put(op->getResult(0)), impl_->put(op->getResult(1)),
           impl_->put(op->getResult(2))};
 }

@@ -85,13 +85,16 @@ public:
   ValueId scatterAdd(ValueId base, ValueId indices, ValueId updates);
   ValueId randomUniform(ValueId seed, DType dtype, const Shape &shape,
                         int64_t stream);
-  /// graph.attention: {result, logsumexp}; `mask` < 0 means no mask.
+  /// graph.attention: {result, logsumexp}; `mask` < 0 means no mask,
+  /// `seed` < 0 no dropout (else dropoutP > 0 and the Philox stream).
   std::vector<ValueId> attention(ValueId q, ValueId k, ValueId v, ValueId mask, double scale,
-                                 bool causal);
-  /// graph.attention_grad: {dq, dk, dv}; `mask` < 0 means no mask.
+                                 bool causal, ValueId seed = -1, double dropoutP = 0.0,
+                                 int64_t stream = 0);
+  /// graph.attention_grad: {dq, dk, dv}; mask and seed as attention's.
   std::vector<ValueId> attentionGrad(ValueId q, ValueId k, ValueId v, ValueId out,
                                      ValueId lse, ValueId grad, ValueId mask, double scale,
-                                     bool causal);
+                                     bool causal, ValueId seed = -1, double dropoutP = 0.0,
+                                     int64_t stream = 0);
 
   ValueId softmax(ValueId a, int64_t dim);
   ValueId logSoftmax(ValueId a, int64_t dim);

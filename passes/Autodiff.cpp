@@ -327,7 +327,8 @@ LogicalResult ReverseBuilder::visit(Operation *op, Value g) {
         // log-sum-exp instead of any saved probabilities.
         auto grads = e.builder().create<AttentionGradOp>(
             e.location(), o.getQuery(), o.getKey(), o.getValue(), o.getResult(),
-            o.getLogsumexp(), g, o.getMask(), o.getScaleAttr(), o.getCausalAttr());
+            o.getLogsumexp(), g, o.getMask(), o.getSeed(), o.getScaleAttr(),
+            o.getCausalAttr(), o.getDropoutPAttr(), o.getStreamAttr());
         accumulate(o.getQuery(), grads.getGradQuery());
         accumulate(o.getKey(), grads.getGradKey());
         accumulate(o.getValue(), grads.getGradValue());

@@ -163,7 +163,8 @@ def RecognizeAttentionPass : Pass<"recognize-attention", "mlir::ModuleOp"> {
     the mask operand; `fill` must be -inf or at most -1e9 (a score that
     far below the row's largest has probability exactly 0 in f32, as a
     masked one has). f32 only. A dropout between the softmax and the
-    product stops the match.
+    product moves into the op (`dropout_p`, `stream`, its seed), which
+    drops the same probabilities.
   }];
   let dependentDialects = ["::tilefuse::graph::GraphDialect"];
 }

@@ -88,11 +88,22 @@ struct AttentionPattern : OpRewritePattern<MatmulOp> {
     if (rank < 3 || !type.getElementType().isF32() || pv.getTransposeLhs() ||
         pv.getTransposeRhs())
       return rw.notifyMatchFailure(pv, "not an f32 batched product P V");
-    auto softmax = pv.getLhs().getDefiningOp<SoftmaxOp>();
+    // Dropout of the probabilities moves into the op: the kernels draw the
+    // same Philox bits element by element.
+    Value probs = pv.getLhs();
+    auto dropout = probs.getDefiningOp<DropoutOp>();
+    if (dropout) {
+      if (!dropout->hasOneUse())
+        return rw.notifyMatchFailure(pv, "the dropped probabilities are used twice");
+      probs = dropout.getOperand();
+    }
+    auto softmax = probs.getDefiningOp<SoftmaxOp>();
     if (!softmax || !softmax->hasOneUse() ||
         (softmax.getDim() != rank - 1 && softmax.getDim() != -1))
       return rw.notifyMatchFailure(pv, "its left operand is no softmax over keys used once");
     SmallVector<Location> locs = {softmax.getLoc(), pv.getLoc()};
+    if (dropout)
+      locs.push_back(dropout.getLoc());
     Value scores = softmax.getOperand();
     auto scoresType = llvm::cast<RankedTensorType>(scores.getType());
     int64_t rows = scoresType.getDimSize(rank - 2), cols = scoresType.getDimSize(rank - 1);
@@ -163,9 +174,12 @@ struct AttentionPattern : OpRewritePattern<MatmulOp> {
       mask = rw.create<ReshapeOp>(maskLoc, RankedTensorType::get(shape, rw.getI1Type()),
                                   maskSource);
     }
+    double dropoutP = dropout ? dropout.getP().convertToDouble() : 0.0;
+    Value seed = dropoutP > 0 ? dropout.getSeed() : Value();
     auto attention = rw.create<AttentionOp>(
-        rw.getFusedLoc(locs), qk.getLhs(), key, pv.getRhs(), mask, rw.getF64FloatAttr(scale),
-        rw.getBoolAttr(causal));
+        rw.getFusedLoc(locs), qk.getLhs(), key, pv.getRhs(), mask, seed,
+        rw.getF64FloatAttr(scale), rw.getBoolAttr(causal), rw.getF64FloatAttr(dropoutP),
+        rw.getI64IntegerAttr(dropout ? dropout.getStream() : 0));
     rw.replaceOp(pv, attention.getResult());
     return success();
   }

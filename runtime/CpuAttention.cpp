@@ -1,20 +1,24 @@
 //===- CpuAttention.cpp - fused attention on the CPU ----------------------===//
 //
-// Each task owns a block of query rows (the forward, dQ) or of key rows
-// (dK, dV), so no two threads ever write the same output row and no atomics
-// are needed. The block products go to the BLAS on the task's thread
+// Each task owns the output rows it writes, so no atomics are needed: the
+// forward's tasks are blocks of query rows; the backward's are whole
+// key/value heads with the query heads that read them where there are
+// enough of those to share out, else blocks of query rows (dQ) then blocks
+// of key rows (dK, dV), which recomputes two of the five products. The
+// block products go to the BLAS on the task's thread
 // (cpu::sgemmOnThisThread); what is left is elementwise work on a block of
 // scores (exp, row max and sum, rescaling), done by the helpers below.
 //
-// The runtime is built for portable x86-64, where the compiler would use
-// SSE2 only and call libm's expf once per score, which would take longer
-// than the GEMMs. The helpers are therefore compiled for AVX-512, AVX2 and
-// the baseline and picked at load time (target_clones), and the exponential
-// is a range reduction by ln 2 with a polynomial that vectorises.
+// The runtime is built for portable x86-64: left to itself the compiler
+// would use SSE2 and call libm's expf for each of the tens of millions of
+// scores a call has. The helpers are compiled for AVX-512, AVX2 and the
+// baseline, picked at load time (target_clones), and the exponential is a
+// range reduction by ln 2 with a polynomial, which vectorises.
 //
 //===----------------------------------------------------------------------===//
 #include "runtime/CpuAttention.h"
 
+#include "codegen/reference/Philox.h" // header-only, no MLIR: the bits every target draws
 #include "runtime/CpuLibrary.h"
 #include "runtime/ThreadPool.h"
 
@@ -29,7 +33,7 @@ using namespace tilefuse::cpu;
 
 #if defined(__x86_64__) && defined(__has_attribute)
 #if __has_attribute(target_clones)
-#define TILEFUSE_VECTOR_CLONES                                                              \
+#define TILEFUSE_VECTOR_CLONES                                                                     \
   __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 #endif
 #endif
@@ -39,11 +43,14 @@ using namespace tilefuse::cpu;
 
 namespace {
 
-// A block of 64 query rows against 256 keys: its scores and their gradient
-// (2 x 64 KiB) stay in L2 beside the key and value blocks (2 x 64 KiB at a
-// head size of 64) while the next GEMM reads them.
-constexpr int64_t kQueryBlock = 64;
-constexpr int64_t kKeyBlock = 256;
+// A block of 256 query rows against 512 keys: its scores and their gradient
+// (2 x 512 KiB) and the key and value blocks (2 x 128 KiB at a head size of
+// 64) fit a 2 MiB L2 together, and the BLAS's packing of its operands is
+// spread over large products. The fastest of 64-256 x 256-1024 at T = 2048,
+// E = 64 on a 2-core AVX-512 Xeon: 3% under 256 x 256's time non-causal,
+// 10% causal; 128 x 512 (half the scratch) took 6% more non-causal.
+constexpr int64_t kQueryBlock = 256;
+constexpr int64_t kKeyBlock = 512;
 
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
@@ -69,8 +76,7 @@ inline __attribute__((always_inline)) void store(float *p, const Floats &v) {
 }
 
 /// The first n (< kLanes) floats of p, the other lanes `fill`.
-inline __attribute__((always_inline)) Floats loadPartial(const float *p, int64_t n,
-                                                          float fill) {
+inline __attribute__((always_inline)) Floats loadPartial(const float *p, int64_t n, float fill) {
   float lanes[kLanes];
   std::fill(lanes, lanes + kLanes, fill);
   std::copy(p, p + n, lanes);
@@ -187,6 +193,8 @@ void softmaxGradient(float *p, const float *dp, int64_t n, float delta) {
 /// reuse them, and so do later calls.
 struct BlockScratch {
   std::vector<float> scores, scoreGrads, rowMax, rowSum;
+  /// Dropout's factors for a block (0 or 1 / (1 - p)), sized on first use.
+  std::vector<float> kept;
   static BlockScratch &forThisThread() {
     thread_local BlockScratch scratch;
     if (scratch.scores.empty()) {
@@ -222,9 +230,7 @@ public:
     return (b * s.kvHeads + h / group) * s.keys + j;
   }
   /// The keys a block of query rows ending at `queryEnd` sees at all.
-  int64_t keyEnd(int64_t queryEnd) const {
-    return s.causal ? std::min(s.keys, queryEnd) : s.keys;
-  }
+  int64_t keyEnd(int64_t queryEnd) const { return s.causal ? std::min(s.keys, queryEnd) : s.keys; }
   /// The first query row that sees key `j`.
   int64_t firstQuery(int64_t j) const { return s.causal ? j : 0; }
   /// How many of the keys [j0, j0 + n) query row i sees (the rest are
@@ -239,8 +245,7 @@ public:
   void scores(int64_t b, int64_t h, int64_t i0, int64_t r, int64_t j0, int64_t n,
               float *out) const {
     sgemmOnThisThread(false, true, r, n, s.headDim, scale, q + queryRow(b, h, i0) * s.headDim,
-                      s.headDim, k + keyRow(b, h, j0) * s.headDim, s.headDim, 0.0f, out,
-                      kKeyBlock);
+                      s.headDim, k + keyRow(b, h, j0) * s.headDim, s.headDim, 0.0f, out, kKeyBlock);
     if (s.mask == AttentionMask::None)
       return;
     int64_t maskStart = b * s.maskBatchStride + h * s.maskHeadStride + i0 * s.keys + j0;
@@ -281,22 +286,64 @@ public:
     scores(b, h, i0, r, j0, n, p);
     probabilities(i0, r, j0, n, lse + queryRow(b, h, i0), p);
     const float *dOutRows = dOut + queryRow(b, h, i0) * s.valueDim;
+    // With dropout the output reads P * kept: dV takes the dropped
+    // probabilities, and dP (the cotangent of P) is dO V^T * kept; dS
+    // still multiplies the undropped P.
+    const float *kept = nullptr;
+    if (s.dropoutP != 0) {
+      kept = keptFactors(b, h, i0, r, j0, n, scratch);
+      for (int64_t row = 0; row < r; ++row)
+        for (int64_t c = 0; c < n; ++c)
+          dP[row * kKeyBlock + c] = p[row * kKeyBlock + c] * kept[row * kKeyBlock + c];
+    }
     if (dV)
-      sgemmOnThisThread(true, false, n, s.valueDim, r, 1.0f, p, kKeyBlock, dOutRows, s.valueDim,
-                        1.0f, dV, s.valueDim);
+      sgemmOnThisThread(true, false, n, s.valueDim, r, 1.0f, kept ? dP : p, kKeyBlock, dOutRows,
+                        s.valueDim, 1.0f, dV, s.valueDim);
     sgemmOnThisThread(false, true, r, n, s.valueDim, 1.0f, dOutRows, s.valueDim,
                       v + keyRow(b, h, j0) * s.valueDim, s.valueDim, 0.0f, dP, kKeyBlock);
+    if (kept)
+      for (int64_t row = 0; row < r; ++row)
+        for (int64_t c = 0; c < n; ++c)
+          dP[row * kKeyBlock + c] *= kept[row * kKeyBlock + c];
     const float *rowDelta = delta + queryRow(b, h, i0);
     for (int64_t row = 0; row < r; ++row)
       softmaxGradient(p + row * kKeyBlock, dP + row * kKeyBlock, n, rowDelta[row]);
   }
 
+  /// Dropout's factor for scores [r x n] of rows i0.. and keys j0.. of head
+  /// (b, h) in scratch.kept: graph.random_uniform's f32 value of element
+  /// ((b H + h) L + i) S + j compared with p as graph.dropout does, so the
+  /// written-out form drops the same probabilities.
+  const float *keptFactors(int64_t b, int64_t h, int64_t i0, int64_t r, int64_t j0, int64_t n,
+                           BlockScratch &scratch) const {
+    if (scratch.kept.empty())
+      scratch.kept.resize(size_t(kQueryBlock * kKeyBlock));
+    float *out = scratch.kept.data();
+    const float p = float(s.dropoutP), keep = float(1.0 / (1.0 - s.dropoutP));
+    const auto stream = uint64_t(s.stream);
+    for (int64_t row = 0; row < r; ++row) {
+      uint64_t first = uint64_t(((b * s.heads + h) * s.queries + i0 + row) * s.keys + j0);
+      float *factors = out + row * kKeyBlock;
+      // One Philox call gives the words of four consecutive elements.
+      for (int64_t c = 0; c < n;) {
+        uint64_t index = first + uint64_t(c), block = index / 4;
+        auto words = philox4x32_10(
+            {uint32_t(block), uint32_t(block >> 32), uint32_t(stream), 0u},
+            {uint32_t(s.seed), uint32_t(s.seed >> 32)});
+        for (uint64_t w = index % 4; w < 4 && c < n; ++w, ++c) {
+          float u = float(words[w] >> 8) * 0x1p-24f;
+          factors[c] = u >= p ? keep : 0.0f;
+        }
+      }
+    }
+    return out;
+  }
+
   /// Floating-point operations of one block of query rows against all keys
-  /// (the forward's three products), to size the pool's ranges.
+  /// (the forward's two products), to size the pool's ranges.
   double blockFlops() const {
     double keys = s.causal ? 0.5 * double(s.keys) : double(s.keys);
-    return 2.0 * double(std::min(s.queries, kQueryBlock)) * keys *
-           double(s.headDim + s.valueDim);
+    return 2.0 * double(std::min(s.queries, kQueryBlock)) * keys * double(s.headDim + s.valueDim);
   }
 };
 
@@ -307,8 +354,7 @@ int64_t minItemsPerRange(double flopsPerItem) {
   return std::max<int64_t>(1, int64_t(1e6 / std::max(1.0, flopsPerItem)));
 }
 
-void forwardBlock(const Attention &a, int64_t b, int64_t h, int64_t i0, float *out,
-                  float *lse) {
+void forwardBlock(const Attention &a, int64_t b, int64_t h, int64_t i0, float *out, float *lse) {
   const AttentionShape &s = a.s;
   BlockScratch &scratch = BlockScratch::forThisThread();
   int64_t r = std::min(kQueryBlock, s.queries - i0);
@@ -343,9 +389,14 @@ void forwardBlock(const Attention &a, int64_t b, int64_t h, int64_t i0, float *o
       }
       runningSum[row] += sum;
     }
+    if (s.dropoutP != 0) { // the running sums above are of the undropped P
+      const float *kept = a.keptFactors(b, h, i0, r, j0, n, scratch);
+      for (int64_t row = 0; row < r; ++row)
+        for (int64_t c = 0; c < n; ++c)
+          p[row * kKeyBlock + c] *= kept[row * kKeyBlock + c];
+    }
     sgemmOnThisThread(false, false, r, s.valueDim, n, 1.0f, p, kKeyBlock,
-                      a.v + a.keyRow(b, h, j0) * s.valueDim, s.valueDim, 1.0f, outRows,
-                      s.valueDim);
+                      a.v + a.keyRow(b, h, j0) * s.valueDim, s.valueDim, 1.0f, outRows, s.valueDim);
   }
   float *lseRows = lse + a.queryRow(b, h, i0);
   for (int64_t row = 0; row < r; ++row) {
@@ -360,8 +411,8 @@ void forwardBlock(const Attention &a, int64_t b, int64_t h, int64_t i0, float *o
 }
 
 /// delta = rowsum(dOut * out) for query rows [i0, i0 + r) of head (b, h).
-void rowDeltas(const Attention &a, int64_t b, int64_t h, int64_t i0, int64_t r,
-               const float *out, const float *dOut, float *delta) {
+void rowDeltas(const Attention &a, int64_t b, int64_t h, int64_t i0, int64_t r, const float *out,
+               const float *dOut, float *delta) {
   int64_t first = a.queryRow(b, h, i0), dv = a.s.valueDim;
   for (int64_t row = first; row < first + r; ++row)
     delta[row] = dot(dOut + row * dv, out + row * dv, dv);
@@ -388,9 +439,8 @@ void queryGradientBlock(const Attention &a, int64_t b, int64_t h, int64_t i0, co
 /// dK and dV for a block of key rows of key/value head (b, kvHead), over
 /// every query head that reads it; with `dq`, also adds the block's share
 /// of those heads' dQ (the caller then owns all of their query rows).
-void keyGradientBlock(const Attention &a, int64_t b, int64_t kvHead, int64_t j0,
-                      const float *lse, const float *dOut, const float *delta, float *dq,
-                      float *dk, float *dv) {
+void keyGradientBlock(const Attention &a, int64_t b, int64_t kvHead, int64_t j0, const float *lse,
+                      const float *dOut, const float *delta, float *dq, float *dk, float *dv) {
   const AttentionShape &s = a.s;
   BlockScratch &scratch = BlockScratch::forThisThread();
   int64_t firstHead = kvHead * a.group;
@@ -410,8 +460,8 @@ void keyGradientBlock(const Attention &a, int64_t b, int64_t kvHead, int64_t j0,
       sgemmOnThisThread(true, false, n, s.headDim, r, a.scale, dS, kKeyBlock, qRows, s.headDim,
                         1.0f, dkRows, s.headDim);
       if (dq)
-        sgemmOnThisThread(false, false, r, s.headDim, n, a.scale, dS, kKeyBlock, kRows,
-                          s.headDim, 1.0f, dq + a.queryRow(b, h, i0) * s.headDim, s.headDim);
+        sgemmOnThisThread(false, false, r, s.headDim, n, a.scale, dS, kKeyBlock, kRows, s.headDim,
+                          1.0f, dq + a.queryRow(b, h, i0) * s.headDim, s.headDim);
     }
 }
 
@@ -419,8 +469,8 @@ void keyGradientBlock(const Attention &a, int64_t b, int64_t kvHead, int64_t j0,
 /// it, on one thread: five products per block pair instead of the two
 /// phases' seven, for grids with enough heads to keep every thread busy.
 void headGroupGradients(const Attention &a, int64_t b, int64_t kvHead, const float *out,
-                        const float *lse, const float *dOut, float *delta, float *dq,
-                        float *dk, float *dv) {
+                        const float *lse, const float *dOut, float *delta, float *dq, float *dk,
+                        float *dv) {
   const AttentionShape &s = a.s;
   int64_t firstHead = kvHead * a.group;
   for (int64_t h = firstHead; h < firstHead + a.group; ++h)
@@ -436,8 +486,8 @@ void headGroupGradients(const Attention &a, int64_t b, int64_t kvHead, const flo
 
 } // namespace
 
-void cpu::attentionForward(const AttentionShape &s, const float *q, const float *k,
-                           const float *v, const void *mask, float *out, float *lse) {
+void cpu::attentionForward(const AttentionShape &s, const float *q, const float *k, const float *v,
+                           const void *mask, float *out, float *lse) {
   Attention a(s, q, k, v, mask);
   int64_t queryBlocks = blocks(s.queries, kQueryBlock);
   int64_t tasks = s.batch * s.heads * queryBlocks;
@@ -445,33 +495,33 @@ void cpu::attentionForward(const AttentionShape &s, const float *q, const float 
       tasks, minItemsPerRange(a.blockFlops()), [&](int64_t first, int64_t end) {
         for (int64_t t = first; t < end; ++t) {
           int64_t head = t / queryBlocks;
-          forwardBlock(a, head / s.heads, head % s.heads, t % queryBlocks * kQueryBlock, out,
-                       lse);
+          forwardBlock(a, head / s.heads, head % s.heads, t % queryBlocks * kQueryBlock, out, lse);
         }
       });
 }
 
-void cpu::attentionBackward(const AttentionShape &s, const float *q, const float *k,
-                            const float *v, const void *mask, const float *out,
-                            const float *lse, const float *dOut, float *dq, float *dk,
-                            float *dv) {
+void cpu::attentionBackward(const AttentionShape &s, const float *q, const float *k, const float *v,
+                            const void *mask, const float *out, const float *lse, const float *dOut,
+                            float *dq, float *dk, float *dv) {
   Attention a(s, q, k, v, mask);
   ThreadPool &pool = ThreadPool::global();
   thread_local std::vector<float> deltaStorage;
   deltaStorage.resize(size_t(std::max<int64_t>(0, s.batch * s.heads * s.queries)));
   float *delta = deltaStorage.data();
-  // Backward blocks do about twice the forward's products.
+  // The backward does two to three times the forward's products per block.
   double blockFlops = 2.0 * a.blockFlops();
   int64_t queryBlocks = blocks(s.queries, kQueryBlock);
   int64_t headGroups = s.batch * s.kvHeads;
   int64_t threads = int64_t(pool.threadsPerGrid());
+  // Whole head groups when they share out evenly, or are enough (4 per
+  // thread) that a last round with idle threads costs little: at T = 2048,
+  // 12 heads, 2 threads, 0.8x the two phases' time.
   if (headGroups % threads == 0 || headGroups >= 4 * threads) {
-    pool.parallelFor(headGroups,
-                     minItemsPerRange(blockFlops * double(queryBlocks * a.group)),
+    pool.parallelFor(headGroups, minItemsPerRange(blockFlops * double(queryBlocks * a.group)),
                      [&](int64_t first, int64_t end) {
                        for (int64_t t = first; t < end; ++t)
-                         headGroupGradients(a, t / s.kvHeads, t % s.kvHeads, out, lse, dOut,
-                                            delta, dq, dk, dv);
+                         headGroupGradients(a, t / s.kvHeads, t % s.kvHeads, out, lse, dOut, delta,
+                                            dq, dk, dv);
                      });
     return;
   }
@@ -482,23 +532,20 @@ void cpu::attentionBackward(const AttentionShape &s, const float *q, const float
                      for (int64_t t = first; t < end; ++t) {
                        int64_t head = t / queryBlocks;
                        queryGradientBlock(a, head / s.heads, head % s.heads,
-                                          t % queryBlocks * kQueryBlock, out, lse, dOut, delta,
-                                          dq);
+                                          t % queryBlocks * kQueryBlock, out, lse, dOut, delta, dq);
                      }
                    });
   int64_t keyBlocks = blocks(s.keys, kKeyBlock);
   double keyBlockFlops = blockFlops * double(std::max<int64_t>(1, queryBlocks) * a.group) *
-                         double(std::min(s.keys, kKeyBlock)) /
-                         double(std::max<int64_t>(1, s.keys));
+                         double(std::min(s.keys, kKeyBlock)) / double(std::max<int64_t>(1, s.keys));
   pool.parallelFor(headGroups * keyBlocks, minItemsPerRange(keyBlockFlops),
                    [&](int64_t first, int64_t end) {
                      for (int64_t t = first; t < end; ++t) {
                        int64_t group = t / keyBlocks, j0 = t % keyBlocks * kKeyBlock;
-                       int64_t keyRow = (group * s.keys + j0);
+                       int64_t keyRow = group * s.keys + j0;
                        int64_t n = std::min(kKeyBlock, s.keys - j0);
                        std::fill(dk + keyRow * s.headDim, dk + (keyRow + n) * s.headDim, 0.0f);
-                       std::fill(dv + keyRow * s.valueDim, dv + (keyRow + n) * s.valueDim,
-                                 0.0f);
+                       std::fill(dv + keyRow * s.valueDim, dv + (keyRow + n) * s.valueDim, 0.0f);
                        keyGradientBlock(a, group / s.kvHeads, group % s.kvHeads, j0, lse, dOut,
                                         delta, nullptr, dk, dv);
                      }

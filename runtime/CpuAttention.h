@@ -46,6 +46,14 @@ struct AttentionShape {
   double scale = 1.0;
   AttentionMask mask = AttentionMask::None;
   int64_t maskBatchStride = 0, maskHeadStride = 0;
+  /// Dropout of the probabilities: P(b, h, i, j) is kept, times
+  /// 1 / (1 - dropoutP), where the graph.random_uniform f32 value of element
+  /// ((b heads + h) queries + i) keys + j (Philox 4x32-10, `seed`,
+  /// `stream`) is >= dropoutP, else 0; the log-sum-exp is that of the
+  /// scores before dropout. 0: no dropout.
+  double dropoutP = 0;
+  uint64_t seed = 0;
+  int64_t stream = 0;
 };
 
 /// out = softmax(scores) v; lse[i] = log(sum_j exp(score(i, j))).

@@ -230,6 +230,7 @@ cpu::AttentionShape attentionShape(const Step &s) {
   shape.causal = a.causal, shape.scale = a.scale;
   shape.mask = cpu::AttentionMask(a.mask);
   shape.maskBatchStride = a.maskBatchStride, shape.maskHeadStride = a.maskHeadStride;
+  shape.dropoutP = a.dropoutP, shape.stream = a.stream;
   return shape;
 }
 } // namespace
@@ -237,6 +238,9 @@ cpu::AttentionShape attentionShape(const Step &s) {
 void CpuExecutor::runAttention(const Step &s, const std::vector<void *> &at) {
   cpu::AttentionShape shape = attentionShape(s);
   auto f = [&](size_t i) { return static_cast<float *>(at[size_t(s.buffers[i])]); };
+  if (shape.dropoutP != 0) // the seed buffer sits just before the outputs
+    shape.seed = *static_cast<const uint64_t *>(
+        at[size_t(s.buffers[s.buffers.size() - size_t(s.outputs) - 1])]);
   if (s.kind == Step::Kind::Attention) {
     const void *mask = s.attention.mask ? at[size_t(s.buffers[3])] : nullptr;
     size_t out = s.buffers.size() - 2;

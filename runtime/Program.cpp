@@ -61,13 +61,15 @@ std::vector<int> tilefuse::stepReads(const Step &step) {
 static void validateAttention(const Program &p, const Step &s, const std::string &what) {
   const AttentionParams &a = s.attention;
   bool grad = s.kind == Step::Kind::AttentionGrad;
-  size_t want = (grad ? 9 : 5) + (a.mask ? 1 : 0);
+  bool dropout = a.dropoutP != 0;
+  size_t want = (grad ? 9 : 5) + (a.mask ? 1 : 0) + (dropout ? 1 : 0);
   if (s.buffers.size() != want || s.outputs != (grad ? 3 : 2))
     throw CompileError("corrupt program: " + what + " has " + std::to_string(s.buffers.size()) +
                        " buffers and " + std::to_string(s.outputs) + " outputs, expected " +
                        std::to_string(want) + " and " + std::to_string(grad ? 3 : 2));
   if (s.batch < 1 || a.heads < 1 || a.kvHeads < 1 || a.heads % a.kvHeads || a.queries < 0 ||
-      a.keys < 0 || a.headDim < 0 || a.valueDim < 0 || a.mask < 0 || a.mask > 2)
+      a.keys < 0 || a.headDim < 0 || a.valueDim < 0 || a.mask < 0 || a.mask > 2 ||
+      !(a.dropoutP >= 0 && a.dropoutP < 1) || a.stream < 0)
     throw CompileError("corrupt program: " + what + " has impossible attention sizes");
   int64_t q = s.batch * a.heads * a.queries, kv = s.batch * a.kvHeads * a.keys;
   std::vector<int64_t> sizes = {q * a.headDim, kv * a.headDim, kv * a.valueDim};
@@ -97,6 +99,12 @@ static void validateAttention(const Program &p, const Step &s, const std::string
       throw CompileError("corrupt program: " + what + " mask is " + dtypeName(m.dtype) +
                          shapeToString(m.shape) + ", too small for its strides or of the "
                          "wrong type");
+  }
+  if (dropout) {
+    const BufferInfo &seed = p.buffers[s.buffers[firstOutput - 1]];
+    if (seed.dtype != DType::I64 || numElements(seed.shape) != 1)
+      throw CompileError("corrupt program: " + what + " seed is " + dtypeName(seed.dtype) +
+                         shapeToString(seed.shape) + ", expected one i64");
   }
 }
 

@@ -55,6 +55,10 @@ struct AttentionParams {
   /// 0: no mask, 1: i1 (a byte per score, 0 masks out), 2: additive f32.
   int32_t mask = 0;
   int64_t maskBatchStride = 0, maskHeadStride = 0;
+  /// Dropout of the probabilities (0: none; else a seed buffer follows the
+  /// mask) and its Philox stream.
+  double dropoutP = 0;
+  int64_t stream = 0;
 };
 
 struct Step {
@@ -62,8 +66,8 @@ struct Step {
   Kind kind = Kind::Kernel;
   /// Kernel: inputs then outputs. Gemm: a, b, c. Gather: table, indices,
   /// out. ScatterAdd: base, indices, updates, out. Copy: src, dst.
-  /// Attention: q, k, v, [mask], out, lse. AttentionGrad: q, k, v, out,
-  /// lse, dOut, [mask], dq, dk, dv.
+  /// Attention: q, k, v, [mask], [seed], out, lse. AttentionGrad: q, k, v,
+  /// out, lse, dOut, [mask], [seed], dq, dk, dv.
   std::vector<int> buffers;
   /// Kernel and attention steps: how many of `buffers`, at the end, it
   /// writes (the rest it reads). The other kinds write one buffer, fixed by

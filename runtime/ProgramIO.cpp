@@ -135,6 +135,8 @@ std::string tilefuse::serializeProgram(const Program &p) {
     w.put<uint8_t>(a.causal);
     w.put<double>(a.scale);
     w.put<int32_t>(a.mask);
+    w.put<double>(a.dropoutP);
+    w.put<int64_t>(a.stream);
   }
   for (const std::vector<int> *list : {&p.arguments, &p.results}) {
     w.put<uint32_t>(uint32_t(list->size()));
@@ -248,6 +250,8 @@ Program tilefuse::deserializeProgram(const std::string &bytes) {
     a.causal = r.get<uint8_t>("an attention flag") != 0;
     a.scale = r.get<double>("an attention scale");
     a.mask = r.get<int32_t>("an attention mask kind");
+    a.dropoutP = r.get<double>("an attention dropout probability");
+    a.stream = r.get<int64_t>("an attention dropout stream");
     p.steps.push_back(std::move(s));
   }
   for (std::vector<int> *list : {&p.arguments, &p.results}) {

@@ -189,6 +189,16 @@ private:
   llvm::DenseMap<Value, RefTensor> values;
 };
 
+/// The dropout of a graph.attention or graph.attention_grad.
+template <typename OpTy> ref::AttentionDropout dropoutOf(OpTy op, Evaluator &ev) {
+  ref::AttentionDropout drop;
+  drop.p = op.getDropoutP().convertToDouble();
+  drop.stream = op.getStream();
+  if (op.getSeed())
+    drop.seed = uint64_t(ev.get(op.getSeed()).i.at(0));
+  return drop;
+}
+
 /// Runs the ops of `block` up to its terminator (func.return or
 /// graph.yield) and returns the terminator's operands. A graph.fusion runs
 /// its body the same way, with its inputs as the block arguments.
@@ -211,18 +221,21 @@ std::vector<RefTensor> runBlock(Block &block, Evaluator &ev) {
     }
     if (auto attention = llvm::dyn_cast<AttentionOp>(op)) {
       const RefTensor *mask = attention.getMask() ? &ev.get(attention.getMask()) : nullptr;
+      ref::AttentionDropout drop = dropoutOf(attention, ev);
       auto outs = ref::attention(ev.get(attention.getQuery()), ev.get(attention.getKey()),
                                  ev.get(attention.getValue()), mask,
-                                 attention.getScale().convertToDouble(), attention.getCausal());
+                                 attention.getScale().convertToDouble(), attention.getCausal(),
+                                 drop);
       for (auto [r, value] : llvm::zip(attention.getResults(), outs))
         ev.set(r, std::move(value));
       continue;
     }
     if (auto grad = llvm::dyn_cast<AttentionGradOp>(op)) {
       const RefTensor *mask = grad.getMask() ? &ev.get(grad.getMask()) : nullptr;
+      ref::AttentionDropout drop = dropoutOf(grad, ev);
       auto outs = ref::attentionGrad(ev.get(grad.getQuery()), ev.get(grad.getKey()),
                                      ev.get(grad.getValue()), ev.get(grad.getGrad()), mask,
-                                     grad.getScale().convertToDouble(), grad.getCausal());
+                                     grad.getScale().convertToDouble(), grad.getCausal(), drop);
       for (auto [r, value] : llvm::zip(grad.getResults(), outs))
         ev.set(r, std::move(value));
       continue;

@@ -8,6 +8,8 @@
 //===----------------------------------------------------------------------===//
 #include "codegen/reference/RefKernels.h"
 
+#include "codegen/reference/Philox.h"
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -70,6 +72,19 @@ std::vector<double> scoresOf(const Sizes &z, const RefTensor &q, const RefTensor
   return s;
 }
 
+/// The factor dropout leaves on probability (b, h, i, j): 0 where it drops
+/// it, 1 / (1 - p) where it keeps it, compared as graph.dropout's
+/// decomposition does (the uniform and p in the probabilities' type).
+double keptScale(const Sizes &z, const AttentionDropout &drop, DType dtype, int64_t b,
+                 int64_t h, int64_t i, int64_t j) {
+  if (drop.p == 0)
+    return 1;
+  uint64_t index = uint64_t(((b * z.heads + h) * z.queries + i) * z.keys + j);
+  int bits = dtype == DType::F64 ? 32 : 24;
+  double u = uniformFromBits(philoxBits(drop.seed, uint64_t(drop.stream), index), bits);
+  return roundToDType(u, dtype) >= roundToDType(drop.p, dtype) ? 1.0 / (1.0 - drop.p) : 0.0;
+}
+
 /// log(sum(exp(s))), 0 where every score is -inf (PyTorch's convention for
 /// a fully masked row).
 double logSumExp(const std::vector<double> &s) {
@@ -88,7 +103,7 @@ double logSumExp(const std::vector<double> &s) {
 
 std::vector<RefTensor> ref::attention(const RefTensor &q, const RefTensor &k,
                                       const RefTensor &v, const RefTensor *mask, double scale,
-                                      bool causal) {
+                                      bool causal, const AttentionDropout &drop) {
   Sizes z(q, k, v, mask);
   Shape outShape = q.shape;
   outShape.back() = z.valueDim;
@@ -105,7 +120,7 @@ std::vector<RefTensor> ref::attention(const RefTensor &q, const RefTensor &k,
         for (int64_t c = 0; c < z.valueDim; ++c) {
           double acc = 0;
           for (int64_t j = 0; j < z.keys && !allMasked; ++j)
-            acc += std::exp(s[size_t(j)] - l) *
+            acc += std::exp(s[size_t(j)] - l) * keptScale(z, drop, q.dtype, b, h, i, j) *
                    v.f[size_t(((b * z.kvHeads + z.kvHeadOf(h)) * z.keys + j) * z.valueDim + c)];
           out.f[size_t(row * z.valueDim + c)] = roundToDType(acc, q.dtype);
         }
@@ -115,12 +130,13 @@ std::vector<RefTensor> ref::attention(const RefTensor &q, const RefTensor &k,
 
 std::vector<RefTensor> ref::attentionGrad(const RefTensor &q, const RefTensor &k,
                                           const RefTensor &v, const RefTensor &grad,
-                                          const RefTensor *mask, double scale, bool causal) {
+                                          const RefTensor *mask, double scale, bool causal,
+                                          const AttentionDropout &drop) {
   // The probabilities are recomputed in double from q and k (not from the
   // kernel's saved log-sum-exp), so the oracle does not inherit its errors.
   Sizes z(q, k, v, mask);
   std::vector<double> dq(q.f.size()), dk(k.f.size()), dv(v.f.size());
-  std::vector<double> p(size_t(z.keys)), dp(size_t(z.keys));
+  std::vector<double> p(size_t(z.keys)), dp(size_t(z.keys)), kept(size_t(z.keys));
   for (int64_t b = 0; b < z.batch; ++b)
     for (int64_t h = 0; h < z.heads; ++h) {
       int64_t kh = z.kvHeadOf(h);
@@ -132,14 +148,17 @@ std::vector<RefTensor> ref::attentionGrad(const RefTensor &q, const RefTensor &k
         double l = logSumExp(s);
         int64_t row = (b * z.heads + h) * z.queries + i;
         const double *g = &grad.f[size_t(row * z.valueDim)];
+        // With dropout, the output reads p_j * keep_j; dp_j is the
+        // cotangent of p_j (dO . v_j * keep_j).
         double delta = 0; // sum_j p_j dp_j = rowsum(dO * O)
         for (int64_t j = 0; j < z.keys; ++j) {
           p[size_t(j)] = std::exp(s[size_t(j)] - l);
+          kept[size_t(j)] = keptScale(z, drop, q.dtype, b, h, i, j);
           double d = 0;
           for (int64_t c = 0; c < z.valueDim; ++c)
             d += g[c] * v.f[kAt(j) * size_t(z.valueDim) + size_t(c)];
-          dp[size_t(j)] = d;
-          delta += p[size_t(j)] * d;
+          dp[size_t(j)] = d * kept[size_t(j)];
+          delta += p[size_t(j)] * dp[size_t(j)];
         }
         const double *qi = &q.f[size_t(row * z.headDim)];
         for (int64_t j = 0; j < z.keys; ++j) {
@@ -147,7 +166,7 @@ std::vector<RefTensor> ref::attentionGrad(const RefTensor &q, const RefTensor &k
           if (pj == 0)
             continue;
           for (int64_t c = 0; c < z.valueDim; ++c)
-            dv[kAt(j) * size_t(z.valueDim) + size_t(c)] += pj * g[c];
+            dv[kAt(j) * size_t(z.valueDim) + size_t(c)] += pj * kept[size_t(j)] * g[c];
           double ds = pj * (dp[size_t(j)] - delta) * scale;
           for (int64_t e = 0; e < z.headDim; ++e) {
             dq[size_t(row * z.headDim + e)] += ds * k.f[kAt(j) * size_t(z.headDim) + size_t(e)];

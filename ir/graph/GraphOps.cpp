@@ -429,6 +429,22 @@ LogicalResult checkAttentionOperands(Loc loc, StringRef name, Value query, Value
 }
 } // namespace
 
+/// Dropout needs a seed, and a seed is only for dropout.
+template <typename OpTy> LogicalResult verifyAttentionDropout(OpTy op) {
+  double p = op.getDropoutP().convertToDouble();
+  if (!(p >= 0.0 && p < 1.0))
+    return op.emitOpError("dropout_p must be in [0, 1), got ") << p;
+  if ((p > 0.0) != bool(op.getSeed()))
+    return op.emitOpError(p > 0.0 ? "drops probabilities (dropout_p > 0) but has no seed"
+                                  : "has a seed but dropout_p = 0");
+  if (op.getStream() < 0)
+    return op.emitOpError("stream must be >= 0, got ") << op.getStream();
+  return success();
+}
+
+LogicalResult AttentionOp::verify() { return verifyAttentionDropout(*this); }
+LogicalResult AttentionGradOp::verify() { return verifyAttentionDropout(*this); }
+
 LogicalResult AttentionOp::inferReturnTypes(MLIRContext *, Loc loc, Adaptor adaptor,
                                             SmallVectorImpl<Type> &out) {
   if (failed(checkAttentionOperands(loc, getOperationName(), adaptor.getQuery(),

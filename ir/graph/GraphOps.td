@@ -422,7 +422,7 @@ def Graph_MatmulOp : Graph_Op<"matmul", [InferTypeOpAdaptor]> {
   let hasFolder = 1;
 }
 
-def Graph_AttentionOp : Graph_Op<"attention", [InferTypeOpAdaptor]> {
+def Graph_AttentionOp : Graph_Op<"attention", [InferTypeOpAdaptor, AttrSizedOperandSegments]> {
   let summary = "fused scaled dot-product attention (an anchor op, like matmul)";
   let description = [{
     `query: [B..., H, L, E]`, `key: [B..., Hk, S, E]`, `value: [B..., Hk, S, Ev]`,
@@ -440,6 +440,12 @@ def Graph_AttentionOp : Graph_Op<"attention", [InferTypeOpAdaptor]> {
     f32 (compiled) or f64 (the reference interpreter); the mask is i1 or of
     the query's type.
 
+    Dropout (`dropout_p` > 0, with a `seed`): the probabilities are those of
+    `graph.dropout(softmax(score), seed, dropout_p, stream)` on the
+    [B..., H, L, S] probabilities (the same Philox bits, element by element),
+    so the written-out form and the fused one drop the same entries; the
+    logsumexp is that of the scores, before dropout.
+
     Example:
     ```mlir
     %o, %lse = graph.attention %q, %k, %v {scale = 1.250000e-01 : f64, causal = true}
@@ -449,17 +455,22 @@ def Graph_AttentionOp : Graph_Op<"attention", [InferTypeOpAdaptor]> {
   }];
   let arguments = (ins Graph_FloatTensor:$query, Graph_FloatTensor:$key,
                        Graph_FloatTensor:$value, Optional<Graph_Tensor>:$mask,
-                       F64Attr:$scale, DefaultValuedAttr<BoolAttr, "false">:$causal);
+                       Optional<Graph_SeedTensor>:$seed,
+                       F64Attr:$scale, DefaultValuedAttr<BoolAttr, "false">:$causal,
+                       DefaultValuedAttr<F64Attr, "0.0">:$dropout_p,
+                       DefaultValuedAttr<I64Attr, "0">:$stream);
   let results = (outs Graph_FloatTensor:$result, Graph_FloatTensor:$logsumexp);
-  let assemblyFormat = "$query `,` $key `,` $value (`,` $mask^)? attr-dict `:` functional-type(operands, results)";
+  let assemblyFormat = "$query `,` $key `,` $value (`,` $mask^)? (`seed` $seed^)? attr-dict `:` functional-type(operands, results)";
+  let hasVerifier = 1;
 }
 
-def Graph_AttentionGradOp : Graph_Op<"attention_grad", [InferTypeOpAdaptor]> {
+def Graph_AttentionGradOp : Graph_Op<"attention_grad", [InferTypeOpAdaptor, AttrSizedOperandSegments]> {
   let summary = "gradients of graph.attention (FlashAttention-2 backward)";
   let description = [{
     Operands: `query`, `key`, `value`, `result` and `logsumexp` of a
     `graph.attention` with the same `scale`, `causal` and `mask`, and the
-    result's cotangent `grad` (the shape of `result`). Results: the
+    result's cotangent `grad` (the shape of `result`), and its `seed`,
+    `dropout_p` and `stream` when it drops probabilities. Results: the
     cotangents of `query`, `key` and `value` (their shapes). The
     probabilities are recomputed from `logsumexp`; a key/value head's
     gradients sum over the query heads that read it.
@@ -475,11 +486,14 @@ def Graph_AttentionGradOp : Graph_Op<"attention_grad", [InferTypeOpAdaptor]> {
   let arguments = (ins Graph_FloatTensor:$query, Graph_FloatTensor:$key,
                        Graph_FloatTensor:$value, Graph_FloatTensor:$result,
                        Graph_FloatTensor:$logsumexp, Graph_FloatTensor:$grad,
-                       Optional<Graph_Tensor>:$mask,
-                       F64Attr:$scale, DefaultValuedAttr<BoolAttr, "false">:$causal);
+                       Optional<Graph_Tensor>:$mask, Optional<Graph_SeedTensor>:$seed,
+                       F64Attr:$scale, DefaultValuedAttr<BoolAttr, "false">:$causal,
+                       DefaultValuedAttr<F64Attr, "0.0">:$dropout_p,
+                       DefaultValuedAttr<I64Attr, "0">:$stream);
   let results = (outs Graph_FloatTensor:$grad_query, Graph_FloatTensor:$grad_key,
                       Graph_FloatTensor:$grad_value);
-  let assemblyFormat = "$query `,` $key `,` $value `,` $result `,` $logsumexp `,` $grad (`,` $mask^)? attr-dict `:` functional-type(operands, results)";
+  let assemblyFormat = "$query `,` $key `,` $value `,` $result `,` $logsumexp `,` $grad (`,` $mask^)? (`seed` $seed^)? attr-dict `:` functional-type(operands, results)";
+  let hasVerifier = 1;
 }
 
 def Graph_GatherOp : Graph_Op<"gather", [InferTypeOpAdaptor]> {

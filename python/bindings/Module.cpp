@@ -286,8 +286,13 @@ PYBIND11_MODULE(_core, m) {
       .def("matmul_transposed", &Tracer::matmulTransposed)
       .def("gather", &Tracer::gather)
       .def("scatter_add", &Tracer::scatterAdd)
-      .def("attention", &Tracer::attention)
-      .def("attention_grad", &Tracer::attentionGrad)
+      .def("attention", &Tracer::attention, py::arg("q"), py::arg("k"), py::arg("v"),
+           py::arg("mask"), py::arg("scale"), py::arg("causal"), py::arg("seed") = -1,
+           py::arg("dropout_p") = 0.0, py::arg("stream") = 0)
+      .def("attention_grad", &Tracer::attentionGrad, py::arg("q"), py::arg("k"), py::arg("v"),
+           py::arg("out"), py::arg("lse"), py::arg("grad"), py::arg("mask"), py::arg("scale"),
+           py::arg("causal"), py::arg("seed") = -1, py::arg("dropout_p") = 0.0,
+           py::arg("stream") = 0)
       .def("random_uniform", [](Tracer &t, ValueId seed, const std::string &dt,
                                 const Shape &s, int64_t stream) {
         return t.randomUniform(seed, dtypeArg(dt), s, stream);

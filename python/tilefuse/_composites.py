@@ -297,19 +297,25 @@ def binary_cross_entropy_with_logits(input, target, weight=None, reduction="mean
 
 
 def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0,
-                                 is_causal=False, scale=None):
+                                 is_causal=False, scale=None, seed=None):
     """softmax(q k^T * scale + mask) v over the last two dims (PyTorch's
-    F.scaled_dot_product_attention without dropout); a boolean mask keeps
-    where True, a float mask is added; is_causal keeps j <= i. f32 operands
-    become one graph.attention (the fused kernels); others are written out
-    with matmul and softmax."""
+    F.scaled_dot_product_attention); a boolean mask keeps where True, a float
+    mask is added; is_causal keeps j <= i. f32 operands become one
+    graph.attention (the fused kernels); others are written out with matmul
+    and softmax. Dropout (dropout_p > 0) draws its mask from `seed`, a 0-d
+    int64 traced tensor, as F.dropout does: the written-out form, which the
+    compiler fuses into graph.attention where the mask is causal, constant
+    or absent."""
     q = _float(_tensor(query, "scaled_dot_product_attention"))
     k = _lift(q._tracer, key, q)
     v = _lift(q._tracer, value, q)
-    if dropout_p:
-        raise CompileError("scaled_dot_product_attention: dropout_p must be 0 (dropout needs "
-                           "a seed: apply F.dropout(..., seed=) to the attention weights by "
-                           "writing the attention out, or train without attention dropout)")
+    if dropout_p and seed is None:
+        raise CompileError("scaled_dot_product_attention: dropout_p > 0 needs seed=, a 0-d "
+                           "int64 tensor argument of the traced function (as F.dropout), so "
+                           "masks are reproducible")
+    if not 0 <= dropout_p < 1:
+        raise CompileError(f"scaled_dot_product_attention: dropout_p must be in [0, 1), got "
+                           f"{dropout_p}")
     if is_causal and attn_mask is not None:
         raise CompileError("scaled_dot_product_attention: give attn_mask or is_causal, not both")
     if q.ndim < 2 or k.ndim < 2 or v.ndim < 2 or q.shape[-1] != k.shape[-1] or \
@@ -318,7 +324,7 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
             f"scaled_dot_product_attention: expects query [..., L, E], key [..., S, E], "
             f"value [..., S, Ev]; got {list(q.shape)}, {list(k.shape)}, {list(v.shape)}")
     mask = None if attn_mask is None else _lift(q._tracer, attn_mask)
-    fused = fused_attention(q, k, v, mask, scale, is_causal)
+    fused = None if dropout_p else fused_attention(q, k, v, mask, scale, is_causal)
     if fused is not None:  # graph.attention: no L x S scores in memory
         return fused[0]
     factor = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
@@ -331,6 +337,9 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
         scores = where(mask, scores, -math.inf) if mask.dtype == "i1" else scores + mask.to(
             scores.dtype)
     weights = Tensor(q._tracer, q._tracer.softmax(scores._id, -1))
+    if dropout_p:
+        from .functional import dropout
+        weights = dropout(weights, dropout_p, True, seed=seed)
     return weights @ v
 
 

@@ -53,3 +53,19 @@ func.func @grad_of_another_shape(%q: tensor<1x2x8x16xf32>, %l: tensor<1x2x8xf32>
   %a, %b, %c = graph.attention_grad %q, %q, %q, %q, %l, %g {scale = 1.0 : f64} : (tensor<1x2x8x16xf32>, tensor<1x2x8x16xf32>, tensor<1x2x8x16xf32>, tensor<1x2x8x16xf32>, tensor<1x2x8xf32>, tensor<1x2x8x4xf32>) -> (tensor<1x2x8x16xf32>, tensor<1x2x8x16xf32>, tensor<1x2x8x16xf32>)
   return
 }
+
+// -----
+
+func.func @dropout_without_seed(%q: tensor<1x2x8x16xf32>) {
+  // expected-error @+1 {{'graph.attention' op drops probabilities (dropout_p > 0) but has no seed}}
+  %o, %l = graph.attention %q, %q, %q {scale = 1.0 : f64, dropout_p = 0.5 : f64} : (tensor<1x2x8x16xf32>, tensor<1x2x8x16xf32>, tensor<1x2x8x16xf32>) -> (tensor<1x2x8x16xf32>, tensor<1x2x8xf32>)
+  return
+}
+
+// -----
+
+func.func @dropout_of_one(%q: tensor<1x2x8x16xf32>, %seed: tensor<i64>) {
+  // expected-error @+1 {{'graph.attention' op dropout_p must be in [0, 1), got 1.000000e+00}}
+  %o, %l = graph.attention %q, %q, %q seed %seed {scale = 1.0 : f64, dropout_p = 1.0 : f64} : (tensor<1x2x8x16xf32>, tensor<1x2x8x16xf32>, tensor<1x2x8x16xf32>, tensor<i64>) -> (tensor<1x2x8x16xf32>, tensor<1x2x8xf32>)
+  return
+}

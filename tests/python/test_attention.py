@@ -187,3 +187,68 @@ def test_the_cuda_target_says_attention_runs_on_the_cpu(rng, tmp_path):
     graph = tilefuse.trace(lambda q, k, v: F.scaled_dot_product_attention(q, k, v), q, k, v)
     with pytest.raises(tilefuse.CompileError, match="fused attention kernels run on the CPU"):
         graph.export(str(tmp_path / "attention.tfa"), "cuda:sm_90")
+
+
+def _written_out(p, also_probs):
+    """gpt2_mini's attention: matmul, scale, causal select against -1e9,
+    softmax, F.dropout, matmul. Returning the dropped probabilities too keeps
+    the chain written out (they are used twice)."""
+    def fn(q, k, v, seed):
+        t = q.shape[-2]
+        scores = (q @ k.transpose(-2, -1)) * (1.0 / np.sqrt(q.shape[-1]))
+        scores = tilefuse.where(np.tril(np.ones((t, t), dtype=bool)), scores, -1e9)
+        probs = F.dropout(F.softmax(scores, dim=-1), p, True, seed=seed)
+        out = probs @ v
+        return (out, probs) if also_probs else out
+    return fn
+
+
+def test_dropout_inside_the_fused_kernels_drops_what_the_written_out_form_drops():
+    """The fused op draws graph.dropout's Philox bits element by element: its
+    output and gradients equal the written-out chain's (same seed, same
+    stream) within f32 rounding, and dropout is active."""
+    rng = np.random.default_rng(3)
+    q, k, v, w = (rng.standard_normal((2, 3, 37, 16)).astype(np.float32) for _ in range(4))
+    seed, p = np.int64(11), 0.25
+    fused, written = _written_out(p, False), _written_out(p, True)
+    lowered = tilefuse.trace(fused, q, k, v, seed)._graph.primitive().mlir()
+    assert "graph.attention" in lowered and "dropout_p = 2.5" in lowered, lowered
+    assert "graph.attention" not in tilefuse.trace(written, q, k, v, seed)._graph.primitive().mlir()
+    got = tilefuse.compile(fused, q, k, v, seed, device="cpu")(q, k, v, seed)
+    want = tilefuse.compile(written, q, k, v, seed, device="cpu")(q, k, v, seed)[0]
+    assert max_rel(got, want) <= RTOL, f"forward: {max_rel(got, want):.2e}"
+    undropped = tilefuse.compile(_written_out(0.0, False), q, k, v, seed, device="cpu")(
+        q, k, v, seed)
+    assert max_rel(got, undropped) > 1e-2, "dropout dropped nothing"
+
+    def loss_of(fn):
+        def loss(q, k, v, w, seed):
+            out = fn(q, k, v, seed)
+            return ((out[0] if isinstance(out, tuple) else out) * w).sum(), out
+        return loss
+
+    def grads(fn):
+        graph = tilefuse.trace(loss_of(fn), q, k, v, w, seed).value_and_grad(wrt=(0, 1, 2))
+        results = graph.compile("cpu")(q, k, v, w, seed)
+        return results[-3:]
+
+    for name, g, want_g in zip(("dq", "dk", "dv"), grads(fused), grads(written)):
+        assert max_rel(g, want_g) <= RTOL, f"{name}: {max_rel(g, want_g):.2e}"
+
+
+def test_gpt2_mini_trains_on_the_fused_attention_kernels():
+    """gpt2_mini's training step (dropout 0.1 on the attention probabilities
+    included): every attention runs in the fused kernels, forward and
+    backward (test_workloads checks its losses against the float64
+    reference)."""
+    from tilefuse import workloads as W
+    cfg = W.gpt2_mini_config(n_layer=2, d_model=32, n_head=4, seq=16, vocab=64, batch=2)
+    params = W.gpt2_mini_init(cfg, seed=0)
+    batch = W.gpt2_mini_batch(cfg, seed=2)
+    step = tilefuse.compile_train_step(lambda p, b, s: W.gpt2_mini_loss(p, b, s, cfg), params,
+                                       batch, optimizer=tilefuse.optim.AdamW(lr=1e-3),
+                                       device="cpu")
+    names = [r["name"] for r in step.report()]
+    assert names.count("attention") == 2 and names.count("attention_grad") == 2, names
+    losses = [float(step(batch)) for _ in range(3)]
+    assert all(np.isfinite(losses)) and losses[-1] < losses[0], losses
