@@ -16,6 +16,11 @@ class FusionOp;
 /// chain took 12.6 s as one kernel).
 constexpr size_t kMaxKernelOps = 256;
 
+/// graph.attention and graph.attention_grad of `func` written out with
+/// matmul, exp and reductions (for targets without fused attention
+/// kernels: TargetInfo::hasFusedAttention); the values stay the op's.
+void expandAttention(mlir::func::FuncOp func);
+
 /// Groups the primitive graph ops of `func` into graph.fusion kernels (see
 /// FuseOpsPass in Passes.td). With `remarks`, every refused fusion is
 /// reported as a remark naming the reason.

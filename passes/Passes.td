@@ -160,9 +160,11 @@ def RecognizeAttentionPass : Pass<"recognize-attention", "mlir::ModuleOp"> {
     one `graph.attention`, whose kernels never build the L x S scores. The
     mask must be a constant: the causal triangle (tril) becomes the causal
     flag, any other constant in which every query row keeps a key becomes
-    the mask operand; `fill` must be -inf or at most -1e9 (a score that
+    the mask operand; `fill` must be -inf or at most -1e8 (a score that
     far below the row's largest has probability exactly 0 in f32, as a
-    masked one has). f32 only. A dropout between the softmax and the
+    masked one has). The softmax in f32; the products in f32, or in bf16 /
+    f16 with the casts autocast puts around the softmax (the op then
+    computes in f32 and its result is cast back). A dropout between the softmax and the
     product moves into the op (`dropout_p`, `stream`, its seed), which
     drops the same probabilities.
   }];

@@ -31,6 +31,10 @@ namespace {
 std::optional<double> splatValue(Value v) {
   if (auto b = v.getDefiningOp<BroadcastInDimOp>())
     return splatValue(b.getOperand());
+  if (auto c = v.getDefiningOp<CastOp>()) // autocast's copy of a scalar
+    return llvm::isa<FloatType>(llvm::cast<RankedTensorType>(c.getType()).getElementType())
+               ? splatValue(c.getOperand())
+               : std::nullopt;
   if (auto f = v.getDefiningOp<FullOp>())
     return f.getValue().convertToDouble();
   DenseElementsAttr attr;
@@ -85,12 +89,18 @@ struct AttentionPattern : OpRewritePattern<MatmulOp> {
   LogicalResult matchAndRewrite(MatmulOp pv, PatternRewriter &rw) const override {
     auto type = llvm::cast<RankedTensorType>(pv.getType());
     int64_t rank = type.getRank();
-    if (rank < 3 || !type.getElementType().isF32() || pv.getTransposeLhs() ||
+    Type elem = type.getElementType();
+    if (rank < 3 || !(elem.isF32() || elem.isBF16() || elem.isF16()) || pv.getTransposeLhs() ||
         pv.getTransposeRhs())
-      return rw.notifyMatchFailure(pv, "not an f32 batched product P V");
+      return rw.notifyMatchFailure(pv, "not a batched product P V in f32, bf16 or f16");
+    // Under autocast the products run in 16 bits and the softmax in f32:
+    // the casts between them are part of the chain (the fused op computes
+    // in f32 and its result is cast back).
+    Value probs = pv.getLhs();
+    if (auto cast = probs.getDefiningOp<CastOp>(); cast && cast->hasOneUse())
+      probs = cast.getOperand();
     // Dropout of the probabilities moves into the op: the kernels draw the
     // same Philox bits element by element.
-    Value probs = pv.getLhs();
     auto dropout = probs.getDefiningOp<DropoutOp>();
     if (dropout) {
       if (!dropout->hasOneUse())
@@ -105,6 +115,10 @@ struct AttentionPattern : OpRewritePattern<MatmulOp> {
     if (dropout)
       locs.push_back(dropout.getLoc());
     Value scores = softmax.getOperand();
+    if (!llvm::cast<RankedTensorType>(scores.getType()).getElementType().isF32())
+      return rw.notifyMatchFailure(pv, "the softmax is not in f32");
+    if (auto cast = scores.getDefiningOp<CastOp>(); cast && cast->hasOneUse())
+      scores = cast.getOperand();
     auto scoresType = llvm::cast<RankedTensorType>(scores.getType());
     int64_t rows = scoresType.getDimSize(rank - 2), cols = scoresType.getDimSize(rank - 1);
 
@@ -113,7 +127,7 @@ struct AttentionPattern : OpRewritePattern<MatmulOp> {
     Location maskLoc = pv.getLoc();
     if (auto sel = scores.getDefiningOp<SelectOp>()) {
       std::optional<double> fill = splatValue(sel.getOnFalse());
-      if (!sel->hasOneUse() || !fill || !(*fill <= -1e9))
+      if (!sel->hasOneUse() || !fill || !(*fill <= -1e8))
         return rw.notifyMatchFailure(pv, "the scores are selected against no -inf-like fill");
       std::optional<std::vector<bool>> keep = constantScoresMask(sel.getCond(), rows, cols);
       if (!keep)
@@ -159,7 +173,12 @@ struct AttentionPattern : OpRewritePattern<MatmulOp> {
     if (!qk || !qk->hasOneUse() || qk.getTransposeLhs())
       return rw.notifyMatchFailure(pv, "the scores are no product Q K^T used once");
     Value key = qk.getRhs();
+    CastOp keyCast; // autocast's cast of K^T to 16 bits
     if (!qk.getTransposeRhs()) {
+      if (auto cast = key.getDefiningOp<CastOp>(); cast && cast->hasOneUse()) {
+        keyCast = cast;
+        key = cast.getOperand();
+      }
       auto t = key.getDefiningOp<TransposeOp>();
       if (!t || !isLastTwoSwapped(t))
         return rw.notifyMatchFailure(pv, "K is not transposed in its last two dimensions");
@@ -167,6 +186,19 @@ struct AttentionPattern : OpRewritePattern<MatmulOp> {
     }
     locs.push_back(qk.getLoc());
     // Matched: only now are ops created (a failed match leaves the IR as is).
+    Location loc = rw.getFusedLoc(locs);
+    auto toF32 = [&](Value x) -> Value {
+      auto t = llvm::cast<RankedTensorType>(x.getType());
+      if (t.getElementType().isF32())
+        return x;
+      return rw.create<CastOp>(loc, t.clone(rw.getF32Type()), x);
+    };
+    if (keyCast) // K rounded as the product read it
+      key = rw.create<CastOp>(
+          loc,
+          llvm::cast<RankedTensorType>(key.getType())
+              .clone(llvm::cast<RankedTensorType>(keyCast.getType()).getElementType()),
+          key);
     Value mask;
     if (maskSource) {
       SmallVector<int64_t> shape(size_t(rank), 1);
@@ -177,10 +209,13 @@ struct AttentionPattern : OpRewritePattern<MatmulOp> {
     double dropoutP = dropout ? dropout.getP().convertToDouble() : 0.0;
     Value seed = dropoutP > 0 ? dropout.getSeed() : Value();
     auto attention = rw.create<AttentionOp>(
-        rw.getFusedLoc(locs), qk.getLhs(), key, pv.getRhs(), mask, seed,
+        loc, toF32(qk.getLhs()), toF32(key), toF32(pv.getRhs()), mask, seed,
         rw.getF64FloatAttr(scale), rw.getBoolAttr(causal), rw.getF64FloatAttr(dropoutP),
         rw.getI64IntegerAttr(dropout ? dropout.getStream() : 0));
-    rw.replaceOp(pv, attention.getResult());
+    Value out = attention.getResult();
+    if (!elem.isF32())
+      out = rw.create<CastOp>(loc, type, out);
+    rw.replaceOp(pv, out);
     return success();
   }
 };

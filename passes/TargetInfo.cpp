@@ -99,6 +99,7 @@ public:
   bool rematerializesReductions() const override { return false; }
   // Within the 1-2 MiB L2 of a core beside the row itself.
   int64_t rowScratchBytes() const override { return 256 << 10; }
+  bool hasFusedAttention() const override { return true; }
 };
 
 /// CUDA: cuBLASLt adds a column bias itself, for f32, f16 and bf16 GEMMs
@@ -129,6 +130,8 @@ public:
   int64_t fullReductionSlices() const override { return 512; }
   bool rematerializesReductions() const override { return true; }
   int64_t rowScratchBytes() const override { return 0; }
+  // The CUDA attention kernels are yet to be written.
+  bool hasFusedAttention() const override { return false; }
 
 private:
   std::string n;
