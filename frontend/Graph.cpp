@@ -201,9 +201,11 @@ OwningOpRef<ModuleOp> Graph::Impl::lowerCopy(const std::string &what) const {
 }
 
 std::vector<HostTensor> Graph::interpret(const std::vector<HostTensor> &args) const {
-  if (!impl_->lowered)
+  if (!impl_->lowered) {
     impl_->lowered = impl_->lowerCopy("lowering @" + impl_->entry +
                                       " to primitive ops failed");
+    expandAttentionForInterpreter(impl_->lowered.get());
+  }
   return interpretPrimitive(impl_->lowered->lookupSymbol<func::FuncOp>(impl_->entry),
                             args);
 }
@@ -260,9 +262,16 @@ std::shared_ptr<Graph> Graph::trainStep(unsigned numParams,
                      });
 }
 
-std::shared_ptr<Graph> Graph::primitive() const {
+std::shared_ptr<Graph> Graph::primitive(const std::string &target) const {
+  std::unique_ptr<TargetInfo> info = TargetInfo::get(target);
+  if (!info)
+    throw CompileError("unknown target '" + target + "'; expected cpu or cuda[:sm_XX]");
   return deriveGraph(*impl_, "cannot lower @" + impl_->entry,
-                     [](func::FuncOp f) -> FailureOr<func::FuncOp> { return f; });
+                     [&](func::FuncOp f) -> FailureOr<func::FuncOp> {
+                       if (!info->hasFusedAttention())
+                         expandAttention(f);
+                       return f;
+                     });
 }
 
 std::shared_ptr<Graph> Graph::fuse(const std::string &target) const {

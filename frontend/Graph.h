@@ -114,9 +114,11 @@ public:
   /// This graph lowered to primitives and fused into kernels for `target`
   /// ("cpu" or "cuda[:sm_XX]"); it computes the same values.
   std::shared_ptr<Graph> fuse(const std::string &target = "cpu") const;
-  /// This graph as the fusion pass receives it: attention recognised,
-  /// composites decomposed, canonicalized, CSE'd.
-  std::shared_ptr<Graph> primitive() const;
+  /// This graph as the fusion pass receives it for `target` ("cpu",
+  /// "cuda[:sm_XX]"): attention recognised, composites decomposed,
+  /// canonicalized, CSE'd; attention written out again for a target
+  /// without fused attention kernels.
+  std::shared_ptr<Graph> primitive(const std::string &target = "cpu") const;
   /// The kernels of the entry function, in execution order (for a graph
   /// that is not fused, every primitive op would be its own kernel: fuse()
   /// first).

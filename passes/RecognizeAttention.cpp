@@ -13,7 +13,9 @@
 #include "mlir/Transforms/GreedyPatternRewriteDriver.h"
 
 #include <cmath>
+#include <cstdlib>
 #include <optional>
+#include <string>
 
 namespace tilefuse {
 #define GEN_PASS_DEF_RECOGNIZEATTENTIONPASS
@@ -223,6 +225,9 @@ struct AttentionPattern : OpRewritePattern<MatmulOp> {
 struct RecognizeAttentionPass
     : tilefuse::impl::RecognizeAttentionPassBase<RecognizeAttentionPass> {
   void runOnOperation() override {
+    // TILEFUSE_FUSED_ATTENTION=0 keeps attention written out (to compare).
+    if (const char *on = std::getenv("TILEFUSE_FUSED_ATTENTION"); on && std::string(on) == "0")
+      return;
     RewritePatternSet patterns(&getContext());
     patterns.add<AttentionPattern>(&getContext());
     if (failed(applyPatternsAndFoldGreedily(getOperation(), std::move(patterns))))

@@ -4,6 +4,7 @@
 
 #include "codegen/reference/RefKernels.h"
 #include "ir/graph/GraphDialect.h"
+#include "passes/FuseOps.h"
 #include "passes/Pipelines.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -189,16 +190,6 @@ private:
   llvm::DenseMap<Value, RefTensor> values;
 };
 
-/// The dropout of a graph.attention or graph.attention_grad.
-template <typename OpTy> ref::AttentionDropout dropoutOf(OpTy op, Evaluator &ev) {
-  ref::AttentionDropout drop;
-  drop.p = op.getDropoutP().convertToDouble();
-  drop.stream = op.getStream();
-  if (op.getSeed())
-    drop.seed = uint64_t(ev.get(op.getSeed()).i.at(0));
-  return drop;
-}
-
 /// Runs the ops of `block` up to its terminator (func.return or
 /// graph.yield) and returns the terminator's operands. A graph.fusion runs
 /// its body the same way, with its inputs as the block arguments.
@@ -216,27 +207,6 @@ std::vector<RefTensor> runBlock(Block &block, Evaluator &ev) {
       for (auto [arg, in] : llvm::zip(body.getArguments(), fusion.getInputs()))
         inner.set(arg, ev.get(in));
       for (auto [r, value] : llvm::zip(fusion.getResults(), runBlock(body, inner)))
-        ev.set(r, std::move(value));
-      continue;
-    }
-    if (auto attention = llvm::dyn_cast<AttentionOp>(op)) {
-      const RefTensor *mask = attention.getMask() ? &ev.get(attention.getMask()) : nullptr;
-      ref::AttentionDropout drop = dropoutOf(attention, ev);
-      auto outs = ref::attention(ev.get(attention.getQuery()), ev.get(attention.getKey()),
-                                 ev.get(attention.getValue()), mask,
-                                 attention.getScale().convertToDouble(), attention.getCausal(),
-                                 drop);
-      for (auto [r, value] : llvm::zip(attention.getResults(), outs))
-        ev.set(r, std::move(value));
-      continue;
-    }
-    if (auto grad = llvm::dyn_cast<AttentionGradOp>(op)) {
-      const RefTensor *mask = grad.getMask() ? &ev.get(grad.getMask()) : nullptr;
-      ref::AttentionDropout drop = dropoutOf(grad, ev);
-      auto outs = ref::attentionGrad(ev.get(grad.getQuery()), ev.get(grad.getKey()),
-                                     ev.get(grad.getValue()), ev.get(grad.getGrad()), mask,
-                                     grad.getScale().convertToDouble(), grad.getCausal(), drop);
-      for (auto [r, value] : llvm::zip(grad.getResults(), outs))
         ev.set(r, std::move(value));
       continue;
     }
@@ -276,6 +246,11 @@ tilefuse::interpretPrimitive(func::FuncOp func,
   return results;
 }
 
+void tilefuse::expandAttentionForInterpreter(ModuleOp module) {
+  for (auto f : module.getOps<func::FuncOp>())
+    expandAttention(f);
+}
+
 std::vector<HostTensor> tilefuse::interpret(ModuleOp module,
                                             const std::string &name,
                                             const std::vector<HostTensor> &args) {
@@ -290,6 +265,7 @@ std::vector<HostTensor> tilefuse::interpret(ModuleOp module,
     if (failed(lowerToPrimitives(*lowered)))
       throw CompileError("lowering to primitive ops failed:\n" + diagnostics);
   }
+  expandAttentionForInterpreter(*lowered);
   auto func = lowered->lookupSymbol<func::FuncOp>(name);
   if (!func)
     throw CompileError("no function named '" + name + "' in the module");

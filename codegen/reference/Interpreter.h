@@ -29,6 +29,13 @@ namespace tilefuse {
 std::vector<HostTensor> interpretPrimitive(mlir::func::FuncOp func,
                                            const std::vector<HostTensor> &args);
 
+/// graph.attention and graph.attention_grad in every function of `module`
+/// (a lowered copy) written out with matmul, exp and reductions: the
+/// interpreter evaluates attention as it does composites, through the ops
+/// it stands for (passes/ExpandAttention.cpp, which CUDA fusion uses too),
+/// so a written-out and a fused graph interpret to the same bits.
+void expandAttentionForInterpreter(mlir::ModuleOp module);
+
 /// Runs function `name` of `module` (composites allowed): a clone of the
 /// module is lowered to primitives with the shared pipeline first.
 std::vector<HostTensor> interpret(mlir::ModuleOp module, const std::string &name,

@@ -58,23 +58,6 @@ RefTensor gather(const RefTensor &table, const RefTensor &indices,
                  const std::string &what = "graph.gather");
 RefTensor scatterAdd(const RefTensor &base, const RefTensor &indices,
                      const RefTensor &updates);
-/// Attention dropout: probability (i, j) of head (b, h) kept where the
-/// graph.random_uniform bits of element ((b H + h) L + i) S + j (seed,
-/// stream) are >= p, scaled by 1 / (1 - p). p = 0: none.
-struct AttentionDropout {
-  double p = 0;
-  uint64_t seed = 0;
-  int64_t stream = 0;
-};
-/// graph.attention: {result, logsumexp}. `mask` may be null.
-std::vector<RefTensor> attention(const RefTensor &q, const RefTensor &k, const RefTensor &v,
-                                 const RefTensor *mask, double scale, bool causal,
-                                 const AttentionDropout &dropout = {});
-/// graph.attention_grad: {dq, dk, dv} given the result's cotangent `grad`.
-std::vector<RefTensor> attentionGrad(const RefTensor &q, const RefTensor &k,
-                                     const RefTensor &v, const RefTensor &grad,
-                                     const RefTensor *mask, double scale, bool causal,
-                                     const AttentionDropout &dropout = {});
 RefTensor randomUniform(const RefTensor &seed, int64_t stream, DType dtype,
                         const Shape &shape);
 

@@ -152,7 +152,7 @@ PYBIND11_MODULE(_core, m) {
         return rows;
       }, py::arg("target") = "cuda:sm_90")
       .def("fuse", &Graph::fuse, py::arg("target") = "cpu")
-      .def("primitive", &Graph::primitive)
+      .def("primitive", &Graph::primitive, py::arg("target") = "cpu")
       .def("report", [](const Graph &g) {
         py::list rows;
         for (const KernelInfo &k : g.report()) {

@@ -8,6 +8,8 @@ log-sum-exp for its backward, graph.attention_grad. fused_attention returns
 None where the op cannot take the operands (not f32, an empty sequence,
 heads that neither match nor divide); callers then write the attention out.
 """
+import os
+
 import numpy as np
 
 from ._tracing import Tensor
@@ -46,7 +48,10 @@ def _mask_operand(mask, q, k):
 
 def prepare(q, k, v, mask=None):
     """(q, k, v, mask, squeeze) in the op's form, or None. `squeeze`: the
-    query had no heads dimension, which the caller removes from the result."""
+    query had no heads dimension, which the caller removes from the result.
+    TILEFUSE_FUSED_ATTENTION=0 keeps attention written out (to compare)."""
+    if os.environ.get("TILEFUSE_FUSED_ATTENTION") == "0":
+        return None
     if any(not isinstance(t, Tensor) for t in (q, k, v)) or \
             not (q.dtype == k.dtype == v.dtype == "f32"):
         return None

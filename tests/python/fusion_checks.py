@@ -89,11 +89,12 @@ def ops_with_sizes(lines):
     return out
 
 
-def lowered_ops(graph):
+def lowered_ops(graph, target="cpu"):
     """(kind, numel) of the primitive ops of `graph`'s entry function as the
-    fusion pass receives it (attention recognised, decomposed, canonicalized,
-    CSE'd)."""
-    lowered = graph._graph.primitive()
+    fusion pass receives it for `target` (attention recognised, decomposed,
+    canonicalized, CSE'd; attention written out where the target has no
+    fused kernels)."""
+    lowered = graph._graph.primitive(target)
     return ops_with_sizes(entry_body(lowered.mlir(), lowered.entry))
 
 

@@ -2,7 +2,9 @@
 traces to it, its CPU kernels (FlashAttention-2: online softmax forward,
 backward recomputing the probabilities from the saved log-sum-exp) match
 PyTorch, its gradient rule matches float64 finite differences, and the
-memory plan holds no queries x keys buffer.
+memory plan holds no queries x keys buffer. (The interpreter runs the ops
+written out, as CUDA fusion does: passes/ExpandAttention.cpp; PyTorch in
+float64 is the independent reference for the kernels.)
 
 Tolerances: compiled f32 against PyTorch in float64,
 max|got - want| / max|want| <= 1e-5 for outputs and gradients (the kernels
@@ -135,9 +137,10 @@ def _op(scale, causal):
 @pytest.mark.parametrize("causal,mask", [(False, None), (True, None), (False, "bool"),
                                          (True, "float")])
 def test_gradient_rule_matches_finite_differences(rng, causal, mask):
-    """The interpreter's graph.attention and graph.attention_grad in float64
-    against fourth-order central differences of its forward, with grouped
-    heads and a value size unlike the head size."""
+    """graph.attention_grad (the VJP rule) against fourth-order central
+    differences of graph.attention, both as the interpreter runs them in
+    float64 (written out: passes/ExpandAttention.cpp), with grouped heads
+    and a value size unlike the head size."""
     q, k, v = rng.standard_normal((1, 4, 5, 3)), rng.standard_normal((1, 2, 6, 3)), \
         rng.standard_normal((1, 2, 6, 2))
     args = [q, k, v]
@@ -275,3 +278,24 @@ def test_gpt2_mini_trains_on_the_fused_attention_kernels():
     assert names.count("attention") == 2 and names.count("attention_grad") == 2, names
     losses = [float(step(batch)) for _ in range(3)]
     assert all(np.isfinite(losses)) and losses[-1] < losses[0], losses
+
+
+def test_fused_attention_can_be_switched_off(monkeypatch):
+    """TILEFUSE_FUSED_ATTENTION=0 keeps attention written out, in the traced
+    API and in the recognition pass, with the same values."""
+    rng = np.random.default_rng(5)
+    q, k, v = (rng.standard_normal((1, 2, 9, 8)).astype(np.float32) for _ in range(3))
+    seed = np.int64(3)
+    sdpa = _sdpa(True, None)
+    written = _written_out(0.2, False)
+    on = [tilefuse.compile(sdpa, q, k, v, device="cpu"),
+          tilefuse.compile(written, q, k, v, seed, device="cpu")]
+    monkeypatch.setenv("TILEFUSE_FUSED_ATTENTION", "0")
+    off = [tilefuse.compile(sdpa, q, k, v, device="cpu"),
+           tilefuse.compile(written, q, k, v, seed, device="cpu")]
+    for fn in off:
+        assert not any("attention" in r["name"] for r in fn.report())
+    for fn in on:
+        assert any(r["name"] == "attention" for r in fn.report())
+    assert max_rel(off[0](q, k, v), on[0](q, k, v)) <= RTOL
+    assert max_rel(off[1](q, k, v, seed), on[1](q, k, v, seed)) <= RTOL

@@ -118,7 +118,7 @@ def test_workload_value_and_grad_cuda(name):
     vg = tilefuse.trace(fn, params, batch, SEED).value_and_grad(list(range(len(params))))
     fused, _ = check_fused(vg, (params, batch, SEED), target="cuda:sm_90",
                            what=f"{name} value_and_grad")
-    check_coverage(fused, lowered_ops(vg), name)
+    check_coverage(fused, lowered_ops(vg, "cuda:sm_90"), name)
 
 
 def _train_step_args(params, batch, uses_seed, rng, t=3, lr=1e-3):
@@ -438,7 +438,7 @@ def test_op_family_value_and_grad(case, target, rng):
     wrt = [i for i, a in enumerate(args) if np.asarray(a).dtype.kind == "f"]
     vg = tilefuse.trace(loss, *args).value_and_grad(wrt)
     fused, _ = check_fused(vg, args, target, what=f"grad of {case}")
-    check_coverage(fused, lowered_ops(vg), case)
+    check_coverage(fused, lowered_ops(vg, target), case)
 
 
 @pytest.mark.parametrize("keepdim", [False, True])

@@ -96,27 +96,36 @@ def _check_consistent(report):
 
 _KERNEL_DEF = re.compile(
     r'^  (%\w+)(?::(\d+))? = graph\.(?:fusion "(\w+)"|(matmul|gather|scatter_add)\b)', re.M)
+# Attention's results print under their names: %result, %logsumexp = ...
+_ATTENTION_DEF = re.compile(r'^  ((?:%\w+, )+%\w+) = graph\.(attention_grad|attention)\b', re.M)
+
+
+def _kernel_defs(fused_ir):
+    """[(position, [result names], kernel)] of the top-level kernels."""
+    defs = []
+    for m in _KERNEL_DEF.finditer(fused_ir):
+        n = int(m.group(2) or 1)
+        names = [m.group(1)] if n == 1 else [f"{m.group(1)}#{i}" for i in range(n)]
+        defs.append((m.start(), names, m.group(3) or m.group(4)))
+    for m in _ATTENTION_DEF.finditer(fused_ir):
+        defs.append((m.start(), m.group(1).split(", "), m.group(2)))
+    return sorted(defs)
 
 
 def _kernel_outputs(fused_ir):
     """[(kernel, output)] of the top-level kernels of a fused function, in
     program order: what the report has one row for."""
-    out = []
-    for m in _KERNEL_DEF.finditer(fused_ir):
-        out += [(m.group(3) or m.group(4), i) for i in range(int(m.group(2) or 1))]
-    return out
+    return [(kernel, i) for _, names, kernel in _kernel_defs(fused_ir)
+            for i in range(len(names))]
 
 
 def _returned_kernel_outputs(fused_ir):
     """The fused function's results: for each, (kernel, output) of the
     kernel that computes it, or None."""
     defs = {}
-    for m in _KERNEL_DEF.finditer(fused_ir):
-        name, n = m.group(3) or m.group(4), int(m.group(2) or 1)
-        if n == 1:
-            defs[m.group(1)] = (name, 0)
-        for i in range(n):
-            defs[f"{m.group(1)}#{i}"] = (name, i)
+    for _, names, kernel in _kernel_defs(fused_ir):
+        for i, name in enumerate(names):
+            defs[name] = (kernel, i)
     (ret,) = re.findall(r"^  return (.*?) : ", fused_ir, re.M)
     return [defs.get(v.strip()) for v in ret.split(",")]
 
