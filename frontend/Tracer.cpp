@@ -598,51 +598,50 @@ ValueId Tracer::scatterAdd(ValueId base, ValueId indices, ValueId updates) {
 }
 
 namespace {
-/// The attributes graph.attention and graph.attention_grad share, with the
-/// operand segments of their optional mask and seed.
-SmallVector<NamedAttribute> attentionAttrs(OpBuilder &bl, int32_t fixedOperands, bool mask,
-                                           bool seed, double scale, bool causal,
-                                           double dropoutP, int64_t stream) {
-  SmallVector<int32_t> segments(size_t(fixedOperands), 1);
-  segments.push_back(mask ? 1 : 0);
-  segments.push_back(seed ? 1 : 0);
-  return {bl.getNamedAttr("scale", bl.getF64FloatAttr(scale)),
-          bl.getNamedAttr("causal", bl.getBoolAttr(causal)),
-          bl.getNamedAttr("dropout_p", bl.getF64FloatAttr(dropoutP)),
-          bl.getNamedAttr("stream", bl.getI64IntegerAttr(stream)),
-          bl.getNamedAttr("operandSegmentSizes", bl.getDenseI32ArrayAttr(segments))};
+/// graph.attention or graph.attention_grad of `fixed` operands (q, k, v
+/// and for the gradient out, lse, dOut), the optional mask and seed (< 0:
+/// none) and the attributes both share; the ids of its results.
+template <typename OpTy>
+std::vector<ValueId> traceAttention(Tracer::Impl &impl, std::initializer_list<ValueId> fixed,
+                                    ValueId mask, ValueId seed, double scale, bool causal,
+                                    double dropoutP, int64_t stream) {
+  SmallVector<Value> operands;
+  for (ValueId id : fixed)
+    operands.push_back(impl.get(id));
+  SmallVector<int32_t> segments(fixed.size(), 1);
+  for (ValueId optional : {mask, seed}) {
+    segments.push_back(optional >= 0 ? 1 : 0);
+    if (optional >= 0)
+      operands.push_back(impl.get(optional));
+  }
+  OpBuilder &bl = impl.builder;
+  Operation *op = impl.template createMulti<OpTy>(
+      OpTy::getOperationName() == AttentionOp::getOperationName() ? 2 : 3, operands,
+      {bl.getNamedAttr("scale", bl.getF64FloatAttr(scale)),
+       bl.getNamedAttr("causal", bl.getBoolAttr(causal)),
+       bl.getNamedAttr("dropout_p", bl.getF64FloatAttr(dropoutP)),
+       bl.getNamedAttr("stream", bl.getI64IntegerAttr(stream)),
+       bl.getNamedAttr("operandSegmentSizes", bl.getDenseI32ArrayAttr(segments))});
+  std::vector<ValueId> results;
+  for (Value r : op->getResults())
+    results.push_back(impl.put(r));
+  return results;
 }
 } // namespace
 
 std::vector<ValueId> Tracer::attention(ValueId q, ValueId k, ValueId v, ValueId mask,
                                        double scale, bool causal, ValueId seed,
                                        double dropoutP, int64_t stream) {
-  SmallVector<Value> operands = {impl_->get(q), impl_->get(k), impl_->get(v)};
-  if (mask >= 0)
-    operands.push_back(impl_->get(mask));
-  if (seed >= 0)
-    operands.push_back(impl_->get(seed));
-  Operation *op = impl_->createMulti<AttentionOp>(
-      2, operands,
-      attentionAttrs(impl_->builder, 3, mask >= 0, seed >= 0, scale, causal, dropoutP, stream));
-  return {impl_->put(op->getResult(0)), impl_->put(op->getResult(1))};
+  return traceAttention<AttentionOp>(*impl_, {q, k, v}, mask, seed, scale, causal, dropoutP,
+                                     stream);
 }
 
 std::vector<ValueId> Tracer::attentionGrad(ValueId q, ValueId k, ValueId v, ValueId out,
                                            ValueId lse, ValueId grad, ValueId mask,
                                            double scale, bool causal, ValueId seed,
                                            double dropoutP, int64_t stream) {
-  SmallVector<Value> operands = {impl_->get(q),   impl_->get(k),   impl_->get(v),
-                                 impl_->get(out), impl_->get(lse), impl_->get(grad)};
-  if (mask >= 0)
-    operands.push_back(impl_->get(mask));
-  if (seed >= 0)
-    operands.push_back(impl_->get(seed));
-  Operation *op = impl_->createMulti<AttentionGradOp>(
-      3, operands,
-      attentionAttrs(impl_->builder, 6, mask >= 0, seed >= 0, scale, causal, dropoutP, stream));
-  return {impl_->put(op->getResult(0)), impl_->put(op->getResult(1)),
-          impl_->put(op->getResult(2))};
+  return traceAttention<AttentionGradOp>(*impl_, {q, k, v, out, lse, grad}, mask, seed, scale,
+                                         causal, dropoutP, stream);
 }
 
 ValueId Tracer::randomUniform(ValueId seed, DType dtype, const Shape &shape,

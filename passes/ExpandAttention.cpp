@@ -29,18 +29,22 @@ SmallVector<int64_t> shapeOf(Value v) {
 /// The pieces both expansions share, for one op's operands.
 class AttentionMath {
 public:
-  AttentionMath(GraphEmitter &e, Value q, Value k, Value v, Value mask, Value seed, double scale,
-                bool causal, double dropoutP, int64_t stream)
-      : e(e), q(q), mask(mask), seed(seed), scale(scale), causal(causal), dropoutP(dropoutP),
-        stream(stream) {
+  /// `op`: a graph.attention or graph.attention_grad (the same operands
+  /// and attributes).
+  template <typename OpTy>
+  AttentionMath(GraphEmitter &e, OpTy op)
+      : e(e), q(op.getQuery()), mask(op.getMask()), seed(op.getSeed()),
+        scale(op.getScale().convertToDouble()), causal(op.getCausal()),
+        dropoutP(op.getDropoutP().convertToDouble()), stream(op.getStream()) {
     qShape = shapeOf(q);
     rank = int64_t(qShape.size());
+    last = rank - 1;
     heads = qShape[size_t(rank - 3)];
-    kvHeads = shapeOf(k)[size_t(rank - 3)];
-    kx = repeatHeads(k);
-    vx = repeatHeads(v);
+    kvHeads = shapeOf(op.getKey())[size_t(rank - 3)];
+    kx = repeatHeads(op.getKey());
+    vx = repeatHeads(op.getValue());
     scoresShape = qShape;
-    scoresShape.back() = shapeOf(k)[size_t(rank - 2)];
+    scoresShape.back() = shapeOf(op.getKey())[size_t(rank - 2)];
   }
 
   /// Key/value heads repeated to the query heads (h reads h / group).
@@ -114,16 +118,14 @@ public:
   double dropoutP;
   int64_t stream;
   SmallVector<int64_t> qShape, scoresShape;
-  int64_t rank, heads, kvHeads;
+  int64_t rank, last, heads, kvHeads;
 };
 
 void expand(AttentionOp op) {
   OpBuilder b(op);
   GraphEmitter e(b, op.getLoc());
-  AttentionMath m(e, op.getQuery(), op.getKey(), op.getValue(), op.getMask(), op.getSeed(),
-                  op.getScale().convertToDouble(), op.getCausal(),
-                  op.getDropoutP().convertToDouble(), op.getStream());
-  int64_t last = m.rank - 1;
+  AttentionMath m(e, op);
+  int64_t last = m.last;
   Value s = m.scores();
   // A row whose scores are all -inf: max taken as 0, sum 0, output 0 and
   // log-sum-exp 0 (the fused kernels' and PyTorch's convention).
@@ -148,10 +150,8 @@ void expand(AttentionOp op) {
 void expand(AttentionGradOp op) {
   OpBuilder b(op);
   GraphEmitter e(b, op.getLoc());
-  AttentionMath m(e, op.getQuery(), op.getKey(), op.getValue(), op.getMask(), op.getSeed(),
-                  op.getScale().convertToDouble(), op.getCausal(),
-                  op.getDropoutP().convertToDouble(), op.getStream());
-  int64_t last = m.rank - 1;
+  AttentionMath m(e, op);
+  int64_t last = m.last;
   // P from the saved log-sum-exp (a fully masked row: exp(-inf - 0) = 0).
   Value p = e.exp(e.sub(m.scores(), m.perRow(op.getLogsumexp())));
   Value kept = m.keptFactors(p);
