@@ -12,6 +12,7 @@ import os
 
 import numpy as np
 
+from ._location import _user_location
 from ._tracing import Tensor
 
 
@@ -93,6 +94,7 @@ def fused_attention(q, k, v, mask=None, scale=None, causal=False):
     q, k, v, mask, squeeze = ready
     scale = 1.0 / float(np.sqrt(q.shape[-1])) if scale is None else float(scale)
     tracer = q._tracer
+    _user_location(tracer)  # report() names the user's line
     out, lse = tracer.attention(q._id, k._id, v._id, -1 if mask is None else mask._id,
                                 scale, bool(causal))
     out, lse = Tensor(tracer, out), Tensor(tracer, lse)
@@ -114,6 +116,7 @@ def fused_attention_grad(grad, q, k, v, out, lse, mask=None, scale=None, causal=
         return None
     scale = 1.0 / float(np.sqrt(q.shape[-1])) if scale is None else float(scale)
     tracer = q._tracer
+    _user_location(tracer)
     ids = tracer.attention_grad(q._id, k._id, v._id, out._id, lse._id, grad._id,
                                 -1 if mask is None else mask._id, scale, bool(causal))
     return tuple(Tensor(tracer, i) for i in ids)

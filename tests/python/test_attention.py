@@ -170,8 +170,10 @@ def test_memory_plan_holds_no_scores_buffer():
     qkvdo = 4 * q.nbytes
     assert plan.peak <= 4 * qkvdo, f"planned peak {plan.peak} > 4 x {qkvdo}"
     step = graph.compile("cpu")
-    names = [r["name"] for r in step.report()]
-    assert "attention" in names and "attention_grad" in names, names
+    rows = {r["name"]: r for r in step.report()}
+    assert "attention" in rows and "attention_grad" in rows, list(rows)
+    for name in ("attention", "attention_grad"):  # named after the user's line
+        assert any("test_attention.py" in line for line in rows[name]["source"]), rows[name]
 
 
 def test_a_mask_that_depends_on_a_differentiated_argument_is_refused(rng):
