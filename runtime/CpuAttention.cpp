@@ -19,6 +19,7 @@
 #include "runtime/CpuAttention.h"
 
 #include "codegen/reference/Philox.h" // header-only, no MLIR: the bits every target draws
+#include "runtime/CpuDnnl.h"
 #include "runtime/CpuLibrary.h"
 #include "runtime/ThreadPool.h"
 
@@ -244,8 +245,19 @@ public:
   /// [j0, j0 + n); causality is left to visibleKeys.
   void scores(int64_t b, int64_t h, int64_t i0, int64_t r, int64_t j0, int64_t n,
               float *out) const {
-    sgemmOnThisThread(false, true, r, n, s.headDim, scale, q + queryRow(b, h, i0) * s.headDim,
-                      s.headDim, k + keyRow(b, h, j0) * s.headDim, s.headDim, 0.0f, out, kKeyBlock);
+    const float *qRows = q + queryRow(b, h, i0) * s.headDim;
+    const float *kRows = k + keyRow(b, h, j0) * s.headDim;
+    // Q K^T has B transposed, where oneDNN's kernels beat OpenBLAS's
+    // (bench/results/2026-12-05-f32-gemm-library.md); it takes no alpha,
+    // so the scale follows.
+    if (dnnlSgemmSlab(false, true, r, n, s.headDim, qRows, s.headDim, kRows, s.headDim, out,
+                      kKeyBlock)) {
+      for (int64_t row = 0; row < r; ++row)
+        scaleRow(out + row * kKeyBlock, n, scale);
+    } else {
+      sgemmOnThisThread(false, true, r, n, s.headDim, scale, qRows, s.headDim, kRows, s.headDim,
+                        0.0f, out, kKeyBlock);
+    }
     if (s.mask == AttentionMask::None)
       return;
     int64_t maskStart = b * s.maskBatchStride + h * s.maskHeadStride + i0 * s.keys + j0;
@@ -299,8 +311,11 @@ public:
     if (dV)
       sgemmOnThisThread(true, false, n, s.valueDim, r, 1.0f, kept ? dP : p, kKeyBlock, dOutRows,
                         s.valueDim, 1.0f, dV, s.valueDim);
-    sgemmOnThisThread(false, true, r, n, s.valueDim, 1.0f, dOutRows, s.valueDim,
-                      v + keyRow(b, h, j0) * s.valueDim, s.valueDim, 0.0f, dP, kKeyBlock);
+    const float *vRows = v + keyRow(b, h, j0) * s.valueDim;
+    if (!dnnlSgemmSlab(false, true, r, n, s.valueDim, dOutRows, s.valueDim, vRows, s.valueDim, dP,
+                       kKeyBlock)) // dO V^T: B transposed, as Q K^T
+      sgemmOnThisThread(false, true, r, n, s.valueDim, 1.0f, dOutRows, s.valueDim, vRows,
+                        s.valueDim, 0.0f, dP, kKeyBlock);
     if (kept)
       for (int64_t row = 0; row < r; ++row)
         for (int64_t c = 0; c < n; ++c)
