@@ -418,6 +418,75 @@ TEST(Program, ValidateRefusesTamperedGridsGathersScattersAndCopies) {
   refused(q, "kernel k runs 256 threads per block of 256 lanes, expected 64");
 }
 
+TEST(Program, ValidateRefusesAttentionStepsThatContradictTheirSizes) {
+  // q [2, 4, 5, 8] with 2 key/value heads of 7 keys, value size 6, an i1
+  // mask broadcast over the batch, dropout with its seed: then the
+  // gradient step.
+  Program p;
+  p.buffers = {buffer("q", DType::F32, {2, 4, 5, 8}, BufferInfo::Role::Argument),  // 0
+               buffer("k", DType::F32, {2, 2, 7, 8}, BufferInfo::Role::Argument),  // 1
+               buffer("v", DType::F32, {2, 2, 7, 6}, BufferInfo::Role::Argument),  // 2
+               buffer("mask", DType::I1, {1, 4, 5, 7}, BufferInfo::Role::Argument), // 3
+               buffer("seed", DType::I64, {}, BufferInfo::Role::Argument),         // 4
+               buffer("out", DType::F32, {2, 4, 5, 6}),                            // 5
+               buffer("lse", DType::F32, {2, 4, 5}),                               // 6
+               buffer("dq", DType::F32, {2, 4, 5, 8}),                             // 7
+               buffer("dk", DType::F32, {2, 2, 7, 8}),                             // 8
+               buffer("dv", DType::F32, {2, 2, 7, 6})};                            // 9
+  p.arguments = {0, 1, 2, 3, 4};
+  p.results = {5, 7, 8, 9};
+  Step forward;
+  forward.kind = Step::Kind::Attention;
+  forward.source = "graph.attention";
+  forward.batch = 2;
+  AttentionParams &a = forward.attention;
+  a.heads = 4, a.kvHeads = 2, a.queries = 5, a.keys = 7, a.headDim = 8, a.valueDim = 6;
+  a.mask = 1, a.maskHeadStride = 5 * 7, a.dropoutP = 0.25, a.stream = 3;
+  forward.buffers = {0, 1, 2, 3, 4, 5, 6};
+  forward.outputs = 2;
+  Step backward = forward;
+  backward.kind = Step::Kind::AttentionGrad;
+  backward.source = "graph.attention_grad";
+  backward.buffers = {0, 1, 2, 5, 6, 5, 3, 4, 7, 8, 9};
+  backward.outputs = 3;
+  p.steps = {forward, backward};
+  EXPECT_NO_THROW(p.validate());
+  EXPECT_EQ(stepWrites(p.steps[0]), (std::vector<int>{5, 6}));
+  EXPECT_EQ(stepWrites(p.steps[1]), (std::vector<int>{7, 8, 9}));
+  // The parameters survive serialisation.
+  Program back = deserializeProgram(serializeProgram(p));
+  const AttentionParams &b = back.steps[1].attention;
+  EXPECT_EQ(back.steps[1].kind, Step::Kind::AttentionGrad);
+  EXPECT_EQ(std::make_tuple(b.heads, b.kvHeads, b.queries, b.keys, b.headDim, b.valueDim,
+                            b.mask, b.maskBatchStride, b.maskHeadStride, b.stream),
+            std::make_tuple(int64_t(4), int64_t(2), int64_t(5), int64_t(7), int64_t(8),
+                            int64_t(6), int32_t(1), int64_t(0), int64_t(35), int64_t(3)));
+  EXPECT_EQ(b.dropoutP, 0.25);
+  auto refused = [&](Program q, const std::string &reason) {
+    try {
+      q.validate();
+      ADD_FAILURE() << "accepted; expected: " << reason;
+    } catch (const CompileError &e) {
+      EXPECT_NE(std::string(e.what()).find(reason), std::string::npos) << e.what();
+    }
+  };
+  Program q = p;
+  q.steps[0].attention.kvHeads = 3;
+  refused(q, "step 0 (graph.attention) has impossible attention sizes");
+  q = p;
+  q.steps[0].attention.valueDim = 8;
+  refused(q, "buffer 2 is f32[2, 2, 7, 6], expected 224 f32 elements");
+  q = p;
+  q.steps[0].attention.maskBatchStride = 4 * 5 * 7; // reads past the mask
+  refused(q, "mask is i1[1, 4, 5, 7], too small for its strides");
+  q = p;
+  q.steps[1].buffers[7] = 3; // the mask where the seed belongs
+  refused(q, "seed is i1[1, 4, 5, 7], expected one i64");
+  q = p;
+  q.steps[0].attention.dropoutP = 0; // then the seed is one buffer too many
+  refused(q, "has 7 buffers and 2 outputs, expected 6 and 2");
+}
+
 TEST(Program, ValidateRefusesGemmsWhoseShapesContradictTheirTransposes) {
   Program p;
   p.buffers = {buffer("a", DType::F32, {3, 2, 5}, BufferInfo::Role::Argument),  // 0
