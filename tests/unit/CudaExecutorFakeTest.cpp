@@ -369,6 +369,32 @@ TEST_F(FakeCuda, OutOfRangeGatherIndicesAreReported) {
   EXPECT_EQ(r.getDouble(0), t.getDouble(5 * 4));
 }
 
+TEST_F(FakeCuda, AttentionStepsAreRefusedAtLoadWithTheReason) {
+  // The compiler writes attention out for CUDA; a program that still has an
+  // attention step (hand-built, or from a CPU artifact) is refused, saying why.
+  Program p;
+  int q = buffer(p, "q", {1, 2, 3, 4}, BufferInfo::Role::Argument);
+  int out = buffer(p, "out", {1, 2, 3, 4});
+  int lse = buffer(p, "lse", {1, 2, 3});
+  Step a;
+  a.kind = Step::Kind::Attention, a.source = "graph.attention", a.batch = 1, a.outputs = 2;
+  a.attention.heads = 2, a.attention.kvHeads = 2, a.attention.queries = 3, a.attention.keys = 3;
+  a.attention.headDim = 4, a.attention.valueDim = 4;
+  a.buffers = {q, q, q, out, lse};
+  p.steps.push_back(a);
+  p.arguments = {q};
+  p.results = {out};
+  try {
+    CudaExecutor gpu(p, fakeCubins(p));
+    FAIL() << "a program with an attention step loaded on CUDA";
+  } catch (const CompileError &e) {
+    EXPECT_NE(std::string(e.what()).find("graph.attention: the fused attention kernels run on "
+                                         "the CPU only so far"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
 TEST_F(FakeCuda, ArtifactsForAnotherArchitectureOrWithoutCubinsAreRefused) {
   Program p = scaleProgram(32, 1);
   Artifact a;
