@@ -312,6 +312,16 @@ TEST(CpuExecutor, RefusesArgumentsOfTheWrongShape) {
   }
 }
 
+/// `q.validate()` refuses `q` with a message containing `reason`.
+static void refused(const Program &q, const std::string &reason) {
+  try {
+    q.validate();
+    ADD_FAILURE() << "accepted; expected: " << reason;
+  } catch (const CompileError &e) {
+    EXPECT_NE(std::string(e.what()).find(reason), std::string::npos) << e.what();
+  }
+}
+
 TEST(Program, ValidateNamesTheCorruption) {
   Program p;
   p.buffers = {buffer("x", DType::F32, {2, 2}, BufferInfo::Role::Argument)};
@@ -375,14 +385,6 @@ TEST(Program, ValidateRefusesTamperedGridsGathersScattersAndCopies) {
   copy.buffers = {2, 4};
   p.steps.insert(p.steps.end(), {gather, scatter, copy});
   EXPECT_NO_THROW(p.validate());
-  auto refused = [&](Program q, const std::string &reason) {
-    try {
-      q.validate();
-      ADD_FAILURE() << "accepted; expected: " << reason;
-    } catch (const CompileError &e) {
-      EXPECT_NE(std::string(e.what()).find(reason), std::string::npos) << e.what();
-    }
-  };
   Program q = p;
   q.kernels[0].grid = 1 << 30;
   refused(q, "launches kernel k with grid 1073741824 x block 1 over buffers of at most 12");
@@ -462,14 +464,6 @@ TEST(Program, ValidateRefusesAttentionStepsThatContradictTheirSizes) {
             std::make_tuple(int64_t(4), int64_t(2), int64_t(5), int64_t(7), int64_t(8),
                             int64_t(6), int32_t(1), int64_t(0), int64_t(35), int64_t(3)));
   EXPECT_EQ(b.dropoutP, 0.25);
-  auto refused = [&](Program q, const std::string &reason) {
-    try {
-      q.validate();
-      ADD_FAILURE() << "accepted; expected: " << reason;
-    } catch (const CompileError &e) {
-      EXPECT_NE(std::string(e.what()).find(reason), std::string::npos) << e.what();
-    }
-  };
   Program q = p;
   q.steps[0].attention.kvHeads = 3;
   refused(q, "step 0 (graph.attention) has impossible attention sizes");
