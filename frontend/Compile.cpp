@@ -173,9 +173,6 @@ void appendReports(const CudaBinary &bin, bool cached, std::vector<CudaKernelRep
 std::vector<std::pair<std::string, std::string>>
 cudaBinaries(const Graph::Impl &g, const Program &program, ModuleOp kernels, const std::string &arch,
              std::vector<CudaKernelReport> *reports = nullptr) {
-  for (const Step &s : program.steps)
-    if (s.kind == Step::Kind::Attention || s.kind == Step::Kind::AttentionGrad)
-      throw CompileError(cudaAttentionMissing(s.source));
 #ifdef TILEFUSE_HAVE_NVRTC
   std::vector<std::string> units = cudaUnits(g, kernels);
   bool library = llvm::any_of(program.steps, [](const Step &s) {

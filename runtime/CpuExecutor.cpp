@@ -238,17 +238,15 @@ cpu::AttentionShape attentionShape(const Step &s) {
 void CpuExecutor::runAttention(const Step &s, const std::vector<void *> &at) {
   cpu::AttentionShape shape = attentionShape(s);
   auto f = [&](size_t i) { return static_cast<float *>(at[size_t(s.buffers[i])]); };
-  if (shape.dropoutP != 0) // the seed buffer sits just before the outputs
-    shape.seed = *static_cast<const uint64_t *>(
-        at[size_t(s.buffers[s.buffers.size() - size_t(s.outputs) - 1])]);
+  AttentionSlots slots = attentionSlots(s);
+  if (slots.seed >= 0)
+    shape.seed = *static_cast<const uint64_t *>(at[size_t(s.buffers[size_t(slots.seed)])]);
+  const void *mask = slots.mask >= 0 ? at[size_t(s.buffers[size_t(slots.mask)])] : nullptr;
+  size_t out = slots.firstOutput;
   if (s.kind == Step::Kind::Attention) {
-    const void *mask = s.attention.mask ? at[size_t(s.buffers[3])] : nullptr;
-    size_t out = s.buffers.size() - 2;
     cpu::attentionForward(shape, f(0), f(1), f(2), mask, f(out), f(out + 1));
     return;
   }
-  const void *mask = s.attention.mask ? at[size_t(s.buffers[6])] : nullptr;
-  size_t out = s.buffers.size() - 3;
   cpu::attentionBackward(shape, f(0), f(1), f(2), mask, f(3), f(4), f(5), f(out), f(out + 1),
                          f(out + 2));
 }

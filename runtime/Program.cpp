@@ -41,10 +41,21 @@ static bool writes(const Step &step, size_t i) {
   return i == writtenIndex(step);
 }
 
+AttentionSlots tilefuse::attentionSlots(const Step &step) {
+  AttentionSlots slots;
+  int next = step.kind == Step::Kind::AttentionGrad ? 6 : 3; // after q, k, v (out, lse, dOut)
+  if (step.attention.mask)
+    slots.mask = next++;
+  if (step.attention.dropoutP != 0)
+    slots.seed = next++;
+  slots.firstOutput = size_t(next);
+  return slots;
+}
+
 std::string tilefuse::cudaAttentionMissing(const std::string &source) {
-  return source + ": the fused attention kernels run on the CPU only so far; compile "
-                  "this function for device='cpu', or write the attention out with matmul "
-                  "and softmax for CUDA";
+  return source + ": the fused attention kernels run on the CPU only so far; run this "
+                  "program on the CPU, or compile the function for the CUDA target again "
+                  "(which writes attention out)";
 }
 
 std::vector<int> tilefuse::stepReads(const Step &step) {
@@ -61,8 +72,8 @@ std::vector<int> tilefuse::stepReads(const Step &step) {
 static void validateAttention(const Program &p, const Step &s, const std::string &what) {
   const AttentionParams &a = s.attention;
   bool grad = s.kind == Step::Kind::AttentionGrad;
-  bool dropout = a.dropoutP != 0;
-  size_t want = (grad ? 9 : 5) + (a.mask ? 1 : 0) + (dropout ? 1 : 0);
+  AttentionSlots slots = attentionSlots(s);
+  size_t want = slots.firstOutput + (grad ? 3 : 2);
   if (s.buffers.size() != want || s.outputs != (grad ? 3 : 2))
     throw CompileError("corrupt program: " + what + " has " + std::to_string(s.buffers.size()) +
                        " buffers and " + std::to_string(s.outputs) + " outputs, expected " +
@@ -75,7 +86,6 @@ static void validateAttention(const Program &p, const Step &s, const std::string
   std::vector<int64_t> sizes = {q * a.headDim, kv * a.headDim, kv * a.valueDim};
   if (grad)
     sizes.insert(sizes.end(), {q * a.valueDim, q, q * a.valueDim});
-  size_t firstOutput = s.buffers.size() - size_t(s.outputs);
   std::vector<int64_t> outputs = grad ? std::vector<int64_t>{q * a.headDim, kv * a.headDim,
                                                              kv * a.valueDim}
                                       : std::vector<int64_t>{q * a.valueDim, q};
@@ -89,9 +99,9 @@ static void validateAttention(const Program &p, const Step &s, const std::string
   for (size_t i = 0; i < sizes.size(); ++i)
     expect(i, sizes[i]);
   for (size_t i = 0; i < outputs.size(); ++i)
-    expect(firstOutput + i, outputs[i]);
-  if (a.mask) {
-    const BufferInfo &m = p.buffers[s.buffers[sizes.size()]];
+    expect(slots.firstOutput + i, outputs[i]);
+  if (slots.mask >= 0) {
+    const BufferInfo &m = p.buffers[s.buffers[size_t(slots.mask)]];
     int64_t reach = (s.batch - 1) * a.maskBatchStride + (a.heads - 1) * a.maskHeadStride +
                     a.queries * a.keys;
     if (m.dtype != (a.mask == 1 ? DType::I1 : DType::F32) || a.maskBatchStride < 0 ||
@@ -100,8 +110,8 @@ static void validateAttention(const Program &p, const Step &s, const std::string
                          shapeToString(m.shape) + ", too small for its strides or of the "
                          "wrong type");
   }
-  if (dropout) {
-    const BufferInfo &seed = p.buffers[s.buffers[firstOutput - 1]];
+  if (slots.seed >= 0) {
+    const BufferInfo &seed = p.buffers[s.buffers[size_t(slots.seed)]];
     if (seed.dtype != DType::I64 || numElements(seed.shape) != 1)
       throw CompileError("corrupt program: " + what + " seed is " + dtypeName(seed.dtype) +
                          shapeToString(seed.shape) + ", expected one i64");

@@ -137,6 +137,15 @@ struct Program {
   bool writesArgument(size_t argument) const;
 };
 
+/// Where an attention step keeps its optional buffers: indices into
+/// Step::buffers of the mask and the dropout seed (-1: none), and of its
+/// first output (the layout Step::buffers documents).
+struct AttentionSlots {
+  int mask = -1, seed = -1;
+  size_t firstOutput = 0;
+};
+AttentionSlots attentionSlots(const Step &step);
+
 /// Why a program with an attention step (`source`) cannot run on CUDA:
 /// the fused attention kernels exist for the CPU only so far.
 std::string cudaAttentionMissing(const std::string &source);

@@ -86,13 +86,18 @@ def prepare(q, k, v, mask=None):
     return q, k, v, mask, squeeze
 
 
+def _scale(q, scale):
+    """PyTorch's default: 1 / sqrt(head size)."""
+    return 1.0 / float(np.sqrt(q.shape[-1])) if scale is None else float(scale)
+
+
 def fused_attention(q, k, v, mask=None, scale=None, causal=False):
     """(output, logsumexp) of graph.attention, or None (see prepare)."""
     ready = prepare(q, k, v, mask)
     if ready is None:
         return None
     q, k, v, mask, squeeze = ready
-    scale = 1.0 / float(np.sqrt(q.shape[-1])) if scale is None else float(scale)
+    scale = _scale(q, scale)
     tracer = q._tracer
     _user_location(tracer)  # report() names the user's line
     out, lse = tracer.attention(q._id, k._id, v._id, -1 if mask is None else mask._id,
@@ -114,7 +119,7 @@ def fused_attention_grad(grad, q, k, v, out, lse, mask=None, scale=None, causal=
     mask = ready[3]
     if out.dtype != "f32" or grad.dtype != "f32" or lse.dtype != "f32":
         return None
-    scale = 1.0 / float(np.sqrt(q.shape[-1])) if scale is None else float(scale)
+    scale = _scale(q, scale)
     tracer = q._tracer
     _user_location(tracer)
     ids = tracer.attention_grad(q._id, k._id, v._id, out._id, lse._id, grad._id,
