@@ -17,6 +17,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "passes/Autodiff.h"
+#include "passes/FuseOps.h"
 
 #include "ir/graph/GraphEmitter.h"
 #include "passes/PassUtils.h"
@@ -81,9 +82,6 @@ public:
   /// `copy` recomputes `value` (a checkpointed region's op rerun in the
   /// backward pass, or a recompute barrier's result).
   void noteRecomputed(Value copy, Value value) { recomputes[copy] = value; }
-  /// Values that depend on a differentiated argument (rules that cannot
-  /// give some operand a cotangent refuse only where it would be needed).
-  void noteVaried(llvm::DenseSet<Value> values) { varied = std::move(values); }
   /// The backward ops of a forward op carry its location (the user's line).
   void at(Location l) { e.setLocation(l); }
 
@@ -101,7 +99,6 @@ private:
   GraphEmitter e;
   llvm::DenseMap<Value, Value> adjoints;
   llvm::DenseMap<Value, Value> recomputes;
-  llvm::DenseSet<Value> varied;
 };
 
 void ReverseBuilder::minMax(Value a, Value b, Value g, bool isMax) {
@@ -166,7 +163,7 @@ Value ReverseBuilder::unslice(Value g, ArrayRef<int64_t> start,
 }
 
 LogicalResult ReverseBuilder::visit(Operation *op, Value g) {
-  bool handled = true, refused = false;
+  bool handled = true;
   llvm::TypeSwitch<Operation *>(op)
       .Case([&](AddOp o) {
         accumulate(o.getLhs(), g);
@@ -332,16 +329,8 @@ LogicalResult ReverseBuilder::visit(Operation *op, Value g) {
         accumulate(o.getQuery(), grads.getGradQuery());
         accumulate(o.getKey(), grads.getGradKey());
         accumulate(o.getValue(), grads.getGradValue());
-        // A mask that no differentiated argument reaches needs no
-        // cotangent; one that does would need the L x S score gradient the
-        // fused kernel never builds.
-        if (Value mask = o.getMask(); mask && varied.contains(mask)) {
-          o->emitOpError("cannot differentiate its mask: the mask depends on a "
-                         "differentiated argument; compute the mask from inputs that "
-                         "are not differentiated, or write the attention out with "
-                         "matmul and softmax");
-          refused = true;
-        }
+        // The mask needs no cotangent: buildValueAndGrad wrote out every
+        // attention whose mask a differentiated argument reaches.
       })
       .Case([&](GatherOp o) {
         Value table = o.getTable();
@@ -360,8 +349,6 @@ LogicalResult ReverseBuilder::visit(Operation *op, Value g) {
       .Case<EqOp, NeOp, LtOp, LeOp, GtOp, GeOp, ArgmaxOp, ConstantOp, FullOp,
             IotaOp, RandomUniformOp, FloorOp, StopGradientOp>([](Operation *) {})
       .Default([&](Operation *) { handled = false; });
-  if (refused)
-    return failure();
   if (!handled)
     return op->emitOpError("has no differentiation rule")
            << (op->getDialect() && op->getDialect()->getNamespace() == "graph"
@@ -446,13 +433,22 @@ FailureOr<func::FuncOp> tilefuse::buildValueAndGrad(func::FuncOp primal,
   }
   reverse.accumulate(loss, seed);
   {
+    // An attention whose mask a differentiated argument reaches (a learned
+    // bias) needs the mask's cotangent, the L x S score gradient the fused
+    // kernels never build: it is differentiated written out.
     llvm::DenseSet<Value> varied;
     for (unsigned i : wrt)
       varied.insert(grad.getArgument(i));
-    for (Operation &op : body.without_terminator())
+    SmallVector<Operation *> learnedMasks;
+    for (Operation &op : body.without_terminator()) {
       if (llvm::any_of(op.getOperands(), [&](Value v) { return varied.contains(v); }))
         varied.insert(op.getResults().begin(), op.getResults().end());
-    reverse.noteVaried(std::move(varied));
+      if (auto attention = llvm::dyn_cast<AttentionOp>(op);
+          attention && attention.getMask() && varied.contains(attention.getMask()))
+        learnedMasks.push_back(&op);
+    }
+    for (Operation *op : learnedMasks)
+      expandAttentionOp(op);
   }
   SmallVector<Operation *> forward;
   std::map<int64_t, SmallVector<Operation *>> regions; // checkpointed ops, in order

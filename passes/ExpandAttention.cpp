@@ -174,16 +174,19 @@ void expand(AttentionGradOp op) {
 
 } // namespace
 
+void tilefuse::expandAttentionOp(Operation *op) {
+  if (auto a = llvm::dyn_cast<AttentionOp>(op))
+    expand(a);
+  else if (auto g = llvm::dyn_cast<AttentionGradOp>(op))
+    expand(g);
+}
+
 void tilefuse::expandAttention(func::FuncOp func) {
   SmallVector<Operation *> ops;
   func.walk([&](Operation *op) {
     if (llvm::isa<AttentionOp, AttentionGradOp>(op))
       ops.push_back(op);
   });
-  for (Operation *op : ops) {
-    if (auto a = llvm::dyn_cast<AttentionOp>(op))
-      expand(a);
-    else
-      expand(llvm::cast<AttentionGradOp>(op));
-  }
+  for (Operation *op : ops)
+    expandAttentionOp(op);
 }

@@ -20,6 +20,8 @@ constexpr size_t kMaxKernelOps = 256;
 /// matmul, exp and reductions (for targets without fused attention
 /// kernels: TargetInfo::hasFusedAttention); the values stay the op's.
 void expandAttention(mlir::func::FuncOp func);
+/// The same for one graph.attention or graph.attention_grad (else nothing).
+void expandAttentionOp(mlir::Operation *op);
 
 /// Groups the primitive graph ops of `func` into graph.fusion kernels (see
 /// FuseOpsPass in Passes.td). With `remarks`, every refused fusion is

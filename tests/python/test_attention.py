@@ -176,15 +176,25 @@ def test_memory_plan_holds_no_scores_buffer():
         assert any("test_attention.py" in line for line in rows[name]["source"]), rows[name]
 
 
-def test_a_mask_that_depends_on_a_differentiated_argument_is_refused(rng):
-    q, k, v = (rng.standard_normal((1, 2, 4, 3)).astype(np.float32) for _ in range(3))
-    bias = rng.standard_normal((1, 2, 4, 4)).astype(np.float32)
+def test_a_learned_mask_gets_its_gradient(rng):
+    """A float mask that a differentiated argument reaches (a learned bias):
+    that attention is differentiated written out (its mask's cotangent is
+    the L x S score gradient), matching PyTorch in float64 for q and the
+    bias."""
+    q, k, v = (rng.standard_normal((1, 2, 5, 3)).astype(np.float32) for _ in range(3))
+    bias = rng.standard_normal((1, 2, 5, 5)).astype(np.float32)
 
     def loss(q, k, v, bias):
         return F.scaled_dot_product_attention(q, k, v, attn_mask=bias * 2.0).sum()
 
-    with pytest.raises(tilefuse.CompileError, match="cannot differentiate its mask"):
-        tilefuse.trace(loss, q, k, v, bias).value_and_grad(wrt=(0, 3))
+    _, dq, dbias = tilefuse.trace(loss, q, k, v, bias).value_and_grad(wrt=(0, 3)).compile(
+        "cpu")(q, k, v, bias)
+    tq, tbias = (torch.tensor(x, dtype=torch.float64, requires_grad=True) for x in (q, bias))
+    torch.nn.functional.scaled_dot_product_attention(
+        tq, torch.tensor(k, dtype=torch.float64), torch.tensor(v, dtype=torch.float64),
+        attn_mask=tbias * 2.0).sum().backward()
+    assert max_rel(dq, tq.grad.numpy()) <= RTOL, max_rel(dq, tq.grad.numpy())
+    assert max_rel(dbias, tbias.grad.numpy()) <= RTOL, max_rel(dbias, tbias.grad.numpy())
 
 
 @pytest.mark.parametrize("case", [CASES[3], CASES[5], CASES[6], CASES[7]], ids=_ids)
