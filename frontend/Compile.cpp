@@ -18,10 +18,12 @@
 #include "runtime/CompileProgress.h"
 #include "codegen/cuda/CudaRenderer.h"
 #ifdef TILEFUSE_HAVE_NVRTC
+#include "codegen/cuda/CudaAttention.h"
 #include "codegen/cuda/CudaLibrary.h"
 #include "codegen/cuda/Nvrtc.h"
 #endif
 #ifdef TILEFUSE_HAVE_CUDA_EXECUTOR
+#include "runtime/CudaAttentionKernels.h"
 #include "runtime/CudaExecutor.h"
 #endif
 #include "frontend/NumericsProbe.h"
@@ -156,6 +158,12 @@ SharedUnits shareRepeatedUnits(const std::vector<std::string> &units) {
   return out;
 }
 
+bool hasAttentionSteps(const Program &program) {
+  return llvm::any_of(program.steps, [](const Step &s) {
+    return s.kind == Step::Kind::Attention || s.kind == Step::Kind::AttentionGrad;
+  });
+}
+
 #ifdef TILEFUSE_HAVE_NVRTC
 /// The reports of the kernels of one compiled unit (under `as`'s name
 /// when a repeated kernel shares that unit's code).
@@ -169,7 +177,7 @@ void appendReports(const CudaBinary &bin, bool cached, std::vector<CudaKernelRep
 
 /// Cubins of `kernels` for `arch` (sm_XX), through the disk cache, each
 /// under its kernel's symbol, plus the runtime library's when the program
-/// gathers or scatters.
+/// gathers or scatters and the attention kernels' when it has attention.
 std::vector<std::pair<std::string, std::string>>
 cudaBinaries(const Graph::Impl &g, const Program &program, ModuleOp kernels, const std::string &arch,
              std::vector<CudaKernelReport> *reports = nullptr) {
@@ -178,24 +186,34 @@ cudaBinaries(const Graph::Impl &g, const Program &program, ModuleOp kernels, con
   bool library = llvm::any_of(program.steps, [](const Step &s) {
     return s.kind == Step::Kind::Gather || s.kind == Step::Kind::ScatterAdd;
   });
+  bool attention = hasAttentionSteps(program);
   // Repeated kernels compile once; their blobs name the kernel they share.
   SharedUnits shared = shareRepeatedUnits(units);
   if (CompileProgress *p = CompileProgress::current())
     p->kernelsDone(int64_t(units.size() - shared.unique.size())); // done with their kept unit
+  size_t libraryUnit = shared.unique.size();
   if (library)
     shared.unique.push_back(cudaLibrarySource());
+  size_t attentionUnit = shared.unique.size();
+  if (attention)
+    shared.unique.push_back(cudaAttentionSource());
   std::vector<CudaBinary> bins = compileCudaUnits(shared.unique, arch);
   std::vector<std::string> symbols = kernelSymbols(program);
-  if (reports)
+  if (reports) {
     for (size_t i = 0; i < units.size(); ++i)
       appendReports(bins.at(shared.compiled[i]), /*cached=*/false, *reports, symbols[i]);
+    if (attention) // kernels the program launches, with their registers and spills
+      appendReports(bins.at(attentionUnit), /*cached=*/false, *reports);
+  }
   std::vector<std::pair<std::string, std::string>> blobs;
   for (size_t i = 0; i < program.kernels.size(); ++i)
     blobs.emplace_back(symbols[i], shared.first[i] == i
                                        ? bins.at(shared.compiled[i]).cubin
                                        : kCudaAliasPrefix + symbols[shared.first[i]]);
   if (library)
-    blobs.emplace_back(kCudaLibraryBlob, std::move(bins.back().cubin));
+    blobs.emplace_back(kCudaLibraryBlob, std::move(bins.at(libraryUnit).cubin));
+  if (attention)
+    blobs.emplace_back(kCudaAttentionBlob, std::move(bins.at(attentionUnit).cubin));
   return blobs;
 #else
   (void)g, (void)program, (void)kernels, (void)arch, (void)reports;
@@ -415,11 +433,15 @@ std::shared_ptr<Executable> Graph::compile(const std::string &device) const {
 namespace {
 /// The tile kernels of `g` for a CUDA target, rendered as CUDA C: one text,
 /// or (units) one translation unit per kernel.
-std::vector<std::string> cudaText(const Graph::Impl &g, const std::string &target, bool units) {
+std::unique_ptr<TargetInfo> cudaTarget(const std::string &target) {
   std::unique_ptr<TargetInfo> info = TargetInfo::get(target);
   if (!info || target.rfind("cuda", 0) != 0)
     throw CompileError("'" + target + "' is not a CUDA target; expected cuda:sm_XX");
-  ProgramAndKernels built = programFor(g, *info);
+  return info;
+}
+
+std::vector<std::string> cudaText(const Graph::Impl &g, const std::string &target, bool units) {
+  ProgramAndKernels built = programFor(g, *cudaTarget(target));
   ModuleOp kernels = *built.kernels;
   if (units)
     return cudaUnits(g, kernels);
@@ -447,16 +469,23 @@ std::string Graph::cudaSource(const std::string &target) const {
 }
 
 std::vector<CudaKernelReport> Graph::compileCuda(const std::string &target) const {
-  std::vector<std::string> units = cudaText(*impl_, target, /*units=*/true);
+  ProgramAndKernels built = programFor(*impl_, *cudaTarget(target));
+  std::vector<std::string> units = cudaUnits(*impl_, *built.kernels);
 #ifdef TILEFUSE_HAVE_NVRTC
   std::string arch = target == "cuda" ? "sm_90" : target.substr(target.find(':') + 1);
   SharedUnits shared = shareRepeatedUnits(units);
+  // The attention kernels the program launches are reported after its own.
+  bool attention = hasAttentionSteps(built.program);
+  if (attention)
+    shared.unique.push_back(cudaAttentionSource());
   std::vector<bool> cached;
   std::vector<CudaBinary> bins = compileCudaUnits(shared.unique, arch, &cached);
   std::vector<CudaKernelReport> out;
   for (size_t i = 0; i < units.size(); ++i)
     appendReports(bins[shared.compiled[i]], cached[shared.compiled[i]], out,
                   unitKernelName(units[i]));
+  if (attention)
+    appendReports(bins.back(), cached.back(), out);
   return out;
 #else
   throw CompileError("this build of tilefuse has no NVRTC (the CUDA toolkit was not found "

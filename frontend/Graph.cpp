@@ -268,8 +268,7 @@ std::shared_ptr<Graph> Graph::primitive(const std::string &target) const {
     throw CompileError("unknown target '" + target + "'; expected cpu or cuda[:sm_XX]");
   return deriveGraph(*impl_, "cannot lower @" + impl_->entry,
                      [&](func::FuncOp f) -> FailureOr<func::FuncOp> {
-                       if (!info->hasFusedAttention())
-                         expandAttention(f);
+                       expandAttention(f, info->fusedAttentionMaxDim());
                        return f;
                      });
 }

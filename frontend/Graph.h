@@ -163,7 +163,8 @@ public:
   /// Compiles this graph's kernels with NVRTC for `target`'s architecture
   /// (no GPU needed), one translation unit per kernel, in parallel, through
   /// the cubin disk cache (codegen/cuda/Nvrtc.h); returns the per-kernel
-  /// resources. Throws CompileError with NVRTC's log on failure, or when
+  /// resources, followed by the fused attention kernels' (tf_attention_*)
+  /// when the program launches them. Throws CompileError with NVRTC's log on failure, or when
   /// this build has no NVRTC.
   std::vector<CudaKernelReport> compileCuda(const std::string &target = "cuda:sm_90") const;
   /// The PTX NVRTC makes of cudaSource(target): what the kernels became.

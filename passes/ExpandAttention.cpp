@@ -181,10 +181,17 @@ void tilefuse::expandAttentionOp(Operation *op) {
     expand(g);
 }
 
-void tilefuse::expandAttention(func::FuncOp func) {
+void tilefuse::expandAttention(func::FuncOp func, int64_t keepUpToDim) {
+  // Head and value dimensions: the last of the query's and the value's.
+  auto lastDim = [](Value v) { return llvm::cast<RankedTensorType>(v.getType()).getShape().back(); };
+  auto kept = [&](Value query, Value value) {
+    return lastDim(query) <= keepUpToDim && lastDim(value) <= keepUpToDim;
+  };
   SmallVector<Operation *> ops;
   func.walk([&](Operation *op) {
-    if (llvm::isa<AttentionOp, AttentionGradOp>(op))
+    if (auto a = llvm::dyn_cast<AttentionOp>(op); a && !kept(a.getQuery(), a.getValue()))
+      ops.push_back(op);
+    else if (auto g = llvm::dyn_cast<AttentionGradOp>(op); g && !kept(g.getQuery(), g.getValue()))
       ops.push_back(op);
   });
   for (Operation *op : ops)

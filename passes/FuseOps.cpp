@@ -494,8 +494,7 @@ LogicalResult tilefuse::fuseFunction(func::FuncOp func, const TargetInfo &target
                                      bool remarks) {
   if (failed(verifyGraphFunction(func)))
     return failure();
-  if (!target.hasFusedAttention())
-    expandAttention(func);
+  expandAttention(func, target.fusedAttentionMaxDim());
   // stop_gradient only matters to differentiation, which is done by now.
   SmallVector<StopGradientOp> identities(func.getBody().front().getOps<StopGradientOp>());
   for (StopGradientOp op : identities) {

@@ -17,9 +17,10 @@ class FusionOp;
 constexpr size_t kMaxKernelOps = 256;
 
 /// graph.attention and graph.attention_grad of `func` written out with
-/// matmul, exp and reductions (for targets without fused attention
-/// kernels: TargetInfo::hasFusedAttention); the values stay the op's.
-void expandAttention(mlir::func::FuncOp func);
+/// matmul, exp and reductions, except those whose head and value
+/// dimensions are at most `keepUpToDim` (what a target's fused kernels
+/// take: TargetInfo::fusedAttentionMaxDim); the values stay the op's.
+void expandAttention(mlir::func::FuncOp func, int64_t keepUpToDim = 0);
 /// The same for one graph.attention or graph.attention_grad (else nothing).
 void expandAttentionOp(mlir::Operation *op);
 

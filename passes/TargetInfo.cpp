@@ -2,7 +2,8 @@
 #include "passes/TargetInfo.h"
 
 #include "ir/graph/GraphDialect.h"
-#include "runtime/Program.h" // cudaLanesPerThread
+#include "runtime/CudaAttentionKernels.h" // kCudaAttentionMaxDim
+#include "runtime/Program.h"              // cudaLanesPerThread
 
 #include "mlir/IR/Matchers.h"
 
@@ -99,7 +100,7 @@ public:
   bool rematerializesReductions() const override { return false; }
   // Within the 1-2 MiB L2 of a core beside the row itself.
   int64_t rowScratchBytes() const override { return 256 << 10; }
-  bool hasFusedAttention() const override { return true; }
+  int64_t fusedAttentionMaxDim() const override { return INT64_MAX; }
 };
 
 /// CUDA: cuBLASLt adds a column bias itself, for f32, f16 and bf16 GEMMs
@@ -130,8 +131,7 @@ public:
   int64_t fullReductionSlices() const override { return 512; }
   bool rematerializesReductions() const override { return true; }
   int64_t rowScratchBytes() const override { return 0; }
-  // The CUDA attention kernels are yet to be written.
-  bool hasFusedAttention() const override { return false; }
+  int64_t fusedAttentionMaxDim() const override { return kCudaAttentionMaxDim; }
 
 private:
   std::string n;

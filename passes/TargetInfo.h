@@ -60,10 +60,11 @@ public:
   /// CPU rows are compute-bound (exp costs more than a load from L1/L2);
   /// GPU rows are memory-bound and recompute for free.
   virtual int64_t rowScratchBytes() const = 0;
-  /// Whether the runtime has fused attention kernels for this target
-  /// (graph.attention / graph.attention_grad as library steps); where not,
-  /// fusion writes them out with matmul, exp and reductions first.
-  virtual bool hasFusedAttention() const = 0;
+  /// The largest head (and value) dimension of the runtime's fused
+  /// attention kernels for this target (graph.attention / attention_grad as
+  /// library steps); fusion writes attention with larger heads out with
+  /// matmul, exp and reductions first. 0: no fused kernels.
+  virtual int64_t fusedAttentionMaxDim() const = 0;
 
   /// "cpu" or "cuda[:sm_XX]"; null for an unknown name.
   static std::unique_ptr<TargetInfo> get(const std::string &name);

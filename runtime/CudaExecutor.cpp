@@ -11,6 +11,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "runtime/CudaExecutor.h"
+#include "runtime/CudaAttentionKernels.h"
 #include "runtime/MemoryPlan.h"
 
 #include <cublasLt.h>
@@ -29,6 +30,14 @@
 using namespace tilefuse;
 
 namespace {
+/// Why attention step `source` cannot run on CUDA (a CPU program, or one
+/// built by hand: the compiler writes such attention out for CUDA).
+std::string cudaAttentionTooWide(const std::string &source, int64_t headDim, int64_t valueDim) {
+  return source + ": head dimension " + std::to_string(headDim) + " and value dimension " +
+         std::to_string(valueDim) + ": the CUDA attention kernels take at most " +
+         std::to_string(kCudaAttentionMaxDim) + "; compile the function for the CUDA target " +
+         "again (which writes such attention out), or run this program on the CPU";
+}
 
 #define TF_DRIVER_FUNCTIONS(X)                                                                    \
   X(cuInit, "cuInit")                                                                             \
@@ -332,9 +341,27 @@ void CudaExecutor::acquire(const std::vector<std::pair<std::string, std::string>
     check(a.cuModuleGetFunction(&f, load(code), code.c_str()), "finding kernel " + symbol);
     s.kernels.push_back(f);
   }
+  bool needsAttention = false;
   for (const Step &st : prog.steps)
-    if (st.kind == Step::Kind::Attention || st.kind == Step::Kind::AttentionGrad)
-      throw CompileError(cudaAttentionMissing(st.source));
+    if (st.kind == Step::Kind::Attention || st.kind == Step::Kind::AttentionGrad) {
+      if (!cudaAttentionTiles(st.attention.headDim, st.attention.valueDim))
+        throw CompileError(cudaAttentionTooWide(st.source, st.attention.headDim,
+                                                st.attention.valueDim));
+      needsAttention = true;
+    }
+  if (needsAttention) {
+    if (!blobs.count(kCudaAttentionBlob))
+      throw CompileError("CUDA executor: the program has attention steps but no " +
+                         std::string(kCudaAttentionBlob) + " cubin");
+    CUmodule m = load(kCudaAttentionBlob);
+    for (const CudaAttentionTiles &t : kCudaAttentionTiles)
+      for (const char *kernel : {"forward", "key_grads", "query_grads"}) {
+        std::string fn = cudaAttentionKernel(kernel, t);
+        CUfunction f = nullptr;
+        check(a.cuModuleGetFunction(&f, m, fn.c_str()), "finding attention kernel " + fn);
+        s.library[fn] = f;
+      }
+  }
   bool needsLibrary = std::any_of(prog.steps.begin(), prog.steps.end(), [](const Step &st) {
     return st.kind == Step::Kind::Gather || st.kind == Step::Kind::ScatterAdd;
   });
@@ -648,6 +675,47 @@ void launch(CUfunction f, int64_t grid, int64_t threads, CUstream stream,
 }
 } // namespace
 
+/// graph.attention: the forward kernel over (batch x heads x query tiles);
+/// graph.attention_grad: dK and dV over (batch x kv heads x key tiles),
+/// then dQ over (batch x heads x query tiles). Sizes were validated at load.
+void CudaExecutor::enqueueAttention(const Step &st) {
+  const AttentionParams &p = st.attention;
+  const CudaAttentionTiles &tiles = *cudaAttentionTiles(p.headDim, p.valueDim);
+  AttentionSlots slots = attentionSlots(st);
+  auto at = [&](size_t slot) { return pointers[st.buffers[slot]]; };
+  bool grad = st.kind == Step::Kind::AttentionGrad;
+  CudaAttentionArgs args{};
+  args.q = at(0), args.k = at(1), args.v = at(2);
+  args.mask = slots.mask >= 0 ? at(size_t(slots.mask)) : 0;
+  args.seed = slots.seed >= 0 ? at(size_t(slots.seed)) : 0;
+  size_t first = slots.firstOutput;
+  if (grad) {
+    args.out = at(3), args.lse = at(4), args.dOut = at(5);
+    args.dq = at(first), args.dk = at(first + 1), args.dv = at(first + 2);
+  } else {
+    args.out = at(first), args.lse = at(first + 1);
+  }
+  args.batch = st.batch, args.heads = p.heads, args.kvHeads = p.kvHeads;
+  args.queries = p.queries, args.keys = p.keys, args.headDim = p.headDim;
+  args.valueDim = p.valueDim, args.causal = p.causal, args.maskKind = p.mask;
+  args.maskBatchStride = p.maskBatchStride, args.maskHeadStride = p.maskHeadStride;
+  args.stream = p.stream, args.scale = p.scale, args.dropoutP = p.dropoutP;
+  std::vector<void *> params = {&args};
+  auto tilesOf = [](int64_t n, int rows) { return (n + rows - 1) / rows; };
+  auto run = [&](const char *kernel, int64_t heads, int64_t n, int rows) {
+    int64_t grid = st.batch * heads * tilesOf(n, rows);
+    if (grid > 0) // nothing to compute or write for empty tensors
+      launch(state->library.at(cudaAttentionKernel(kernel, tiles)), grid,
+             kCudaAttentionThreads, state->stream, params, st.source);
+  };
+  if (!grad) {
+    run("forward", p.heads, p.queries, tiles.forwardRows);
+    return;
+  }
+  run("key_grads", p.kvHeads, p.keys, tiles.keyGradKeys);
+  run("query_grads", p.heads, p.queries, tiles.queryGradRows);
+}
+
 void CudaExecutor::enqueueSteps(bool timed) {
   Api &a = api();
   State &s = *state;
@@ -789,7 +857,8 @@ void CudaExecutor::enqueueSteps(bool timed) {
       break;
     case Step::Kind::Attention:
     case Step::Kind::AttentionGrad:
-      throw CompileError(cudaAttentionMissing(st.source)); // refused at load already
+      enqueueAttention(st);
+      break;
     }
     if (!poison.empty())
       poisonBuffers(poison[index]);

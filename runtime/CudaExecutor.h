@@ -100,6 +100,7 @@ private:
   /// Gives back everything acquire() took, whatever it got to.
   void releaseResources() noexcept;
   void enqueueSteps(bool timed);
+  void enqueueAttention(const Step &step);
   void launchAll();
   uint64_t resultPointer(size_t i) const;
 

@@ -52,12 +52,6 @@ AttentionSlots tilefuse::attentionSlots(const Step &step) {
   return slots;
 }
 
-std::string tilefuse::cudaAttentionMissing(const std::string &source) {
-  return source + ": the fused attention kernels run on the CPU only so far; run this "
-                  "program on the CPU, or compile the function for the CUDA target again "
-                  "(which writes attention out)";
-}
-
 std::vector<int> tilefuse::stepReads(const Step &step) {
   std::vector<int> out;
   for (size_t i = 0; i < step.buffers.size(); ++i)

@@ -146,10 +146,6 @@ struct AttentionSlots {
 };
 AttentionSlots attentionSlots(const Step &step);
 
-/// Why a program with an attention step (`source`) cannot run on CUDA:
-/// the fused attention kernels exist for the CPU only so far.
-std::string cudaAttentionMissing(const std::string &source);
-
 /// The buffers `step` reads and the buffers it writes, in step order.
 std::vector<int> stepReads(const Step &step);
 std::vector<int> stepWrites(const Step &step);

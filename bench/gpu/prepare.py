@@ -42,7 +42,8 @@ def log(msg):
 def corpus():
     """(name, Graph, args, rtol, atol) of graphs covering every kernel family: pointwise,
     row and column reductions, split full reductions, views, f16, gathers
-    and scatter-adds, GEMMs with and without epilogues, Philox dropout."""
+    and scatter-adds, GEMMs with and without epilogues, Philox dropout, the
+    fused attention kernels forward and backward."""
     rng = np.random.default_rng(0)
     out = []
     x = rng.standard_normal((37, 129)).astype(np.float32)
@@ -87,11 +88,29 @@ def corpus():
     # Every parameter's gradient: the embeddings' scatter-adds and the
     # backward GEMMs run on the GPU too.
     out.append(("deepfm_grads", g.value_and_grad(wrt=tuple(range(len(p)))), [p, b], RTOL, ATOL))
+
+    # Both instantiations (heads up to 64: causal, grouped heads, odd T;
+    # up to 128: a bool mask with a fully masked row), with gradients.
+    for name, (hk, e, causal) in {"attention_d64_causal_gqa": (2, 64, True),
+                                  "attention_d128_masked": (4, 80, False)}.items():
+        q = rng.standard_normal((2, 4, 301, e)).astype(np.float32)
+        k, v = (rng.standard_normal((2, hk, 301, e)).astype(np.float32) for _ in range(2))
+        mask = rng.random((301, 301)) > 0.2
+        mask[7] = False
+        dout = rng.standard_normal(q.shape).astype(np.float32)
+
+        def attention(q, k, v, m, causal=causal, dout=dout):
+            o = F.scaled_dot_product_attention(q, k, v, attn_mask=None if causal else m,
+                                               is_causal=causal)
+            return (o * dout).sum(), o
+        g = tilefuse.trace(attention, q, k, v, mask).value_and_grad(wrt=(0, 1, 2))
+        out.append((name, g, [q, k, v, mask], RTOL, ATOL))
     return out
 
 
 # What the corpus must exercise: each kind of kernel and library step.
-REQUIRED_STEPS = {"pointwise", "reduction", "matmul", "gather", "scatter_add"}
+REQUIRED_STEPS = {"pointwise", "reduction", "matmul", "gather", "scatter_add", "attention",
+                  "attention_grad"}
 
 
 def step_kinds(graph, target):
@@ -99,7 +118,8 @@ def step_kinds(graph, target):
     seen = set()
     for row in graph.fuse(target).report():
         seen.add(row["kind"])
-        seen.update(op for op in row["ops"] if op in ("matmul", "gather", "scatter_add"))
+        seen.update(op for op in row["ops"]
+                    if op in ("matmul", "gather", "scatter_add", "attention", "attention_grad"))
     return seen
 
 

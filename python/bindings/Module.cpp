@@ -6,6 +6,7 @@
 //===----------------------------------------------------------------------===//
 #include "frontend/Executable.h"
 #ifdef TILEFUSE_HAVE_NVRTC
+#include "codegen/cuda/CudaAttention.h"
 #include "codegen/cuda/CudaLibrary.h"
 #endif
 #include "runtime/Artifact.h"
@@ -246,6 +247,8 @@ PYBIND11_MODULE(_core, m) {
 #ifdef TILEFUSE_HAVE_NVRTC
   m.def("cuda_library_source", &cudaLibrarySource,
         "CUDA C of the runtime's gather/scatter-add/convert kernels");
+  m.def("cuda_attention_source", &cudaAttentionSource,
+        "CUDA C of the fused attention kernels (forward, dK/dV, dQ)");
 #endif
   m.def("clear_cache", &Graph::clearCompileCache,
         "Empties the cache of compiled graphs; returns how many it held");

@@ -137,6 +137,11 @@ template <typename... A> struct Entry {
 };
 
 template <typename... A> constexpr int arity(void (*)(A...)) { return int(sizeof...(A)); }
+/// Bytes of parameter `i` (a struct passed by value is more than 8).
+template <typename... A> int paramBytes(void (*)(A...), int i) {
+  constexpr size_t bytes[] = {sizeof(A)..., 0};
+  return i >= 0 && i < int(sizeof...(A)) ? int(bytes[i]) : 0;
+}
 
 /// Every live thread of a block stopped: the points must agree. Returns
 /// false (after reporting) when they do not, which ends the launch.
@@ -293,7 +298,8 @@ template <typename T> T atomicAdd(T *p, T value) {
     std::snprintf(errors, size_t(size), "%s", all.c_str());                                        \
     return int(all.size());                                                                        \
   }                                                                                                \
-  extern "C" int tf_emu_arity_##name() { return tf_emu::arity(&name); }
+  extern "C" int tf_emu_arity_##name() { return tf_emu::arity(&name); }                        \
+  extern "C" int tf_emu_param_bytes_##name(int i) { return tf_emu::paramBytes(&name, i); }
 
 /// How the driver double tells the kernels where device memory is.
 extern "C" void tf_emu_set_allocation_check(bool (*check)(const void *, size_t)) {

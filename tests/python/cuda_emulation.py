@@ -120,16 +120,18 @@ def _blobs(data):
     return out
 
 
-def emulated_artifact(artifact, kernels_so, library_so):
-    """The artifact's bytes with every code blob replaced by its library
-    (a repeated kernel's blob, which names the kernel whose code it shares,
-    stays: the executor resolves it)."""
+def emulated_artifact(artifact, kernels_so, runtime_sos):
+    """The artifact's bytes with every code blob replaced by its library:
+    `runtime_sos` maps the runtime's own blobs (tf_library, tf_attention)
+    to theirs, the program's kernels go to `kernels_so` (a repeated
+    kernel's blob, which names the kernel whose code it shares, stays: the
+    executor resolves it)."""
     data = open(artifact, "rb").read()
     payload, last = bytearray(), _HEAD
     for name, start, end in _blobs(data):
         if data[start:end].startswith(b"tilefuse-alias:"):
             continue
-        code = ("emu:" + (library_so if name == "tf_library" else kernels_so)).encode()
+        code = ("emu:" + runtime_sos.get(name, kernels_so)).encode()
         # Each blob: u64 length (the 8 bytes before `start`), code, u64 hash.
         payload += data[last:start - 8]
         payload += struct.pack("<Q", len(code)) + code + struct.pack("<Q", _fnv(code))
@@ -182,13 +184,18 @@ def emulated_export(graph, workdir):
     kernels = build_library(graph._graph.cuda_source("cuda:sm_90"),
                             os.path.join(workdir, "kernels.so"))
     data = open(art, "rb").read()
-    library = None
-    if any(name == "tf_library" for name, _, _ in _blobs(data)):
-        library = build_library(tilefuse._core.cuda_library_source(),
-                                os.path.join(workdir, "library.so"), library=True)
+    names = {name for name, _, _ in _blobs(data)}
+    runtime_sos = {}
+    if "tf_library" in names:
+        runtime_sos["tf_library"] = build_library(tilefuse._core.cuda_library_source(),
+                                                  os.path.join(workdir, "library.so"),
+                                                  library=True)
+    if "tf_attention" in names:
+        runtime_sos["tf_attention"] = build_library(tilefuse._core.cuda_attention_source(),
+                                                    os.path.join(workdir, "attention.so"))
     emu = os.path.join(workdir, "model.emu.tfa")
     with open(emu, "wb") as f:
-        f.write(emulated_artifact(art, kernels, library or kernels))
+        f.write(emulated_artifact(art, kernels, runtime_sos))
     return emu
 
 

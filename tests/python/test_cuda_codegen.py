@@ -100,7 +100,8 @@ def test_corpus_compiles_without_spills(name, arch):
     graph = corpus()[name]
     rows = graph._graph.compile_cuda(arch)
     src = graph._graph.cuda_source(arch)
-    assert len(rows) == src.count('extern "C" __global__'), rows
+    own = [r for r in rows if not r["name"].startswith("tf_attention_")]
+    assert len(own) == src.count('extern "C" __global__'), rows
     spilling = [r for r in rows if r["spill_stores"] or r["spill_loads"]]
     assert not spilling, f"{name} for {arch}: kernels spill registers: {spilling}"
     assert all(0 < r["registers"] <= 255 for r in rows), rows

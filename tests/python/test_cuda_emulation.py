@@ -37,7 +37,8 @@ def corpus():
 
 
 CORPUS = ["op_mix", "f16_ops", "mul_kernel_fwd_bwd", "softmax_rows", "column_sums",
-          "linear_relu", "gpt2_mini_forward_dropout", "deepfm_grads"]
+          "linear_relu", "gpt2_mini_forward_dropout", "deepfm_grads", "attention_d64_causal_gqa",
+          "attention_d128_masked"]
 
 
 @pytest.mark.parametrize("name", CORPUS)
@@ -65,7 +66,8 @@ func.func @f(%b: tensor<10x4x{t}>, %i: tensor<40xi64>, %u: tensor<40x4x{t}>) -> 
 
 def test_a_gpt2_mini_adamw_step_eager_captured_and_replayed(tmp_path):
     """A whole training step (forward, backward with the embedding's
-    scatter-add, AdamW): without CUDA graphs, and captured then replayed."""
+    scatter-add, the causal attention with dropout in the fused attention
+    kernels, AdamW): without CUDA graphs, and captured then replayed."""
     from tilefuse import _pytree
     from tilefuse import workloads as W
     cfg = W.gpt2_mini_config(n_layer=1, d_model=32, n_head=2, seq=16, vocab=64, batch=2)
@@ -73,6 +75,8 @@ def test_a_gpt2_mini_adamw_step_eager_captured_and_replayed(tmp_path):
     loss = lambda p, b, s: W.gpt2_mini_loss(p, b, s, cfg, True)  # noqa: E731
     g = tilefuse.train_step_graph(loss, params, batch,
                                   tilefuse.optim.AdamW(lr=1e-3, weight_decay=0.01))
+    names = [r["name"] for r in g.fuse("cuda:sm_90").report()]
+    assert names.count("attention") == 1 and names.count("attention_grad") == 1, names
     p = [np.asarray(x) for x in _pytree.flatten(params)[0]]
     b = [np.asarray(x) for x in _pytree.flatten(batch)[0]]
     rng = np.random.default_rng(5)

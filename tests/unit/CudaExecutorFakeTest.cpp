@@ -369,30 +369,43 @@ TEST_F(FakeCuda, OutOfRangeGatherIndicesAreReported) {
   EXPECT_EQ(r.getDouble(0), t.getDouble(5 * 4));
 }
 
-TEST_F(FakeCuda, AttentionStepsAreRefusedAtLoadWithTheReason) {
-  // The compiler writes attention out for CUDA; a program that still has an
-  // attention step (hand-built, or from a CPU artifact) is refused, saying why.
+/// A program of one attention step with heads of `headDim`.
+static Program attentionProgram(int64_t headDim) {
   Program p;
-  int q = buffer(p, "q", {1, 2, 3, 4}, BufferInfo::Role::Argument);
-  int out = buffer(p, "out", {1, 2, 3, 4});
+  int q = buffer(p, "q", {1, 2, 3, headDim}, BufferInfo::Role::Argument);
+  int out = buffer(p, "out", {1, 2, 3, headDim});
   int lse = buffer(p, "lse", {1, 2, 3});
   Step a;
   a.kind = Step::Kind::Attention, a.source = "graph.attention", a.batch = 1, a.outputs = 2;
   a.attention.heads = 2, a.attention.kvHeads = 2, a.attention.queries = 3, a.attention.keys = 3;
-  a.attention.headDim = 4, a.attention.valueDim = 4;
+  a.attention.headDim = headDim, a.attention.valueDim = headDim;
   a.buffers = {q, q, q, out, lse};
   p.steps.push_back(a);
   p.arguments = {q};
   p.results = {out};
-  try {
-    CudaExecutor gpu(p, fakeCubins(p));
-    FAIL() << "a program with an attention step loaded on CUDA";
-  } catch (const CompileError &e) {
-    EXPECT_NE(std::string(e.what()).find("graph.attention: the fused attention kernels run on "
-                                         "the CPU only so far"),
-              std::string::npos)
-        << e.what();
-  }
+  return p;
+}
+
+TEST_F(FakeCuda, AttentionStepsTheKernelsCannotRunAreRefusedAtLoadWithTheReason) {
+  // The compiler writes attention with heads past the kernels' out for
+  // CUDA; a program that still has one (hand-built, or from a CPU
+  // artifact) is refused, saying why. So is one without the kernels' cubin.
+  auto refusal = [](const Program &p) -> std::string {
+    try {
+      CudaExecutor gpu(p, fakeCubins(p));
+    } catch (const CompileError &e) {
+      return e.what();
+    }
+    return "(loaded)";
+  };
+  std::string wide = refusal(attentionProgram(136));
+  EXPECT_NE(wide.find("graph.attention: head dimension 136 and value dimension 136: the CUDA "
+                      "attention kernels take at most 128"),
+            std::string::npos)
+      << wide;
+  std::string missing = refusal(attentionProgram(64));
+  EXPECT_NE(missing.find("has attention steps but no tf_attention cubin"), std::string::npos)
+      << missing;
 }
 
 TEST_F(FakeCuda, ArtifactsForAnotherArchitectureOrWithoutCubinsAreRefused) {

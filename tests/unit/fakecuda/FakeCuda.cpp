@@ -48,6 +48,9 @@ struct Kernel {
   int params = 0;
   KernelFn fn = nullptr;
   EmuLaunch emu = nullptr;
+  /// An emulated kernel's parameter sizes (a struct by value is more
+  /// than 8 bytes); registered kernels take 8-byte parameters only.
+  std::vector<int> paramBytes;
 };
 struct EmuModule {
   void *library = nullptr;
@@ -336,10 +339,14 @@ CUresult CUDAAPI cuModuleGetFunction(CUfunction *f, CUmodule m, const char *name
         dlsym(module->library, (std::string("tf_emu_launch_") + name).c_str()));
     auto arity = reinterpret_cast<int (*)()>(
         dlsym(module->library, (std::string("tf_emu_arity_") + name).c_str()));
-    if (!launch || !arity)
+    auto bytes = reinterpret_cast<int (*)(int)>(
+        dlsym(module->library, (std::string("tf_emu_param_bytes_") + name).c_str()));
+    if (!launch || !arity || !bytes)
       return CUDA_ERROR_NOT_FOUND;
     Kernel &k = module->kernels[name];
-    k = Kernel{name, arity(), nullptr, launch};
+    k = Kernel{name, arity(), nullptr, launch, {}};
+    for (int i = 0; i < k.params; ++i)
+      k.paramBytes.push_back(bytes(i));
     *f = reinterpret_cast<CUfunction>(&k);
     return CUDA_SUCCESS;
   }
@@ -360,15 +367,21 @@ CUresult CUDAAPI cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned
   for (int i = 0; i < k->params; ++i)
     values.push_back(*static_cast<uint64_t *>(params[i]));
   if (k->emu) {
+    // Each parameter whole, in 8-byte words (aligned for any field).
+    std::vector<std::vector<uint64_t>> words;
+    for (int i = 0; i < k->params; ++i) {
+      words.emplace_back((size_t(k->paramBytes[size_t(i)]) + 7) / 8);
+      std::memcpy(words.back().data(), params[i], size_t(k->paramBytes[size_t(i)]));
+    }
     // Kernels are referenced after their module is unloaded only through
     // graphs, which copy this launch.
     Kernel kernel = *k;
     submit([=] {
       ++fake().launches;
-      std::vector<uint64_t> copy = values;
+      std::vector<std::vector<uint64_t>> copy = words;
       std::vector<void *> pointers;
-      for (uint64_t &v : copy)
-        pointers.push_back(&v);
+      for (std::vector<uint64_t> &w : copy)
+        pointers.push_back(w.data());
       char errors[4096] = {};
       if (kernel.emu(gx, bx, pointers.data(), errors, int(sizeof errors)) > 0 &&
           fake().launchFailure.empty()) {

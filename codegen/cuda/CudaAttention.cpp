@@ -1,0 +1,404 @@
+//===- CudaAttention.cpp --------------------------------------------------===//
+//
+// Three kernels per head-dimension bound, none of which makes a buffer of
+// queries x keys:
+//  - forward: a block owns a tile of query rows of one head and walks the
+//    blocks of keys with an online softmax (running max and sum), causal
+//    blocks past the diagonal skipped; it stores the output and each row's
+//    log-sum-exp.
+//  - key grads: a block owns a tile of keys of one key/value head and walks
+//    the query tiles of every query head that reads it, recomputing the
+//    probabilities from the saved log-sum-exp; dK and dV sum in registers,
+//    so no atomics (and the same bits every run).
+//  - query grads: a block owns a tile of query rows and walks the key blocks
+//    for dQ. The probabilities are recomputed twice (FlashAttention-2 uses
+//    atomics for dQ instead); the delta term rowsum(dO * O) is computed
+//    where a tile of rows is loaded.
+// A row (or key) is owned by the threads of one warp: row statistics are
+// warp shuffles, and each thread keeps its share of the row's accumulators
+// in registers. The products read their operands from shared memory: no
+// tensor-core MMA yet.
+//
+//===----------------------------------------------------------------------===//
+#include "codegen/cuda/CudaAttention.h"
+
+#include "runtime/CudaAttentionKernels.h"
+
+using namespace tilefuse;
+
+namespace {
+constexpr const char *kKernels = R"(
+// The kernels' one argument: runtime/CudaAttentionKernels.h's
+// CudaAttentionArgs, field for field.
+struct TfAttentionArgs {
+  const float *q, *k, *v;
+  const void *mask;
+  const unsigned long long *seed;
+  float *out, *lse;
+  const float *dOut;
+  float *dq, *dk, *dv;
+  long long batch, heads, kvHeads, queries, keys, headDim, valueDim;
+  long long causal, maskKind, maskBatchStride, maskHeadStride, stream;
+  double scale, dropoutP;
+};
+
+#define TF_ATTENTION_NEG_INF __int_as_float((int)0xff800000u)
+
+// Philox 4x32-10 word `index % 4` of block `index / 4`: graph.random_uniform's
+// bits (codegen/reference/Philox.h).
+__device__ __forceinline__ unsigned tf_attention_philox(unsigned long long index,
+                                                        unsigned long long stream,
+                                                        unsigned long long seed) {
+  unsigned long long block = index >> 2;
+  unsigned c0 = (unsigned)block, c1 = (unsigned)(block >> 32), c2 = (unsigned)stream, c3 = 0u;
+  unsigned k0 = (unsigned)seed, k1 = (unsigned)(seed >> 32);
+  for (int round = 0; round < 10; ++round) {
+    unsigned hi0 = __umulhi(0xD2511F53u, c0), lo0 = 0xD2511F53u * c0;
+    unsigned hi1 = __umulhi(0xCD9E8D57u, c2), lo1 = 0xCD9E8D57u * c2;
+    unsigned n0 = hi1 ^ c1 ^ k0, n2 = hi0 ^ c3 ^ k1;
+    c0 = n0, c1 = lo1, c2 = n2, c3 = lo0;
+    k0 += 0x9E3779B9u, k1 += 0xBB67AE85u;
+  }
+  unsigned w = (unsigned)(index & 3);
+  return w == 0 ? c0 : w == 1 ? c1 : w == 2 ? c2 : c3;
+}
+
+// Dropout's factor for score (b, h, i, j): 1 / (1 - p) where graph.dropout
+// keeps the written-out probability, else 0.
+__device__ __forceinline__ float tf_attention_keep(const TfAttentionArgs &a,
+                                                   unsigned long long seed, long long b,
+                                                   long long h, long long i, long long j) {
+  unsigned long long index =
+      (unsigned long long)(((b * a.heads + h) * a.queries + i) * a.keys + j);
+  unsigned bits = tf_attention_philox(index, (unsigned long long)a.stream, seed);
+  float u = (float)(bits >> 8) * 5.9604644775390625e-08f; // 2^-24
+  return u >= (float)a.dropoutP ? (float)(1.0 / (1.0 - a.dropoutP)) : 0.0f;
+}
+
+// The masked, scaled score of query i and key j of head (b, h) from their
+// dot product: -inf where hidden.
+__device__ __forceinline__ float tf_attention_score(const TfAttentionArgs &a, float dot,
+                                                    long long b, long long h, long long i,
+                                                    long long j) {
+  if (a.causal && j > i)
+    return TF_ATTENTION_NEG_INF;
+  float s = dot * (float)a.scale;
+  if (a.maskKind != 0) {
+    long long at = b * a.maskBatchStride + h * a.maskHeadStride + i * a.keys + j;
+    if (a.maskKind == 1) {
+      if (((const unsigned char *)a.mask)[at] == 0)
+        return TF_ATTENTION_NEG_INF;
+    } else {
+      s += ((const float *)a.mask)[at];
+    }
+  }
+  return s;
+}
+
+// rows x cols of a row-major matrix with leading dimension `ld` into a
+// shared tile (row stride DMAX + 1 against bank conflicts); zeros past the
+// matrix, so partial tiles compute with zeros.
+template <int DMAX, int ROWS>
+__device__ __forceinline__ void tf_attention_load(float (*tile)[DMAX + 1], const float *src,
+                                                  long long first, long long rows,
+                                                  long long cols) {
+  for (int e = threadIdx.x; e < ROWS * DMAX; e += blockDim.x) {
+    int r = e / DMAX, d = e % DMAX;
+    tile[r][d] = first + r < rows && d < cols ? src[(first + r) * cols + d] : 0.0f;
+  }
+}
+
+template <int THREADS>
+__device__ __forceinline__ float tf_attention_group_max(float x) {
+  for (int o = 1; o < THREADS; o <<= 1)
+    x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, o));
+  return x;
+}
+template <int THREADS>
+__device__ __forceinline__ float tf_attention_group_sum(float x) {
+  for (int o = 1; o < THREADS; o <<= 1)
+    x += __shfl_xor_sync(0xffffffffu, x, o);
+  return x;
+}
+
+template <int DMAX, int BM, int BN>
+__device__ __forceinline__ void tf_attention_forward(const TfAttentionArgs &a) {
+  constexpr int TPR = 128 / BM;  // threads per query row
+  constexpr int COLS = BN / TPR; // scores of a row a thread computes per key block
+  constexpr int DIMS = DMAX / TPR;
+  __shared__ float qs[BM][DMAX + 1];
+  __shared__ float kv[BN][DMAX + 1]; // K, then V, of the key block
+  __shared__ float ps[BM][BN + 1];
+  const int t = threadIdx.x, r = t / TPR, g = t % TPR;
+  const long long blocksPerHead = (a.queries + BM - 1) / BM;
+  const long long bh = (long long)blockIdx.x / blocksPerHead;
+  const long long i0 = (long long)blockIdx.x % blocksPerHead * BM, i = i0 + r;
+  const long long b = bh / a.heads, h = bh % a.heads;
+  const long long kvh = b * a.kvHeads + h / (a.heads / a.kvHeads);
+  const float *k = a.k + kvh * a.keys * a.headDim, *v = a.v + kvh * a.keys * a.valueDim;
+  const unsigned long long seed = a.dropoutP > 0 ? *a.seed : 0ull;
+  const bool row = i < a.queries;
+  tf_attention_load<DMAX, BM>(qs, a.q + bh * a.queries * a.headDim, i0, a.queries, a.headDim);
+  float m = TF_ATTENTION_NEG_INF, l = 0.0f, acc[DIMS];
+#pragma unroll
+  for (int y = 0; y < DIMS; ++y)
+    acc[y] = 0.0f;
+  // Key blocks past the tile's last row are all hidden when causal.
+  const long long keyEnd = a.causal && i0 + BM < a.keys ? i0 + BM : a.keys;
+  for (long long j0 = 0; j0 < keyEnd; j0 += BN) {
+    __syncthreads(); // the previous block's V is read
+    tf_attention_load<DMAX, BN>(kv, k, j0, a.keys, a.headDim);
+    __syncthreads();
+    float s[COLS], blockMax = TF_ATTENTION_NEG_INF;
+#pragma unroll
+    for (int x = 0; x < COLS; ++x) {
+      const int c = g + x * TPR;
+      s[x] = TF_ATTENTION_NEG_INF;
+      if (row && j0 + c < a.keys) {
+        float dot = 0.0f;
+        for (int d = 0; d < a.headDim; ++d)
+          dot += qs[r][d] * kv[c][d];
+        s[x] = tf_attention_score(a, dot, b, h, i, j0 + c);
+      }
+      blockMax = fmaxf(blockMax, s[x]);
+    }
+    const float mNew = fmaxf(m, tf_attention_group_max<TPR>(blockMax));
+    // A row that has seen only hidden keys adds nothing (exp(-inf - -inf)
+    // would be NaN).
+    const float alpha = mNew == TF_ATTENTION_NEG_INF ? 1.0f : expf(m - mNew);
+    float sum = 0.0f;
+#pragma unroll
+    for (int x = 0; x < COLS; ++x) {
+      const int c = g + x * TPR;
+      float p = mNew == TF_ATTENTION_NEG_INF ? 0.0f : expf(s[x] - mNew);
+      sum += p; // the softmax's sum is of the probabilities before dropout
+      if (a.dropoutP > 0 && p != 0.0f)
+        p *= tf_attention_keep(a, seed, b, h, i, j0 + c);
+      ps[r][c] = p;
+    }
+    l = l * alpha + tf_attention_group_sum<TPR>(sum);
+    m = mNew;
+    __syncthreads(); // K is read
+    tf_attention_load<DMAX, BN>(kv, v, j0, a.keys, a.valueDim);
+    __syncthreads();
+#pragma unroll
+    for (int y = 0; y < DIMS; ++y) {
+      const int d = g + y * TPR;
+      float o = acc[y] * alpha;
+      for (int c = 0; c < BN; ++c)
+        o += ps[r][c] * kv[c][d];
+      acc[y] = o;
+    }
+  }
+  if (!row)
+    return;
+  // A fully hidden row: output 0 and log-sum-exp 0, as on the CPU.
+  const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+  float *out = a.out + (bh * a.queries + i) * a.valueDim;
+#pragma unroll
+  for (int y = 0; y < DIMS; ++y)
+    if (g + y * TPR < a.valueDim)
+      out[g + y * TPR] = acc[y] * inv;
+  if (g == 0)
+    a.lse[bh * a.queries + i] = l > 0.0f ? m + logf(l) : 0.0f;
+}
+
+// dS of score (i, j) and the dropped probability, from the dot products
+// q_i . k_j and dO_i . v_j, the row's log-sum-exp and delta.
+__device__ __forceinline__ float tf_attention_score_grad(const TfAttentionArgs &a,
+                                                         unsigned long long seed, float qk,
+                                                         float dov, float lse, float delta,
+                                                         long long b, long long h, long long i,
+                                                         long long j, float *dropped) {
+  const float s = tf_attention_score(a, qk, b, h, i, j);
+  const float p = s == TF_ATTENTION_NEG_INF ? 0.0f : expf(s - lse);
+  float keep = 1.0f;
+  if (a.dropoutP > 0 && p != 0.0f)
+    keep = tf_attention_keep(a, seed, b, h, i, j);
+  *dropped = p * keep;
+  return p * (dov * keep - delta);
+}
+
+// The row's log-sum-exp and delta = rowsum(dO * O) of rows [i0, i0 + ROWS)
+// of head bh into lses and deltas (0 past the last row).
+template <int ROWS>
+__device__ __forceinline__ void tf_attention_row_terms(const TfAttentionArgs &a, long long bh,
+                                                       long long i0, float *lses,
+                                                       float *deltas) {
+  for (int r = threadIdx.x; r < ROWS; r += blockDim.x) {
+    const long long i = i0 + r;
+    float lse = 0.0f, delta = 0.0f;
+    if (i < a.queries) {
+      const long long at = bh * a.queries + i;
+      lse = a.lse[at];
+      for (long long d = 0; d < a.valueDim; ++d)
+        delta += a.dOut[at * a.valueDim + d] * a.out[at * a.valueDim + d];
+    }
+    lses[r] = lse, deltas[r] = delta;
+  }
+}
+
+template <int DMAX, int BM, int BN>
+__device__ __forceinline__ void tf_attention_key_grads(const TfAttentionArgs &a) {
+  constexpr int TPK = 128 / BN;  // threads per key
+  constexpr int ROWS = BM / TPK; // query rows of a tile a thread computes
+  constexpr int DIMS = DMAX / TPK;
+  __shared__ float ks[BN][DMAX + 1], vs[BN][DMAX + 1];
+  __shared__ float qs[BM][DMAX + 1], dos[BM][DMAX + 1];
+  __shared__ float pt[BN][BM + 1], dst[BN][BM + 1]; // transposed: a key's row
+  __shared__ float lses[BM], deltas[BM];
+  const int t = threadIdx.x, c = t / TPK, g = t % TPK;
+  const long long blocksPerHead = (a.keys + BN - 1) / BN;
+  const long long bkv = (long long)blockIdx.x / blocksPerHead;
+  const long long j0 = (long long)blockIdx.x % blocksPerHead * BN, j = j0 + c;
+  const long long b = bkv / a.kvHeads, group = a.heads / a.kvHeads;
+  const unsigned long long seed = a.dropoutP > 0 ? *a.seed : 0ull;
+  const bool key = j < a.keys;
+  tf_attention_load<DMAX, BN>(ks, a.k + bkv * a.keys * a.headDim, j0, a.keys, a.headDim);
+  tf_attention_load<DMAX, BN>(vs, a.v + bkv * a.keys * a.valueDim, j0, a.keys, a.valueDim);
+  float dk[DIMS], dv[DIMS];
+#pragma unroll
+  for (int y = 0; y < DIMS; ++y)
+    dk[y] = dv[y] = 0.0f;
+  // Causal: rows before the block's first key see none of its keys.
+  const long long firstTile = a.causal ? j0 / BM * BM : 0;
+  for (long long hg = 0; hg < group; ++hg) {
+    const long long h = bkv % a.kvHeads * group + hg, bh = b * a.heads + h;
+    for (long long i0 = firstTile; i0 < a.queries; i0 += BM) {
+      __syncthreads(); // the previous tile is read
+      tf_attention_load<DMAX, BM>(qs, a.q + bh * a.queries * a.headDim, i0, a.queries,
+                                  a.headDim);
+      tf_attention_load<DMAX, BM>(dos, a.dOut + bh * a.queries * a.valueDim, i0, a.queries,
+                                  a.valueDim);
+      tf_attention_row_terms<BM>(a, bh, i0, lses, deltas);
+      __syncthreads();
+#pragma unroll
+      for (int x = 0; x < ROWS; ++x) {
+        const int r = g + x * TPK;
+        float dropped = 0.0f, ds = 0.0f;
+        if (key && i0 + r < a.queries) {
+          float qk = 0.0f, dov = 0.0f;
+          for (int d = 0; d < a.headDim; ++d)
+            qk += qs[r][d] * ks[c][d];
+          for (int d = 0; d < a.valueDim; ++d)
+            dov += dos[r][d] * vs[c][d];
+          ds = tf_attention_score_grad(a, seed, qk, dov, lses[r], deltas[r], b, h, i0 + r, j,
+                                       &dropped);
+        }
+        pt[c][r] = dropped, dst[c][r] = ds;
+      }
+      __syncthreads();
+#pragma unroll
+      for (int y = 0; y < DIMS; ++y) {
+        const int d = g + y * TPK;
+        float kAcc = dk[y], vAcc = dv[y];
+        for (int r = 0; r < BM; ++r) {
+          vAcc += pt[c][r] * dos[r][d];
+          kAcc += dst[c][r] * qs[r][d];
+        }
+        dk[y] = kAcc, dv[y] = vAcc;
+      }
+    }
+  }
+  if (!key)
+    return;
+  const float scale = (float)a.scale;
+#pragma unroll
+  for (int y = 0; y < DIMS; ++y) {
+    const int d = g + y * TPK;
+    if (d < a.headDim)
+      a.dk[(bkv * a.keys + j) * a.headDim + d] = dk[y] * scale;
+    if (d < a.valueDim)
+      a.dv[(bkv * a.keys + j) * a.valueDim + d] = dv[y];
+  }
+}
+
+template <int DMAX, int BM, int BN>
+__device__ __forceinline__ void tf_attention_query_grads(const TfAttentionArgs &a) {
+  constexpr int TPR = 128 / BM;
+  constexpr int COLS = BN / TPR;
+  constexpr int DIMS = DMAX / TPR;
+  __shared__ float qs[BM][DMAX + 1], dos[BM][DMAX + 1];
+  __shared__ float ks[BN][DMAX + 1], vs[BN][DMAX + 1];
+  __shared__ float dss[BM][BN + 1];
+  __shared__ float lses[BM], deltas[BM];
+  const int t = threadIdx.x, r = t / TPR, g = t % TPR;
+  const long long blocksPerHead = (a.queries + BM - 1) / BM;
+  const long long bh = (long long)blockIdx.x / blocksPerHead;
+  const long long i0 = (long long)blockIdx.x % blocksPerHead * BM, i = i0 + r;
+  const long long b = bh / a.heads, h = bh % a.heads;
+  const long long kvh = b * a.kvHeads + h / (a.heads / a.kvHeads);
+  const unsigned long long seed = a.dropoutP > 0 ? *a.seed : 0ull;
+  const bool row = i < a.queries;
+  tf_attention_load<DMAX, BM>(qs, a.q + bh * a.queries * a.headDim, i0, a.queries, a.headDim);
+  tf_attention_load<DMAX, BM>(dos, a.dOut + bh * a.queries * a.valueDim, i0, a.queries,
+                              a.valueDim);
+  tf_attention_row_terms<BM>(a, bh, i0, lses, deltas);
+  float dq[DIMS];
+#pragma unroll
+  for (int y = 0; y < DIMS; ++y)
+    dq[y] = 0.0f;
+  const long long keyEnd = a.causal && i0 + BM < a.keys ? i0 + BM : a.keys;
+  for (long long j0 = 0; j0 < keyEnd; j0 += BN) {
+    __syncthreads(); // the previous block is read (and the row tiles are in)
+    tf_attention_load<DMAX, BN>(ks, a.k + kvh * a.keys * a.headDim, j0, a.keys, a.headDim);
+    tf_attention_load<DMAX, BN>(vs, a.v + kvh * a.keys * a.valueDim, j0, a.keys, a.valueDim);
+    __syncthreads();
+#pragma unroll
+    for (int x = 0; x < COLS; ++x) {
+      const int c = g + x * TPR;
+      float ds = 0.0f, dropped = 0.0f;
+      if (row && j0 + c < a.keys) {
+        float qk = 0.0f, dov = 0.0f;
+        for (int d = 0; d < a.headDim; ++d)
+          qk += qs[r][d] * ks[c][d];
+        for (int d = 0; d < a.valueDim; ++d)
+          dov += dos[r][d] * vs[c][d];
+        ds = tf_attention_score_grad(a, seed, qk, dov, lses[r], deltas[r], b, h, i, j0 + c,
+                                     &dropped);
+      }
+      dss[r][c] = ds;
+    }
+    __syncthreads();
+#pragma unroll
+    for (int y = 0; y < DIMS; ++y) {
+      const int d = g + y * TPR;
+      float acc = dq[y];
+      for (int c = 0; c < BN; ++c)
+        acc += dss[r][c] * ks[c][d];
+      dq[y] = acc;
+    }
+  }
+  if (!row)
+    return;
+  const float scale = (float)a.scale;
+#pragma unroll
+  for (int y = 0; y < DIMS; ++y)
+    if (g + y * TPR < a.headDim)
+      a.dq[(bh * a.queries + i) * a.headDim + g + y * TPR] = dq[y] * scale;
+}
+)";
+
+/// extern "C" kernels instantiating the templates for `t`.
+std::string instantiate(const CudaAttentionTiles &t) {
+  auto kernel = [&](const char *name, const char *templ, int rows, int keys) {
+    return "extern \"C\" __global__ void __launch_bounds__(" +
+           std::to_string(kCudaAttentionThreads) + ") " + cudaAttentionKernel(name, t) +
+           "(TfAttentionArgs a) {\n  " + templ + "<" + std::to_string(t.maxDim) + ", " +
+           std::to_string(rows) + ", " + std::to_string(keys) + ">(a);\n}\n";
+  };
+  return kernel("forward", "tf_attention_forward", t.forwardRows, t.forwardKeys) +
+         kernel("key_grads", "tf_attention_key_grads", t.keyGradRows, t.keyGradKeys) +
+         kernel("query_grads", "tf_attention_query_grads", t.queryGradRows, t.queryGradKeys);
+}
+} // namespace
+
+const std::string &tilefuse::cudaAttentionSource() {
+  static const std::string source = [] {
+    std::string s = kKernels;
+    for (const CudaAttentionTiles &t : kCudaAttentionTiles)
+      s += instantiate(t);
+    return s;
+  }();
+  return source;
+}

@@ -1,0 +1,22 @@
+//===- CudaAttention.h - fused attention kernels for CUDA ----------*- C++ -*-===//
+//
+// graph.attention and graph.attention_grad on CUDA: FlashAttention-2's
+// algorithm as CUDA C, the same semantics as runtime/CpuAttention.h. The
+// source is compiled by NVRTC with a program that has attention steps into
+// the kCudaAttentionBlob cubin (runtime/CudaExecutor.h); the executor
+// launches its kernels, so the runtime never compiles anything.
+//
+//===----------------------------------------------------------------------===//
+#ifndef TILEFUSE_CODEGEN_CUDA_CUDAATTENTION_H
+#define TILEFUSE_CODEGEN_CUDA_CUDAATTENTION_H
+
+#include <string>
+
+namespace tilefuse {
+
+/// CUDA C defining every kernel of kCudaAttentionKernels.
+const std::string &cudaAttentionSource();
+
+} // namespace tilefuse
+
+#endif // TILEFUSE_CODEGEN_CUDA_CUDAATTENTION_H
