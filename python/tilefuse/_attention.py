@@ -91,8 +91,10 @@ def _scale(q, scale):
     return 1.0 / float(np.sqrt(q.shape[-1])) if scale is None else float(scale)
 
 
-def fused_attention(q, k, v, mask=None, scale=None, causal=False):
-    """(output, logsumexp) of graph.attention, or None (see prepare)."""
+def fused_attention(q, k, v, mask=None, scale=None, causal=False, dropout=None):
+    """(output, logsumexp) of graph.attention, or None (see prepare).
+    `dropout`: (p, seed tensor, Philox stream) to drop probabilities with
+    graph.dropout's bits, or None."""
     ready = prepare(q, k, v, mask)
     if ready is None:
         return None
@@ -100,8 +102,10 @@ def fused_attention(q, k, v, mask=None, scale=None, causal=False):
     scale = _scale(q, scale)
     tracer = q._tracer
     _user_location(tracer)  # report() names the user's line
+    p, seed, stream = dropout if dropout else (0.0, None, 0)
     out, lse = tracer.attention(q._id, k._id, v._id, -1 if mask is None else mask._id,
-                                scale, bool(causal))
+                                scale, bool(causal), seed=-1 if seed is None else seed._id,
+                                dropout_p=float(p), stream=int(stream))
     out, lse = Tensor(tracer, out), Tensor(tracer, lse)
     if squeeze:
         out, lse = out.squeeze(0), lse.squeeze(0)

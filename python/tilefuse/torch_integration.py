@@ -93,7 +93,7 @@ def capture(module, example_inputs, loss_fn=None):
         # plain ops, as the importer converts them. Ops the importer has no
         # conversion for are reduced with PyTorch's decompositions (the
         # backend's table), the others kept whole.
-        with _compiling():
+        with _compiling(), _keep_attention_whole():
             gm = make_fx(torch.func.functionalize(loss, remove="mutations"),
                          decomposition_table=_capture_decompositions(),
                          record_stack_traces=True)(*example)
@@ -122,6 +122,38 @@ class _compiling:
     def __exit__(self, *exc):
         if self._before is not None:
             self._module._is_compiling_flag = self._before
+
+
+def _keep_attention_whole():
+    """A mode under which F.scaled_dot_product_attention with dropout is
+    captured as one op (tilefuse::attention_with_dropout), which the
+    importer makes the fused attention with dropout: PyTorch writes it out
+    on the CPU (matmul, softmax, bernoulli) before any converter sees it.
+    Only for from_torch, which differentiates the graph itself: the op has
+    no PyTorch backward."""
+    torch = _torch()
+    from torch.overrides import TorchFunctionMode
+
+    from .aten.attention import attention_with_dropout
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+
+    class KeepAttentionWhole(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            kwargs = kwargs or {}
+            if func is sdpa:
+                call = _sdpa_arguments(*args, **kwargs)
+                if call["dropout_p"] > 0:
+                    return attention_with_dropout(**call)
+            return func(*args, **kwargs)
+
+    return KeepAttentionWhole()
+
+
+def _sdpa_arguments(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False,
+                    scale=None, enable_gqa=False):
+    return {"q": query, "k": key, "v": value, "attn_mask": attn_mask,
+            "dropout_p": float(dropout_p), "is_causal": bool(is_causal),
+            "scale": None if scale is None else float(scale), "enable_gqa": bool(enable_gqa)}
 
 
 def _capture_decompositions():

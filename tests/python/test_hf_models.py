@@ -152,3 +152,23 @@ def test_hf_model_trains_through_from_torch_like_eager(name):
                                torch.optim.AdamW(model.parameters(), lr=1e-3))
     got = [step(*b) for b in batches]
     _check(name, "from_torch", got, want)
+
+
+def test_gpt2_with_its_attention_dropout_runs_the_fused_kernels_through_from_torch():
+    """GPT-2's default attn_pdrop (0.1) reaches SDPA as dropout_p: from_torch
+    keeps every layer's attention fused, dropout drawn in the kernels, and
+    trains (losses finite and falling; tilefuse's masks are not PyTorch's,
+    so the values are not eager's)."""
+    torch.manual_seed(0)
+    model = WithLoss(T.GPT2LMHeadModel(T.GPT2Config(
+        n_layer=2, n_embd=64, n_head=4, vocab_size=VOCAB, n_positions=64, bos_token_id=0,
+        eos_token_id=0)))
+    assert model.model.config.attn_pdrop > 0
+    model.train()
+    batch = _inputs(0)
+    step = tilefuse.from_torch(model, batch, torch.optim.AdamW(model.parameters(), lr=1e-2))
+    names = [r["name"] for r in step.report()]
+    assert names.count("attention") == 2 and names.count("attention_grad") == 2, names
+    assert "dropout_p = 1.0" in step.train_step.graph.mlir()
+    losses = [step(*batch) for _ in range(8)]
+    assert all(torch.isfinite(torch.tensor(losses))) and losses[-1] < losses[0], losses

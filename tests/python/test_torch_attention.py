@@ -231,3 +231,61 @@ def test_attention_with_boolean_masks_and_dropout_converts_whole():
 
     torch.compile(g, backend="tilefuse")(q, k, v).backward()
     assert_converted_whole(2)
+
+
+def test_from_torch_fuses_attention_with_dropout():
+    """from_torch captures F.scaled_dot_product_attention with dropout as
+    one op (PyTorch writes it out on the CPU, the L x S scores in memory)
+    and makes it the fused op with dropout in its kernels. Its loss and
+    gradients equal PyTorch's computation in float64 given tilefuse's keep
+    mask (graph.random_uniform's bits for the op's seed and stream) within
+    1e-5 (loss) and 1e-4 (gradients, read back as the difference of f32
+    parameters before and after an SGD step with lr 1)."""
+    import re
+
+    import numpy as np
+
+    torch.manual_seed(0)
+    b, t, d, heads, p = 2, 12, 16, 2, 0.2
+
+    class Attention(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.qkv = torch.nn.Linear(d, 3 * d)
+
+        def forward(self, x):
+            q, k, v = (z.view(b, t, heads, d // heads).transpose(1, 2)
+                       for z in self.qkv(x).split(d, -1))
+            return TF.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=True)
+
+    model = Attention()
+    x = torch.randn(b, t, d)
+    before = {n: w.detach().clone() for n, w in model.named_parameters()}
+    step = tilefuse.from_torch(model, (x,), torch.optim.SGD(model.parameters(), lr=1.0),
+                               loss_fn=lambda m, x: m(x).square().mean(), seed=5)
+    text = step.train_step.graph.mlir()
+    fused = re.search(r"graph\.attention .*dropout_p = 2\.0+e-01.*stream = (\d+)", text)
+    assert fused, "SDPA with dropout did not become the fused op"
+    names = [r["name"] for r in step.report()]
+    assert "attention" in names and "attention_grad" in names, names
+    loss = step(x)
+
+    shape = f"tensor<{b}x{heads}x{t}x{t}xf32>"
+    uniform = tilefuse._core.parse(
+        f"func.func @u(%s: tensor<i64>) -> {shape} {{\n"
+        f"  %0 = graph.random_uniform %s {{stream = {fused.group(1)} : i64}} : "
+        f"(tensor<i64>) -> {shape}\n  return %0 : {shape}\n}}\n")
+    keep = torch.from_numpy(np.asarray(uniform.interpret([np.int64(5)])[0]) >= p)
+    assert 0 < keep.double().mean() < 1
+    twin = {n: w.double().requires_grad_() for n, w in before.items()}
+    q, k, v = (z.view(b, t, heads, d // heads).transpose(1, 2) for z in TF.linear(
+        x.double(), twin["qkv.weight"], twin["qkv.bias"]).split(d, -1))
+    scores = (q @ k.transpose(-2, -1)) / (d // heads) ** 0.5
+    scores = scores.masked_fill(~torch.ones(t, t, dtype=torch.bool).tril(), float("-inf"))
+    probs = torch.where(keep, scores.softmax(-1) / (1 - p), 0.0)
+    want = (probs @ v).square().mean()
+    want.backward()
+    assert abs(loss - want.item()) <= RTOL * abs(want.item()), (loss, want.item())
+    after = step.state_dict()
+    for n, w in twin.items():
+        assert max_rel(before[n] - after[n], w.grad) <= 1e-4, n

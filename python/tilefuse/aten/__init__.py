@@ -192,17 +192,22 @@ class _Importer(torch.fx.Interpreter):
         a = args[i] if i < len(args) else None
         return a.meta.get("val") if isinstance(a, torch.fx.Node) else None
 
-    def uniform(self, shape, dtype):
-        """U[0, 1) of `shape` from the graph's seed, a new stream per call."""
+    def random_stream(self):
+        """(the graph's seed as a traced tensor, a new Philox stream) for
+        one random op."""
         if self._seed is None:
             raise UnsupportedOp("random numbers (rand, bernoulli, dropout)",
                                 "the graph has no seed input")
         seed = self._seed if isinstance(self._seed, Tensor) else _lift(self._tracer,
                                                                        np.int64(self._seed))
         self._stream += 1
+        return seed, self._stream
+
+    def uniform(self, shape, dtype):
+        """U[0, 1) of `shape` from the graph's seed, a new stream per call."""
+        seed, stream = self.random_stream()
         t = self._tracer
-        return Tensor(t, t.random_uniform(seed._id, dtype_name(dtype), list(shape),
-                                          self._stream))
+        return Tensor(t, t.random_uniform(seed._id, dtype_name(dtype), list(shape), stream))
 
     def constant(self, value, dtype):
         """`value` (numpy) as a constant of the graph, of tilefuse dtype `dtype`."""

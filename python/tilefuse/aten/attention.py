@@ -6,8 +6,17 @@ either may run on either side of a partition boundary. f32 attention
 becomes graph.attention / graph.attention_grad (the fused kernels: no L x S
 scores in memory); what the fused op cannot take (other dtypes, the math
 variant's probabilities output) is written out with matmul and softmax.
+
+With dropout, PyTorch's CPU SDPA is written out before any converter sees
+it (matmul, softmax, bernoulli). from_torch, which differentiates the step
+itself, captures such calls whole as `tilefuse::attention_with_dropout`
+instead (torch_integration.keep_attention_whole) and converts that into the
+fused op with dropout: tilefuse's Philox bits, PyTorch's distribution.
 """
+from typing import Optional
+
 import numpy as np
+import torch
 
 from .. import functional as F
 from .._attention import fused_attention, fused_attention_grad
@@ -107,6 +116,40 @@ def _sdpa_math(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, dropout_
     if dropout_p and dropout_mask is not None:
         p = where(dropout_mask, p * (1.0 / (1.0 - dropout_p)), 0.0)
     return p @ _kv_heads(v, heads, op), p
+
+
+@torch.library.custom_op("tilefuse::attention_with_dropout", mutates_args=())
+def attention_with_dropout(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                           attn_mask: Optional[torch.Tensor], dropout_p: float, is_causal: bool,
+                           scale: Optional[float], enable_gqa: bool) -> torch.Tensor:
+    """F.scaled_dot_product_attention with dropout as one op of a captured
+    graph (run eagerly, it is PyTorch's)."""
+    return torch.nn.functional.scaled_dot_product_attention(
+        q, k, v, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal, scale=scale,
+        enable_gqa=enable_gqa)
+
+
+@attention_with_dropout.register_fake
+def _attention_with_dropout_shape(q, k, v, attn_mask, dropout_p, is_causal, scale, enable_gqa):
+    return q.new_empty(q.shape[:-1] + (v.shape[-1],))
+
+
+@converts(torch.ops.tilefuse.attention_with_dropout)
+def _attention_with_dropout(q, k, v, attn_mask, dropout_p, is_causal, scale, enable_gqa):
+    """The fused op drawing the dropout mask in its kernels; written out (the
+    same distribution, other bits) where it cannot take the operands."""
+    op = torch.ops.tilefuse.attention_with_dropout
+    seed, stream = importer().random_stream()
+    fused = fused_attention(q, k, v, attn_mask, scale, is_causal,
+                            dropout=(dropout_p, seed, stream))
+    if fused is not None:
+        return fused[0]
+    heads = q.shape[-3]
+    s, _ = _attention_scores(q, _kv_heads(k, heads, op), attn_mask, is_causal, scale)
+    p = F.softmax(s, -1)
+    keep = importer().uniform(p.shape, "f32") >= dropout_p
+    p = where(keep, p * (1.0 / (1.0 - dropout_p)), 0.0)
+    return (p @ _kv_heads(v, heads, op)).to(q.dtype)
 
 
 @converts(aten.scaled_dot_product_attention)

@@ -7,6 +7,7 @@ import numpy as np
 from .. import _trig
 from .._tracing import where
 from . import _dtype_of, aten, converts, importer
+from .attention import attention_with_dropout
 
 
 def _standard_normal(shape, dtype):
@@ -55,7 +56,7 @@ def _native_dropout(x, p, train):
 
 RANDOM_OPS = (aten.rand.default, aten.randn.default, aten.rand_like.default,
               aten.randn_like.default, aten.bernoulli.p, aten.bernoulli_.float,
-              aten.native_dropout.default)
+              aten.native_dropout.default, attention_with_dropout._opoverload)
 
 
 def uses_random(gm):
