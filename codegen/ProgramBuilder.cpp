@@ -1,5 +1,6 @@
 //===- ProgramBuilder.cpp - fused graph -> runtime Program ----------------===//
 #include "codegen/ProgramBuilder.h"
+#include "codegen/ConvParamsOf.h"
 #include "codegen/DTypes.h"
 
 #include "codegen/tile/FusionToTile.h"
@@ -195,6 +196,22 @@ private:
       s.source = "graph.scatter_add";
       s.buffers = {bufferOf(sa.getBase()), bufferOf(sa.getIndices()),
                    bufferOf(sa.getUpdates()), result(op)};
+      prog.steps.push_back(s);
+      return success();
+    }
+    if (auto conv = convParamsOf(&op)) {
+      auto [direction, params] = *conv;
+      if (!llvm::cast<RankedTensorType>(op.getResult(0).getType()).getElementType().isF32())
+        return op.emitOpError("runs compiled in f32 only, got ")
+               << op.getResult(0).getType() << "; cast the operands to f32 (f64 convolutions run "
+               << "in the reference interpreter only)";
+      Step s;
+      s.kind = direction == ConvDirection::Forward     ? Step::Kind::Conv
+               : direction == ConvDirection::GradInput ? Step::Kind::ConvGradInput
+                                                       : Step::Kind::ConvGradWeight;
+      s.source = op.getName().getStringRef().str();
+      s.conv = params;
+      s.buffers = {bufferOf(op.getOperand(0)), bufferOf(op.getOperand(1)), result(op)};
       prog.steps.push_back(s);
       return success();
     }

@@ -592,6 +592,30 @@ ValueId Tracer::gather(ValueId table, ValueId indices) {
   return impl_->put(impl_->create<GatherOp>(t.getType(), {t, i}));
 }
 
+ValueId Tracer::conv(const std::string &kind, ValueId aId, ValueId bId, const Shape &strides,
+                     const Shape &padLow, const Shape &padHigh, const Shape &dilation,
+                     int64_t groups, const Shape &size) {
+  Value a = impl_->get(aId), b = impl_->get(bId);
+  auto &bl = impl_->builder;
+  SmallVector<NamedAttribute> attrs = {
+      impl_->attr("strides", bl.getDenseI64ArrayAttr(strides)),
+      impl_->attr("padding_low", bl.getDenseI64ArrayAttr(padLow)),
+      impl_->attr("padding_high", bl.getDenseI64ArrayAttr(padHigh)),
+      impl_->attr("dilation", bl.getDenseI64ArrayAttr(dilation)),
+      impl_->attr("groups", bl.getI64IntegerAttr(groups))};
+  if (kind == "conv")
+    return impl_->put(impl_->create<ConvOp>(a.getType(), {a, b}, attrs));
+  if (kind == "grad_input") {
+    attrs.push_back(impl_->attr("input_spatial", bl.getDenseI64ArrayAttr(size)));
+    return impl_->put(impl_->create<ConvGradInputOp>(a.getType(), {a, b}, attrs));
+  }
+  if (kind == "grad_weight") {
+    attrs.push_back(impl_->attr("kernel", bl.getDenseI64ArrayAttr(size)));
+    return impl_->put(impl_->create<ConvGradWeightOp>(a.getType(), {a, b}, attrs));
+  }
+  impl_->fail("conv: unknown kind '" + kind + "' (conv, grad_input or grad_weight)");
+}
+
 ValueId Tracer::scatterAdd(ValueId base, ValueId indices, ValueId updates) {
   Value b = impl_->get(base), i = impl_->get(indices), u = impl_->get(updates);
   return impl_->put(impl_->create<ScatterAddOp>(b.getType(), {b, i, u}));

@@ -82,6 +82,13 @@ public:
   ValueId matmulTransposed(ValueId a, ValueId b, bool transposeA,
                            bool transposeB);
   ValueId gather(ValueId table, ValueId indices);
+  /// graph.conv (`kind` "conv") of input a and weight b, or its gradient
+  /// ops: "grad_input" (a the output's cotangent, b the weight, `size` the
+  /// input's spatial size) and "grad_weight" (a the input, b the output's
+  /// cotangent, `size` the kernel's).
+  ValueId conv(const std::string &kind, ValueId a, ValueId b, const Shape &strides,
+               const Shape &padLow, const Shape &padHigh, const Shape &dilation,
+               int64_t groups, const Shape &size = {});
   ValueId scatterAdd(ValueId base, ValueId indices, ValueId updates);
   ValueId randomUniform(ValueId seed, DType dtype, const Shape &shape,
                         int64_t stream);

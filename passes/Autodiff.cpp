@@ -89,6 +89,32 @@ public:
   LogicalResult visit(Operation *op, Value g);
 
 private:
+  /// graph.conv and its gradient ops with `like`'s window attributes.
+  template <typename OpTy> Value conv(OpTy like, Value input, Value weight) {
+    return e.builder().create<ConvOp>(e.location(), input, weight, like.getStridesAttr(),
+                                      like.getPaddingLowAttr(), like.getPaddingHighAttr(),
+                                      like.getDilationAttr(), like.getGroupsAttr());
+  }
+  /// The cotangent of input `x` (its spatial size) from the output's `gy`.
+  template <typename OpTy> Value convGradInput(OpTy like, Value gy, Value weight, Value x) {
+    auto spatial = llvm::cast<RankedTensorType>(x.getType()).getShape().drop_front(2);
+    return e.builder().create<ConvGradInputOp>(
+        e.location(), gy, weight, like.getStridesAttr(), like.getPaddingLowAttr(),
+        like.getPaddingHighAttr(), like.getDilationAttr(), like.getGroupsAttr(),
+        e.builder().getDenseI64ArrayAttr(spatial));
+  }
+  /// The cotangent of weight `w` (its kernel size) from input `x` and `gy`.
+  template <typename OpTy> Value convGradWeight(OpTy like, Value x, Value gy, Value w) {
+    auto kernel = llvm::cast<RankedTensorType>(w.getType()).getShape().drop_front(2);
+    return e.builder().create<ConvGradWeightOp>(
+        e.location(), x, gy, like.getStridesAttr(), like.getPaddingLowAttr(),
+        like.getPaddingHighAttr(), like.getDilationAttr(), like.getGroupsAttr(),
+        e.builder().getDenseI64ArrayAttr(kernel));
+  }
+
+public:
+
+private:
   Value zerosLike(Value v) { return e.fullLike(v, 0.0); }
   /// Cotangent of a strided slice: `g` placed into zeros of `operandShape`.
   Value unslice(Value g, ArrayRef<int64_t> start, ArrayRef<int64_t> stride,
@@ -319,6 +345,31 @@ LogicalResult ReverseBuilder::visit(Operation *op, Value g) {
         accumulate(b, tb ? e.matmul(g, a, true, ta) : e.matmul(a, g, !ta, false));
       })
       .Case([&](RecomputeBarrierOp o) { accumulate(o.getOperand(), g); })
+      // A convolution is linear in each operand: its input's cotangent is
+      // the transposed convolution of g, its weight's the correlation of
+      // the input with g; the gradient ops' own rules follow from the same
+      // bilinear form, so second derivatives need nothing more.
+      .Case([&](ConvOp o) {
+        Value x = o.getLhs(), w = o.getRhs();
+        if (needsCotangent(x))
+          accumulate(x, convGradInput(o, g, w, x));
+        if (needsCotangent(w))
+          accumulate(w, convGradWeight(o, x, g, w));
+      })
+      .Case([&](ConvGradInputOp o) {
+        Value gy = o.getLhs(), w = o.getRhs();
+        if (needsCotangent(gy))
+          accumulate(gy, conv(o, g, w));
+        if (needsCotangent(w))
+          accumulate(w, convGradWeight(o, g, gy, w));
+      })
+      .Case([&](ConvGradWeightOp o) {
+        Value x = o.getLhs(), gy = o.getRhs();
+        if (needsCotangent(x))
+          accumulate(x, convGradInput(o, gy, g, x));
+        if (needsCotangent(gy))
+          accumulate(gy, conv(o, x, g));
+      })
       .Case([&](AttentionOp o) {
         // FlashAttention-2's backward: reads the forward's output and
         // log-sum-exp instead of any saved probabilities.

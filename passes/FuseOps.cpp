@@ -96,11 +96,14 @@ private:
     Operation *def = reshape.getOperand().getDefiningOp();
     if (def && (isGenerator(def) || recomputed.contains(def)))
       return false;
-    // GEMM and attention steps take their sizes from the graph's types; gathers and
-    // scatters read their buffers' shapes, so those get a real reshape.
+    // GEMM, attention and convolution steps take their sizes from the
+    // graph's types; gathers and scatters read their buffers' shapes, so
+    // those get a real reshape.
     return llvm::all_of(op->getUsers(), [](Operation *user) {
       return llvm::isa<GraphDialect>(user->getDialect()) &&
-             (!isLibraryCall(user) || llvm::isa<MatmulOp, AttentionOp, AttentionGradOp>(user));
+             (!isLibraryCall(user) ||
+              llvm::isa<MatmulOp, AttentionOp, AttentionGradOp, ConvOp, ConvGradInputOp,
+                        ConvGradWeightOp>(user));
     });
   }
 
@@ -513,6 +516,12 @@ LogicalResult tilefuse::fuseFunction(func::FuncOp func, const TargetInfo &target
                   LinearOp, DropoutOp, CrossEntropyOp, NllOp, MseOp, BceOp>(op))
       return op.emitOpError("is a composite; run decompose-composites before "
                             "fusion");
+    if (llvm::isa<ConvOp, ConvGradInputOp, ConvGradWeightOp>(op) && !target.hasLibraryConvolution())
+      return op.emitOpError("has no kernels for ")
+             << target.name()
+             << " yet (convolutions run through oneDNN on the CPU); compile for the CPU, or "
+                "trace with TILEFUSE_LIBRARY_CONV=0 to write convolutions out (im2col "
+                "gathers and matmuls)";
   }
   if (failed(Fuser(func, target, remarks).run()))
     return failure();

@@ -22,8 +22,8 @@ bool fusion::isLibraryCall(Operation *op) {
   // A recompute barrier is no call, but like one it stays out of kernels
   // (ProgramBuilder gives it its operand's buffer): what reads it runs
   // after its `after` value, in the backward pass.
-  return llvm::isa<MatmulOp, GatherOp, ScatterAddOp, AttentionOp, AttentionGradOp,
-                   RecomputeBarrierOp>(op);
+  return llvm::isa<MatmulOp, GatherOp, ScatterAddOp, AttentionOp, AttentionGradOp, ConvOp,
+                   ConvGradInputOp, ConvGradWeightOp, RecomputeBarrierOp>(op);
 }
 bool fusion::isReduction(Operation *op) {
   return llvm::isa<ReduceSumOp, ReduceMaxOp, ReduceMinOp, ArgmaxOp>(op);

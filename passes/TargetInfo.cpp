@@ -101,6 +101,7 @@ public:
   // Within the 1-2 MiB L2 of a core beside the row itself.
   int64_t rowScratchBytes() const override { return 256 << 10; }
   int64_t fusedAttentionMaxDim() const override { return INT64_MAX; }
+  bool hasLibraryConvolution() const override { return true; }
 };
 
 /// CUDA: cuBLASLt adds a column bias itself, for f32, f16 and bf16 GEMMs
@@ -132,6 +133,8 @@ public:
   bool rematerializesReductions() const override { return true; }
   int64_t rowScratchBytes() const override { return 0; }
   int64_t fusedAttentionMaxDim() const override { return kCudaAttentionMaxDim; }
+  // cuDNN is not wired up yet.
+  bool hasLibraryConvolution() const override { return false; }
 
 private:
   std::string n;

@@ -65,6 +65,9 @@ public:
   /// library steps); fusion writes attention with larger heads out with
   /// matmul, exp and reductions first. 0: no fused kernels.
   virtual int64_t fusedAttentionMaxDim() const = 0;
+  /// Whether the runtime runs graph.conv and its gradients (library steps)
+  /// for this target.
+  virtual bool hasLibraryConvolution() const = 0;
 
   /// "cpu" or "cuda[:sm_XX]"; null for an unknown name.
   static std::unique_ptr<TargetInfo> get(const std::string &name);

@@ -52,6 +52,11 @@ struct Dnnl {
   decltype(&dnnl_primitive_attr_set_scratchpad_mode) attrSetScratchpadMode = nullptr;
   decltype(&dnnl_primitive_desc_query_md) primitiveDescQueryMd = nullptr;
   decltype(&dnnl_memory_desc_get_size) memoryDescGetSize = nullptr;
+  // Convolutions (optional: GEMMs work without them).
+  decltype(&dnnl_dilated_convolution_forward_desc_init) convForwardInit = nullptr;
+  decltype(&dnnl_dilated_convolution_backward_data_desc_init) convBackwardDataInit = nullptr;
+  decltype(&dnnl_dilated_convolution_backward_weights_desc_init) convBackwardWeightsInit =
+      nullptr;
   // OpenMP (oneDNN's threading): an f32 slab runs on one thread of
   // tilefuse's pool with a team of one.
   int (*ompGetMaxThreads)() = nullptr;
@@ -130,6 +135,12 @@ struct Dnnl {
     sym(attrSetScratchpadMode, "dnnl_primitive_attr_set_scratchpad_mode");
     sym(primitiveDescQueryMd, "dnnl_primitive_desc_query_md");
     sym(memoryDescGetSize, "dnnl_memory_desc_get_size");
+    convForwardInit = reinterpret_cast<decltype(convForwardInit)>(
+        dlsym(lib, "dnnl_dilated_convolution_forward_desc_init"));
+    convBackwardDataInit = reinterpret_cast<decltype(convBackwardDataInit)>(
+        dlsym(lib, "dnnl_dilated_convolution_backward_data_desc_init"));
+    convBackwardWeightsInit = reinterpret_cast<decltype(convBackwardWeightsInit)>(
+        dlsym(lib, "dnnl_dilated_convolution_backward_weights_desc_init"));
     attrSetFpmathMode = reinterpret_cast<dnnl_status_t (*)(dnnl_primitive_attr_t, int)>(
         dlsym(lib, "dnnl_primitive_attr_set_fpmath_mode"));
     ompGetMaxThreads = reinterpret_cast<int (*)()>(dlsym(lib, "omp_get_max_threads"));
@@ -185,6 +196,100 @@ struct Dnnl {
     mm.usable = !reference && primitiveCreate(&mm.primitive, pd) == dnnl_success;
     primitiveDescDestroy(pd);
     return mm;
+  }
+
+  /// A convolution primitive for one shape and direction, with memories for
+  /// its operands (a, b) and result whose handles each call sets.
+  struct Conv {
+    dnnl_primitive_t primitive = nullptr;
+    dnnl_memory_t a = nullptr, b = nullptr, out = nullptr;
+    int argA = 0, argB = 0, argOut = 0;
+    bool usable = false;
+  };
+  std::map<std::vector<int64_t>, Conv> convs;
+
+  /// The convolution for `p` in `direction`, made on first use; unusable
+  /// where oneDNN lacks the API or has only its reference kernel.
+  Conv &convFor(ConvDirection direction, const ConvParams &p) {
+    std::vector<int64_t> key = {int64_t(direction), p.spatial, p.batch, p.channels,
+                                p.outChannels, p.groups};
+    for (const std::array<int64_t, 3> *a3 :
+         {&p.input, &p.kernel, &p.output, &p.stride, &p.padLow, &p.padHigh, &p.dilation})
+      key.insert(key.end(), a3->begin(), a3->begin() + p.spatial);
+    auto it = convs.find(key);
+    if (it != convs.end())
+      return it->second;
+    Conv &conv = convs[key];
+    if (!convForwardInit || !convBackwardDataInit || !convBackwardWeightsInit)
+      return conv;
+    int n = p.spatial;
+    // Plain row-major layouts: [N, C, S...], [N, O, Q...], and the weight
+    // [O, C/g, K...], which is [g, O/g, C/g, K...] when grouped.
+    auto rowMajor = [&](dnnl_memory_desc_t &md, std::vector<int64_t> dims) {
+      dnnl_dims_t d = {}, strides = {};
+      int64_t stride = 1;
+      for (size_t i = dims.size(); i-- > 0;) {
+        d[i] = dims[i];
+        strides[i] = stride;
+        stride *= dims[i];
+      }
+      return memoryDescInit(&md, int(dims.size()), d, dnnl_f32, strides) == dnnl_success;
+    };
+    auto withSpatial = [&](std::vector<int64_t> lead, const std::array<int64_t, 3> &s) {
+      lead.insert(lead.end(), s.begin(), s.begin() + n);
+      return lead;
+    };
+    std::vector<int64_t> weightLead =
+        p.groups == 1 ? std::vector<int64_t>{p.outChannels, p.channels}
+                      : std::vector<int64_t>{p.groups, p.outChannels / p.groups,
+                                             p.channels / p.groups};
+    dnnl_memory_desc_t src, weights, dst;
+    dnnl_dims_t strides = {}, dilates = {}, padLow = {}, padHigh = {};
+    for (int i = 0; i < n; ++i) {
+      strides[i] = p.stride[size_t(i)], dilates[i] = p.dilation[size_t(i)] - 1;
+      padLow[i] = p.padLow[size_t(i)], padHigh[i] = p.padHigh[size_t(i)];
+    }
+    if (!rowMajor(src, withSpatial({p.batch, p.channels}, p.input)) ||
+        !rowMajor(weights, withSpatial(weightLead, p.kernel)) ||
+        !rowMajor(dst, withSpatial({p.batch, p.outChannels}, p.output)))
+      return conv;
+    // The forward's descriptor is the backward ones' hint.
+    dnnl_convolution_desc_t forward, backward;
+    dnnl_primitive_desc_t hint = nullptr, pd = nullptr;
+    bool ok = convForwardInit(&forward, dnnl_forward_training, dnnl_convolution_direct, &src,
+                              &weights, nullptr, &dst, strides, dilates, padLow,
+                              padHigh) == dnnl_success &&
+              primitiveDescCreate(&hint, &forward, nullptr, engine, nullptr) == dnnl_success;
+    const dnnl_memory_desc_t *mdA = &src, *mdB = &weights, *mdOut = &dst;
+    if (ok && direction == ConvDirection::Forward) {
+      pd = hint, hint = nullptr;
+      conv.argA = DNNL_ARG_SRC, conv.argB = DNNL_ARG_WEIGHTS, conv.argOut = DNNL_ARG_DST;
+    } else if (ok && direction == ConvDirection::GradInput) {
+      ok = convBackwardDataInit(&backward, dnnl_convolution_direct, &src, &weights, &dst,
+                                strides, dilates, padLow, padHigh) == dnnl_success &&
+           primitiveDescCreate(&pd, &backward, nullptr, engine, hint) == dnnl_success;
+      mdA = &dst, mdOut = &src;
+      conv.argA = DNNL_ARG_DIFF_DST, conv.argB = DNNL_ARG_WEIGHTS, conv.argOut = DNNL_ARG_DIFF_SRC;
+    } else if (ok) {
+      ok = convBackwardWeightsInit(&backward, dnnl_convolution_direct, &src, &weights, nullptr,
+                                   &dst, strides, dilates, padLow, padHigh) == dnnl_success &&
+           primitiveDescCreate(&pd, &backward, nullptr, engine, hint) == dnnl_success;
+      mdB = &dst, mdOut = &weights;
+      conv.argA = DNNL_ARG_SRC, conv.argB = DNNL_ARG_DIFF_DST, conv.argOut = DNNL_ARG_DIFF_WEIGHTS;
+    }
+    if (hint)
+      primitiveDescDestroy(hint);
+    if (!ok || !pd)
+      return conv;
+    const char *impl = nullptr;
+    primitiveDescQuery(pd, dnnl_query_impl_info_str, 0, &impl);
+    bool reference = !impl || std::strncmp(impl, "ref", 3) == 0;
+    conv.usable = !reference && primitiveCreate(&conv.primitive, pd) == dnnl_success &&
+                  memoryCreate(&conv.a, mdA, engine, DNNL_MEMORY_NONE) == dnnl_success &&
+                  memoryCreate(&conv.b, mdB, engine, DNNL_MEMORY_NONE) == dnnl_success &&
+                  memoryCreate(&conv.out, mdOut, engine, DNNL_MEMORY_NONE) == dnnl_success;
+    primitiveDescDestroy(pd);
+    return conv;
   }
 
   /// The matmul of `s` (bf16 operands and result, f32 accumulation), made
@@ -254,6 +359,31 @@ bool tilefuse::cpu::dnnlGemm(const Step &s, DType dtype, const void *a, const vo
                        std::to_string(s.m) + "x" + std::to_string(s.k) + " by " +
                        std::to_string(s.k) + "x" + std::to_string(s.n) +
                        "; TILEFUSE_DNNL=none uses the f32 path");
+  return true;
+}
+
+bool tilefuse::cpu::dnnlConv(ConvDirection direction, const ConvParams &p, const float *a,
+                             const float *b, float *out) {
+  Dnnl &d = Dnnl::get();
+  // As for bf16 GEMMs: no OpenMP team in a child forked after the parent
+  // ran one.
+  if (!d.engine || ThreadPool::forked())
+    return false;
+  std::lock_guard<std::mutex> lock(d.mutex);
+  Dnnl::Conv &conv = d.convFor(direction, p);
+  if (!conv.usable)
+    return false;
+  d.memorySetDataHandle(conv.a, const_cast<float *>(a));
+  d.memorySetDataHandle(conv.b, const_cast<float *>(b));
+  d.memorySetDataHandle(conv.out, out);
+  dnnl_exec_arg_t args[3] = {{conv.argA, conv.a}, {conv.argB, conv.b}, {conv.argOut, conv.out}};
+  if (d.primitiveExecute(conv.primitive, d.stream, 3, args) != dnnl_success ||
+      d.streamWait(d.stream) != dnnl_success)
+    throw CompileError(std::string(direction == ConvDirection::Forward     ? "graph.conv"
+                                   : direction == ConvDirection::GradInput ? "graph.conv_grad_input"
+                                                                           : "graph.conv_grad_weight") +
+                       ": oneDNN failed to run a convolution it accepted; TILEFUSE_DNNL=none "
+                       "runs the reference loops");
   return true;
 }
 
@@ -351,5 +481,10 @@ bool tilefuse::cpu::dnnlSgemmSlab(bool, bool, int64_t, int64_t, int64_t, const f
 }
 
 int64_t tilefuse::cpu::dnnlF32SlabsRun() { return -1; }
+
+bool tilefuse::cpu::dnnlConv(ConvDirection, const ConvParams &, const float *, const float *,
+                             float *) {
+  return false;
+}
 
 #endif

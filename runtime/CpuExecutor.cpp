@@ -3,6 +3,7 @@
 
 #include "runtime/MemoryPlan.h"
 #include "runtime/CpuAttention.h"
+#include "runtime/CpuDnnl.h"
 #include "runtime/CpuLibrary.h"
 #include "runtime/ThreadPool.h"
 
@@ -202,6 +203,18 @@ void CpuExecutor::runLocked(const std::vector<ArgRef> &args) {
       copyBytes(pointers[s.buffers[1]], pointers[s.buffers[0]],
                   prog.buffers[s.buffers[0]].byteSize());
       break;
+    case Step::Kind::Conv:
+    case Step::Kind::ConvGradInput:
+    case Step::Kind::ConvGradWeight: {
+      auto f = [&](size_t i) { return static_cast<float *>(pointers[size_t(s.buffers[i])]); };
+      ConvDirection direction = s.kind == Step::Kind::Conv ? ConvDirection::Forward
+                                : s.kind == Step::Kind::ConvGradInput ? ConvDirection::GradInput
+                                                                      : ConvDirection::GradWeight;
+      // oneDNN where it loads; the definition's loops (one thread) where not.
+      if (!cpu::dnnlConv(direction, s.conv, f(0), f(1), f(2)))
+        convReference<float>(direction, s.conv, f(0), f(1), f(2));
+      break;
+    }
     case Step::Kind::Attention:
     case Step::Kind::AttentionGrad:
       runAttention(s, pointers);

@@ -39,6 +39,13 @@ std::string cudaAttentionTooWide(const std::string &source, int64_t headDim, int
          "again (which writes such attention out), or run this program on the CPU";
 }
 
+/// Why convolution step `source` cannot run on CUDA (a CPU program: the
+/// compiler refuses convolutions for CUDA targets).
+std::string cudaConvolutionMissing(const std::string &source) {
+  return source + ": convolutions have no CUDA kernels yet (they run through oneDNN on the "
+                  "CPU); run this program on the CPU";
+}
+
 #define TF_DRIVER_FUNCTIONS(X)                                                                    \
   X(cuInit, "cuInit")                                                                             \
   X(cuDeviceGetCount, "cuDeviceGetCount")                                                         \
@@ -343,7 +350,10 @@ void CudaExecutor::acquire(const std::vector<std::pair<std::string, std::string>
   }
   bool needsAttention = false;
   for (const Step &st : prog.steps)
-    if (st.kind == Step::Kind::Attention || st.kind == Step::Kind::AttentionGrad) {
+    if (st.kind == Step::Kind::Conv || st.kind == Step::Kind::ConvGradInput ||
+        st.kind == Step::Kind::ConvGradWeight)
+      throw CompileError(cudaConvolutionMissing(st.source));
+    else if (st.kind == Step::Kind::Attention || st.kind == Step::Kind::AttentionGrad) {
       if (!cudaAttentionTiles(st.attention.headDim, st.attention.valueDim))
         throw CompileError(cudaAttentionTooWide(st.source, st.attention.headDim,
                                                 st.attention.valueDim));
@@ -859,6 +869,10 @@ void CudaExecutor::enqueueSteps(bool timed) {
     case Step::Kind::AttentionGrad:
       enqueueAttention(st);
       break;
+    case Step::Kind::Conv:
+    case Step::Kind::ConvGradInput:
+    case Step::Kind::ConvGradWeight:
+      throw CompileError(cudaConvolutionMissing(st.source)); // refused at load already
     }
     if (!poison.empty())
       poisonBuffers(poison[index]);

@@ -23,6 +23,9 @@ static size_t writtenIndex(const Step &step) {
   case Step::Kind::Gather: return 2;
   case Step::Kind::ScatterAdd: return 3;
   case Step::Kind::Copy: return 1;
+  case Step::Kind::Conv:
+  case Step::Kind::ConvGradInput:
+  case Step::Kind::ConvGradWeight: return 2;
   case Step::Kind::Kernel:
   case Step::Kind::Attention:
   case Step::Kind::AttentionGrad: break;
@@ -63,6 +66,40 @@ std::vector<int> tilefuse::stepReads(const Step &step) {
 /// An attention step's buffers against its sizes: f32 q, k, v, out, lse
 /// (and dOut, dq, dk, dv) of exactly the element counts the sizes give, a
 /// mask of one byte (i1) or f32 per score it is read at.
+/// A convolution step's sizes against themselves (the output-size rule,
+/// the groups) and its three buffers: f32 of exactly the element counts
+/// the sizes give.
+static void validateConv(const Program &p, const Step &s, const std::string &what) {
+  const ConvParams &c = s.conv;
+  auto impossible = [&](const std::string &why) {
+    throw CompileError("corrupt program: " + what + " has impossible convolution sizes (" + why +
+                       ")");
+  };
+  if (s.buffers.size() != 3)
+    impossible(std::to_string(s.buffers.size()) + " buffers, expected 3");
+  if (c.spatial < 1 || c.spatial > 3 || c.batch < 0 || c.channels < 1 || c.outChannels < 1 ||
+      c.groups < 1 || c.channels % c.groups || c.outChannels % c.groups)
+    impossible("channels, groups or rank");
+  for (size_t i = 0; i < size_t(c.spatial); ++i) {
+    int64_t span = c.dilation[i] * (c.kernel[i] - 1) + 1;
+    int64_t padded = c.input[i] + c.padLow[i] + c.padHigh[i];
+    if (c.stride[i] < 1 || c.dilation[i] < 1 || c.kernel[i] < 1 || c.padLow[i] < 0 ||
+        c.padHigh[i] < 0 || padded < span || c.output[i] != (padded - span) / c.stride[i] + 1)
+      impossible("spatial dimension " + std::to_string(i));
+  }
+  int64_t in = c.inputElements(), w = c.weightElements(), out = c.outputElements();
+  std::vector<int64_t> sizes = s.kind == Step::Kind::Conv            ? std::vector<int64_t>{in, w, out}
+                               : s.kind == Step::Kind::ConvGradInput ? std::vector<int64_t>{out, w, in}
+                                                                     : std::vector<int64_t>{in, out, w};
+  for (size_t i = 0; i < 3; ++i) {
+    const BufferInfo &b = p.buffers[s.buffers[i]];
+    if (b.dtype != DType::F32 || numElements(b.shape) != sizes[i])
+      throw CompileError("corrupt program: " + what + " buffer " + std::to_string(i) + " is " +
+                         dtypeName(b.dtype) + shapeToString(b.shape) + ", expected " +
+                         std::to_string(sizes[i]) + " f32 elements");
+  }
+}
+
 static void validateAttention(const Program &p, const Step &s, const std::string &what) {
   const AttentionParams &a = s.attention;
   bool grad = s.kind == Step::Kind::AttentionGrad;
@@ -250,6 +287,11 @@ void Program::validate() const {
     case Step::Kind::Attention:
     case Step::Kind::AttentionGrad:
       validateAttention(*this, s, what);
+      continue;
+    case Step::Kind::Conv:
+    case Step::Kind::ConvGradInput:
+    case Step::Kind::ConvGradWeight:
+      validateConv(*this, s, what);
       continue;
     }
     if (s.kind == Step::Kind::Gemm) {

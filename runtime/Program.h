@@ -8,6 +8,7 @@
 #ifndef TILEFUSE_RUNTIME_PROGRAM_H
 #define TILEFUSE_RUNTIME_PROGRAM_H
 
+#include "runtime/Conv.h"
 #include "runtime/HostTensor.h"
 
 #include <string>
@@ -62,12 +63,17 @@ struct AttentionParams {
 };
 
 struct Step {
-  enum class Kind { Kernel, Gemm, Gather, ScatterAdd, Copy, Attention, AttentionGrad };
+  enum class Kind {
+    Kernel, Gemm, Gather, ScatterAdd, Copy, Attention, AttentionGrad,
+    Conv, ConvGradInput, ConvGradWeight
+  };
   Kind kind = Kind::Kernel;
   /// Kernel: inputs then outputs. Gemm: a, b, c. Gather: table, indices,
   /// out. ScatterAdd: base, indices, updates, out. Copy: src, dst.
   /// Attention: q, k, v, [mask], [seed], out, lse. AttentionGrad: q, k, v,
-  /// out, lse, dOut, [mask], [seed], dq, dk, dv.
+  /// out, lse, dOut, [mask], [seed], dq, dk, dv. Conv: input, weight,
+  /// out; ConvGradInput: dOut, weight, dInput; ConvGradWeight: input, dOut,
+  /// dWeight (runtime/Conv.h).
   std::vector<int> buffers;
   /// Kernel and attention steps: how many of `buffers`, at the end, it
   /// writes (the rest it reads). The other kinds write one buffer, fixed by
@@ -80,6 +86,8 @@ struct Step {
   /// Attention steps: `batch` above is the product of the leading
   /// (batch) dimensions.
   AttentionParams attention;
+  /// Convolution steps' sizes.
+  ConvParams conv;
   /// GEMM epilogue the GEMM library applies (cuBLASLt on CUDA), in order:
   /// "bias" (adds buffer 3, one value per column of c) and/or "relu".
   /// Empty on the CPU, whose BLAS applies none.

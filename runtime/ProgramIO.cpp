@@ -137,6 +137,14 @@ std::string tilefuse::serializeProgram(const Program &p) {
     w.put<int32_t>(a.mask);
     w.put<double>(a.dropoutP);
     w.put<int64_t>(a.stream);
+    const ConvParams &c = s.conv;
+    w.put<int32_t>(c.spatial);
+    for (int64_t v : {c.batch, c.channels, c.outChannels, c.groups})
+      w.put<int64_t>(v);
+    for (const std::array<int64_t, 3> *a3 : {&c.input, &c.kernel, &c.output, &c.stride,
+                                             &c.padLow, &c.padHigh, &c.dilation})
+      for (int64_t v : *a3)
+        w.put<int64_t>(v);
   }
   for (const std::vector<int> *list : {&p.arguments, &p.results}) {
     w.put<uint32_t>(uint32_t(list->size()));
@@ -221,7 +229,7 @@ Program tilefuse::deserializeProgram(const std::string &bytes) {
   for (uint32_t i = 0; i < ns; ++i) {
     Step s;
     uint8_t kind = r.get<uint8_t>("a step kind");
-    if (kind > uint8_t(Step::Kind::AttentionGrad))
+    if (kind > uint8_t(Step::Kind::ConvGradWeight))
       throw CompileError("corrupt program: step " + std::to_string(i) + " has kind " +
                          std::to_string(kind));
     s.kind = Step::Kind(kind);
@@ -252,6 +260,14 @@ Program tilefuse::deserializeProgram(const std::string &bytes) {
     a.mask = r.get<int32_t>("an attention mask kind");
     a.dropoutP = r.get<double>("an attention dropout probability");
     a.stream = r.get<int64_t>("an attention dropout stream");
+    ConvParams &c = s.conv;
+    c.spatial = r.get<int32_t>("a convolution rank");
+    for (int64_t *v : {&c.batch, &c.channels, &c.outChannels, &c.groups})
+      *v = r.get<int64_t>("a convolution size");
+    for (std::array<int64_t, 3> *a3 : {&c.input, &c.kernel, &c.output, &c.stride, &c.padLow,
+                                       &c.padHigh, &c.dilation})
+      for (int64_t &v : *a3)
+        v = r.get<int64_t>("a convolution window size");
     p.steps.push_back(std::move(s));
   }
   for (std::vector<int> *list : {&p.arguments, &p.results}) {

@@ -1,5 +1,6 @@
 //===- Interpreter.cpp - walks a graph function, calls the ref kernels ----===//
 #include "codegen/reference/Interpreter.h"
+#include "codegen/ConvParamsOf.h"
 #include "codegen/DTypes.h"
 
 #include "codegen/reference/RefKernels.h"
@@ -161,6 +162,14 @@ public:
         .Case([&](MatmulOp o) {
           return ref::matmul(get(o.getLhs()), get(o.getRhs()),
                              o.getTransposeLhs(), o.getTransposeRhs());
+        })
+        .Case<ConvOp, ConvGradInputOp, ConvGradWeightOp>([&](Operation *o) {
+          auto [direction, params] = *convParamsOf(o);
+          RefTensor out = RefTensor::make(dtypeOf(o->getResult(0).getType()),
+                                          shapeOf(o->getResult(0).getType()));
+          convReference<double>(direction, params, get(o->getOperand(0)).f.data(),
+                                get(o->getOperand(1)).f.data(), out.f.data());
+          return out;
         })
         .Case([&](GatherOp o) {
           std::string name = locationName(o.getLoc());

@@ -496,6 +496,69 @@ def Graph_AttentionGradOp : Graph_Op<"attention_grad", [InferTypeOpAdaptor, Attr
   let hasVerifier = 1;
 }
 
+// Convolution: an anchor op like matmul, executed by a library (oneDNN on
+// the CPU). The three ops share their window attributes: `strides`,
+// `padding_low`, `padding_high` and `dilation` have one entry per spatial
+// dimension (1 to 3), `groups` divides the channels.
+class Graph_ConvLikeOp<string mnemonic> : Graph_Op<mnemonic, [InferTypeOpAdaptor]> {
+  let results = (outs Graph_FloatTensor:$result);
+  let assemblyFormat = "$lhs `,` $rhs attr-dict `:` functional-type(operands, results)";
+}
+
+def Graph_ConvOp : Graph_ConvLikeOp<"conv"> {
+  let summary = "N-d convolution (cross-correlation, as PyTorch's conv)";
+  let description = [{
+    `lhs` (input): `[N, C, S...]`, `rhs` (weight): `[O, C / groups, K...]`
+    -> `[N, O, Q...]` with
+    `Q_i = (S_i + padding_low_i + padding_high_i - dilation_i (K_i - 1) - 1) / strides_i + 1`
+    (rounded down, at least 1). Output channel `o` of group
+    `g = o / (O / groups)` sums over the input channels of that group:
+    `result[n, o, q] = sum_{c, k} lhs[n, g C/groups + c, q strides - padding_low + k dilation] rhs[o, c, k]`,
+    positions outside the input reading 0. No bias (add it after).
+
+    Example:
+    ```mlir
+    %y = graph.conv %x, %w {strides = array<i64: 2, 2>, padding_low = array<i64: 1, 1>,
+                            padding_high = array<i64: 1, 1>, dilation = array<i64: 1, 1>}
+        : (tensor<8x3x64x64xf32>, tensor<16x3x3x3xf32>) -> tensor<8x16x32x32xf32>
+    ```
+  }];
+  let arguments = (ins Graph_FloatTensor:$lhs, Graph_FloatTensor:$rhs,
+                       DenseI64ArrayAttr:$strides, DenseI64ArrayAttr:$padding_low,
+                       DenseI64ArrayAttr:$padding_high, DenseI64ArrayAttr:$dilation,
+                       DefaultValuedAttr<I64Attr, "1">:$groups);
+}
+
+def Graph_ConvGradInputOp : Graph_ConvLikeOp<"conv_grad_input"> {
+  let summary = "the input's gradient of graph.conv (a transposed convolution)";
+  let description = [{
+    `lhs` (the result's cotangent): `[N, O, Q...]`, `rhs` (weight):
+    `[O, C / groups, K...]` -> `[N, C, input_spatial...]`: the cotangent of
+    `graph.conv`'s input for a convolution with these attributes of an input
+    of spatial size `input_spatial` (which `Q` alone does not fix: strides
+    round down). The same op is PyTorch's transposed convolution.
+  }];
+  let arguments = (ins Graph_FloatTensor:$lhs, Graph_FloatTensor:$rhs,
+                       DenseI64ArrayAttr:$strides, DenseI64ArrayAttr:$padding_low,
+                       DenseI64ArrayAttr:$padding_high, DenseI64ArrayAttr:$dilation,
+                       DefaultValuedAttr<I64Attr, "1">:$groups,
+                       DenseI64ArrayAttr:$input_spatial);
+}
+
+def Graph_ConvGradWeightOp : Graph_ConvLikeOp<"conv_grad_weight"> {
+  let summary = "the weight's gradient of graph.conv";
+  let description = [{
+    `lhs` (input): `[N, C, S...]`, `rhs` (the result's cotangent):
+    `[N, O, Q...]` -> `[O, C / groups, kernel...]`: the cotangent of
+    `graph.conv`'s weight, of spatial size `kernel`.
+  }];
+  let arguments = (ins Graph_FloatTensor:$lhs, Graph_FloatTensor:$rhs,
+                       DenseI64ArrayAttr:$strides, DenseI64ArrayAttr:$padding_low,
+                       DenseI64ArrayAttr:$padding_high, DenseI64ArrayAttr:$dilation,
+                       DefaultValuedAttr<I64Attr, "1">:$groups,
+                       DenseI64ArrayAttr:$kernel);
+}
+
 def Graph_GatherOp : Graph_Op<"gather", [InferTypeOpAdaptor]> {
   let summary = "rows of a table by integer index (embedding lookup)";
   let description = [{

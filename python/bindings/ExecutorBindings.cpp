@@ -475,6 +475,22 @@ py::list tilefuse::python::programKernels(const Program &p) {
       row["ops"] = std::vector<std::string>{s.source};
       break;
     }
+    case Step::Kind::Conv:
+    case Step::Kind::ConvGradInput:
+    case Step::Kind::ConvGradWeight: {
+      const ConvParams &c = s.conv;
+      row["name"] = s.source.substr(s.source.find('.') + 1); // conv, conv_grad_input, ...
+      row["kind"] = "library";
+      // (batch, channels, output channels, input spatial sizes...)
+      py::list shape;
+      for (int64_t v : {c.batch, c.channels, c.outChannels})
+        shape.append(v);
+      for (int i = 0; i < c.spatial; ++i)
+        shape.append(c.input[size_t(i)]);
+      row["shape"] = py::tuple(shape);
+      row["ops"] = std::vector<std::string>{s.source};
+      break;
+    }
     case Step::Kind::Gather:
     case Step::Kind::ScatterAdd:
     case Step::Kind::Copy:

@@ -288,6 +288,9 @@ PYBIND11_MODULE(_core, m) {
       .def("matmul", &Tracer::matmul)
       .def("matmul_transposed", &Tracer::matmulTransposed)
       .def("gather", &Tracer::gather)
+      .def("conv", &Tracer::conv, py::arg("kind"), py::arg("a"), py::arg("b"),
+           py::arg("strides"), py::arg("padding_low"), py::arg("padding_high"),
+           py::arg("dilation"), py::arg("groups"), py::arg("size") = Shape{})
       .def("scatter_add", &Tracer::scatterAdd)
       .def("attention", &Tracer::attention, py::arg("q"), py::arg("k"), py::arg("v"),
            py::arg("mask"), py::arg("scale"), py::arg("causal"), py::arg("seed") = -1,

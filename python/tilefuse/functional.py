@@ -358,3 +358,43 @@ def l1_loss(input, target, size_average=None, reduce=None, reduction="mean"):
 from ._composites import (  # noqa: E402
     binary_cross_entropy_with_logits, leaky_relu, normalize, one_hot, pad, rms_norm,
     scaled_dot_product_attention, softplus)
+
+
+# -- convolutions (tilefuse/_conv.py: graph.conv, oneDNN on the CPU) -------------
+def conv1d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
+    from ._conv import conv
+    return conv(input, weight, bias, stride, padding, dilation, groups, d=1)
+
+
+def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
+    """PyTorch's F.conv2d: input [N, C, H, W] (or [C, H, W]), weight
+    [O, C / groups, kH, kW]; padding an int, a pair, 'valid' or 'same'."""
+    from ._conv import conv
+    return conv(input, weight, bias, stride, padding, dilation, groups, d=2)
+
+
+def conv3d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
+    from ._conv import conv
+    return conv(input, weight, bias, stride, padding, dilation, groups, d=3)
+
+
+def conv_transpose1d(input, weight, bias=None, stride=1, padding=0, output_padding=0, groups=1,
+                     dilation=1):
+    from ._conv import conv_transpose
+    return conv_transpose(input, weight, bias, stride, padding, output_padding, groups,
+                          dilation, d=1)
+
+
+def conv_transpose2d(input, weight, bias=None, stride=1, padding=0, output_padding=0, groups=1,
+                     dilation=1):
+    """PyTorch's F.conv_transpose2d: weight [C, O / groups, kH, kW]."""
+    from ._conv import conv_transpose
+    return conv_transpose(input, weight, bias, stride, padding, output_padding, groups,
+                          dilation, d=2)
+
+
+def conv_transpose3d(input, weight, bias=None, stride=1, padding=0, output_padding=0, groups=1,
+                     dilation=1):
+    from ._conv import conv_transpose
+    return conv_transpose(input, weight, bias, stride, padding, output_padding, groups,
+                          dilation, d=3)

@@ -161,8 +161,13 @@ FAMILIES = {
         "nn.functional.binary_cross_entropy_with_logits", "nn.functional.linear",
         "nn.functional.scaled_dot_product_attention", "mm", "bmm", "matmul", "addmm",
     },
+    "conv": {
+        "nn.functional.conv1d", "nn.functional.conv2d", "nn.functional.conv3d",
+        "nn.functional.conv_transpose1d", "nn.functional.conv_transpose2d",
+        "nn.functional.conv_transpose3d",
+    },
 }
-CI_FAMILIES = ("pointwise", "views", "reductions", "nn")
+CI_FAMILIES = ("pointwise", "views", "reductions", "nn", "conv")
 
 
 def ci_ops():

@@ -1,6 +1,10 @@
 """Convolution and pooling: windows over the spatial dims of [N, C, *S]
 inputs, 1-d to 3-d.
 
+f32 and f64 convolutions become graph.conv and its gradient ops (oneDNN on
+the CPU; tilefuse/_conv.py); other types, and every convolution under
+TILEFUSE_LIBRARY_CONV=0, are written out as below.
+
 A window's elements are a gather of the input at fixed positions (im2col:
 numpy builds the table of positions once, one slot past the input standing
 for the padding, which holds 0 or -inf); pooling reduces over the window, a
@@ -15,6 +19,7 @@ import math
 
 import numpy as np
 
+from .._conv import conv, conv_transpose, library_conv
 from .._tracing import cat, where
 from . import aten, converts, importer
 from .indexing import _rows_gather, _rows_scatter_add
@@ -334,6 +339,11 @@ def _bias_shape(c, d):
 @converts(aten.convolution.default)
 def _convolution(x, w, bias, stride, padding, dilation, transposed, output_padding, groups):
     d = w.ndim - 2
+    if library_conv(x.dtype) and w.dtype == x.dtype:  # graph.conv: oneDNN on the CPU
+        if transposed:
+            return conv_transpose(x, w, bias, stride, padding, output_padding, groups, dilation,
+                                  d=d)
+        return conv(x, w, bias, stride, padding, dilation, groups, d=d)
     xb, unbatched = _batched(x, d)
     stride, padding, dilation = _expand(stride, d), _expand(padding, d), _expand(dilation, d)
     kernel = list(w.shape[2:])
@@ -375,6 +385,21 @@ def _convolution_backward(grad, x, w, bias_sizes, stride, padding, dilation, tra
     dx = dw = db = None
     if output_mask[2]:
         db = gb.sum(tuple(d_ for d_ in range(gb.ndim) if d_ != 1))
+    if library_conv(x.dtype) and w.dtype == x.dtype == grad.dtype:
+        # graph.conv's gradient ops; a transposed convolution is
+        # conv_grad_input, whose gradients are a convolution and
+        # conv_grad_weight with the roles of input and output swapped.
+        t = x._tracer
+        window = (stride, padding, padding, dilation, int(groups))
+        if output_mask[0]:
+            dx = x._wrap(t.conv("conv", gb._id, w._id, *window) if transposed else
+                         t.conv("grad_input", gb._id, w._id, *window, list(xb.shape[2:])))
+        if output_mask[1]:
+            dw = x._wrap(t.conv("grad_weight", gb._id, xb._id, *window, kernel) if transposed
+                         else t.conv("grad_weight", xb._id, gb._id, *window, kernel))
+        if unbatched and dx is not None:
+            dx = dx.squeeze(0)
+        return dx, dw, db
     if not transposed:
         positions = _window_positions(xb.shape[2:], out, kernel, stride, padding, dilation)
         go = _grouped_planes(gb, groups)                     # [G, N*Ot, cout_g]

@@ -1,0 +1,46 @@
+//===- ConvParamsOf.cpp ---------------------------------------------------===//
+#include "codegen/ConvParamsOf.h"
+
+#include "ir/graph/GraphDialect.h"
+
+#include "mlir/IR/BuiltinTypes.h"
+
+using namespace mlir;
+using namespace tilefuse;
+
+namespace {
+ArrayRef<int64_t> shapeOf(Value v) { return llvm::cast<RankedTensorType>(v.getType()).getShape(); }
+
+/// The window attributes shared by the three ops, and the sizes the
+/// input [N, C, S...], weight [O, C/g, K...] and output [N, O, Q...] give.
+template <typename OpTy>
+ConvParams paramsOf(OpTy op, ArrayRef<int64_t> input, ArrayRef<int64_t> weight,
+                    ArrayRef<int64_t> output) {
+  ConvParams p;
+  p.spatial = int32_t(input.size() - 2);
+  p.batch = input[0], p.channels = input[1], p.outChannels = weight[0];
+  p.groups = int64_t(op.getGroups());
+  for (size_t i = 0; i < size_t(p.spatial); ++i) {
+    p.input[i] = input[i + 2], p.kernel[i] = weight[i + 2], p.output[i] = output[i + 2];
+    p.stride[i] = op.getStrides()[i], p.padLow[i] = op.getPaddingLow()[i];
+    p.padHigh[i] = op.getPaddingHigh()[i], p.dilation[i] = op.getDilation()[i];
+  }
+  return p;
+}
+} // namespace
+
+std::optional<std::pair<ConvDirection, ConvParams>> tilefuse::convParamsOf(Operation *op) {
+  if (auto c = llvm::dyn_cast<graph::ConvOp>(op))
+    return std::make_pair(ConvDirection::Forward,
+                          paramsOf(c, shapeOf(c.getLhs()), shapeOf(c.getRhs()),
+                                   shapeOf(c.getResult())));
+  if (auto c = llvm::dyn_cast<graph::ConvGradInputOp>(op))
+    return std::make_pair(ConvDirection::GradInput,
+                          paramsOf(c, shapeOf(c.getResult()), shapeOf(c.getRhs()),
+                                   shapeOf(c.getLhs())));
+  if (auto c = llvm::dyn_cast<graph::ConvGradWeightOp>(op))
+    return std::make_pair(ConvDirection::GradWeight,
+                          paramsOf(c, shapeOf(c.getLhs()), shapeOf(c.getResult()),
+                                   shapeOf(c.getRhs())));
+  return std::nullopt;
+}
