@@ -253,12 +253,12 @@ std::shared_ptr<Graph> Graph::valueAndGrad(const std::vector<unsigned> &wrt) con
                      });
 }
 
-std::shared_ptr<Graph> Graph::trainStep(unsigned numParams,
-                                        const OptimizerConfig &config) const {
+std::shared_ptr<Graph> Graph::trainStep(unsigned numParams, const OptimizerConfig &config,
+                                        unsigned numState) const {
   return deriveGraph(*impl_, "cannot build a training step of @" + impl_->entry,
                      [&](func::FuncOp f) {
                        return buildTrainStep(f, numParams, config,
-                                             impl_->entry + "_train_step");
+                                             impl_->entry + "_train_step", numState);
                      });
 }
 

@@ -108,8 +108,10 @@ public:
   /// One whole training step of this loss graph, whose first `numParams`
   /// arguments are parameters: (params, state, rest..., step: i64, lr: f64)
   /// -> (loss, new params, new state). See passes/TrainStep.h.
-  std::shared_ptr<Graph> trainStep(unsigned numParams,
-                                   const OptimizerConfig &config) const;
+  /// `numState` model state arguments follow the parameters (see
+  /// buildTrainStep).
+  std::shared_ptr<Graph> trainStep(unsigned numParams, const OptimizerConfig &config,
+                                   unsigned numState = 0) const;
 
   /// This graph lowered to primitives and fused into kernels for `target`
   /// ("cpu" or "cuda[:sm_XX]"); it computes the same values.

@@ -172,13 +172,23 @@ struct LossScaler {
 FailureOr<func::FuncOp> tilefuse::buildTrainStep(func::FuncOp loss,
                                                  unsigned numParams,
                                                  const OptimizerConfig &config,
-                                                 StringRef name) {
+                                                 StringRef name, unsigned numState) {
   auto lossType = loss.getFunctionType();
-  if (numParams == 0 || numParams > lossType.getNumInputs())
+  if (numParams == 0 || numParams + numState > lossType.getNumInputs())
     return loss.emitError("train step: @")
            << loss.getSymName() << " has " << lossType.getNumInputs()
            << " arguments; cannot treat the first " << numParams
-           << " as parameters";
+           << " as parameters and the next " << numState << " as model state";
+  // (Without model state, results after the loss are not kept.)
+  if (numState > 0 && lossType.getNumResults() != 1 + numState)
+    return loss.emitError("train step: @")
+           << loss.getSymName() << " returns " << lossType.getNumResults()
+           << " values; expected the loss and " << numState << " new model state values";
+  for (unsigned j = 0; j < numState; ++j)
+    if (lossType.getInput(numParams + j) != lossType.getResult(1 + j))
+      return loss.emitError("train step: model state ")
+             << j << " comes in as " << lossType.getInput(numParams + j) << " but its new value is "
+             << lossType.getResult(1 + j) << "; they must match";
   std::string invalid = config.validate();
   if (!invalid.empty())
     return loss.emitError("train step: ") << invalid;
@@ -278,12 +288,18 @@ FailureOr<func::FuncOp> tilefuse::buildTrainStep(func::FuncOp loss,
   llvm::append_range(results, state);
   if (scaled)
     llvm::append_range(results, scaler.next(e, config.lossScale, finite));
+  // The model state's new values, computed by the forward pass: a skipped
+  // step (non-finite gradients) still updates them, as PyTorch's forward
+  // does whether or not GradScaler then skips optimizer.step().
+  llvm::append_range(results, ret.getOperands().slice(1, numState));
   b.create<func::ReturnOp>(ret.getLoc(), results);
   ret.erase();
   step.setFunctionType(
       b.getFunctionType(body.getArgumentTypes(), ValueRange(results).getTypes()));
-  // Result 1 + k replaces argument k (params, state and step-wide state
-  // are contiguous); the attribute, not this order, is what consumers read.
+  // Result 1 + k replaces argument k (params, state, step-wide state and
+  // model state are contiguous: the loss's model state arguments followed
+  // its parameters, and the state and step-wide state went in between);
+  // the attribute, not this order, is what consumers read.
   SmallVector<DictionaryAttr> resultAttrs = {DictionaryAttr::get(ctx)};
   for (unsigned k = 0; k + 1 < results.size(); ++k)
     resultAttrs.push_back(DictionaryAttr::get(

@@ -25,9 +25,15 @@ constexpr const char *kAliasAttrName = "tilefuse.aliases";
 /// (0-d f32), finite steps in a row (0-d i64) and updates applied (0-d
 /// i64, which then counts for Adam's bias correction in place of `step`);
 /// the loss returned is unscaled.
+///
+/// Model state (`numState` > 0: batch norm's running statistics, which the
+/// forward pass updates and no optimizer touches): the loss then takes
+/// (params, model state..., rest...) and returns (loss, new model
+/// state...); the step takes the model state after the step-wide state and
+/// returns its new values last, each replacing its argument.
 mlir::FailureOr<mlir::func::FuncOp>
 buildTrainStep(mlir::func::FuncOp loss, unsigned numParams,
-               const OptimizerConfig &config, llvm::StringRef name);
+               const OptimizerConfig &config, llvm::StringRef name, unsigned numState = 0);
 
 } // namespace tilefuse
 

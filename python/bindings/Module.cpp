@@ -192,9 +192,10 @@ PYBIND11_MODULE(_core, m) {
         }
         return py::make_tuple(rows, formatNumericsReport(report));
       }, py::arg("args"), py::arg("device") = "cpu")
-      .def("train_step", [](const Graph &g, unsigned numParams, const py::dict &options) {
-        return g.trainStep(numParams, optimizerConfigFrom(options));
-      }, py::arg("num_params"), py::arg("config"));
+      .def("train_step", [](const Graph &g, unsigned numParams, const py::dict &options,
+                            unsigned numState) {
+        return g.trainStep(numParams, optimizerConfigFrom(options), numState);
+      }, py::arg("num_params"), py::arg("config"), py::arg("num_state") = 0);
 
   registerExecutorBindings(m);
   py::class_<Executable, std::shared_ptr<Executable>>(m, "Executable")

@@ -65,10 +65,13 @@ def _loss_module(module, loss_fn):
 
 
 def capture(module, example_inputs, loss_fn=None):
-    """(gm, names, buffers): the ATen FX graph of the module's loss, whose
-    placeholders are the trained parameters (in `names` order, tied ones
-    once), then the inputs; buffers and frozen parameters (requires_grad
-    False) are captured as constants."""
+    """(gm, names, buffers, state): the ATen FX graph of the module's loss,
+    whose placeholders are the trained parameters (in `names` order, tied
+    ones once), then the buffers the forward pass updates in place (`state`,
+    in order: batch norm's running statistics), then the inputs; it returns
+    (loss, *new values of `state`) when there is state, else the loss. Other
+    buffers and frozen parameters (requires_grad False) are captured as
+    constants. The module itself is left as it was."""
     torch = _torch()
     from torch.fx.experimental.proxy_tensor import make_fx
     from torch.func import functional_call
@@ -82,28 +85,71 @@ def capture(module, example_inputs, loss_fn=None):
     wrapper = _loss_module(module, loss_fn)
     n = len(names)
 
-    def loss(*flat):
-        state = {"m." + k: v for k, v in zip(names, flat[:n])}
-        state.update({"m." + k: v for k, v in buffers.items()})
-        return functional_call(wrapper, state, tuple(flat[n:]))
+    def run(params, buffers, inputs):
+        values = {"m." + k: v for k, v in zip(names, params)}
+        values.update({"m." + k: v for k, v in buffers.items()})
+        return functional_call(wrapper, values, tuple(inputs))
 
     with torch.no_grad():
-        example = [p.detach() for p in params.values()] + list(example_inputs)
-        # Functionalized: in-place updates (through views too) become
-        # plain ops, as the importer converts them. Ops the importer has no
-        # conversion for are reduced with PyTorch's decompositions (the
-        # backend's table), the others kept whole.
-        with _compiling(), _keep_attention_whole():
-            gm = make_fx(torch.func.functionalize(loss, remove="mutations"),
-                         decomposition_table=_capture_decompositions(),
-                         record_stack_traces=True)(*example)
-        out = loss(*example)
+        # One eager run on copies of the buffers: its loss, and which
+        # buffers it updates in place (their values change: batch norm's
+        # running statistics, whose op does not move version counters).
+        copies = {k: v.detach().clone() for k, v in buffers.items()}
+        out = run([p.detach() for p in params.values()], copies, example_inputs)
+        state = [k for k, v in copies.items()
+                 if v.shape != buffers[k].shape or not torch.equal(v, buffers[k].detach())]
     if not isinstance(out, torch.Tensor) or out.ndim != 0 or not out.dtype.is_floating_point:
         raise CompileError(
             "from_torch: module(*inputs) must return the scalar loss (a 0-d float tensor), got "
             f"{type(out).__name__}{list(out.shape) if isinstance(out, torch.Tensor) else ''}; "
             "pass loss_fn=lambda module, *inputs: ... for modules that return something else")
-    return gm, names, buffers
+    m = len(state)
+
+    def loss(*flat):
+        current = dict(buffers)
+        current.update(zip(state, flat[n:n + m]))
+        return run(flat[:n], current, flat[n + m:])
+
+    with torch.no_grad():
+        example = ([p.detach() for p in params.values()] +
+                   [buffers[k].detach().clone() for k in state] + list(example_inputs))
+        # Functionalized: in-place updates (through views too) become
+        # plain ops, as the importer converts them, and the state's
+        # updates copies into its placeholders at the end. Ops the importer
+        # has no conversion for are reduced with PyTorch's decompositions
+        # (the backend's table), the others kept whole.
+        with _compiling(), _keep_attention_whole():
+            gm = make_fx(torch.func.functionalize(loss, remove="mutations"),
+                         decomposition_table=_capture_decompositions(),
+                         record_stack_traces=True)(*example)
+    if state:
+        _state_as_outputs(gm, n, m)
+    # Values nothing reads (batch norm's empty reserve buffer) go.
+    gm.graph.eliminate_dead_code()
+    gm.recompile()
+    return gm, names, buffers, state
+
+
+def _state_as_outputs(gm, n, m):
+    """The copies into placeholders n..n+m (the state buffers' updates,
+    which functionalization puts at the end) become outputs after the loss."""
+    torch = _torch()
+    placeholders = [p for p in gm.graph.nodes if p.op == "placeholder"]
+    targets = placeholders[n:n + m]
+    new = {}
+    for node in list(gm.graph.nodes):
+        if node.op == "call_function" and node.target is torch.ops.aten.copy_.default and \
+                node.args[0] in targets:
+            new[node.args[0]] = node.args[1]
+            node.replace_all_uses_with(node.args[1])
+            gm.graph.erase_node(node)
+    output = next(node for node in gm.graph.nodes if node.op == "output")
+    loss = output.args[0]
+    # A buffer the forward pass rebinds instead of updating in place keeps
+    # its value (no copy), as it would in PyTorch's module.
+    output.args = ((loss, *[new.get(t, t) for t in targets]),)
+    gm.graph.lint()
+    gm.recompile()
 
 
 class _compiling:
@@ -160,8 +206,18 @@ def _capture_decompositions():
     """from_torch's decompositions: the backend's (_decompositions), for
     the ops the importer does not convert whole."""
     from . import aten_import
-    return {op: fn for op, fn in _decompositions().items()
-            if aten_import._conversion(op) is None}
+    from torch._decomp import decomposition_table
+    table = {op: fn for op, fn in _decompositions().items()
+             if aten_import._conversion(op) is None}
+    # Batch norm in training mode updates its running statistics in place,
+    # but native_batch_norm's schema does not say so: functionalization
+    # sees the update only through PyTorch's decomposition (statistics,
+    # then copy_ into the buffers). The backend leaves multi-output ops
+    # whole for its partitions; from_torch converts the graph whole.
+    batch_norm = _torch().ops.aten.native_batch_norm.default
+    if batch_norm in decomposition_table:
+        table[batch_norm] = decomposition_table[batch_norm]
+    return table
 
 
 def _source_line(node):
@@ -184,7 +240,7 @@ class TorchTrainStep:
     brings them back; `train_step` is the tilefuse TrainStep underneath
     (optimizer state, report(), memory_plan(), numerics_report())."""
 
-    def __init__(self, module, train_step, names, torch_optimizer=None):
+    def __init__(self, module, train_step, names, torch_optimizer=None, state=()):
         self.train_step = train_step
         self._names = names
         # A torch.optim optimizer given to from_torch is followed at every
@@ -203,6 +259,8 @@ class TorchTrainStep:
             self._keys[key] = by_id.get(id(value))
         self._buffers = {k: v.detach().clone() for k, v in module.state_dict().items()
                          if self._keys[k] is None}
+        # Buffers the step updates (model state), by state_dict key.
+        self._state = list(state)
         self._torch = torch
 
     def __call__(self, *inputs):
@@ -248,9 +306,12 @@ class TorchTrainStep:
         parameters (a tied weight under each of its names) and the
         buffers."""
         params = self.train_step.params()
+        kept = self.train_step.state_dict() if self._state else {}
         out = {}
         for key, name in self._keys.items():
-            if name is None:
+            if key in self._state:
+                out[key] = self._torch.from_numpy(np.array(kept["state/" + key]))
+            elif name is None:
                 out[key] = self._buffers[key].clone()
             else:
                 out[key] = self._torch.from_numpy(np.array(params[name]))
@@ -342,7 +403,10 @@ def from_torch(module, example_inputs, optimizer, loss_fn=None, device="auto", s
     forward pass and loss are captured as ATen ops, converted into a
     tilefuse graph, differentiated by tilefuse and followed by
     `optimizer` (a tilefuse.optim optimizer) in one step; parameters and
-    optimizer state stay in the runtime. Buffers are constants of the step.
+    optimizer state stay in the runtime. Buffers the forward pass updates in
+    place (batch norm's running statistics) are state the step keeps and
+    updates (its state_dict() has their current values); other buffers are
+    constants of the step.
     `optimizer` may also be a torch.optim SGD/Adam/AdamW/RMSprop over the module's
     parameters (its param_groups kept: optimizer_from_torch); the step then
     reads each group's lr from it before every call, so PyTorch LR
@@ -365,7 +429,7 @@ def from_torch(module, example_inputs, optimizer, loss_fn=None, device="auto", s
         optimizer = optimizer_from_torch(optimizer, module)
     _check_values_readable(module, example_inputs)
     try:
-        gm, names, _ = capture(module, example_inputs, loss_fn)
+        gm, names, buffers, state = capture(module, example_inputs, loss_fn)
     except CompileError:
         raise
     except Exception as e:  # noqa: BLE001 (PyTorch's tracer failing on the inputs)
@@ -397,17 +461,33 @@ def from_torch(module, example_inputs, optimizer, loss_fn=None, device="auto", s
     if accumulate != 1:
         batch = tuple(np.stack([x] * int(accumulate)) for x in batch)
 
-    if aten_import.uses_random(gm):  # dropout: a seed per step (seed + t - 1)
+    def run(p, s, b, step_seed=None):
+        return aten_import.run_fx(gm, [p[n] for n in names] + [s[k] for k in state] + list(b),
+                                  seed=step_seed)
+
+    # Model state (batch norm's running statistics): the step keeps it and
+    # the forward pass returns its new values after the loss.
+    if state:
+        def with_state(p, s, b, *step_seed):
+            loss, *new = run(p, s, b, *step_seed)
+            return loss, dict(zip(state, new))
+        uses_seed = aten_import.uses_random(gm)
+        loss = (lambda p, s, b, step_seed: with_state(p, s, b, step_seed)) if uses_seed \
+            else (lambda p, s, b: with_state(p, s, b))
+        initial = {k: _numpy(buffers[k]) for k in state}
+    elif aten_import.uses_random(gm):  # dropout: a seed per step (seed + t - 1)
         def loss(p, b, step_seed):
-            return aten_import.run_fx(gm, [p[n] for n in names] + list(b), seed=step_seed)
+            return run(p, {}, b, step_seed)
+        initial = None
     else:
         def loss(p, b):
-            return aten_import.run_fx(gm, [p[n] for n in names] + list(b))
+            return run(p, {}, b)
+        initial = None
 
     step = compile_train_step(loss, params, batch, optimizer, device=device, seed=seed,
                               memory_budget=memory_budget, precision=precision,
-                              loss_scale=loss_scale, accumulate=accumulate)
-    return TorchTrainStep(module, step, names, torch_optimizer)
+                              loss_scale=loss_scale, accumulate=accumulate, state=initial)
+    return TorchTrainStep(module, step, names, torch_optimizer, state)
 
 
 # ---------------------------------------------------------------------------

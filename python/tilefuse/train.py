@@ -272,7 +272,7 @@ class TrainStep:
 
 def compile_train_step(loss_fn, params, example_batch, optimizer, device="auto", seed=0,
                        memory_budget=None, precision="fp32", keep_fp32=(), loss_scale="auto",
-                       accumulate=1):
+                       accumulate=1, state=None):
     """Compiles loss_fn(params, batch) or loss_fn(params, batch, seed) into one
     training step. `params` and `example_batch` are (nested) dicts of numpy
     arrays; `seed` (when loss_fn takes it) is a 0-d int64 tensor equal to
@@ -299,11 +299,18 @@ def compile_train_step(loss_fn, params, example_batch, optimizer, device="auto",
     stacks k micro-batches along a new first dimension ([k, b, ...]); the
     step's loss is the mean of their losses, its gradients the mean of
     theirs (as k backward passes of loss / k in PyTorch), and the optimizer
-    updates once."""
+    updates once.
+
+    `state`: model state that the forward pass updates and no optimizer
+    touches (batch norm's running statistics), a (nested) dict of arrays.
+    The loss function then takes it after the parameters and returns it
+    updated: loss_fn(params, state, batch[, seed]) -> (loss, new state of
+    the same structure, shapes and dtypes). The step keeps it between calls;
+    `step.state_dict()` holds it under "state/<name>"."""
     device = resolve_device(device)
     graph, names, param_leaves, batch_spec, uses_seed, step_state, groups = _build_train_step(
         loss_fn, params, example_batch, optimizer, seed, precision, keep_fp32, loss_scale,
-        accumulate)
+        accumulate, state)
 
     def build():
         return TrainStep(graph, names, [p.copy() for p in param_leaves],
@@ -394,14 +401,15 @@ def _fit_memory_budget(build, budget, param_leaves, optimizer, example_batch, de
 
 
 def train_step_graph(loss_fn, params, example_batch, optimizer, seed=0, precision="fp32",
-                     keep_fp32=(), loss_scale="auto", accumulate=1):
+                     keep_fp32=(), loss_scale="auto", accumulate=1, state=None):
     """The training-step Graph compile_train_step compiles, without
     compiling it (for Graph.export): arguments (parameters, optimizer state
     per parameter and state name, [the loss scaler's scale, growth tracker
-    and applied steps,] batch leaves, [seed,] step, lr), results (loss, new
-    parameters, new state[, new scaler state])."""
+    and applied steps,] [model state,] batch leaves, [seed,] step, lr),
+    results (loss, new parameters, new state[, new scaler state][, new
+    model state])."""
     return _build_train_step(loss_fn, params, example_batch, optimizer, seed, precision,
-                             keep_fp32, loss_scale, accumulate)[0]
+                             keep_fp32, loss_scale, accumulate, state)[0]
 
 
 def _accumulating(loss_fn, k, example_batch, uses_seed):
@@ -433,8 +441,26 @@ def _accumulating(loss_fn, k, example_batch, uses_seed):
     return accumulated
 
 
+def _with_state(loss_fn, state_spec):
+    """loss_fn(params, state, batch[, seed]) -> (loss, new state) as a
+    function of flat state leaves returning (loss, *new state leaves),
+    checking that the new state has the state's structure."""
+    def flat(params, state_leaves, batch, *seed):
+        state = _pytree.unflatten(state_spec, list(state_leaves))
+        out = loss_fn(params, state, batch, *seed)
+        if not isinstance(out, tuple) or len(out) != 2:
+            raise CompileError("with state=, the loss function returns (loss, new state), got "
+                               f"{type(out).__name__}")
+        leaves, spec = _pytree.flatten(out[1])
+        if spec != state_spec:
+            raise CompileError("the loss function's new state does not have the structure "
+                               "(keys, nesting) of the state it was given")
+        return (out[0], *leaves)
+    return flat
+
+
 def _build_train_step(loss_fn, params, example_batch, optimizer, seed, precision="fp32",
-                      keep_fp32=(), loss_scale="auto", accumulate=1):
+                      keep_fp32=(), loss_scale="auto", accumulate=1, state=None):
     if not hasattr(optimizer, "_config"):
         raise CompileError(f"optimizer must be a tilefuse.optim optimizer, got {optimizer!r}")
     config = optimizer._config()
@@ -446,6 +472,18 @@ def _build_train_step(loss_fn, params, example_batch, optimizer, seed, precision
         n_args = len(inspect.signature(loss_fn).parameters)
     except (TypeError, ValueError):
         n_args = 2
+    state_leaves = []
+    if state is not None:
+        if accumulate != 1:
+            raise CompileError("compile_train_step: accumulate=k with state= (model state such "
+                               "as batch norm statistics) is not supported yet; use "
+                               "accumulate=1")
+        state_leaves, state_spec = _pytree.flatten(state)
+        state_leaves = [np.asarray(v) for v in state_leaves]
+        step_state = step_state + [(f"state/{n}" if n else "state", v) for n, v in zip(
+            _pytree.leaf_names(state_spec), state_leaves)]
+        n_args -= 1
+        loss_fn = _with_state(loss_fn, state_spec)
     uses_seed = n_args >= 3
     param_leaves, names = _pytree.flatten(params)
     param_leaves = [np.asarray(p) for p in param_leaves]
@@ -468,12 +506,14 @@ def _build_train_step(loss_fn, params, example_batch, optimizer, seed, precision
     who = f"the loss function {who}" if who.isidentifier() else "the loss function"
     if accumulate != 1:
         loss_fn = _accumulating(loss_fn, accumulate, example_batch, uses_seed)
-    args = [params, example_batch] + ([np.int64(seed)] if uses_seed else [])
+    args = [params] + ([state_leaves] if state is not None else []) + [example_batch] + (
+        [np.int64(seed)] if uses_seed else [])
     loss_graph = trace(loss_fn, *args)
     loss_graph._check_loss("compile_train_step", who)
     if precision != "fp32" or keep_fp32:
         loss_graph = loss_graph.autocast(precision, keep_fp32)
-    graph = _short_errors(loss_graph._graph.train_step, len(param_leaves), config)
+    graph = _short_errors(loss_graph._graph.train_step, len(param_leaves), config,
+                          len(state_leaves))
 
     # The artifact's argument names: the state_dict() keys of TrainStep.
     batch_names = ["batch/" + n if n else "batch" for n in _pytree.leaf_names(batch_spec)]
@@ -488,7 +528,8 @@ def _build_train_step(loss_fn, params, example_batch, optimizer, seed, precision
                  "batch_spec": _pytree.spec_to_json(batch_spec), "uses_seed": uses_seed,
                  "batch_shapes": [list(np.shape(x)) for x in _pytree.flatten(example_batch)[0]],
                  "optimizer": config["kind"],
+                 # (model state, "state/...", has no default: it is set whole)
                  "step_state": [[name, value.item(), str(value.dtype)]
-                                for name, value in step_state]}
+                                for name, value in step_state if not name.startswith("state")]}
     return (Graph(graph, interface=interface), names, param_leaves, batch_spec, uses_seed,
             step_state, groups)

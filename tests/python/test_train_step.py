@@ -394,3 +394,54 @@ def test_gpt2_mini_adamw_20_steps_follows_reference():
     bad = [(t + 1, a, b, r) for t, (a, b, r) in enumerate(zip(got, want, rel)) if not r <= 1e-4]
     assert not bad, f"(step, tilefuse loss, reference loss, relative error): {bad}"
     assert abs(want[-1] - untrained) > 10 * 1e-4 * untrained
+
+
+def test_model_state_is_kept_and_updated_by_the_forward_pass():
+    """compile_train_step(state=): loss_fn(params, state, batch) returns
+    (loss, new state); the step carries the state between calls (a running
+    mean and an i64 counter here, as batch norm keeps) and state_dict()
+    holds it under state/<name>. Checked against the same loop in float64."""
+    rng = np.random.default_rng(0)
+    params = {"w": rng.standard_normal((4, 3)).astype(np.float32)}
+    state = {"mean": np.zeros(3, np.float32), "count": np.zeros((), np.int64)}
+    batch = {"x": rng.standard_normal((8, 4)).astype(np.float32)}
+
+    def loss(p, s, b):
+        y = b["x"] @ p["w"]
+        return (y ** 2).mean(), {"mean": s["mean"] * 0.9 + y.mean(0) * 0.1,
+                                 "count": s["count"] + 1}
+
+    step = tilefuse.compile_train_step(loss, params, batch, tilefuse.optim.SGD(lr=0.1),
+                                       device="cpu", state=state)
+    w, mean = params["w"].astype(np.float64), np.zeros(3)
+    for t in range(3):
+        got = step(batch)
+        y = batch["x"] @ w
+        want = (y ** 2).mean()
+        assert abs(got - want) <= 1e-5 * abs(want), (t, got, want)
+        mean = mean * 0.9 + y.mean(0) * 0.1
+        w = w - 0.1 * batch["x"].T @ (2 * y / y.size)
+    saved = step.state_dict()
+    assert int(saved["state/count"]) == 3
+    np.testing.assert_allclose(saved["state/mean"], mean, rtol=1e-5, atol=1e-7)
+
+
+def test_model_state_errors_say_what_to_do():
+    params = {"w": np.ones((2, 2), np.float32)}
+    state = {"mean": np.zeros(2, np.float32)}
+    batch = np.ones((3, 2), np.float32)
+    with pytest.raises(tilefuse.CompileError, match=r"returns \(loss, new state\)"):
+        tilefuse.compile_train_step(lambda p, s, b: (b @ p["w"]).sum(), params, batch,
+                                    tilefuse.optim.SGD(lr=0.1), device="cpu", state=state)
+    with pytest.raises(tilefuse.CompileError, match="does not have the structure"):
+        tilefuse.compile_train_step(lambda p, s, b: ((b @ p["w"]).sum(), {"other": s["mean"]}),
+                                    params, batch, tilefuse.optim.SGD(lr=0.1), device="cpu",
+                                    state=state)
+    with pytest.raises(tilefuse.CompileError, match="model state 0 comes in as"):
+        tilefuse.compile_train_step(lambda p, s, b: ((b @ p["w"]).sum(), {"mean": s["mean"][0]}),
+                                    params, batch, tilefuse.optim.SGD(lr=0.1), device="cpu",
+                                    state=state)
+    with pytest.raises(tilefuse.CompileError, match="accumulate=k with state="):
+        tilefuse.compile_train_step(lambda p, s, b: ((b @ p["w"]).sum(), s), params,
+                                    np.stack([batch] * 2), tilefuse.optim.SGD(lr=0.1),
+                                    device="cpu", state=state, accumulate=2)

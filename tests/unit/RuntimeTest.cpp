@@ -481,6 +481,55 @@ TEST(Program, ValidateRefusesAttentionStepsThatContradictTheirSizes) {
   refused(q, "has 7 buffers and 2 outputs, expected 6 and 2");
 }
 
+TEST(Program, ValidateRefusesConvolutionStepsThatContradictTheirSizes) {
+  // x [2, 4, 9, 10] by a depthwise-pair weight [8, 2, 3, 3] (2 groups),
+  // stride 2, padding 1 / 0 -> y [2, 8, 4, 4]; then both gradients.
+  Program p;
+  p.buffers = {buffer("x", DType::F32, {2, 4, 9, 10}, BufferInfo::Role::Argument), // 0
+               buffer("w", DType::F32, {8, 2, 3, 3}, BufferInfo::Role::Argument),  // 1
+               buffer("y", DType::F32, {2, 8, 4, 4}),                              // 2
+               buffer("dx", DType::F32, {2, 4, 9, 10}),                            // 3
+               buffer("dw", DType::F32, {8, 2, 3, 3})};                            // 4
+  p.arguments = {0, 1};
+  p.results = {2, 3, 4};
+  Step forward;
+  forward.kind = Step::Kind::Conv;
+  forward.source = "graph.conv";
+  ConvParams &c = forward.conv;
+  c.spatial = 2, c.batch = 2, c.channels = 4, c.outChannels = 8, c.groups = 2;
+  c.input = {9, 10, 0}, c.kernel = {3, 3, 0}, c.output = {4, 4, 0}, c.stride = {2, 2, 1};
+  c.padLow = {1, 0, 0}, c.padHigh = {0, 0, 0};
+  forward.buffers = {0, 1, 2};
+  Step gradInput = forward, gradWeight = forward;
+  gradInput.kind = Step::Kind::ConvGradInput, gradInput.source = "graph.conv_grad_input";
+  gradInput.buffers = {2, 1, 3};
+  gradWeight.kind = Step::Kind::ConvGradWeight, gradWeight.source = "graph.conv_grad_weight";
+  gradWeight.buffers = {0, 2, 4};
+  p.steps = {forward, gradInput, gradWeight};
+  EXPECT_NO_THROW(p.validate());
+  EXPECT_EQ(stepWrites(p.steps[1]), (std::vector<int>{3}));
+  // The sizes survive serialisation.
+  Program back = deserializeProgram(serializeProgram(p));
+  const ConvParams &b = back.steps[2].conv;
+  EXPECT_EQ(back.steps[2].kind, Step::Kind::ConvGradWeight);
+  EXPECT_EQ(std::make_tuple(b.spatial, b.batch, b.channels, b.outChannels, b.groups, b.input,
+                            b.kernel, b.output, b.stride, b.padLow, b.padHigh, b.dilation),
+            std::make_tuple(c.spatial, c.batch, c.channels, c.outChannels, c.groups, c.input,
+                            c.kernel, c.output, c.stride, c.padLow, c.padHigh, c.dilation));
+  Program q = p;
+  q.steps[0].conv.output = {5, 4, 0}; // not what the window gives
+  refused(q, "step 0 (graph.conv) has impossible convolution sizes (spatial dimension 0)");
+  q = p;
+  q.steps[0].conv.groups = 3;
+  refused(q, "has impossible convolution sizes (channels, groups or rank)");
+  q = p;
+  q.steps[1].buffers = {3, 1, 2}; // dInput where the output's cotangent belongs
+  refused(q, "buffer 0 is f32[2, 4, 9, 10], expected 256 f32 elements");
+  q = p;
+  q.steps[2].buffers = {0, 2};
+  refused(q, "2 buffers, expected 3");
+}
+
 TEST(Program, ValidateRefusesGemmsWhoseShapesContradictTheirTransposes) {
   Program p;
   p.buffers = {buffer("a", DType::F32, {3, 2, 5}, BufferInfo::Role::Argument),  // 0

@@ -1,0 +1,142 @@
+"""Convolutional networks from PyTorch: convolutions, batch norm in training
+mode, pooling, through tilefuse.from_torch and torch.compile(backend=
+"tilefuse"), 5 SGD-momentum steps against eager PyTorch. Batch norm's
+running statistics are model state that the step keeps and updates
+(from_torch), or buffers the backend hands back to PyTorch.
+
+Tolerances (float32): losses within 1e-5 relative of eager's at every
+step; running statistics within 1e-6 of eager's (their updates are a
+momentum average of batch statistics of values near 1); parameters after
+the steps within 1e-4 of max|eager| (five updates of f32 rounding).
+"""
+import copy
+
+import numpy as np
+import pytest
+import torch
+import torch.nn as nn
+
+import tilefuse
+from tilefuse.torch_integration import stats
+
+LOSS_RTOL = 1e-5
+STATS_ATOL = 1e-6
+STEPS = 5
+
+pytestmark = pytest.mark.usefixtures("fresh_torch_backend")
+
+
+class SmallResNet(nn.Module):
+    """Stem (7x7 stride 2, batch norm, ReLU, max pool), a residual block
+    and a depthwise-separable block with squeeze-excite, global average
+    pool, linear: the layer kinds of ResNet and EfficientNet."""
+
+    def __init__(self):
+        super().__init__()
+        self.stem = nn.Sequential(nn.Conv2d(3, 8, 7, 2, 3, bias=False), nn.BatchNorm2d(8),
+                                  nn.ReLU(), nn.MaxPool2d(3, 2, 1))
+        self.res = nn.Sequential(nn.Conv2d(8, 8, 3, 1, 1, bias=False), nn.BatchNorm2d(8),
+                                 nn.ReLU(), nn.Conv2d(8, 8, 3, 1, 1, bias=False),
+                                 nn.BatchNorm2d(8))
+        self.depthwise = nn.Sequential(nn.Conv2d(8, 8, 3, 2, 1, groups=8, bias=False),
+                                       nn.BatchNorm2d(8), nn.SiLU())
+        self.se = nn.Sequential(nn.AdaptiveAvgPool2d(1), nn.Conv2d(8, 2, 1), nn.SiLU(),
+                                nn.Conv2d(2, 8, 1), nn.Sigmoid())
+        self.project = nn.Sequential(nn.Conv2d(8, 16, 1, bias=False), nn.BatchNorm2d(16))
+        self.head = nn.Sequential(nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(16, 5))
+
+    def forward(self, x):
+        x = self.stem(x)
+        x = torch.relu(x + self.res(x))
+        x = self.depthwise(x)
+        return self.head(self.project(x * self.se(x)))
+
+
+def _loss(model, x, y):
+    return nn.functional.cross_entropy(model(x), y)
+
+
+def _batches():
+    g = torch.Generator().manual_seed(1)
+    return [(torch.randn(4, 3, 33, 31, generator=g), torch.randint(0, 5, (4,), generator=g))
+            for _ in range(STEPS)]
+
+
+def _eager(model, batches):
+    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    losses = []
+    for x, y in batches:
+        opt.zero_grad()
+        loss = _loss(model, x, y)
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    return losses
+
+
+def _running_stats(state):
+    return {k: v for k, v in state.items() if "running" in k or "num_batches" in k}
+
+
+def _check(path, got, want, got_state, want_state):
+    for t, (g, w) in enumerate(zip(got, want)):
+        assert abs(g - w) <= LOSS_RTOL * abs(w), f"{path}: step {t}: loss {g} vs eager {w}"
+    stats_want = _running_stats(want_state)
+    assert stats_want, "the model has no running statistics"
+    for k, w in stats_want.items():
+        g = torch.as_tensor(np.asarray(got_state[k]))
+        if w.dtype == torch.int64:
+            assert int(g) == int(w), f"{path}: {k} = {int(g)}, eager {int(w)}"
+        else:
+            err = (g.double() - w.double()).abs().max().item()
+            assert err <= STATS_ATOL, f"{path}: {k} differs from eager by {err:.2e}"
+    for k, w in want_state.items():
+        if k not in stats_want:
+            g = torch.as_tensor(np.asarray(got_state[k])).double()
+            err = ((g - w.double()).abs().max() / w.double().abs().max()).item()
+            assert err <= 1e-4, f"{path}: parameter {k} differs from eager by {err:.2e}"
+
+
+def test_from_torch_trains_a_small_resnet_like_eager_with_running_statistics():
+    """Batch norm's running statistics (and its batch counter) are state
+    the step updates: after 5 steps step.state_dict() holds PyTorch's
+    values; capturing the model leaves the module's own buffers alone."""
+    torch.manual_seed(0)
+    model = SmallResNet().train()
+    twin = copy.deepcopy(model)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    batches = _batches()
+    want = _eager(twin, batches)
+    step = tilefuse.from_torch(model, batches[0], torch.optim.SGD(model.parameters(), lr=0.05,
+                                                                   momentum=0.9), loss_fn=_loss)
+    for k, v in model.state_dict().items():
+        assert torch.equal(v, before[k]), f"capture changed the module's {k}"
+    names = [r["name"] for r in step.report()]
+    assert names.count("conv") == 7 and names.count("conv_grad_weight") == 7, names
+    got = [step(x, y) for x, y in batches]
+    _check("from_torch", got, want, step.state_dict(), twin.state_dict())
+    # copy_to brings the statistics back into a module.
+    fresh = SmallResNet()
+    step.copy_to(fresh)
+    assert torch.equal(fresh.stem[1].num_batches_tracked, twin.stem[1].num_batches_tracked)
+
+
+def test_the_backend_trains_a_small_resnet_like_eager_converted_whole():
+    torch.manual_seed(0)
+    model = SmallResNet().train()
+    twin = copy.deepcopy(model)
+    batches = _batches()
+    want = _eager(twin, batches)
+    compiled = torch.compile(model, backend="tilefuse")
+    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    got = []
+    for x, y in batches:
+        opt.zero_grad()
+        loss = _loss(compiled, x, y)
+        loss.backward()
+        opt.step()
+        got.append(loss.item())
+    assert stats.compiled >= 2 and stats.partitioned == 0 and stats.eager == 0, stats
+    assert not stats.unsupported, stats
+    _check("torch.compile(backend='tilefuse')", got, want, model.state_dict(),
+           twin.state_dict())
