@@ -13,10 +13,12 @@ Python call, medians of --rounds rounds of --steps steps after a warm-up:
 - tilefuse im2col: the same with TILEFUSE_LIBRARY_CONV=0 (convolutions
   written out, as before graph.conv existed);
 - inductor: torch.compile(model) where it compiles here.
-Models: a ResNet-style stack (3x3 conv, batch norm, ReLU, max pool,
-stride-2 stages, global pool, linear) and an MBConv stack (1x1 expand,
-depthwise 3x3, squeeze-excite, SiLU, 1x1 project, batch norm): the two
-kinds of convolution in WORKLOADS' unet_effnet encoder.
+Models (bench/conv_models.py): a ResNet-style stack (3x3 conv, batch norm,
+ReLU, max pool, stride-2 stages, global pool, linear) and an MBConv stack
+(1x1 expand, depthwise 3x3, squeeze-excite, SiLU, 1x1 project, batch norm):
+the two kinds of convolution in WORKLOADS' unet_effnet encoder; then
+unet_effnet itself (--unet-batch, --unet-size; AdamW) through the backend,
+from_torch, eager and inductor.
 """
 import argparse
 import copy
@@ -28,38 +30,8 @@ import torch
 import torch.nn as nn
 
 import tilefuse  # noqa: F401 (registers the backend)
-
-
-def resnet_like(width=32):
-    def block(ci, co, stride):
-        return nn.Sequential(nn.Conv2d(ci, co, 3, stride, 1, bias=False), nn.BatchNorm2d(co),
-                             nn.ReLU())
-    return nn.Sequential(block(3, width, 2), nn.MaxPool2d(3, 2, 1), block(width, width, 1),
-                         block(width, width, 1), block(width, 2 * width, 2),
-                         block(2 * width, 2 * width, 1), block(2 * width, 4 * width, 2),
-                         nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(4 * width, 10))
-
-
-class MBConv(nn.Module):
-    def __init__(self, c, expand=4):
-        super().__init__()
-        e = c * expand
-        self.expand = nn.Sequential(nn.Conv2d(c, e, 1, bias=False), nn.BatchNorm2d(e), nn.SiLU())
-        self.depthwise = nn.Sequential(nn.Conv2d(e, e, 3, 1, 1, groups=e, bias=False),
-                                       nn.BatchNorm2d(e), nn.SiLU())
-        self.se = nn.Sequential(nn.AdaptiveAvgPool2d(1), nn.Conv2d(e, c // 4, 1), nn.SiLU(),
-                                nn.Conv2d(c // 4, e, 1), nn.Sigmoid())
-        self.project = nn.Sequential(nn.Conv2d(e, c, 1, bias=False), nn.BatchNorm2d(c))
-
-    def forward(self, x):
-        h = self.depthwise(self.expand(x))
-        return x + self.project(h * self.se(h))
-
-
-def mbconv_like(width=24):
-    return nn.Sequential(nn.Conv2d(3, width, 3, 2, 1, bias=False), nn.BatchNorm2d(width),
-                         nn.SiLU(), MBConv(width), MBConv(width), nn.AdaptiveAvgPool2d(1),
-                         nn.Flatten(), nn.Linear(width, 10))
+from conv_models import (mbconv_like, resnet_like, segmentation_batch, segmentation_loss,
+                         unet_effnet)
 
 
 def timed(step, steps, rounds):
@@ -73,6 +45,37 @@ def timed(step, steps, rounds):
     return statistics.median(out)
 
 
+def segmentation_times(args, paths):
+    """ms per AdamW step of unet_effnet (WORKLOADS: batch, size, 151 classes,
+    an ignore band, lr 1e-3, weight decay 1e-2) along `paths`."""
+    torch.manual_seed(0)
+    base = unet_effnet()
+    x, y = segmentation_batch(args.unet_batch, args.unet_size)
+    times = {}
+    for path in paths:
+        model = copy.deepcopy(base)
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=1e-2)
+        if path == "from_torch":
+            step_fn = tilefuse.from_torch(model, (x, y), opt, loss_fn=segmentation_loss)
+            step = lambda: step_fn(x, y)  # noqa: E731
+        else:
+            run = model if path == "eager" else torch.compile(
+                model, backend="tilefuse" if path == "tilefuse" else "inductor")
+
+            def step():
+                opt.zero_grad()
+                loss = segmentation_loss(run, x, y)
+                loss.backward()
+                opt.step()
+        try:
+            times[path] = timed(step, args.steps, args.rounds) * 1e3
+        except Exception as e:  # noqa: BLE001 (inductor may not compile here)
+            times[path] = float("nan")
+            print(f"  (unet_effnet, {path}: {type(e).__name__}: {str(e).splitlines()[0][:120]})")
+        torch._dynamo.reset()
+    return times
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--batch", type=int, default=8)
@@ -81,6 +84,9 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--no-inductor", action="store_true")
+    ap.add_argument("--unet-batch", type=int, default=8)
+    ap.add_argument("--unet-size", type=int, default=128)
+    ap.add_argument("--only-unet", action="store_true")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     print(f"batch {args.batch}, {args.size}x{args.size}, f32, {args.threads} threads, "
@@ -88,7 +94,8 @@ def main():
     print("| model | eager | tilefuse | tilefuse im2col | inductor | eager / tilefuse | "
           "im2col / tilefuse |")
     print("|---|---:|---:|---:|---:|---:|---:|")
-    for name, make in (("resnet-like", resnet_like), ("mbconv-like", mbconv_like)):
+    for name, make in (() if args.only_unet else (("resnet-like", resnet_like),
+                                                  ("mbconv-like", mbconv_like))):
         torch.manual_seed(0)
         base = make()
         x = torch.randn(args.batch, 3, args.size, args.size)
@@ -119,6 +126,17 @@ def main():
         print(f"| {name} | {t['eager']:.1f} | {t['tilefuse']:.1f} | {t['tilefuse im2col']:.1f} | "
               f"{t.get('inductor', float('nan')):.1f} | {t['eager'] / t['tilefuse']:.2f} | "
               f"{t['tilefuse im2col'] / t['tilefuse']:.2f} |")
+    paths = ["eager", "tilefuse", "from_torch"] + ([] if args.no_inductor else ["inductor"])
+    t = segmentation_times(args, paths)
+    print(f"\nunet_effnet, batch {args.unet_batch}, {args.unet_size}x{args.unet_size}, 151 "
+          "classes, AdamW (ms per step):\n")
+    print("| eager | tilefuse (backend) | from_torch | inductor | eager / backend | "
+          "eager / from_torch | inductor / from_torch |")
+    print("|---:|---:|---:|---:|---:|---:|---:|")
+    ind = t.get("inductor", float("nan"))
+    print(f"| {t['eager']:.0f} | {t['tilefuse']:.0f} | {t['from_torch']:.0f} | {ind:.0f} | "
+          f"{t['eager'] / t['tilefuse']:.2f} | {t['eager'] / t['from_torch']:.2f} | "
+          f"{ind / t['from_torch']:.2f} |")
 
 
 if __name__ == "__main__":

@@ -500,7 +500,9 @@ _log = logging.getLogger("tilefuse")
 
 # ATen ops whose PyTorch decompositions tilefuse does not want: it converts
 # them whole (its fused composites are faster than their pieces).
-_KEPT_WHOLE = ("nll_loss_forward", "nll_loss_backward", "_log_softmax", "_softmax",
+_EXTRA_DECOMPOSED = ("upsample_bilinear2d", "upsample_bicubic2d", "upsample_trilinear3d")
+_KEPT_WHOLE = ("nll_loss_forward", "nll_loss_backward", "nll_loss2d_forward",
+               "nll_loss2d_backward", "_log_softmax", "_softmax",
                "native_layer_norm", "gelu", "embedding", "embedding_dense_backward",
                "_scaled_dot_product_flash_attention_for_cpu",
                "_scaled_dot_product_attention_math")
@@ -532,9 +534,17 @@ def _decompositions():
     (_KEPT_WHOLE) and the multi-output forward ops whose decompositions are
     not known to return exactly the op's outputs."""
     torch = _torch()
-    from torch._decomp import core_aten_decompositions
+    from torch._decomp import core_aten_decompositions, decomposition_table
     kept = {getattr(torch.ops.aten, name) for name in _KEPT_WHOLE}
     table = {}
+    # Interpolation PyTorch's core set keeps whole: written as gathers and
+    # weighted sums by PyTorch's own decompositions (one output each).
+    for name in _EXTRA_DECOMPOSED:
+        packet = getattr(torch.ops.aten, name, None)
+        for overload in ("default", "vec"):
+            op = getattr(packet, overload, None)
+            if op is not None and op in decomposition_table:
+                table[op] = decomposition_table[op]
     for op, fn in core_aten_decompositions().items():
         if getattr(op, "overloadpacket", op) in kept:
             continue

@@ -164,7 +164,10 @@ FAMILIES = {
     "conv": {
         "nn.functional.conv1d", "nn.functional.conv2d", "nn.functional.conv3d",
         "nn.functional.conv_transpose1d", "nn.functional.conv_transpose2d",
-        "nn.functional.conv_transpose3d",
+        "nn.functional.conv_transpose3d", "nn.functional.interpolate",
+        "nn.functional.upsample_bilinear", "nn.functional.upsample_nearest",
+        "nn.functional.max_pool2d", "nn.functional.avg_pool2d",
+        "nn.functional.adaptive_avg_pool2d", "nn.functional.batch_norm",
     },
 }
 CI_FAMILIES = ("pointwise", "views", "reductions", "nn", "conv")

@@ -5,9 +5,10 @@ running statistics are model state that the step keeps and updates
 (from_torch), or buffers the backend hands back to PyTorch.
 
 Tolerances (float32): losses within 1e-5 relative of eager's at every
-step; running statistics within 1e-6 of eager's (their updates are a
-momentum average of batch statistics of values near 1); parameters after
-the steps within 1e-4 of max|eager| (five updates of f32 rounding).
+step; running statistics within 1e-6 of eager's, relative to the largest
+of them where that exceeds 1 (batch means and variances summed in another
+order: ~1e-7 relative observed); parameters after the steps within 1e-4 of
+max|eager| (five updates of f32 rounding).
 """
 import copy
 
@@ -20,7 +21,7 @@ import tilefuse
 from tilefuse.torch_integration import stats
 
 LOSS_RTOL = 1e-5
-STATS_ATOL = 1e-6
+STATS_RTOL = 1e-6
 STEPS = 5
 
 pytestmark = pytest.mark.usefixtures("fresh_torch_backend")
@@ -78,7 +79,7 @@ def _running_stats(state):
     return {k: v for k, v in state.items() if "running" in k or "num_batches" in k}
 
 
-def _check(path, got, want, got_state, want_state):
+def _check(path, got, want, got_state, want_state, stats_rtol=STATS_RTOL, param_rtol=1e-4):
     for t, (g, w) in enumerate(zip(got, want)):
         assert abs(g - w) <= LOSS_RTOL * abs(w), f"{path}: step {t}: loss {g} vs eager {w}"
     stats_want = _running_stats(want_state)
@@ -89,12 +90,14 @@ def _check(path, got, want, got_state, want_state):
             assert int(g) == int(w), f"{path}: {k} = {int(g)}, eager {int(w)}"
         else:
             err = (g.double() - w.double()).abs().max().item()
-            assert err <= STATS_ATOL, f"{path}: {k} differs from eager by {err:.2e}"
+            scale = max(1.0, w.double().abs().max().item())
+            assert err <= stats_rtol * scale, (
+                f"{path}: {k} differs from eager by {err:.2e} (max |eager| {scale:.3g})")
     for k, w in want_state.items():
         if k not in stats_want:
             g = torch.as_tensor(np.asarray(got_state[k])).double()
             err = ((g - w.double()).abs().max() / w.double().abs().max()).item()
-            assert err <= 1e-4, f"{path}: parameter {k} differs from eager by {err:.2e}"
+            assert err <= param_rtol, f"{path}: parameter {k} differs from eager by {err:.2e}"
 
 
 def test_from_torch_trains_a_small_resnet_like_eager_with_running_statistics():
@@ -140,3 +143,54 @@ def test_the_backend_trains_a_small_resnet_like_eager_converted_whole():
     assert not stats.unsupported, stats
     _check("torch.compile(backend='tilefuse')", got, want, model.state_dict(),
            twin.state_dict())
+
+
+def _unet():
+    import os
+    import sys
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "bench"))
+    import conv_models
+    return conv_models
+
+
+@pytest.mark.parametrize("path", ["from_torch", "backend"])
+def test_unet_effnet_trains_like_eager(path):
+    """WORKLOADS' unet_effnet (MBConv encoder with squeeze-excite, bilinear
+    upsampling and skip concatenations, 151-class pixelwise cross-entropy
+    with an ignore band, AdamW) at batch 2, 32x32: 3 steps as in eager,
+    every graph converted whole. Running statistics within 1e-5 and
+    parameters within 1e-3 of max|eager|: AdamW's first updates are
+    lr * g / (|g| + eps), about lr * sign(g) whatever g's size, so where a
+    gradient is near 0 its f32 rounding moves the parameter by up to lr
+    (1.2e-4 relative observed on both paths), and the later batch
+    statistics with it (1.2e-6)."""
+    C = _unet()
+    torch.manual_seed(0)
+    model = C.unet_effnet().train()
+    twin = copy.deepcopy(model)
+    batches = [C.segmentation_batch(2, 32, seed=s) for s in range(3)]
+    opt_twin = torch.optim.AdamW(twin.parameters(), lr=1e-3, weight_decay=1e-2)
+    want = []
+    for x, y in batches:
+        opt_twin.zero_grad()
+        loss = C.segmentation_loss(twin, x, y)
+        loss.backward()
+        opt_twin.step()
+        want.append(loss.item())
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=1e-2)
+    if path == "from_torch":
+        step = tilefuse.from_torch(model, batches[0], opt, loss_fn=C.segmentation_loss)
+        got = [step(x, y) for x, y in batches]
+        state = step.state_dict()
+    else:
+        compiled = torch.compile(model, backend="tilefuse")
+        got = []
+        for x, y in batches:
+            opt.zero_grad()
+            loss = C.segmentation_loss(compiled, x, y)
+            loss.backward()
+            opt.step()
+            got.append(loss.item())
+        assert stats.partitioned == 0 and stats.eager == 0 and not stats.unsupported, stats
+        state = model.state_dict()
+    _check(path, got, want, state, twin.state_dict(), stats_rtol=1e-5, param_rtol=1e-3)

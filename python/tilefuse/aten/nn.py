@@ -60,7 +60,7 @@ def _native_layer_norm(x, normalized_shape, weight, bias, eps):
 _REDUCTIONS = {0: "none", 1: "mean", 2: "sum"}  # at::Reduction
 
 
-@converts(aten.nll_loss_forward)
+@converts(aten.nll_loss_forward, aten.nll_loss2d_forward)
 def _nll_loss_forward(x, target, weight, reduction, ignore_index):
     loss = F.nll_loss(x, target, weight, ignore_index=ignore_index,
                       reduction=_REDUCTIONS[reduction])
@@ -88,7 +88,7 @@ def _mse_loss(x, target, reduction=1):
     return F.mse_loss(x, target, reduction=_REDUCTIONS[reduction])
 
 
-@converts(aten.nll_loss_backward)
+@converts(aten.nll_loss_backward, aten.nll_loss2d_backward)
 def _nll_loss_backward(grad, x, target, weight, reduction, ignore_index, total_weight):
     """d loss / d x: -grad (/ total_weight for "mean") at each row's target
     class, weighted, 0 elsewhere and on ignored rows."""
