@@ -55,8 +55,10 @@ def segmentation_times(args, paths):
     for path in paths:
         model = copy.deepcopy(base)
         opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=1e-2)
+        bf16 = args.precision == "bf16"
         if path == "from_torch":
-            step_fn = tilefuse.from_torch(model, (x, y), opt, loss_fn=segmentation_loss)
+            step_fn = tilefuse.from_torch(model, (x, y), opt, loss_fn=segmentation_loss,
+                                          precision=args.precision)
             step = lambda: step_fn(x, y)  # noqa: E731
         else:
             run = model if path == "eager" else torch.compile(
@@ -64,7 +66,9 @@ def segmentation_times(args, paths):
 
             def step():
                 opt.zero_grad()
-                loss = segmentation_loss(run, x, y)
+                # PyTorch's CPU autocast: convolutions and matmuls in bf16
+                with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+                    loss = segmentation_loss(run, x, y)
                 loss.backward()
                 opt.step()
         try:
@@ -87,6 +91,9 @@ def main():
     ap.add_argument("--unet-batch", type=int, default=8)
     ap.add_argument("--unet-size", type=int, default=128)
     ap.add_argument("--only-unet", action="store_true")
+    ap.add_argument("--precision", choices=["fp32", "bf16"], default="fp32",
+                    help="unet_effnet's precision: bf16 is PyTorch's CPU autocast for eager, "
+                         "the backend and inductor, precision='bf16' for from_torch")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     print(f"batch {args.batch}, {args.size}x{args.size}, f32, {args.threads} threads, "
@@ -129,7 +136,7 @@ def main():
     paths = ["eager", "tilefuse", "from_torch"] + ([] if args.no_inductor else ["inductor"])
     t = segmentation_times(args, paths)
     print(f"\nunet_effnet, batch {args.unet_batch}, {args.unet_size}x{args.unet_size}, 151 "
-          "classes, AdamW (ms per step):\n")
+          f"classes, AdamW, {args.precision} (ms per step):\n")
     print("| eager | tilefuse (backend) | from_torch | inductor | eager / backend | "
           "eager / from_torch | inductor / from_torch |")
     print("|---:|---:|---:|---:|---:|---:|---:|")

@@ -201,10 +201,10 @@ private:
     }
     if (auto conv = convParamsOf(&op)) {
       auto [direction, params] = *conv;
-      if (!llvm::cast<RankedTensorType>(op.getResult(0).getType()).getElementType().isF32())
-        return op.emitOpError("runs compiled in f32 only, got ")
-               << op.getResult(0).getType() << "; cast the operands to f32 (f64 convolutions run "
-               << "in the reference interpreter only)";
+      if (llvm::cast<RankedTensorType>(op.getResult(0).getType()).getElementType().isF64())
+        return op.emitOpError("runs compiled in f32, bf16 or f16, got ")
+               << op.getResult(0).getType() << "; cast the operands (f64 convolutions run in "
+               << "the reference interpreter only)";
       Step s;
       s.kind = direction == ConvDirection::Forward     ? Step::Kind::Conv
                : direction == ConvDirection::GradInput ? Step::Kind::ConvGradInput

@@ -46,10 +46,10 @@ Rule ruleOf(Operation *op, ArrayRef<std::string> keepFloat32) {
     return Rule::Float32;
   if (llvm::isa<MatmulOp, LinearOp>(op))
     return Rule::LowPrecision;
-  // The convolution steps run in f32 only so far (oneDNN's bf16
-  // convolutions are yet to be wired up).
+  // Convolutions are GEMM-class too: oneDNN's bf16 convolutions
+  // accumulate in f32 (f16 ones are widened to f32 on the CPU).
   if (llvm::isa<ConvOp, ConvGradInputOp, ConvGradWeightOp>(op))
-    return Rule::Float32;
+    return Rule::LowPrecision;
   // Reductions that sum many values, normalizations, exponentials and
   // logarithms, and every loss: rounding there grows with the length of
   // what is summed or with the magnitude of the exponent.

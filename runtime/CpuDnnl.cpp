@@ -290,9 +290,9 @@ struct Dnnl {
   /// ones: a depthwise convolution ran 10-20x faster blocked than on plain
   /// layouts), else on the plain layouts; unusable where oneDNN lacks the
   /// API or has only its reference kernel.
-  Conv &convFor(ConvDirection direction, const ConvParams &p) {
-    std::vector<int64_t> key = {int64_t(direction), p.spatial, p.batch, p.channels,
-                                p.outChannels, p.groups};
+  Conv &convFor(ConvDirection direction, const ConvParams &p, dnnl_data_type_t type) {
+    std::vector<int64_t> key = {int64_t(direction), int64_t(type), p.spatial, p.batch,
+                                p.channels, p.outChannels, p.groups};
     for (const std::array<int64_t, 3> *a3 :
          {&p.input, &p.kernel, &p.output, &p.stride, &p.padLow, &p.padHigh, &p.dilation})
       key.insert(key.end(), a3->begin(), a3->begin() + p.spatial);
@@ -326,9 +326,9 @@ struct Dnnl {
         strides[k] = stride;
         stride *= dims[i][k];
       }
-      if (memoryDescInit(&plain[i], int(dims[i].size()), d, dnnl_f32, strides) != dnnl_success ||
-          memoryDescInitByTag(&any[i], int(dims[i].size()), d, dnnl_f32,
-                              dnnl_format_tag_any) != dnnl_success)
+      if (memoryDescInit(&plain[i], int(dims[i].size()), d, type, strides) != dnnl_success ||
+          memoryDescInitByTag(&any[i], int(dims[i].size()), d, type, dnnl_format_tag_any) !=
+              dnnl_success)
         return conv;
     }
     // A 1x1 convolution of stride 1 is a GEMM on the plain layouts, where
@@ -444,19 +444,19 @@ bool tilefuse::cpu::dnnlGemm(const Step &s, DType dtype, const void *a, const vo
   return true;
 }
 
-bool tilefuse::cpu::dnnlConv(ConvDirection direction, const ConvParams &p, const float *a,
-                             const float *b, float *out) {
+bool tilefuse::cpu::dnnlConv(ConvDirection direction, const ConvParams &p, DType dtype,
+                             const void *a, const void *b, void *out) {
   Dnnl &d = Dnnl::get();
   // As for bf16 GEMMs: no OpenMP team in a child forked after the parent
   // ran one.
-  if (!d.engine || ThreadPool::forked())
+  if (!d.engine || ThreadPool::forked() || (dtype != DType::F32 && dtype != DType::BF16))
     return false;
   std::lock_guard<std::mutex> lock(d.mutex);
-  Dnnl::Conv &conv = d.convFor(direction, p);
+  Dnnl::Conv &conv = d.convFor(direction, p, dtype == DType::BF16 ? dnnl_bf16 : dnnl_f32);
   if (!conv.usable)
     return false;
-  d.memorySetDataHandle(conv.a.user, const_cast<float *>(a));
-  d.memorySetDataHandle(conv.b.user, const_cast<float *>(b));
+  d.memorySetDataHandle(conv.a.user, const_cast<void *>(a));
+  d.memorySetDataHandle(conv.b.user, const_cast<void *>(b));
   d.memorySetDataHandle(conv.out.user, out);
   // Operands into the primitive's layouts, the result back into the step's.
   auto reorder = [&](const Dnnl::ConvOperand &o, bool in) {
@@ -576,8 +576,8 @@ bool tilefuse::cpu::dnnlSgemmSlab(bool, bool, int64_t, int64_t, int64_t, const f
 
 int64_t tilefuse::cpu::dnnlF32SlabsRun() { return -1; }
 
-bool tilefuse::cpu::dnnlConv(ConvDirection, const ConvParams &, const float *, const float *,
-                             float *) {
+bool tilefuse::cpu::dnnlConv(ConvDirection, const ConvParams &, DType, const void *,
+                             const void *, void *) {
   return false;
 }
 

@@ -26,15 +26,17 @@ bool dnnlGemm(const Step &s, DType dtype, const void *a, const void *b, void *c)
 bool dnnlSgemmSlab(bool transA, bool transB, int64_t rows, int64_t n, int64_t k, const float *a,
                    int64_t lda, const float *b, int64_t ldb, float *c, int64_t ldc);
 
-/// Convolution step `p` in f32 through oneDNN's convolution primitives
-/// (forward, backward data or backward weights; plain row-major layouts,
-/// oneDNN's own OpenMP threads), made once per shape: out = direction(a,
-/// b) as runtime/Conv.h defines it. False when oneDNN is not loaded, lacks
-/// the convolution API, has only its reference kernel for the shape, or
-/// runs in a forked child (the caller then runs the reference loops).
-/// Throws CompileError when oneDNN fails to run a primitive it accepted.
-bool dnnlConv(ConvDirection direction, const ConvParams &p, const float *a, const float *b,
-              float *out);
+/// Convolution step `p` on `dtype` (f32 or bf16, f32 accumulation) buffers
+/// through oneDNN's convolution primitives (forward, backward data or
+/// backward weights; the steps' plain row-major layouts, reordered to and
+/// from the ones oneDNN picks; oneDNN's own OpenMP threads), made once per
+/// shape: out = direction(a, b) as runtime/Conv.h defines it. False when
+/// oneDNN is not loaded, lacks the convolution API, has only its reference
+/// kernel for the shape, or runs in a forked child (the caller then widens
+/// bf16 to f32, or runs the reference loops). Throws CompileError when
+/// oneDNN fails to run a primitive it accepted.
+bool dnnlConv(ConvDirection direction, const ConvParams &p, DType dtype, const void *a,
+              const void *b, void *out);
 
 /// f32 slabs oneDNN has run in this process; -1 when the f32 path is off.
 int64_t dnnlF32SlabsRun();

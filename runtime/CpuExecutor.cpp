@@ -205,16 +205,10 @@ void CpuExecutor::runLocked(const std::vector<ArgRef> &args) {
       break;
     case Step::Kind::Conv:
     case Step::Kind::ConvGradInput:
-    case Step::Kind::ConvGradWeight: {
-      auto f = [&](size_t i) { return static_cast<float *>(pointers[size_t(s.buffers[i])]); };
-      ConvDirection direction = s.kind == Step::Kind::Conv ? ConvDirection::Forward
-                                : s.kind == Step::Kind::ConvGradInput ? ConvDirection::GradInput
-                                                                      : ConvDirection::GradWeight;
-      // oneDNN where it loads; the definition's loops (one thread) where not.
-      if (!cpu::dnnlConv(direction, s.conv, f(0), f(1), f(2)))
-        convReference<float>(direction, s.conv, f(0), f(1), f(2));
+    case Step::Kind::ConvGradWeight:
+      cpu::conv(s, prog.buffers[s.buffers[2]].dtype, pointers[s.buffers[0]],
+                pointers[s.buffers[1]], pointers[s.buffers[2]]);
       break;
-    }
     case Step::Kind::Attention:
     case Step::Kind::AttentionGrad:
       runAttention(s, pointers);

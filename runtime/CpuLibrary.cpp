@@ -256,6 +256,32 @@ void cpu::gemm(const Step &s, DType dtype, const void *a, const void *b, void *c
   }
 }
 
+void cpu::conv(const Step &s, DType dtype, const void *a, const void *b, void *out) {
+  ConvDirection direction = s.kind == Step::Kind::Conv            ? ConvDirection::Forward
+                            : s.kind == Step::Kind::ConvGradInput ? ConvDirection::GradInput
+                                                                  : ConvDirection::GradWeight;
+  if (dnnlConv(direction, s.conv, dtype, a, b, out))
+    return;
+  const ConvParams &p = s.conv;
+  if (dtype == DType::F32) { // the definition's loops, on one thread
+    convReference<float>(direction, p, static_cast<const float *>(a),
+                         static_cast<const float *>(b), static_cast<float *>(out));
+    return;
+  }
+  if (dtype != DType::F16 && dtype != DType::BF16)
+    throw CompileError(s.source + ": no CPU convolution for " + dtypeName(dtype));
+  int64_t in = p.inputElements(), w = p.weightElements(), o = p.outputElements();
+  int64_t na = direction == ConvDirection::GradInput ? o : in;
+  int64_t nb = direction == ConvDirection::GradWeight ? o : w;
+  int64_t nout = direction == ConvDirection::Forward ? o : direction == ConvDirection::GradInput ? in : w;
+  std::vector<float> wa = widen(dtype, a, na), wb = widen(dtype, b, nb);
+  std::vector<float> wout(static_cast<size_t>(nout));
+  conv(s, DType::F32, wa.data(), wb.data(), wout.data());
+  auto *dst = static_cast<uint16_t *>(out);
+  for (int64_t i = 0; i < nout; ++i)
+    dst[i] = dtype == DType::F16 ? floatToHalf(wout[size_t(i)]) : floatToBF16(wout[size_t(i)]);
+}
+
 void cpu::gather(const BufferInfo &table, const BufferInfo &indices,
                  const void *tablePtr, const void *indexPtr, void *out,
                  const std::string &what) {

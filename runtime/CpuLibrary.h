@@ -14,6 +14,11 @@ namespace tilefuse::cpu {
 
 /// c = op(a) * op(b), batched; f32 and f64 natively, f16/bf16 through f32.
 void gemm(const Step &s, DType dtype, const void *a, const void *b, void *c);
+/// Convolution step `s` (Conv, ConvGradInput or ConvGradWeight) on buffers
+/// of `dtype`: oneDNN for f32 and bf16; f16 (and bf16 where oneDNN cannot)
+/// widened to f32 and the result rounded once; the reference loops where
+/// oneDNN is missing.
+void conv(const Step &s, DType dtype, const void *a, const void *b, void *out);
 /// out[q, ...] = table[indices[q], ...]; throws CompileError on a bad index,
 /// naming `what` (the op the indices belong to).
 void gather(const BufferInfo &table, const BufferInfo &indices,

@@ -67,8 +67,8 @@ std::vector<int> tilefuse::stepReads(const Step &step) {
 /// (and dOut, dq, dk, dv) of exactly the element counts the sizes give, a
 /// mask of one byte (i1) or f32 per score it is read at.
 /// A convolution step's sizes against themselves (the output-size rule,
-/// the groups) and its three buffers: f32 of exactly the element counts
-/// the sizes give.
+/// the groups) and its three buffers: f32, bf16 or f16 (all one type), of
+/// exactly the element counts the sizes give.
 static void validateConv(const Program &p, const Step &s, const std::string &what) {
   const ConvParams &c = s.conv;
   auto impossible = [&](const std::string &why) {
@@ -91,12 +91,14 @@ static void validateConv(const Program &p, const Step &s, const std::string &wha
   std::vector<int64_t> sizes = s.kind == Step::Kind::Conv            ? std::vector<int64_t>{in, w, out}
                                : s.kind == Step::Kind::ConvGradInput ? std::vector<int64_t>{out, w, in}
                                                                      : std::vector<int64_t>{in, out, w};
+  DType t = p.buffers[s.buffers[0]].dtype;
   for (size_t i = 0; i < 3; ++i) {
     const BufferInfo &b = p.buffers[s.buffers[i]];
-    if (b.dtype != DType::F32 || numElements(b.shape) != sizes[i])
+    if ((t != DType::F32 && t != DType::BF16 && t != DType::F16) || b.dtype != t ||
+        numElements(b.shape) != sizes[i])
       throw CompileError("corrupt program: " + what + " buffer " + std::to_string(i) + " is " +
                          dtypeName(b.dtype) + shapeToString(b.shape) + ", expected " +
-                         std::to_string(sizes[i]) + " f32 elements");
+                         std::to_string(sizes[i]) + " elements of one of f32, bf16, f16");
   }
 }
 

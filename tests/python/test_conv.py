@@ -184,3 +184,33 @@ def test_cuda_targets_refuse_convolutions_and_say_what_to_do(monkeypatch):
     assert "graph.conv" not in written.mlir()
     assert not any(r["name"].startswith("conv") for r in written.fuse("cuda:sm_90").report())
     assert max_rel(written.interpret(x, w), graph.interpret(x, w)) <= RTOL
+
+
+@pytest.mark.parametrize("precision,tol", [("bf16", 1e-2), ("fp16", 2e-3)])
+def test_convolutions_run_in_16_bit_under_autocast(precision, tol):
+    """Autocast makes convolutions GEMM-class: graph.conv and its gradients
+    take 16-bit operands (oneDNN's bf16 convolutions accumulate in f32; f16
+    is widened to f32 on the CPU), within the dtype's tolerance of float64
+    PyTorch (bf16 1e-2, f16 2e-3 of max|value|)."""
+    x, w, _ = _inputs((4, 16, 13, 11), (32, 16, 3, 3))
+    w = w * np.float32(0.1)
+    dy = np.random.default_rng(1).standard_normal((4, 32, 7, 6)).astype(np.float32)
+
+    def loss(x, w):
+        y = F.conv2d(x, w, stride=2, padding=1)
+        return (y * dy).sum(), y
+
+    graph = tilefuse.trace(loss, x, w).autocast(precision).value_and_grad(wrt=(0, 1))
+    low = "bf16" if precision == "bf16" else "f16"
+    fused = graph.fuse("cpu").mlir()
+    for op in ("graph.conv ", "graph.conv_grad_input", "graph.conv_grad_weight"):
+        line = next(line for line in fused.splitlines() if op in line)
+        assert f"x{low}>" in line.split("->")[-1], line
+    # (The loss, a sum of 5376 products that cancel to ~1% of their size,
+    # is not compared: its 16-bit rounding is relative to the terms.)
+    _, y, *grads = graph.compile("cpu")(x, w)
+    tx, tw = (torch.tensor(a, dtype=torch.float64, requires_grad=True) for a in (x, w))
+    want = TF.conv2d(tx, tw, stride=2, padding=1)
+    (want * torch.tensor(dy, dtype=torch.float64)).sum().backward()
+    for name, g, t in zip(("y", "dx", "dw"), [y] + grads, (want.detach(), tx.grad, tw.grad)):
+        assert max_rel(g, t.numpy()) <= tol, f"{precision} {name}: {max_rel(g, t.numpy()):.2e}"
