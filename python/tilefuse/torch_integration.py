@@ -744,7 +744,9 @@ def _compiled_callable(gm, device, compile=True, updates=None):
                         and tuple(target.shape) == tuple(out_vals[k].shape)):
                     in_place[k] = target
             if in_place:
+                # bf16 results (numpy has no bf16) come back as new arrays.
                 into = [in_place[k].detach().numpy() if k in in_place
+                        else None if want[k] == torch.bfloat16
                         else np.empty(tuple(out_vals[k].shape), _numpy_dtype(want[k]))
                         for k in range(len(present))]
         results = exe.run(arrays, None, "numpy", into)
