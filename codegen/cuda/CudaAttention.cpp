@@ -203,13 +203,19 @@ __device__ __forceinline__ void tf_attention_forward(const TfAttentionArgs &a) {
     a.lse[bh * a.queries + i] = l > 0.0f ? m + logf(l) : 0.0f;
 }
 
-// dS of score (i, j) and the dropped probability, from the dot products
-// q_i . k_j and dO_i . v_j, the row's log-sum-exp and delta.
+// dS of score (i, j) and the dropped probability, from the rows q_i, k_j,
+// dO_i and v_j (in shared memory), the row's log-sum-exp and delta.
 __device__ __forceinline__ float tf_attention_score_grad(const TfAttentionArgs &a,
-                                                         unsigned long long seed, float qk,
-                                                         float dov, float lse, float delta,
+                                                         unsigned long long seed, const float *q,
+                                                         const float *k, const float *dOut,
+                                                         const float *v, float lse, float delta,
                                                          long long b, long long h, long long i,
                                                          long long j, float *dropped) {
+  float qk = 0.0f, dov = 0.0f;
+  for (int d = 0; d < a.headDim; ++d)
+    qk += q[d] * k[d];
+  for (int d = 0; d < a.valueDim; ++d)
+    dov += dOut[d] * v[d];
   const float s = tf_attention_score(a, qk, b, h, i, j);
   const float p = s == TF_ATTENTION_NEG_INF ? 0.0f : expf(s - lse);
   float keep = 1.0f;
@@ -276,15 +282,9 @@ __device__ __forceinline__ void tf_attention_key_grads(const TfAttentionArgs &a)
       for (int x = 0; x < ROWS; ++x) {
         const int r = g + x * TPK;
         float dropped = 0.0f, ds = 0.0f;
-        if (key && i0 + r < a.queries) {
-          float qk = 0.0f, dov = 0.0f;
-          for (int d = 0; d < a.headDim; ++d)
-            qk += qs[r][d] * ks[c][d];
-          for (int d = 0; d < a.valueDim; ++d)
-            dov += dos[r][d] * vs[c][d];
-          ds = tf_attention_score_grad(a, seed, qk, dov, lses[r], deltas[r], b, h, i0 + r, j,
-                                       &dropped);
-        }
+        if (key && i0 + r < a.queries)
+          ds = tf_attention_score_grad(a, seed, qs[r], ks[c], dos[r], vs[c], lses[r],
+                                       deltas[r], b, h, i0 + r, j, &dropped);
         pt[c][r] = dropped, dst[c][r] = ds;
       }
       __syncthreads();
@@ -348,15 +348,9 @@ __device__ __forceinline__ void tf_attention_query_grads(const TfAttentionArgs &
     for (int x = 0; x < COLS; ++x) {
       const int c = g + x * TPR;
       float ds = 0.0f, dropped = 0.0f;
-      if (row && j0 + c < a.keys) {
-        float qk = 0.0f, dov = 0.0f;
-        for (int d = 0; d < a.headDim; ++d)
-          qk += qs[r][d] * ks[c][d];
-        for (int d = 0; d < a.valueDim; ++d)
-          dov += dos[r][d] * vs[c][d];
-        ds = tf_attention_score_grad(a, seed, qk, dov, lses[r], deltas[r], b, h, i, j0 + c,
-                                     &dropped);
-      }
+      if (row && j0 + c < a.keys)
+        ds = tf_attention_score_grad(a, seed, qs[r], ks[c], dos[r], vs[c], lses[r], deltas[r],
+                                     b, h, i, j0 + c, &dropped);
       dss[r][c] = ds;
     }
     __syncthreads();

@@ -67,22 +67,28 @@ def _bias(y, bias, what):
     return y + bias.reshape(y.shape[1], *([1] * (y.ndim - 2)))
 
 
-def conv(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, d=2):
-    what = f"conv{d}d"
+def _operands(input, weight, d, what, weight_layout):
+    """(input as [N, C, *S], weight, whether the input had no batch)."""
     if not isinstance(input, Tensor):
         raise CompileError(f"{what}: expects a traced tensor input, got {type(input).__name__}")
     w = _lift(input._tracer, weight, input)
     x, unbatched = _batched(input, d, what)
     if w.ndim != d + 2:
-        raise CompileError(f"{what}: weight {list(w.shape)} must be [out channels, in channels "
-                           f"/ groups, *kernel] with {d} kernel dimensions")
+        raise CompileError(f"{what}: weight {list(w.shape)} must be [{weight_layout}, *kernel] "
+                           f"with {d} kernel dimensions")
+    if x.dtype != w.dtype:
+        raise CompileError(f"{what}: input {x.dtype} and weight {w.dtype} differ; cast one")
+    _user_location(x._tracer)
+    return x, w, unbatched
+
+
+def conv(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, d=2):
+    what = f"conv{d}d"
+    x, w, unbatched = _operands(input, weight, d, what, "out channels, in channels / groups")
     stride, dilation = _ints(stride, d, what), _ints(dilation, d, what)
     if padding == "same" and any(s != 1 for s in stride):
         raise CompileError(f"{what}: padding='same' needs stride 1 (as in PyTorch), got {stride}")
     low, high = _padding(padding, x, w, dilation, d, what)
-    if x.dtype != w.dtype:
-        raise CompileError(f"{what}: input {x.dtype} and weight {w.dtype} differ; cast one")
-    _user_location(x._tracer)
     y = x._wrap(x._tracer.conv("conv", x._id, w._id, stride, low, high, dilation, int(groups)))
     y = _bias(y, bias, what)
     return y.squeeze(0) if unbatched else y
@@ -94,13 +100,7 @@ def conv_transpose(input, weight, bias=None, stride=1, padding=0, output_padding
     convolution with these attributes whose output is `input`; weight
     [in channels, out channels / groups, *kernel]."""
     what = f"conv_transpose{d}d"
-    if not isinstance(input, Tensor):
-        raise CompileError(f"{what}: expects a traced tensor input, got {type(input).__name__}")
-    w = _lift(input._tracer, weight, input)
-    x, unbatched = _batched(input, d, what)
-    if w.ndim != d + 2:
-        raise CompileError(f"{what}: weight {list(w.shape)} must be [in channels, out channels "
-                           f"/ groups, *kernel] with {d} kernel dimensions")
+    x, w, unbatched = _operands(input, weight, d, what, "in channels, out channels / groups")
     stride, dilation = _ints(stride, d, what), _ints(dilation, d, what)
     pad, extra = _ints(padding, d, what), _ints(output_padding, d, what)
     if any(e >= max(s, dl) or e < 0 for e, s, dl in zip(extra, stride, dilation)):
@@ -110,7 +110,6 @@ def conv_transpose(input, weight, bias=None, stride=1, padding=0, output_padding
             for s, st, p, dl, k, e in zip(x.shape[2:], stride, pad, dilation, w.shape[2:], extra)]
     if any(s < 1 for s in size):
         raise CompileError(f"{what}: the output would have spatial size {size}")
-    _user_location(x._tracer)
     y = x._wrap(x._tracer.conv("grad_input", x._id, w._id, stride, pad, pad, dilation,
                                int(groups), size))
     y = _bias(y, bias, what)

@@ -63,12 +63,14 @@ def _batches():
             for _ in range(STEPS)]
 
 
-def _eager(model, batches):
+def _train(model, batches, run=None):
+    """The losses of SGD-momentum steps of `model`, its forward run by
+    `run` (a compiled `model`) or by itself."""
     opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
     losses = []
     for x, y in batches:
         opt.zero_grad()
-        loss = _loss(model, x, y)
+        loss = _loss(model if run is None else run, x, y)
         loss.backward()
         opt.step()
         losses.append(loss.item())
@@ -109,7 +111,7 @@ def test_from_torch_trains_a_small_resnet_like_eager_with_running_statistics():
     twin = copy.deepcopy(model)
     before = {k: v.clone() for k, v in model.state_dict().items()}
     batches = _batches()
-    want = _eager(twin, batches)
+    want = _train(twin, batches)
     step = tilefuse.from_torch(model, batches[0], torch.optim.SGD(model.parameters(), lr=0.05,
                                                                    momentum=0.9), loss_fn=_loss)
     for k, v in model.state_dict().items():
@@ -129,16 +131,8 @@ def test_the_backend_trains_a_small_resnet_like_eager_converted_whole():
     model = SmallResNet().train()
     twin = copy.deepcopy(model)
     batches = _batches()
-    want = _eager(twin, batches)
-    compiled = torch.compile(model, backend="tilefuse")
-    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
-    got = []
-    for x, y in batches:
-        opt.zero_grad()
-        loss = _loss(compiled, x, y)
-        loss.backward()
-        opt.step()
-        got.append(loss.item())
+    want = _train(twin, batches)
+    got = _train(model, batches, torch.compile(model, backend="tilefuse"))
     assert stats.compiled >= 2 and stats.partitioned == 0 and stats.eager == 0, stats
     assert not stats.unsupported, stats
     _check("torch.compile(backend='tilefuse')", got, want, model.state_dict(),
