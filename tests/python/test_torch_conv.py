@@ -63,14 +63,14 @@ def _batches():
             for _ in range(STEPS)]
 
 
-def _train(model, batches, run=None):
-    """The losses of SGD-momentum steps of `model`, its forward run by
-    `run` (a compiled `model`) or by itself."""
-    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+def _train(model, batches, run=None, opt=None, loss_fn=None):
+    """The losses of `opt`'s steps (SGD with momentum by default) of
+    `model`, its forward run by `run` (a compiled `model`) or by itself."""
+    opt = opt or torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
     losses = []
     for x, y in batches:
         opt.zero_grad()
-        loss = _loss(model if run is None else run, x, y)
+        loss = (loss_fn or _loss)(model if run is None else run, x, y)
         loss.backward()
         opt.step()
         losses.append(loss.item())
@@ -163,28 +163,17 @@ def test_unet_effnet_trains_like_eager(path):
     model = C.unet_effnet().train()
     twin = copy.deepcopy(model)
     batches = [C.segmentation_batch(2, 32, seed=s) for s in range(3)]
-    opt_twin = torch.optim.AdamW(twin.parameters(), lr=1e-3, weight_decay=1e-2)
-    want = []
-    for x, y in batches:
-        opt_twin.zero_grad()
-        loss = C.segmentation_loss(twin, x, y)
-        loss.backward()
-        opt_twin.step()
-        want.append(loss.item())
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=1e-2)
+    def adamw(m):
+        return torch.optim.AdamW(m.parameters(), lr=1e-3, weight_decay=1e-2)
+    want = _train(twin, batches, opt=adamw(twin), loss_fn=C.segmentation_loss)
+    opt = adamw(model)
     if path == "from_torch":
         step = tilefuse.from_torch(model, batches[0], opt, loss_fn=C.segmentation_loss)
         got = [step(x, y) for x, y in batches]
         state = step.state_dict()
     else:
-        compiled = torch.compile(model, backend="tilefuse")
-        got = []
-        for x, y in batches:
-            opt.zero_grad()
-            loss = C.segmentation_loss(compiled, x, y)
-            loss.backward()
-            opt.step()
-            got.append(loss.item())
+        got = _train(model, batches, torch.compile(model, backend="tilefuse"), opt,
+                     C.segmentation_loss)
         assert stats.partitioned == 0 and stats.eager == 0 and not stats.unsupported, stats
         state = model.state_dict()
     _check(path, got, want, state, twin.state_dict(), stats_rtol=1e-5, param_rtol=1e-3)
