@@ -524,7 +524,7 @@ TEST(Program, ValidateRefusesConvolutionStepsThatContradictTheirSizes) {
   refused(q, "has impossible convolution sizes (channels, groups or rank)");
   q = p;
   q.steps[1].buffers = {3, 1, 2}; // dInput where the output's cotangent belongs
-  refused(q, "buffer 0 is f32[2, 4, 9, 10], expected 256 f32 elements");
+  refused(q, "buffer 0 is f32[2, 4, 9, 10], expected 256 elements of one of f32, bf16, f16");
   q = p;
   q.steps[2].buffers = {0, 2};
   refused(q, "2 buffers, expected 3");
