@@ -34,6 +34,30 @@ from conv_models import (mbconv_like, resnet_like, segmentation_batch, segmentat
                          unet_effnet)
 
 
+def torch_step(run, opt, loss_fn, bf16=False):
+    """One PyTorch training step of `run` (eager or compiled); bf16: under
+    PyTorch's CPU autocast (convolutions and matmuls in bf16)."""
+    def step():
+        opt.zero_grad()
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+            loss = loss_fn(run)
+        loss.backward()
+        opt.step()
+    return step
+
+
+def measure(name, path, step, args):
+    """ms per step, or NaN (said) where the path fails (inductor may not
+    compile here)."""
+    try:
+        return timed(step, args.steps, args.rounds) * 1e3
+    except Exception as e:  # noqa: BLE001
+        print(f"  ({name}, {path}: {type(e).__name__}: {str(e).splitlines()[0][:120]})")
+        return float("nan")
+    finally:
+        torch._dynamo.reset()
+
+
 def timed(step, steps, rounds):
     step()  # warm-up (compiles)
     out = []
@@ -63,20 +87,8 @@ def segmentation_times(args, paths):
         else:
             run = model if path == "eager" else torch.compile(
                 model, backend="tilefuse" if path == "tilefuse" else "inductor")
-
-            def step():
-                opt.zero_grad()
-                # PyTorch's CPU autocast: convolutions and matmuls in bf16
-                with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
-                    loss = segmentation_loss(run, x, y)
-                loss.backward()
-                opt.step()
-        try:
-            times[path] = timed(step, args.steps, args.rounds) * 1e3
-        except Exception as e:  # noqa: BLE001 (inductor may not compile here)
-            times[path] = float("nan")
-            print(f"  (unet_effnet, {path}: {type(e).__name__}: {str(e).splitlines()[0][:120]})")
-        torch._dynamo.reset()
+            step = torch_step(run, opt, lambda r: segmentation_loss(r, x, y), bf16)
+        times[path] = measure("unet_effnet", path, step, args)
     return times
 
 
@@ -116,18 +128,8 @@ def main():
             os.environ["TILEFUSE_LIBRARY_CONV"] = "0" if path == "tilefuse im2col" else "1"
             run = model if path == "eager" else torch.compile(
                 model, backend="tilefuse" if path.startswith("tilefuse") else "inductor")
-
-            def step():
-                opt.zero_grad()
-                loss = nn.functional.cross_entropy(run(x), y)
-                loss.backward()
-                opt.step()
-            try:
-                times[path] = timed(step, args.steps, args.rounds) * 1e3
-            except Exception as e:  # noqa: BLE001 (inductor may not compile here)
-                times[path] = float("nan")
-                print(f"  ({name}, {path}: {type(e).__name__}: {str(e).splitlines()[0][:120]})")
-            torch._dynamo.reset()
+            step = torch_step(run, opt, lambda r: nn.functional.cross_entropy(r(x), y))
+            times[path] = measure(name, path, step, args)
         os.environ.pop("TILEFUSE_LIBRARY_CONV", None)
         t = times
         print(f"| {name} | {t['eager']:.1f} | {t['tilefuse']:.1f} | {t['tilefuse im2col']:.1f} | "

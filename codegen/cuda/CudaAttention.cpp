@@ -121,6 +121,22 @@ __device__ __forceinline__ float tf_attention_group_sum(float x) {
   return x;
 }
 
+// The tile of query rows this block owns: head bh (= b * heads + h) from
+// row i0, and the key/value head kvh (= b * kvHeads + h's group) it reads.
+struct TfAttentionQueryTile {
+  long long bh, i0, b, h, kvh;
+};
+template <int BM>
+__device__ __forceinline__ TfAttentionQueryTile tf_attention_query_tile(const TfAttentionArgs &a) {
+  const long long blocksPerHead = (a.queries + BM - 1) / BM;
+  TfAttentionQueryTile tile;
+  tile.bh = (long long)blockIdx.x / blocksPerHead;
+  tile.i0 = (long long)blockIdx.x % blocksPerHead * BM;
+  tile.b = tile.bh / a.heads, tile.h = tile.bh % a.heads;
+  tile.kvh = tile.b * a.kvHeads + tile.h / (a.heads / a.kvHeads);
+  return tile;
+}
+
 template <int DMAX, int BM, int BN>
 __device__ __forceinline__ void tf_attention_forward(const TfAttentionArgs &a) {
   constexpr int TPR = 128 / BM;  // threads per query row
@@ -130,11 +146,8 @@ __device__ __forceinline__ void tf_attention_forward(const TfAttentionArgs &a) {
   __shared__ float kv[BN][DMAX + 1]; // K, then V, of the key block
   __shared__ float ps[BM][BN + 1];
   const int t = threadIdx.x, r = t / TPR, g = t % TPR;
-  const long long blocksPerHead = (a.queries + BM - 1) / BM;
-  const long long bh = (long long)blockIdx.x / blocksPerHead;
-  const long long i0 = (long long)blockIdx.x % blocksPerHead * BM, i = i0 + r;
-  const long long b = bh / a.heads, h = bh % a.heads;
-  const long long kvh = b * a.kvHeads + h / (a.heads / a.kvHeads);
+  const TfAttentionQueryTile tile = tf_attention_query_tile<BM>(a);
+  const long long bh = tile.bh, i0 = tile.i0, i = i0 + r, b = tile.b, h = tile.h, kvh = tile.kvh;
   const float *k = a.k + kvh * a.keys * a.headDim, *v = a.v + kvh * a.keys * a.valueDim;
   const unsigned long long seed = a.dropoutP > 0 ? *a.seed : 0ull;
   const bool row = i < a.queries;
@@ -323,11 +336,8 @@ __device__ __forceinline__ void tf_attention_query_grads(const TfAttentionArgs &
   __shared__ float dss[BM][BN + 1];
   __shared__ float lses[BM], deltas[BM];
   const int t = threadIdx.x, r = t / TPR, g = t % TPR;
-  const long long blocksPerHead = (a.queries + BM - 1) / BM;
-  const long long bh = (long long)blockIdx.x / blocksPerHead;
-  const long long i0 = (long long)blockIdx.x % blocksPerHead * BM, i = i0 + r;
-  const long long b = bh / a.heads, h = bh % a.heads;
-  const long long kvh = b * a.kvHeads + h / (a.heads / a.kvHeads);
+  const TfAttentionQueryTile tile = tf_attention_query_tile<BM>(a);
+  const long long bh = tile.bh, i0 = tile.i0, i = i0 + r, b = tile.b, h = tile.h, kvh = tile.kvh;
   const unsigned long long seed = a.dropoutP > 0 ? *a.seed : 0ull;
   const bool row = i < a.queries;
   tf_attention_load<DMAX, BM>(qs, a.q + bh * a.queries * a.headDim, i0, a.queries, a.headDim);
