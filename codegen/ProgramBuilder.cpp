@@ -215,6 +215,10 @@ private:
       prog.steps.push_back(s);
       return success();
     }
+    if (graph::isCollectiveStart(&op))
+      return collectiveStart(op);
+    if (auto wait = llvm::dyn_cast<graph::CollectiveWaitOp>(op))
+      return collectiveWait(wait);
     if (auto attention = llvm::dyn_cast<graph::AttentionOp>(op))
       return attentionStep(op, attention, {});
     if (auto grad = llvm::dyn_cast<graph::AttentionGradOp>(op))
@@ -551,6 +555,81 @@ private:
     return success();
   }
 
+  /// A collective's start step. All-reduce and broadcast work in place:
+  /// on the operand's buffer when nothing else reads it (a gradient bucket),
+  /// else on a copy. The start's pending value is the buffer the wait
+  /// completes (collectiveWait).
+  LogicalResult collectiveStart(Operation &op) {
+    auto [name, size] = graph::collectiveGroupOf(&op);
+    int group = -1;
+    for (size_t i = 0; i < prog.groups.size(); ++i)
+      if (prog.groups[i].name == name)
+        group = int(i);
+    if (group < 0) {
+      prog.groups.push_back({name.str(), size});
+      group = int(prog.groups.size()) - 1;
+    } else if (prog.groups[size_t(group)].size != size) {
+      return op.emitOpError("names process group '")
+             << name << "' with " << size << " ranks; another collective of this function "
+             << "gave it " << prog.groups[size_t(group)].size;
+    }
+    Step s;
+    s.kind = Step::Kind::CollectiveStart;
+    s.source = op.getName().getStringRef().str();
+    CollectiveParams &c = s.collective;
+    c.group = group;
+    c.ticket = nextTicket++;
+    auto reduceOf = [](StringRef r) {
+      return r == "max" ? ReduceOp::Max : r == "min" ? ReduceOp::Min : ReduceOp::Sum;
+    };
+    Value input = op.getOperand(0);
+    int in = bufferOf(input);
+    if (auto ar = llvm::dyn_cast<graph::AllReduceStartOp>(op)) {
+      c.kind = CollectiveKind::AllReduce, c.reduce = reduceOf(ar.getReduce());
+    } else if (auto rs = llvm::dyn_cast<graph::ReduceScatterStartOp>(op)) {
+      c.kind = CollectiveKind::ReduceScatter, c.reduce = reduceOf(rs.getReduce());
+    } else if (llvm::isa<graph::AllGatherStartOp>(op)) {
+      c.kind = CollectiveKind::AllGather;
+    } else {
+      c.kind = CollectiveKind::Broadcast;
+      c.root = llvm::cast<graph::BroadcastStartOp>(op).getRoot();
+    }
+    if (c.kind == CollectiveKind::AllReduce || c.kind == CollectiveKind::Broadcast) {
+      bool ownBuffer = prog.buffers[size_t(in)].role == BufferInfo::Role::Intermediate &&
+                       input.hasOneUse() && !llvm::is_contained(prog.results, in) &&
+                       llvm::count_if(buffers, [&](auto &entry) { return entry.second == in; }) == 1;
+      if (ownBuffer) {
+        buffers[op.getResult(0)] = in;
+      } else {
+        Step copy;
+        copy.kind = Step::Kind::Copy;
+        copy.source = s.source + " (its own copy of the operand)";
+        copy.buffers = {in, result(op)};
+        prog.steps.push_back(copy);
+      }
+      s.buffers = {bufferOf(op.getResult(0))};
+    } else {
+      s.buffers = {in, result(op)};
+    }
+    prog.steps.push_back(s);
+    pendingStarts[op.getResult(0)] = prog.steps.size() - 1;
+    return success();
+  }
+
+  /// The wait names its start's buffers: they stay live (in flight) until
+  /// it, and what reads the result runs after it.
+  LogicalResult collectiveWait(graph::CollectiveWaitOp wait) {
+    auto it = pendingStarts.find(wait.getPending());
+    if (it == pendingStarts.end())
+      return wait.emitOpError("waits for a collective that was not started before it");
+    Step s = prog.steps[it->second];
+    s.kind = Step::Kind::CollectiveWait;
+    s.source = "graph.collective_wait (" + s.source + ")";
+    prog.steps.push_back(s);
+    buffers[wait.getResult()] = bufferOf(wait.getPending());
+    return success();
+  }
+
   LogicalResult gemm(graph::MatmulOp mm) {
     Step s;
     if (failed(gemmSizes(mm, s)))
@@ -567,6 +646,8 @@ private:
   Program prog;
   DenseMap<Value, int> buffers;
   std::map<std::string, int> constants; ///< constant key -> buffer
+  int32_t nextTicket = 0;
+  DenseMap<Value, size_t> pendingStarts; ///< pending value -> its start step
   /// Result buffer of a kernel -> input buffers it may be written over
   /// (inPlaceCandidates).
   std::map<int, std::vector<int>> overwritable;

@@ -383,6 +383,26 @@ LogicalResult ReverseBuilder::visit(Operation *op, Value g) {
         // The mask needs no cotangent: buildValueAndGrad wrote out every
         // attention whose mask a differentiated argument reaches.
       })
+      // Collectives: an all-reduce sum is its own adjoint, all-gather and
+      // reduce-scatter are each other's; the wait passes cotangents through.
+      .Case([&](CollectiveWaitOp o) { accumulate(o.getPending(), g); })
+      .Case([&](AllReduceStartOp o) {
+        if (o.getReduce() != "sum") {
+          handled = false;
+          return;
+        }
+        accumulate(o.getInput(), e.wait(e.allReduceStart(g, o.getGroup(), o.getGroupSize())));
+      })
+      .Case([&](AllGatherStartOp o) {
+        accumulate(o.getInput(), e.wait(e.reduceScatterStart(g, o.getGroup(), o.getGroupSize())));
+      })
+      .Case([&](ReduceScatterStartOp o) {
+        if (o.getReduce() != "sum") {
+          handled = false;
+          return;
+        }
+        accumulate(o.getInput(), e.wait(e.allGatherStart(g, o.getGroup(), o.getGroupSize())));
+      })
       .Case([&](GatherOp o) {
         Value table = o.getTable();
         if (needsCotangent(table))

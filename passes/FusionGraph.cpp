@@ -22,8 +22,11 @@ bool fusion::isLibraryCall(Operation *op) {
   // A recompute barrier is no call, but like one it stays out of kernels
   // (ProgramBuilder gives it its operand's buffer): what reads it runs
   // after its `after` value, in the backward pass.
+  // Collectives are barriers: their bytes are in flight between start and
+  // wait, so no kernel may take either.
   return llvm::isa<MatmulOp, GatherOp, ScatterAddOp, AttentionOp, AttentionGradOp, ConvOp,
-                   ConvGradInputOp, ConvGradWeightOp, RecomputeBarrierOp>(op);
+                   ConvGradInputOp, ConvGradWeightOp, RecomputeBarrierOp, CollectiveWaitOp>(op) ||
+         isCollectiveStart(op);
 }
 bool fusion::isReduction(Operation *op) {
   return llvm::isa<ReduceSumOp, ReduceMaxOp, ReduceMinOp, ArgmaxOp>(op);

@@ -27,6 +27,19 @@ struct LossScaleConfig {
   int64_t growthInterval = 2000;
 };
 
+/// How the ranks of a data-parallel group share a training step
+/// (compile_train_step's parallel=). "ddp": every rank holds the whole
+/// model and computes gradients of its part of the batch; the gradients are
+/// averaged over the group's ranks (all-reduced in buckets of up to
+/// `bucketBytes`, each started as soon as its gradients exist) before the
+/// update, so every rank applies the same update. "" : one process.
+struct ParallelConfig {
+  std::string mode;
+  std::string group = "dp";
+  int64_t groupSize = 1;
+  int64_t bucketBytes = int64_t(25) << 20; ///< PyTorch DDP's default bucket_cap_mb
+};
+
 /// PyTorch semantics (torch.optim.SGD / Adam / AdamW / RMSprop). The learning rate and
 /// the step count are operands of the train step, not fields here, so a
 /// schedule never recompiles.
@@ -43,6 +56,7 @@ struct OptimizerConfig {
   double weightDecay = 0.0; ///< L2 for SGD/Adam/RMSprop, decoupled for AdamW
   double clipNorm = 0.0;    ///< > 0: clip gradients to this global norm
   LossScaleConfig lossScale;
+  ParallelConfig parallel;
   /// Parameter groups (torch.optim param_groups): parameter i belongs to
   /// group `paramGroup[i]` and decays by `paramWeightDecay[i]`; each group
   /// has its own learning-rate operand. Empty: one group, `weightDecay`.
@@ -80,6 +94,10 @@ struct OptimizerConfig {
     for (double wd : paramWeightDecay)
       if (!(wd >= 0))
         return "every parameter group's weight_decay must be >= 0";
+    if (!parallel.mode.empty() && parallel.mode != "ddp")
+      return "parallel must be \"ddp\" (or none), got \"" + parallel.mode + "\"";
+    if (parallel.groupSize < 1 || parallel.group.empty() || parallel.bucketBytes < 1)
+      return "a data-parallel step needs a group name, group_size >= 1 and bucket_bytes >= 1";
     if (nesterov && (kind != Kind::SGD || momentum == 0))
       return "nesterov needs SGD with momentum > 0";
     if (lossScale.dynamic &&

@@ -11,6 +11,7 @@
 
 #include "ir/graph/GraphEmitter.h"
 #include "passes/Autodiff.h"
+#include "passes/DataParallel.h"
 #include "passes/Passes.h"
 
 #include "mlir/IR/Builders.h"
@@ -252,6 +253,10 @@ FailureOr<func::FuncOp> tilefuse::buildTrainStep(func::FuncOp loss,
   GraphEmitter e(b, loc);
   unsigned numPrimal = lossType.getNumResults();
   SmallVector<Value> grads(ret.getOperands().drop_front(numPrimal));
+  // Data parallel: every rank updates with the gradients averaged over the
+  // group (before unscaling and clipping, so all ranks agree on both).
+  if (config.parallel.mode == "ddp")
+    averageGradients(b, body, grads, config.parallel);
   Value finite;
   if (scaled) {
     finite = scaler.unscale(e, grads);

@@ -37,6 +37,7 @@ CpuExecutor::CpuExecutor(Program program, std::vector<CpuKernelFn> fns,
   char *arena = static_cast<char *>(allocate(std::max<uint64_t>(64, prog.plan.bytes), "the arena"));
   if (poisonArenaRequested())
     poison = poisonSchedule(prog);
+  collectives = std::make_unique<CollectiveRunner>(prog);
   for (size_t b = 0; b < prog.buffers.size(); ++b) {
     if (prog.plan.offsets[b] == MemoryPlan::kNotInArena)
       continue;
@@ -56,6 +57,11 @@ void *CpuExecutor::allocate(uint64_t bytes, const std::string &what) {
                        " bytes for " + what);
   owned.push_back(p);
   return p;
+}
+
+void CpuExecutor::setCommunicator(const std::string &group, std::shared_ptr<Communicator> comm) {
+  std::lock_guard<std::mutex> lock(runMutex);
+  collectives->bind(group, std::move(comm));
 }
 
 void CpuExecutor::makePersistent(size_t argument, const void *initial) {
@@ -157,6 +163,21 @@ void CpuExecutor::runLocked(const std::vector<ArgRef> &args) {
     }
     pointers[prog.arguments[i]] = p;
   }
+  collectives->checkBound();
+  try {
+    runSteps();
+  } catch (...) {
+    // A collective still in flight writes into the arena: finish it
+    // before anyone reuses the bytes.
+    collectives->drain();
+    throw;
+  }
+  for (auto [result, argument] : carries)
+    if (prog.results[result] != prog.arguments[argument]) // in place: nothing to swap
+      std::swap(pointers[prog.results[result]], kept[argument]);
+}
+
+void CpuExecutor::runSteps() {
   ThreadPool &pool = ThreadPool::global();
   std::vector<void *> kargs;
   if (profiling)
@@ -213,6 +234,10 @@ void CpuExecutor::runLocked(const std::vector<ArgRef> &args) {
     case Step::Kind::AttentionGrad:
       runAttention(s, pointers);
       break;
+    case Step::Kind::CollectiveStart:
+    case Step::Kind::CollectiveWait:
+      collectives->run(s, pointers);
+      break;
     }
     if (!poison.empty())
       poisonBuffers(poison[index]);
@@ -221,9 +246,6 @@ void CpuExecutor::runLocked(const std::vector<ArgRef> &args) {
                             std::chrono::steady_clock::now() - stepStart)
                             .count();
   }
-  for (auto [result, argument] : carries)
-    if (prog.results[result] != prog.arguments[argument]) // in place: nothing to swap
-      std::swap(pointers[prog.results[result]], kept[argument]);
 }
 
 namespace {

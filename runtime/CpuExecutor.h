@@ -9,6 +9,7 @@
 #ifndef TILEFUSE_RUNTIME_CPUEXECUTOR_H
 #define TILEFUSE_RUNTIME_CPUEXECUTOR_H
 
+#include "runtime/Communicator.h"
 #include "runtime/Executor.h"
 
 #include <functional>
@@ -54,6 +55,7 @@ public:
     calls = 0;
   }
   const std::vector<double> &stepSeconds() const override { return seconds; }
+  void setCommunicator(const std::string &group, std::shared_ptr<Communicator> comm) override;
   int64_t profiledCalls() const override { return calls; }
 
 private:
@@ -64,9 +66,11 @@ private:
   void poisonBuffers(const std::vector<int> &dead);
   /// An attention step (forward or backward) through runtime/CpuAttention.h.
   void runAttention(const Step &s, const std::vector<void *> &pointers);
+  void runSteps();
 
   Program prog;
   std::vector<CpuKernelFn> kernels;
+  std::unique_ptr<CollectiveRunner> collectives;
   std::shared_ptr<void> keepAlive;
   std::vector<void *> pointers;  ///< current address of every buffer
   std::vector<void *> kept;      ///< per argument: its storage if persistent

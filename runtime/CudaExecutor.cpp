@@ -46,6 +46,12 @@ std::string cudaConvolutionMissing(const std::string &source) {
                   "CPU); run this program on the CPU";
 }
 
+/// Why a program with collectives cannot run on CUDA.
+std::string cudaCollectivesMissing() {
+  return "collectives (data-parallel and sharded steps) run on the CPU target only: this "
+         "runtime does not load NCCL yet; compile the step for the CPU";
+}
+
 #define TF_DRIVER_FUNCTIONS(X)                                                                    \
   X(cuInit, "cuInit")                                                                             \
   X(cuDeviceGetCount, "cuDeviceGetCount")                                                         \
@@ -353,6 +359,8 @@ void CudaExecutor::acquire(const std::vector<std::pair<std::string, std::string>
     if (st.kind == Step::Kind::Conv || st.kind == Step::Kind::ConvGradInput ||
         st.kind == Step::Kind::ConvGradWeight)
       throw CompileError(cudaConvolutionMissing(st.source));
+    else if (st.kind == Step::Kind::CollectiveStart || st.kind == Step::Kind::CollectiveWait)
+      throw CompileError(cudaCollectivesMissing());
     else if (st.kind == Step::Kind::Attention || st.kind == Step::Kind::AttentionGrad) {
       if (!cudaAttentionTiles(st.attention.headDim, st.attention.valueDim))
         throw CompileError(cudaAttentionTooWide(st.source, st.attention.headDim,
@@ -666,6 +674,10 @@ const void *CudaExecutor::persistent(size_t argument) {
   return hostPersistent[argument].data();
 }
 
+void CudaExecutor::setCommunicator(const std::string &, std::shared_ptr<Communicator>) {
+  throw CompileError(cudaCollectivesMissing());
+}
+
 void CudaExecutor::setProfiling(bool on) {
   profiling = on;
   seconds.assign(prog.steps.size(), 0.0);
@@ -873,6 +885,9 @@ void CudaExecutor::enqueueSteps(bool timed) {
     case Step::Kind::ConvGradInput:
     case Step::Kind::ConvGradWeight:
       throw CompileError(cudaConvolutionMissing(st.source)); // refused at load already
+    case Step::Kind::CollectiveStart:
+    case Step::Kind::CollectiveWait:
+      throw CompileError(cudaCollectivesMissing()); // refused at load already
     }
     if (!poison.empty())
       poisonBuffers(poison[index]);

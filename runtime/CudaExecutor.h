@@ -77,6 +77,7 @@ public:
   void carry(size_t result, size_t argument) override;
   const void *persistent(size_t argument) override;
   void setProfiling(bool on) override;
+  void setCommunicator(const std::string &group, std::shared_ptr<Communicator> comm) override;
   const std::vector<double> &stepSeconds() const override { return seconds; }
   int64_t profiledCalls() const override { return calls; }
 

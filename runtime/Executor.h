@@ -13,10 +13,13 @@
 #include "runtime/Program.h"
 
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
 namespace tilefuse {
+
+class Communicator;
 
 /// Where an argument's data is: host memory, or memory of the executor's
 /// device (a CUDA device pointer, e.g. a tensor passed by DLPack). nullptr
@@ -60,6 +63,12 @@ public:
   /// Current value of a persistent argument in host memory (valid until
   /// the next run); nullptr when the argument is not persistent.
   virtual const void *persistent(size_t argument) = 0;
+
+  /// Binds the program's process group `group` to `comm` (runtime/
+  /// Communicator.h) for the runs that follow; throws CompileError for an
+  /// unknown group, a size other than the compiled one, or an executor that
+  /// cannot run collectives.
+  virtual void setCommunicator(const std::string &group, std::shared_ptr<Communicator> comm) = 0;
 
   /// When on, run() adds each step's wall time to stepSeconds().
   virtual void setProfiling(bool on) = 0;

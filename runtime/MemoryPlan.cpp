@@ -251,15 +251,27 @@ void tilefuse::scheduleSteps(Program &program) {
   for (int i = 0; i < int(n); ++i)
     if (waitingOn[size_t(i)] == 0)
       ready.push_back(i);
+  // Collectives overlap the steps between their start and their wait:
+  // a ready start runs before anything else, a wait only when nothing
+  // else is ready.
+  auto urgency = [&](int step) {
+    Step::Kind kind = program.steps[size_t(step)].kind;
+    return kind == Step::Kind::CollectiveStart ? 0 : kind == Step::Kind::CollectiveWait ? 2 : 1;
+  };
   while (!ready.empty()) {
     size_t pick = 0;
     int64_t best = INT64_MAX;
+    int bestUrgency = 3;
     for (size_t r = 0; r < ready.size(); ++r) {
+      int u = urgency(ready[r]);
+      if (u > bestUrgency)
+        continue;
       int64_t bytes = balance(program.steps[size_t(ready[r])]);
       // Ties go to the original order (the lowest index).
-      if (bytes < best || (bytes == best && ready[r] < ready[pick])) {
+      if (u < bestUrgency || bytes < best || (bytes == best && ready[r] < ready[pick])) {
         best = bytes;
         pick = r;
+        bestUrgency = u;
       }
     }
     int step = ready[pick];

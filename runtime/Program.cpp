@@ -26,11 +26,23 @@ static size_t writtenIndex(const Step &step) {
   case Step::Kind::Conv:
   case Step::Kind::ConvGradInput:
   case Step::Kind::ConvGradWeight: return 2;
+  case Step::Kind::CollectiveStart:
+  case Step::Kind::CollectiveWait: return step.buffers.empty() ? 0 : step.buffers.size() - 1;
   case Step::Kind::Kernel:
   case Step::Kind::Attention:
   case Step::Kind::AttentionGrad: break;
   }
   return 0;
+}
+
+const char *tilefuse::collectiveName(CollectiveKind kind) {
+  switch (kind) {
+  case CollectiveKind::AllReduce: return "all_reduce";
+  case CollectiveKind::ReduceScatter: return "reduce_scatter";
+  case CollectiveKind::AllGather: return "all_gather";
+  case CollectiveKind::Broadcast: return "broadcast";
+  }
+  return "collective";
 }
 
 static bool writesTrailing(const Step &step) {
@@ -151,6 +163,55 @@ static void validateAttention(const Program &p, const Step &s, const std::string
   }
 }
 
+/// A collective step against its group and buffers: a known kind and
+/// group, one buffer (in place) or an input and an output of one dtype
+/// whose element counts the kind relates; a wait pairs with exactly one
+/// earlier start of the same ticket, kind and buffers.
+static void validateCollective(const Program &p, size_t index, const std::string &what) {
+  const Step &s = p.steps[index];
+  const CollectiveParams &c = s.collective;
+  if (uint8_t(c.kind) > uint8_t(CollectiveKind::Broadcast) || uint8_t(c.reduce) > uint8_t(ReduceOp::Min) ||
+      c.group < 0 || c.group >= int(p.groups.size()))
+    throw CompileError("corrupt program: " + what + " names collective kind " +
+                       std::to_string(int(c.kind)) + " over group " + std::to_string(c.group) +
+                       " of " + std::to_string(p.groups.size()));
+  int64_t size = p.groups[size_t(c.group)].size;
+  bool inPlace = c.kind == CollectiveKind::AllReduce || c.kind == CollectiveKind::Broadcast;
+  if (s.buffers.size() != (inPlace ? 1u : 2u) || s.outputs != 1 ||
+      (c.kind == CollectiveKind::Broadcast && (c.root < 0 || c.root >= size)))
+    throw CompileError("corrupt program: " + what + " has " + std::to_string(s.buffers.size()) +
+                       " buffers for a " + collectiveName(c.kind) + " (root " +
+                       std::to_string(c.root) + " of " + std::to_string(size) + " ranks)");
+  if (!inPlace) {
+    const BufferInfo &in = p.buffers[size_t(s.buffers[0])], &out = p.buffers[size_t(s.buffers[1])];
+    int64_t a = numElements(in.shape), b = numElements(out.shape);
+    bool sizes = c.kind == CollectiveKind::AllGather ? b == a * size : a == b * size;
+    if (in.dtype != out.dtype || !sizes)
+      throw CompileError("corrupt program: " + what + " " + collectiveName(c.kind) + "s " +
+                         dtypeName(in.dtype) + shapeToString(in.shape) + " into " +
+                         dtypeName(out.dtype) + shapeToString(out.shape) + " over " +
+                         std::to_string(size) + " ranks");
+  }
+  int starts = 0, waits = 0, startAt = -1, waitAt = -1;
+  for (size_t i = 0; i < p.steps.size(); ++i) {
+    const Step &o = p.steps[i];
+    if (o.kind != Step::Kind::CollectiveStart && o.kind != Step::Kind::CollectiveWait)
+      continue;
+    if (o.collective.ticket != c.ticket)
+      continue;
+    if (o.buffers != s.buffers || o.collective.kind != c.kind || o.collective.group != c.group)
+      throw CompileError("corrupt program: " + what + " and step " + std::to_string(i) +
+                         " share ticket " + std::to_string(c.ticket) + " but not their buffers");
+    (o.kind == Step::Kind::CollectiveStart ? starts : waits) += 1;
+    (o.kind == Step::Kind::CollectiveStart ? startAt : waitAt) = int(i);
+  }
+  if (starts != 1 || waits != 1 || startAt > waitAt)
+    throw CompileError("corrupt program: " + what + ": collective ticket " +
+                       std::to_string(c.ticket) + " has " + std::to_string(starts) +
+                       " starts and " + std::to_string(waits) +
+                       " waits; each start needs exactly one wait after it");
+}
+
 void Program::checkCarry(size_t result, size_t argument) const {
   if (result >= results.size() || argument >= arguments.size())
     throw CompileError("carry: no result " + std::to_string(result) + " or no argument " +
@@ -225,6 +286,10 @@ void Program::validate() const {
       throw CompileError("corrupt program: " + what + " names buffer " +
                          std::to_string(b) + " of " + std::to_string(buffers.size()));
   };
+  for (const ProcessGroup &g : groups)
+    if (g.name.empty() || g.size < 1)
+      throw CompileError("corrupt program: process group '" + g.name + "' of size " +
+                         std::to_string(g.size));
   for (int a : arguments)
     check(a, "an argument");
   for (int r : results)
@@ -294,6 +359,10 @@ void Program::validate() const {
     case Step::Kind::ConvGradInput:
     case Step::Kind::ConvGradWeight:
       validateConv(*this, s, what);
+      continue;
+    case Step::Kind::CollectiveStart:
+    case Step::Kind::CollectiveWait:
+      validateCollective(*this, i, what);
       continue;
     }
     if (s.kind == Step::Kind::Gemm) {

@@ -62,10 +62,32 @@ struct AttentionParams {
   int64_t stream = 0;
 };
 
+/// A process group a program's collectives run over: a name the caller
+/// binds to a communicator at load (Executor::setCommunicator), never a
+/// live handle, and the number of ranks the program was compiled for.
+struct ProcessGroup {
+  std::string name;
+  int64_t size = 1;
+};
+
+enum class CollectiveKind : uint8_t { AllReduce, ReduceScatter, AllGather, Broadcast };
+enum class ReduceOp : uint8_t { Sum, Max, Min };
+const char *collectiveName(CollectiveKind kind);
+
+/// What a collective step does (graph.*_start and graph.collective_wait).
+struct CollectiveParams {
+  CollectiveKind kind = CollectiveKind::AllReduce;
+  ReduceOp reduce = ReduceOp::Sum;
+  int32_t group = 0; ///< index into Program::groups
+  int64_t root = 0;  ///< Broadcast: the rank whose value everyone gets
+  /// Pairs a start with its wait: unique among a program's starts.
+  int32_t ticket = 0;
+};
+
 struct Step {
   enum class Kind {
     Kernel, Gemm, Gather, ScatterAdd, Copy, Attention, AttentionGrad,
-    Conv, ConvGradInput, ConvGradWeight
+    Conv, ConvGradInput, ConvGradWeight, CollectiveStart, CollectiveWait
   };
   Kind kind = Kind::Kernel;
   /// Kernel: inputs then outputs. Gemm: a, b, c. Gather: table, indices,
@@ -73,7 +95,10 @@ struct Step {
   /// Attention: q, k, v, [mask], [seed], out, lse. AttentionGrad: q, k, v,
   /// out, lse, dOut, [mask], [seed], dq, dk, dv. Conv: input, weight,
   /// out; ConvGradInput: dOut, weight, dInput; ConvGradWeight: input, dOut,
-  /// dWeight (runtime/Conv.h).
+  /// dWeight (runtime/Conv.h). CollectiveStart and CollectiveWait: the
+  /// buffer all-reduced or broadcast in place, or the input then the
+  /// output (reduce-scatter, all-gather); a wait names its start's buffers,
+  /// so they stay live (in flight) until it.
   std::vector<int> buffers;
   /// Kernel and attention steps: how many of `buffers`, at the end, it
   /// writes (the rest it reads). The other kinds write one buffer, fixed by
@@ -88,6 +113,8 @@ struct Step {
   AttentionParams attention;
   /// Convolution steps' sizes.
   ConvParams conv;
+  /// Collective steps.
+  CollectiveParams collective;
   /// GEMM epilogue the GEMM library applies (cuBLASLt on CUDA), in order:
   /// "bias" (adds buffer 3, one value per column of c) and/or "relu".
   /// Empty on the CPU, whose BLAS applies none.
@@ -118,6 +145,8 @@ struct Program {
   std::vector<BufferInfo> buffers;
   std::vector<ProgramKernel> kernels;
   std::vector<Step> steps;
+  /// The process groups collective steps name.
+  std::vector<ProcessGroup> groups;
   std::vector<int> arguments; ///< buffer of each function argument
   std::vector<int> results;   ///< buffer of each function result
   /// (result, argument): the result is the argument's next value (a

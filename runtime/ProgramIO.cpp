@@ -145,6 +145,17 @@ std::string tilefuse::serializeProgram(const Program &p) {
                                              &c.padLow, &c.padHigh, &c.dilation})
       for (int64_t v : *a3)
         w.put<int64_t>(v);
+    const CollectiveParams &col = s.collective;
+    w.put<uint8_t>(uint8_t(col.kind));
+    w.put<uint8_t>(uint8_t(col.reduce));
+    w.put<int32_t>(col.group);
+    w.put<int64_t>(col.root);
+    w.put<int32_t>(col.ticket);
+  }
+  w.put<uint32_t>(uint32_t(p.groups.size()));
+  for (const ProcessGroup &g : p.groups) {
+    w.str(g.name);
+    w.put<int64_t>(g.size);
   }
   for (const std::vector<int> *list : {&p.arguments, &p.results}) {
     w.put<uint32_t>(uint32_t(list->size()));
@@ -229,7 +240,7 @@ Program tilefuse::deserializeProgram(const std::string &bytes) {
   for (uint32_t i = 0; i < ns; ++i) {
     Step s;
     uint8_t kind = r.get<uint8_t>("a step kind");
-    if (kind > uint8_t(Step::Kind::ConvGradWeight))
+    if (kind > uint8_t(Step::Kind::CollectiveWait))
       throw CompileError("corrupt program: step " + std::to_string(i) + " has kind " +
                          std::to_string(kind));
     s.kind = Step::Kind(kind);
@@ -268,7 +279,20 @@ Program tilefuse::deserializeProgram(const std::string &bytes) {
                                        &c.padHigh, &c.dilation})
       for (int64_t &v : *a3)
         v = r.get<int64_t>("a convolution window size");
+    CollectiveParams &col = s.collective;
+    col.kind = CollectiveKind(r.get<uint8_t>("a collective kind"));
+    col.reduce = ReduceOp(r.get<uint8_t>("a collective reduction"));
+    col.group = r.get<int32_t>("a process group index");
+    col.root = r.get<int64_t>("a broadcast root");
+    col.ticket = r.get<int32_t>("a collective ticket");
     p.steps.push_back(std::move(s));
+  }
+  uint32_t ng = r.count("process group", 8);
+  for (uint32_t i = 0; i < ng; ++i) {
+    ProcessGroup g;
+    g.name = r.str("a process group name");
+    g.size = r.get<int64_t>("a process group size");
+    p.groups.push_back(std::move(g));
   }
   for (std::vector<int> *list : {&p.arguments, &p.results}) {
     uint32_t n = r.count("argument or result", 4);

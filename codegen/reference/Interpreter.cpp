@@ -180,6 +180,18 @@ public:
           return ref::scatterAdd(get(o.getBase()), get(o.getIndices()),
                                  get(o.getUpdates()));
         })
+        .Case([&](CollectiveWaitOp o) { return get(o.getPending()); })
+        .Case<AllReduceStartOp, ReduceScatterStartOp, AllGatherStartOp, BroadcastStartOp>(
+            [&](Operation *o) {
+              // One process: every collective over a group of one is its input.
+              auto [group, size] = collectiveGroupOf(o);
+              if (size != 1)
+                throw CompileError("reference interpreter: " + describe(o) +
+                                   " runs over process group '" + group.str() + "' of " +
+                                   std::to_string(size) + " ranks; the interpreter runs one "
+                                   "process (compile the step and run it on every rank)");
+              return get(o->getOperand(0));
+            })
         .Case([&](RandomUniformOp o) {
           int64_t stream = o.getStream();
           if (Value v = o.getStreamValue())

@@ -56,4 +56,13 @@ std::string locationName(mlir::Location loc);
 #define GET_OP_CLASSES
 #include "ir/graph/GraphOps.h.inc"
 
+namespace tilefuse::graph {
+/// Whether `op` starts a collective (graph.all_reduce_start and the other
+/// graph.*_start ops): the pending value it gives is finished by a
+/// graph.collective_wait.
+bool isCollectiveStart(mlir::Operation *op);
+/// The group name and size of a collective start op.
+std::pair<llvm::StringRef, int64_t> collectiveGroupOf(mlir::Operation *op);
+} // namespace tilefuse::graph
+
 #endif // TILEFUSE_IR_GRAPH_GRAPHDIALECT_H

@@ -83,3 +83,17 @@ Value GraphEmitter::concat(ValueRange inputs, int64_t dim) {
     return inputs[0];
   return b.create<ConcatOp>(loc, inputs, b.getI64IntegerAttr(dim));
 }
+
+Value GraphEmitter::allReduceStart(Value a, StringRef group, int64_t size, StringRef reduce) {
+  return b.create<AllReduceStartOp>(loc, a, b.getStringAttr(group), b.getI64IntegerAttr(size),
+                                    b.getStringAttr(reduce));
+}
+
+Value GraphEmitter::reduceScatterStart(Value a, StringRef group, int64_t size) {
+  return b.create<ReduceScatterStartOp>(loc, a, b.getStringAttr(group),
+                                        b.getI64IntegerAttr(size), b.getStringAttr("sum"));
+}
+
+Value GraphEmitter::allGatherStart(Value a, StringRef group, int64_t size) {
+  return b.create<AllGatherStartOp>(loc, a, b.getStringAttr(group), b.getI64IntegerAttr(size));
+}

@@ -81,6 +81,14 @@ public:
   mlir::Value matmul(mlir::Value a, mlir::Value b_, bool transposeA,
                      bool transposeB);
 
+  /// A collective's start over group (`group`, `size`); the pending value
+  /// is finished by wait().
+  mlir::Value allReduceStart(mlir::Value a, llvm::StringRef group, int64_t size,
+                             llvm::StringRef reduce = "sum");
+  mlir::Value reduceScatterStart(mlir::Value a, llvm::StringRef group, int64_t size);
+  mlir::Value allGatherStart(mlir::Value a, llvm::StringRef group, int64_t size);
+  mlir::Value wait(mlir::Value pending) { return b.create<CollectiveWaitOp>(loc, pending); }
+
   mlir::OpBuilder &builder() { return b; }
   mlir::Location location() const { return loc; }
   /// Ops built from now on carry `l`.

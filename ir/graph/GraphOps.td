@@ -791,4 +791,97 @@ def Graph_YieldOp : Graph_Op<"yield", [Terminator, HasParent<"FusionOp">]> {
   let assemblyFormat = "$values attr-dict `:` type($values)";
 }
 
+//===----------------------------------------------------------------------===//
+// Collectives: one op per collective starts it over a symbolic process group
+// (a name and a size, never a live handle: the runtime binds the name to a
+// communicator at load), graph.collective_wait finishes it. Between the two,
+// the bytes are in flight: the memory plan keeps them, fusion never moves an
+// op across either, and the ops in between overlap the communication.
+//===----------------------------------------------------------------------===//
+
+class Graph_CollectiveStartOp<string mnemonic> : Graph_Op<mnemonic, [InferTypeOpAdaptor]> {
+  let results = (outs Graph_Tensor:$pending);
+  let assemblyFormat = "$input attr-dict `:` type($input) `->` type($pending)";
+}
+
+def Graph_AllReduceStartOp : Graph_CollectiveStartOp<"all_reduce_start"> {
+  let summary = "starts an all-reduce over a process group";
+  let description = [{
+    Every rank of `group` (`group_size` ranks) contributes `input`; once
+    waited for, each holds the elementwise `reduce` ("sum", "max" or "min")
+    of all ranks' inputs, of `input`'s type. Same program on every rank
+    (SPMD): ranks issue their collectives in the same order.
+
+    Example:
+    ```mlir
+    %p = graph.all_reduce_start %g {group = "dp", group_size = 2 : i64} : tensor<1024xf32> -> tensor<1024xf32>
+    %r = graph.collective_wait %p : tensor<1024xf32>
+    ```
+  }];
+  let arguments = (ins Graph_Tensor:$input, StrAttr:$group, I64Attr:$group_size,
+                       DefaultValuedAttr<StrAttr, "\"sum\"">:$reduce);
+}
+
+def Graph_ReduceScatterStartOp : Graph_CollectiveStartOp<"reduce_scatter_start"> {
+  let summary = "starts a reduce-scatter over a process group";
+  let description = [{
+    `input: [N, D...]` with `N` a multiple of `group_size` -> `[N / group_size, D...]`:
+    rank `r` receives rows `[r * N / group_size, (r + 1) * N / group_size)` of
+    the elementwise `reduce` of all ranks' inputs.
+
+    Example:
+    ```mlir
+    %p = graph.reduce_scatter_start %g {group = "dp", group_size = 4 : i64} : tensor<1024xf32> -> tensor<256xf32>
+    ```
+  }];
+  let arguments = (ins Graph_Tensor:$input, StrAttr:$group, I64Attr:$group_size,
+                       DefaultValuedAttr<StrAttr, "\"sum\"">:$reduce);
+}
+
+def Graph_AllGatherStartOp : Graph_CollectiveStartOp<"all_gather_start"> {
+  let summary = "starts an all-gather over a process group";
+  let description = [{
+    `input: [N, D...]` -> `[group_size * N, D...]`: rank `r`'s input is rows
+    `[r * N, (r + 1) * N)` of every rank's result.
+
+    Example:
+    ```mlir
+    %p = graph.all_gather_start %shard {group = "dp", group_size = 4 : i64} : tensor<256xf32> -> tensor<1024xf32>
+    ```
+  }];
+  let arguments = (ins Graph_Tensor:$input, StrAttr:$group, I64Attr:$group_size);
+}
+
+def Graph_BroadcastStartOp : Graph_CollectiveStartOp<"broadcast_start"> {
+  let summary = "starts a broadcast from one rank of a process group";
+  let description = [{
+    Every rank's result is rank `root`'s `input` (same type).
+
+    Example:
+    ```mlir
+    %p = graph.broadcast_start %w {group = "dp", group_size = 2 : i64, root = 0 : i64} : tensor<8x8xf32> -> tensor<8x8xf32>
+    ```
+  }];
+  let arguments = (ins Graph_Tensor:$input, StrAttr:$group, I64Attr:$group_size,
+                       DefaultValuedAttr<I64Attr, "0">:$root);
+}
+
+def Graph_CollectiveWaitOp : Graph_Op<"collective_wait", [AllTypesMatch<["pending", "result"]>]> {
+  let summary = "waits for a collective and gives its result";
+  let description = [{
+    `pending`, the result of a `graph.*_start` op (its only use), once the
+    collective has finished on this rank. It runs no code of its own: the
+    result is the pending value's buffer.
+
+    Example:
+    ```mlir
+    %r = graph.collective_wait %p : tensor<1024xf32>
+    ```
+  }];
+  let arguments = (ins Graph_Tensor:$pending);
+  let results = (outs Graph_Tensor:$result);
+  let assemblyFormat = "$pending attr-dict `:` type($pending)";
+  let hasVerifier = 1;
+}
+
 #endif // TILEFUSE_GRAPH_OPS

@@ -3,6 +3,7 @@
 
 #include "python/bindings/Conversions.h"
 #include "runtime/Artifact.h"
+#include "runtime/Communicator.h"
 #include "runtime/CpuExecutor.h"
 #include "runtime/CudaDriver.h"
 #include "runtime/MemoryPlan.h"
@@ -491,6 +492,19 @@ py::list tilefuse::python::programKernels(const Program &p) {
       row["ops"] = std::vector<std::string>{s.source};
       break;
     }
+    case Step::Kind::CollectiveStart:
+    case Step::Kind::CollectiveWait: {
+      // The start sends, the wait blocks until the bytes arrived: report
+      // both, so the time a step spends waiting shows.
+      const ProcessGroup &g = p.groups[size_t(s.collective.group)];
+      row["name"] = std::string(collectiveName(s.collective.kind)) +
+                    (s.kind == Step::Kind::CollectiveStart ? "_start" : "_wait");
+      row["kind"] = "collective";
+      row["group"] = py::make_tuple(g.name, g.size);
+      row["shape"] = py::make_tuple(numElements(p.buffers[size_t(s.buffers.back())].shape));
+      row["ops"] = std::vector<std::string>{s.source};
+      break;
+    }
     case Step::Kind::Gather:
     case Step::Kind::ScatterAdd:
     case Step::Kind::Copy:
@@ -553,6 +567,57 @@ py::tuple signatures(const Program &p, const std::vector<int> &buffers) {
 }
 } // namespace
 
+namespace {
+
+/// A Communicator whose collectives a Python object runs (see
+/// setPythonCommunicator). Called from the executor's run, which released
+/// the GIL: every call takes it back.
+class PyCommunicator : public Communicator {
+public:
+  explicit PyCommunicator(py::object obj) : obj(std::move(obj)) {
+    py::gil_scoped_acquire gil;
+    rank_ = this->obj.attr("rank")().cast<int64_t>();
+    size_ = this->obj.attr("size")().cast<int64_t>();
+  }
+  ~PyCommunicator() override {
+    py::gil_scoped_acquire gil;
+    obj = py::object();
+  }
+  int64_t rank() const override { return rank_; }
+  int64_t size() const override { return size_; }
+  int64_t start(const CollectiveCall &call) override {
+    py::gil_scoped_acquire gil;
+    static const char *reduces[] = {"sum", "max", "min"};
+    py::object input = view(call.input, call.inputElements, call.dtype);
+    py::object output =
+        call.output == call.input ? input : view(call.output, call.outputElements, call.dtype);
+    return obj.attr("start")(collectiveName(call.kind), reduces[int(call.reduce)], call.root,
+                             input, output, dtypeName(call.dtype))
+        .cast<int64_t>();
+  }
+  void wait(int64_t handle) override {
+    py::gil_scoped_acquire gil;
+    obj.attr("wait")(handle);
+  }
+
+private:
+  /// A numpy array over `elements` of `dtype` at `data`, owning nothing.
+  static py::object view(const void *data, int64_t elements, DType dtype) {
+    py::dtype type = dtype == DType::BF16 ? py::dtype("uint16") : numpyDType(dtype);
+    py::capsule none(data, [](void *) {});
+    return py::array(type, {py::ssize_t(elements)}, {}, const_cast<void *>(data), none);
+  }
+  py::object obj;
+  int64_t rank_ = 0, size_ = 1;
+};
+
+} // namespace
+
+void tilefuse::python::setPythonCommunicator(Executor &e, const std::string &group,
+                                             const py::object &comm) {
+  e.setCommunicator(group, std::make_shared<PyCommunicator>(comm));
+}
+
 void tilefuse::python::registerExecutorBindings(py::module_ &m) {
   py::class_<DeviceArray>(m, "DeviceArray", py::module_local(),
                           "A result in GPU memory; torch.from_dlpack / cupy.from_dlpack take "
@@ -571,6 +636,7 @@ void tilefuse::python::registerExecutorBindings(py::module_ &m) {
 
   py::class_<Executor, std::shared_ptr<Executor>>(m, "Program", py::module_local(),
                                                   "A compiled program and its buffers on a device")
+      .def("set_communicator", &setPythonCommunicator, py::arg("group"), py::arg("communicator"))
       .def("run", [](std::shared_ptr<Executor> e, const py::sequence &args, const py::object &which,
                      const std::string &out, const py::object &into) {
              return runExecutor(*e, args, which, out, e, into);

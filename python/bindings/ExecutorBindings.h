@@ -41,6 +41,13 @@ pybind11::dict programMemoryPlan(const Program &p);
 void makePersistent(Executor &e, size_t i, const pybind11::array &a);
 pybind11::array persistentValue(Executor &e, size_t i);
 
+/// Binds process group `group` of `e`'s program to `comm`, a Python object
+/// with rank(), size(), start(kind, reduce, root, input, output) -> handle
+/// and wait(handle) (tilefuse.distributed's, over torch.distributed).
+/// start() gets numpy arrays viewing the executor's buffers (bf16 as
+/// uint16), valid until the matching wait() returns.
+void setPythonCommunicator(Executor &e, const std::string &group, const pybind11::object &comm);
+
 /// Registers DeviceArray, Program (an executor), load_artifact and
 /// cuda_devices in `m`; module-local, so both modules may do it.
 void registerExecutorBindings(pybind11::module_ &m);

@@ -103,6 +103,10 @@ OptimizerConfig optimizerConfigFrom(const py::dict &options) {
     else if (k == "growth_interval") c.lossScale.growthInterval = py::cast<int64_t>(value);
     else if (k == "param_group") c.paramGroup = py::cast<std::vector<unsigned>>(value);
     else if (k == "num_groups") c.groupCount = py::cast<unsigned>(value);
+    else if (k == "parallel") c.parallel.mode = py::cast<std::string>(value);
+    else if (k == "group") c.parallel.group = py::cast<std::string>(value);
+    else if (k == "group_size") c.parallel.groupSize = py::cast<int64_t>(value);
+    else if (k == "bucket_bytes") c.parallel.bucketBytes = py::cast<int64_t>(value);
     else if (k == "param_weight_decay")
       c.paramWeightDecay = py::cast<std::vector<double>>(value);
     else throw CompileError("unknown optimizer option '" + k + "'");
@@ -213,6 +217,9 @@ PYBIND11_MODULE(_core, m) {
       .def("carry", [](Executable &e, size_t r, size_t a) { e.exec().carry(r, a); },
            py::arg("result"), py::arg("argument"))
       .def("persistent", [](Executable &e, size_t i) { return persistentValue(e.exec(), i); })
+      .def("set_communicator", [](Executable &e, const std::string &group, const py::object &comm) {
+        setPythonCommunicator(e.exec(), group, comm);
+      }, py::arg("group"), py::arg("communicator"))
       .def("result_in_caller_memory", [](Executable &e, size_t i) {
         auto *cpu = dynamic_cast<CpuExecutor *>(&e.exec());
         return cpu != nullptr && cpu->redirectable(i);

@@ -110,9 +110,14 @@ def _launch(row):
         if row.get("threads"):
             text += f", {row['threads']} thr"
         return text
-    if "shape" in row:
+    if row.get("kind") == "collective":
+        name, size = row["group"]
+        return f"{row['shape'][0]} elements, group {name} x{size}"
+    if "shape" in row and row.get("name") == "gemm":
         b, m, n, k = row["shape"]
         return (f"b{b} " if b != 1 else "") + f"m{m} n{n} k{k}"
+    if "shape" in row:
+        return "x".join(str(d) for d in row["shape"])
     return "-"
 
 

@@ -397,7 +397,8 @@ def optimizer_from_torch(optimizer, module):
 
 
 def from_torch(module, example_inputs, optimizer, loss_fn=None, device="auto", seed=0,
-               precision="fp32", memory_budget=None, loss_scale="auto", accumulate=1):
+               precision="fp32", memory_budget=None, loss_scale="auto", accumulate=1,
+               parallel=None, process_group=None, bucket_bytes=None):
     """One compiled training step of `module`: `module(*example_inputs)`
     returns the scalar loss (or `loss_fn(module, *inputs)` does). The
     forward pass and loss are captured as ATen ops, converted into a
@@ -414,7 +415,10 @@ def from_torch(module, example_inputs, optimizer, loss_fn=None, device="auto", s
     option (those are compiled in). The keyword
     arguments are compile_train_step's; with `accumulate=k` the example
     inputs are one micro-batch (what the module takes) and each call takes
-    k of them stacked along a new first dimension."""
+    k of them stacked along a new first dimension. With parallel="ddp" (and
+    process_group=, bucket_bytes=), each process of the group calls this on
+    its own part of the batch and the ranks average their gradients (see
+    compile_train_step)."""
     from . import aten_import
     from .train import compile_train_step
 
@@ -486,7 +490,9 @@ def from_torch(module, example_inputs, optimizer, loss_fn=None, device="auto", s
 
     step = compile_train_step(loss, params, batch, optimizer, device=device, seed=seed,
                               memory_budget=memory_budget, precision=precision,
-                              loss_scale=loss_scale, accumulate=accumulate, state=initial)
+                              loss_scale=loss_scale, accumulate=accumulate, state=initial,
+                              parallel=parallel, process_group=process_group,
+                              bucket_bytes=bucket_bytes)
     return TorchTrainStep(module, step, names, torch_optimizer, state)
 
 

@@ -27,10 +27,19 @@ class TrainStep:
     `tilefuse.runtime.load_state_dict(path)` keep it in an .npz file."""
 
     def __init__(self, graph, names, params, state_names, step_state, batch_spec, groups, seed,
-                 uses_seed, device, optimizer_kind=""):
+                 uses_seed, device, optimizer_kind="", parallel=None):
         self._graph = graph
         self.device = device
         self._compiled = graph.compile(device)
+        # (mode, process group) of a data-parallel step: its group bound to
+        # the process group, the program compared across ranks at the
+        # first call, rank 0's parameters on every rank (as DDP does).
+        self._parallel = parallel
+        self._checked = parallel is None
+        if parallel is not None:
+            from . import distributed
+            distributed.bind(self._compiled._exe, parallel[1])
+            params = distributed.broadcast_arrays(params, parallel[1])
         self._names = names
         self._n_params = len(params)
         exe = self._compiled._exe
@@ -150,6 +159,10 @@ class TrainStep:
                 "the step was compiled with"
             )
         args = self._arguments(leaves)
+        if not self._checked:
+            from . import distributed
+            distributed.check_same_program(self._graph.mlir(), self._parallel[1])
+            self._checked = True
         (loss,) = self._compiled._exe.run(args, [0])
         self.step_count += 1
         return float(loss)
@@ -272,7 +285,8 @@ class TrainStep:
 
 def compile_train_step(loss_fn, params, example_batch, optimizer, device="auto", seed=0,
                        memory_budget=None, precision="fp32", keep_fp32=(), loss_scale="auto",
-                       accumulate=1, state=None):
+                       accumulate=1, state=None, parallel=None, process_group=None,
+                       bucket_bytes=None):
     """Compiles loss_fn(params, batch) or loss_fn(params, batch, seed) into one
     training step. `params` and `example_batch` are (nested) dicts of numpy
     arrays; `seed` (when loss_fn takes it) is a 0-d int64 tensor equal to
@@ -306,20 +320,56 @@ def compile_train_step(loss_fn, params, example_batch, optimizer, device="auto",
     The loss function then takes it after the parameters and returns it
     updated: loss_fn(params, state, batch[, seed]) -> (loss, new state of
     the same structure, shapes and dtypes). The step keeps it between calls;
-    `step.state_dict()` holds it under "state/<name>"."""
+    `step.state_dict()` holds it under "state/<name>".
+
+    `parallel="ddp"`: data parallel over `process_group` (a torch.distributed
+    group; None: the default one, which must be initialised, e.g. under
+    torchrun). Every rank runs this same call on its own part of the batch
+    (`example_batch` is one rank's part); the step averages the gradients
+    over the ranks, all-reduced in buckets of up to `bucket_bytes` (25 MiB)
+    started as soon as the backward pass has produced them, so every rank
+    applies the same update. Parameters start as rank 0's. The step returns
+    this rank's loss, as PyTorch's DistributedDataParallel does. CPU only."""
     device = resolve_device(device)
+    parallel_group = _parallel_config(parallel, process_group, bucket_bytes, device)
     graph, names, param_leaves, batch_spec, uses_seed, step_state, groups = _build_train_step(
         loss_fn, params, example_batch, optimizer, seed, precision, keep_fp32, loss_scale,
-        accumulate, state)
+        accumulate, state, parallel=parallel_group)
 
     def build():
         return TrainStep(graph, names, [p.copy() for p in param_leaves],
                          optimizer.state_names(), step_state, batch_spec, groups, seed,
-                         uses_seed, device, optimizer._config()["kind"])
+                         uses_seed, device, optimizer._config()["kind"],
+                         parallel=None if parallel is None else (parallel, process_group))
     if memory_budget is None:
         return build()
     return _fit_memory_budget(build, int(memory_budget), param_leaves, optimizer,
                               example_batch, device)
+
+
+def _parallel_config(parallel, process_group, bucket_bytes, device, world_size=None):
+    """The train step config's data-parallel fields, or None for one
+    process. The group's size comes from `world_size` (a graph only) or the
+    initialised torch.distributed group."""
+    if parallel is None:
+        if process_group is not None or bucket_bytes is not None:
+            raise CompileError("process_group= and bucket_bytes= need parallel=\"ddp\"")
+        return None
+    if parallel != "ddp":
+        raise CompileError(f"parallel must be \"ddp\" or None, got {parallel!r} (sharded modes "
+                           "are not built yet)")
+    if device != "cpu":
+        raise CompileError(f"parallel=\"ddp\" runs on the CPU target only (device={device!r}): "
+                           "the runtime does not load NCCL yet; use device=\"cpu\"")
+    if world_size is None:
+        from . import distributed
+        world_size = distributed.world(process_group)[3]
+    config = {"parallel": parallel, "group": "dp", "group_size": int(world_size)}
+    if bucket_bytes is not None:
+        if not (isinstance(bucket_bytes, int) and bucket_bytes >= 1):
+            raise CompileError(f"bucket_bytes must be a whole number >= 1, got {bucket_bytes!r}")
+        config["bucket_bytes"] = bucket_bytes
+    return config
 
 
 def _resolve_loss_scale(loss_scale, precision):
@@ -401,15 +451,22 @@ def _fit_memory_budget(build, budget, param_leaves, optimizer, example_batch, de
 
 
 def train_step_graph(loss_fn, params, example_batch, optimizer, seed=0, precision="fp32",
-                     keep_fp32=(), loss_scale="auto", accumulate=1, state=None):
+                     keep_fp32=(), loss_scale="auto", accumulate=1, state=None, parallel=None,
+                     process_group=None, world_size=None, bucket_bytes=None):
     """The training-step Graph compile_train_step compiles, without
     compiling it (for Graph.export): arguments (parameters, optimizer state
     per parameter and state name, [the loss scaler's scale, growth tracker
     and applied steps,] [model state,] batch leaves, [seed,] step, lr),
     results (loss, new parameters, new state[, new scaler state][, new
-    model state])."""
+    model state]). With parallel="ddp", the gradients are averaged over a
+    group of `world_size` ranks (default: the size of `process_group`, or of
+    the initialised default group)."""
+    if parallel is not None and world_size is None:
+        from . import distributed
+        world_size = distributed.world(process_group)[3]
+    config = _parallel_config(parallel, process_group, bucket_bytes, "cpu", world_size)
     return _build_train_step(loss_fn, params, example_batch, optimizer, seed, precision,
-                             keep_fp32, loss_scale, accumulate, state)[0]
+                             keep_fp32, loss_scale, accumulate, state, parallel=config)[0]
 
 
 def _accumulating(loss_fn, k, example_batch, uses_seed):
@@ -460,10 +517,12 @@ def _with_state(loss_fn, state_spec):
 
 
 def _build_train_step(loss_fn, params, example_batch, optimizer, seed, precision="fp32",
-                      keep_fp32=(), loss_scale="auto", accumulate=1, state=None):
+                      keep_fp32=(), loss_scale="auto", accumulate=1, state=None, parallel=None):
     if not hasattr(optimizer, "_config"):
         raise CompileError(f"optimizer must be a tilefuse.optim optimizer, got {optimizer!r}")
     config = optimizer._config()
+    if parallel:
+        config.update(parallel)
     scaler = _resolve_loss_scale(loss_scale, precision)
     if scaler:
         config.update(scaler._config())  # (checks the fields first)

@@ -1,0 +1,90 @@
+"""The models the data-parallel tests train, the same in every process:
+`run_rank` is one rank of a data-parallel run (distributed_worker.py),
+`run_single` one process training on the whole batches, the reference."""
+import numpy as np
+
+import tilefuse
+import tilefuse.functional as F
+from tilefuse import optim
+from tilefuse import workloads as W
+
+STEPS = 10
+
+
+def _mlp():
+    rng = np.random.default_rng(0)
+    params = {"w1": rng.standard_normal((24, 40)).astype(np.float32) * 0.2,
+              "b1": np.zeros(40, np.float32),
+              "w2": rng.standard_normal((40, 40)).astype(np.float32) * 0.2,
+              "b2": np.zeros(40, np.float32),
+              "w3": rng.standard_normal((40, 7)).astype(np.float32) * 0.2}
+    batches = [{"x": rng.standard_normal((16, 24)).astype(np.float32),
+                "y": rng.integers(0, 7, 16)} for _ in range(STEPS)]
+
+    def loss_fn(p, b):
+        h = F.gelu(b["x"] @ p["w1"] + p["b1"])
+        h = F.relu(h @ p["w2"] + p["b2"])
+        return F.cross_entropy(h @ p["w3"], b["y"])
+    # Small buckets: several all-reduces per step, gradients split across them.
+    return loss_fn, params, batches, {"bucket_bytes": 4096}
+
+
+def _gpt2():
+    cfg = W.gpt2_mini_config(n_layer=2, d_model=64, n_head=4, seq=32, vocab=256, batch=4,
+                             dropout=0.0)
+    params = W.gpt2_mini_init(cfg, seed=0)
+    batches = [W.gpt2_mini_batch(cfg, seed=1 + i) for i in range(STEPS)]
+
+    def loss_fn(p, b):
+        return W.gpt2_mini_loss(p, b, None, cfg, training=False)
+    return loss_fn, params, batches, {"bucket_bytes": 64 << 10}
+
+
+CASES = {"mlp": _mlp, "gpt2": _gpt2}
+
+
+def _shard(batch, rank, world):
+    out = {}
+    for k, v in batch.items():
+        n = v.shape[0] // world
+        out[k] = v[rank * n:(rank + 1) * n]
+    return out
+
+
+def _optimizer():
+    return optim.AdamW(lr=3e-3, weight_decay=0.01)
+
+
+def _train(step, batches, rank=0, world=1):
+    losses = [step(_shard(b, rank, world)) for b in batches]
+    out = {"losses": np.array(losses)}
+    out.update({f"param/{k}": v for k, v in step.params().items()})
+    return out
+
+
+def run_single(case):
+    loss_fn, params, batches, _ = CASES[case]()
+    step = tilefuse.compile_train_step(loss_fn, params, batches[0], _optimizer(), device="cpu")
+    return _train(step, batches)
+
+
+def run_rank(case, rank, world):
+    if case == "mismatch":
+        # Rank 1 compiles for another batch size: the first step must say so
+        # on every rank instead of pairing collectives wrongly.
+        loss_fn, params, batches, extra = CASES["mlp"]()
+        part = _shard(batches[0], rank, world) if rank != 1 else _shard(batches[0], 0, 2 * world)
+        step = tilefuse.compile_train_step(loss_fn, params, part, _optimizer(), device="cpu",
+                                           parallel="ddp", **extra)
+        step(part)
+        return {"losses": np.zeros(1)}
+    loss_fn, params, batches, extra = CASES[case]()
+    if rank != 0:
+        # DDP starts every rank from rank 0's parameters.
+        params = {k: v + 1.0 for k, v in params.items()}
+    step = tilefuse.compile_train_step(loss_fn, params, _shard(batches[0], rank, world),
+                                       _optimizer(), device="cpu", parallel="ddp", **extra)
+    out = _train(step, batches, rank, world)
+    out["collectives"] = np.array(sum(1 for r in step.compiled._exe.kernels()
+                                      if r["kind"] == "collective"))
+    return out
