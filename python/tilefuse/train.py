@@ -31,13 +31,14 @@ class TrainStep:
         self._graph = graph
         self.device = device
         self._compiled = graph.compile(device)
-        # (mode, process group) of a data-parallel step: its group bound to
-        # the process group, the program compared across ranks at the
-        # first call, rank 0's parameters on every rank (as DDP does).
+        # (mode, process group) of a data-parallel step: the program
+        # compared across ranks before any other collective, its group bound
+        # to the process group, rank 0's parameters on every rank (as DDP
+        # does).
         self._parallel = parallel
-        self._checked = parallel is None
         if parallel is not None:
             from . import distributed
+            distributed.check_same_program(graph.mlir(), parallel[1])
             distributed.bind(self._compiled._exe, parallel[1])
             params = distributed.broadcast_arrays(params, parallel[1])
         self._names = names
@@ -159,10 +160,6 @@ class TrainStep:
                 "the step was compiled with"
             )
         args = self._arguments(leaves)
-        if not self._checked:
-            from . import distributed
-            distributed.check_same_program(self._graph.mlir(), self._parallel[1])
-            self._checked = True
         (loss,) = self._compiled._exe.run(args, [0])
         self.step_count += 1
         return float(loss)

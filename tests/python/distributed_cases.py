@@ -43,6 +43,19 @@ def _gpt2():
 CASES = {"mlp": _mlp, "gpt2": _gpt2}
 
 
+def excluded(case, name):
+    """Entries of parameter `name` left out of the comparison, with why:
+    gpt2's key biases (the middle third of attn.qkv.b) have a zero gradient
+    in exact arithmetic (adding a constant to every score of a softmax row
+    changes nothing), so what any run computes for them is rounding noise,
+    different for every summation order; the test checks they stay at noise
+    level instead."""
+    if case == "gpt2" and name.endswith("attn.qkv.b"):
+        d = CASES[case]()[1][name].shape[0] // 3
+        return slice(d, 2 * d)
+    return None
+
+
 def _shard(batch, rank, world):
     out = {}
     for k, v in batch.items():
@@ -69,6 +82,17 @@ def run_single(case):
 
 
 def run_rank(case, rank, world):
+    if case == "dies":
+        # Rank 1 dies before its first step: rank 0's step must fail with an
+        # error (the process group's), not hang.
+        loss_fn, params, batches, extra = CASES["mlp"]()
+        step = tilefuse.compile_train_step(loss_fn, params, _shard(batches[0], rank, world),
+                                           _optimizer(), device="cpu", parallel="ddp", **extra)
+        if rank == 1:
+            import os
+            os._exit(0)
+        step(_shard(batches[0], rank, world))
+        return {"losses": np.zeros(1)}
     if case == "mismatch":
         # Rank 1 compiles for another batch size: the first step must say so
         # on every rank instead of pairing collectives wrongly.

@@ -1,0 +1,218 @@
+"""Data-parallel training steps (parallel="ddp") over torch.distributed on
+gloo: processes spawned on this machine (one thread each), each training on
+its part of every batch, against one process trained on the whole batches."""
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+import pytest
+
+import tilefuse
+from tilefuse import optim
+
+torch = pytest.importorskip("torch")
+dist = pytest.importorskip("torch.distributed")
+if not dist.is_available():
+    pytest.skip("this PyTorch has no torch.distributed", allow_module_level=True)
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import distributed_cases as cases  # noqa: E402
+
+TIMEOUT = 300
+
+
+def _env():
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([HERE] + [p for p in sys.path if p])
+    env["OMP_NUM_THREADS"] = env["TILEFUSE_NUM_THREADS"] = "1"
+    return env
+
+
+def _results(out, world):
+    got = []
+    for r in range(world):
+        path = f"{out}.rank{r}.npz"
+        assert os.path.exists(path), f"rank {r} wrote no result"
+        got.append(dict(np.load(path)))
+    return got
+
+
+def _spawn(case, world, tmp):
+    """Runs `case` on `world` processes joined through a file store."""
+    store, out = os.path.join(tmp, "store"), os.path.join(tmp, "out")
+    procs = [subprocess.Popen([sys.executable, os.path.join(HERE, "distributed_worker.py"), case,
+                               str(r), str(world), store, out], env=_env(),
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+             for r in range(world)]
+    logs = [p.communicate(timeout=TIMEOUT)[0].decode(errors="replace") for p in procs]
+    return procs, logs, out
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _check_against_one_process(case, got):
+    ref = cases.run_single(case)
+    world = len(got)
+    for r, res in enumerate(got):
+        assert "error" not in res, f"{case}: rank {r}: {res['error']}"
+    # The loss each rank returns is its own part's; their mean is the whole
+    # batch's (equal parts), at every step.
+    mean = sum(res["losses"] for res in got) / world
+    np.testing.assert_allclose(mean, ref["losses"], rtol=1e-5,
+                               err_msg=f"{case}: mean of the ranks' losses vs one process")
+    for name, want in ref.items():
+        if not name.startswith("param/"):
+            continue
+        skip = cases.excluded(case, name[len("param/"):])
+        for r, res in enumerate(got):
+            have, expect = res[name].copy(), want.copy()
+            if skip is not None:
+                # Rounding noise (see distributed_cases.excluded): at most
+                # a fraction of one AdamW step of lr from zero.
+                assert np.abs(have[skip]).max() < 3e-3, name
+                have[skip] = expect[skip] = 0
+            err = np.linalg.norm(have - expect) / np.linalg.norm(expect)
+            assert err <= 1e-5, (f"{case}: rank {r} of {world}: {name} differs from one process "
+                                 f"by {err:.2e} (relative, f32, after {cases.STEPS} AdamW steps)")
+
+
+@pytest.mark.parametrize("case,world", [("mlp", 2), ("mlp", 4), ("gpt2", 2)])
+def test_ddp_trains_like_one_process_on_the_whole_batch(case, world):
+    with tempfile.TemporaryDirectory() as tmp:
+        procs, logs, out = _spawn(case, world, tmp)
+        for p, log in zip(procs, logs):
+            assert p.returncode == 0, log
+        got = _results(out, world)
+    _check_against_one_process(case, got)
+    # Every rank ran the bucketed all-reduces (starts and waits).
+    assert all(int(g["collectives"]) >= 2 for g in got)
+
+
+def test_ddp_under_torchrun_with_two_nodes():
+    """torchrun's rendezvous across two "nodes" on this machine."""
+    with tempfile.TemporaryDirectory() as tmp:
+        out, port = os.path.join(tmp, "out"), _free_port()
+        procs = [subprocess.Popen(
+            [sys.executable, "-m", "torch.distributed.run", "--nnodes=2", "--nproc_per_node=1",
+             f"--node_rank={node}", "--master_addr=127.0.0.1", f"--master_port={port}",
+             os.path.join(HERE, "distributed_worker.py"), "mlp", out],
+            env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT) for node in range(2)]
+        logs = [p.communicate(timeout=TIMEOUT)[0].decode(errors="replace") for p in procs]
+        for p, log in zip(procs, logs):
+            assert p.returncode == 0, log
+        got = _results(out, 2)
+    _check_against_one_process("mlp", got)
+
+
+def test_ranks_that_compiled_different_steps_fail_clearly():
+    with tempfile.TemporaryDirectory() as tmp:
+        _, _, out = _spawn("mismatch", 2, tmp)
+        got = _results(out, 2)
+    for r, res in enumerate(got):
+        assert "error" in res, f"rank {r} ran a step the other rank compiled differently"
+        assert "compiled a different training step" in str(res["error"]), res["error"]
+
+
+def test_a_dead_rank_makes_the_others_fail():
+    with tempfile.TemporaryDirectory() as tmp:
+        _, _, out = _spawn("dies", 2, tmp)
+        res = dict(np.load(f"{out}.rank0.npz"))
+    assert "error" in res, "rank 0 finished a step whose all-reduce had no partner"
+
+
+# --- one process --------------------------------------------------------------
+
+def _mlp_step(**kwargs):
+    loss_fn, params, batches, extra = cases.CASES["mlp"]()
+    return tilefuse.compile_train_step(loss_fn, params, batches[0], cases._optimizer(),
+                                       device="cpu", **kwargs), batches
+
+
+@pytest.fixture
+def single_process_group():
+    with tempfile.TemporaryDirectory() as tmp:
+        dist.init_process_group("gloo", init_method=f"file://{tmp}/store", rank=0, world_size=1)
+        try:
+            yield
+        finally:
+            dist.destroy_process_group()
+
+
+def test_ddp_on_one_rank_is_the_plain_step_bit_for_bit(single_process_group):
+    ddp, batches = _mlp_step(parallel="ddp", bucket_bytes=4096)
+    plain, _ = _mlp_step()
+    for b in batches:
+        assert ddp(b) == plain(b)
+    for k, v in plain.params().items():
+        np.testing.assert_array_equal(ddp.params()[k], v, err_msg=k)
+    rows = ddp.compiled._exe.kernels()
+    starts = [r for r in rows if r["name"] == "all_reduce_start"]
+    waits = [r for r in rows if r["name"] == "all_reduce_wait"]
+    # 5 gradients of 960, 40, 1600, 40 and 280 f32 in buckets of 4 KiB.
+    assert len(starts) == len(waits) >= 2
+    assert all(r["group"] == ("dp", 1) for r in starts)
+    assert "all_reduce_start" in str(ddp.report())
+
+
+def test_the_graph_shows_buckets_started_early_and_waited_late():
+    loss_fn, params, batches, _ = cases.CASES["mlp"]()
+    g = tilefuse.train_step_graph(loss_fn, params, batches[0], cases._optimizer(),
+                                  parallel="ddp", world_size=4, bucket_bytes=4096)
+    lines = g.mlir().splitlines()
+    starts = [i for i, line in enumerate(lines) if "graph.all_reduce_start" in line]
+    waits = [i for i, line in enumerate(lines) if "graph.collective_wait" in line]
+    assert starts and len(starts) == len(waits)
+    assert all('group = "dp", group_size = 4' in lines[i] for i in starts)
+    # Every start comes before the first wait: the backward pass goes on
+    # while the buckets are in flight.
+    assert max(starts) < min(waits)
+    # The interpreter runs one process: a group of 4 is refused, by name.
+    with pytest.raises(tilefuse.CompileError, match="process group 'dp' of 4 ranks"):
+        g.interpret(*[np.zeros(shape, {"f32": np.float32, "f64": np.float64}.get(dtype, np.int64))
+                      for dtype, shape in g.inputs])
+
+
+def test_parallel_needs_an_initialised_process_group():
+    if dist.is_initialized():
+        pytest.skip("a process group is initialised in this process")
+    with pytest.raises(tilefuse.CompileError, match="init_process_group"):
+        _mlp_step(parallel="ddp")
+
+
+@pytest.mark.parametrize("kwargs,match", [
+    (dict(parallel="zero1"), "sharded modes are not built yet"),
+    (dict(bucket_bytes=1024), "need parallel"),
+    (dict(parallel="ddp", bucket_bytes=0), "bucket_bytes must be"),
+])
+def test_parallel_arguments_are_checked(single_process_group, kwargs, match):
+    loss_fn, params, batches, _ = cases.CASES["mlp"]()
+    device = kwargs.pop("device", "cpu")
+    with pytest.raises(tilefuse.CompileError, match=match):
+        tilefuse.compile_train_step(loss_fn, params, batches[0], optim.AdamW(lr=1e-3),
+                                    device=device, **kwargs)
+
+
+def test_ddp_steps_are_refused_for_cuda():
+    # (Checked where the device is known; a machine without a GPU refuses
+    # device="cuda" earlier.)
+    from tilefuse.train import _parallel_config
+    with pytest.raises(tilefuse.CompileError, match="CPU target only"):
+        _parallel_config("ddp", None, None, "cuda", world_size=2)
+
+
+def test_a_step_compiled_for_another_world_size_is_refused(single_process_group):
+    loss_fn, params, batches, _ = cases.CASES["mlp"]()
+    g = tilefuse.train_step_graph(loss_fn, params, batches[0], cases._optimizer(),
+                                  parallel="ddp", world_size=2)
+    compiled = g.compile("cpu")
+    from tilefuse import distributed
+    with pytest.raises(tilefuse.CompileError, match="compiled for 2"):
+        distributed.bind(compiled._exe)
