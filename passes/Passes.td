@@ -62,6 +62,12 @@ def BuildTrainStepPass : Pass<"build-train-step", "mlir::ModuleOp"> {
            "growth tracker and the applied-step count as state">,
     Option<"growthInterval", "growth-interval", "int64_t", /*default=*/"2000",
            "Finite steps in a row before the loss scale doubles">,
+    Option<"parallel", "parallel", "std::string", /*default=*/"\"\"",
+           "ddp: gradients averaged over a process group (bucketed all-reduces)">,
+    Option<"groupSize", "group-size", "int64_t", /*default=*/"1",
+           "Ranks of the data-parallel group dp">,
+    Option<"bucketBytes", "bucket-bytes", "int64_t", /*default=*/"26214400",
+           "Most bytes of gradients one all-reduce carries">
   ];
   let dependentDialects = ["::tilefuse::graph::GraphDialect"];
 }

@@ -335,6 +335,13 @@ struct BuildTrainStepPass
     }
     config.lossScale.dynamic = dynamicLossScale;
     config.lossScale.growthInterval = growthInterval;
+    config.parallel.mode = parallel;
+    config.parallel.groupSize = groupSize;
+    config.parallel.bucketBytes = bucketBytes;
+    if (std::string invalid = config.validate(); !invalid.empty()) {
+      getOperation().emitError(invalid);
+      return signalPassFailure();
+    }
     func::FuncOp loss = findFunction(getOperation(), function);
     if (!loss ||
         failed(buildTrainStep(loss, numParams, config,

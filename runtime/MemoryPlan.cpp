@@ -291,7 +291,13 @@ void tilefuse::scheduleSteps(Program &program) {
   Program scheduled = program;
   for (size_t i = 0; i < n; ++i)
     scheduled.steps[i] = program.steps[size_t(order[i])];
-  if (planMemory(scheduled).bytes < planMemory(program).bytes)
+  // At equal peaks, a program with collectives takes the order that
+  // overlaps them.
+  bool collectives = std::any_of(program.steps.begin(), program.steps.end(), [](const Step &s) {
+    return s.kind == Step::Kind::CollectiveStart;
+  });
+  uint64_t scheduledBytes = planMemory(scheduled).bytes, originalBytes = planMemory(program).bytes;
+  if (scheduledBytes < originalBytes || (collectives && scheduledBytes == originalBytes))
     program.steps = std::move(scheduled.steps);
 }
 

@@ -67,8 +67,11 @@ uint64_t unplannedBytes(const Program &program, uint64_t alignment = kPlanAlignm
 /// Reorders `program`'s steps to lower the planned peak: a list scheduler
 /// that keeps every step after the steps whose buffers it reads or
 /// overwrites and, among the steps ready to run, runs the one that frees
-/// the most bytes (allocates the fewest) first. Keeps the original order
-/// when that plans smaller. Clears any plan the program had.
+/// the most bytes (allocates the fewest) first; a collective's start runs
+/// as soon as it is ready, its wait only when nothing else is (so the
+/// steps between overlap the communication). Keeps the original order when
+/// that plans smaller (at equal peaks, a program with collectives takes
+/// the overlapping order). Clears any plan the program had.
 void scheduleSteps(Program &program);
 
 /// Every non-argument buffer a range of its own, in buffer order: the
