@@ -76,12 +76,98 @@ def _train(step, batches, rank=0, world=1):
 
 
 def run_single(case):
+    if case == "from_torch":
+        return run_from_torch()
     loss_fn, params, batches, _ = CASES[case]()
     step = tilefuse.compile_train_step(loss_fn, params, batches[0], _optimizer(), device="cpu")
     return _train(step, batches)
 
 
+def _torch_model():
+    import torch
+
+    class Classifier(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc1, self.fc2 = torch.nn.Linear(24, 40), torch.nn.Linear(40, 7)
+
+        def forward(self, x, y):
+            h = torch.nn.functional.layer_norm(torch.tanh(self.fc1(x)), (40,))
+            return torch.nn.functional.cross_entropy(self.fc2(h), y)
+    torch.manual_seed(0)
+    rng = np.random.default_rng(2)
+    batches = [(torch.from_numpy(rng.standard_normal((16, 24)).astype(np.float32)),
+                torch.from_numpy(rng.integers(0, 7, 16))) for _ in range(STEPS)]
+    return Classifier(), batches
+
+
+def run_from_torch(rank=0, world=1):
+    """tilefuse.from_torch, on one process or as one rank of `world`."""
+    model, batches = _torch_model()
+    part = [tuple(t[rank * 16 // world:(rank + 1) * 16 // world] for t in b) for b in batches]
+    kwargs = dict(parallel="ddp", bucket_bytes=2048) if world > 1 else {}
+    step = tilefuse.from_torch(model, part[0], _optimizer(), device="cpu", **kwargs)
+    losses = [step(*b) for b in part]
+    step.copy_to(model)
+    out = {"losses": np.array(losses), "collectives": np.array(sum(
+        1 for r in step.train_step.compiled._exe.kernels() if r["kind"] == "collective"))}
+    out.update({f"param/{k}": v.detach().numpy() for k, v in model.named_parameters()})
+    return out
+
+
+def _compiled_ddp(rank, world):
+    """torch.compile(DDP(model), backend="tilefuse") against eager DDP in the
+    same processes: 10 AdamW steps on each rank's part of the batches."""
+    import torch
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    from tilefuse import torch_integration
+
+    class Net(torch.nn.Module):
+        # A module class of the user's: Dynamo traces its forward under DDP
+        # (torch.nn containers at the top of a DDP module are not traced).
+        def __init__(self):
+            super().__init__()
+            self.fc1, self.fc2 = torch.nn.Linear(24, 40), torch.nn.Linear(40, 7)
+
+        def forward(self, x):
+            return self.fc2(torch.nn.functional.gelu(self.fc1(x)))
+
+    torch.manual_seed(0)
+    eager_model = Net()
+    compiled_model = Net()
+    compiled_model.load_state_dict(eager_model.state_dict())
+    eager, compiled = DDP(eager_model), DDP(compiled_model)
+    run = torch.compile(compiled, backend="tilefuse")
+    opts = [torch.optim.AdamW(m.parameters(), lr=3e-3, weight_decay=0.01)
+            for m in (eager, compiled)]
+    torch_integration.stats.reset()
+    rng = np.random.default_rng(1)
+    losses = []
+    for _ in range(STEPS):
+        x = torch.from_numpy(rng.standard_normal((16, 24)).astype(np.float32))
+        y = torch.from_numpy(rng.integers(0, 7, 16))
+        x, y = x[rank * 16 // world:(rank + 1) * 16 // world], y[rank * 16 // world:(rank + 1) * 16 // world]
+        pair = []
+        for model, opt in ((eager, opts[0]), (run, opts[1])):
+            opt.zero_grad()
+            loss = torch.nn.functional.cross_entropy(model(x), y)
+            loss.backward()
+            opt.step()
+            pair.append(loss.item())
+        losses.append(pair)
+    out = {"losses": np.array(losses), "graphs": np.array(torch_integration.stats.graphs),
+           "compiled": np.array(torch_integration.stats.compiled)}
+    for (name, a), b in zip(eager_model.named_parameters(), compiled_model.parameters()):
+        out[f"eager/{name}"], out[f"compiled/{name}"] = a.detach().numpy(), b.detach().numpy()
+    return out
+
+
 def run_rank(case, rank, world):
+    if case == "compiled_ddp":
+        return _compiled_ddp(rank, world)
+    if case == "from_torch":
+        return run_from_torch(rank, world)
     if case == "dies":
         # Rank 1 dies before its first step: rank 0's step must fail with an
         # error (the process group's), not hang.

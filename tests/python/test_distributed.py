@@ -84,7 +84,7 @@ def _check_against_one_process(case, got):
                                  f"by {err:.2e} (relative, f32, after {cases.STEPS} AdamW steps)")
 
 
-@pytest.mark.parametrize("case,world", [("mlp", 2), ("mlp", 4), ("gpt2", 2)])
+@pytest.mark.parametrize("case,world", [("mlp", 2), ("mlp", 4), ("gpt2", 2), ("from_torch", 2)])
 def test_ddp_trains_like_one_process_on_the_whole_batch(case, world):
     with tempfile.TemporaryDirectory() as tmp:
         procs, logs, out = _spawn(case, world, tmp)
@@ -126,6 +126,27 @@ def test_a_dead_rank_makes_the_others_fail():
         _, _, out = _spawn("dies", 2, tmp)
         res = dict(np.load(f"{out}.rank0.npz"))
     assert "error" in res, "rank 0 finished a step whose all-reduce had no partner"
+
+
+def test_torch_compile_of_a_ddp_module_compiles_through_tilefuse():
+    """torch.compile(DDP(model), backend="tilefuse"): Dynamo hands the
+    backend the module's forward (DDP's graph splitting at bucket
+    boundaries), tilefuse compiles it whole, and training matches eager DDP."""
+    with tempfile.TemporaryDirectory() as tmp:
+        procs, logs, out = _spawn("compiled_ddp", 2, tmp)
+        for p, log in zip(procs, logs):
+            assert p.returncode == 0, log
+        got = _results(out, 2)
+    for r, res in enumerate(got):
+        assert "error" not in res, res["error"]
+        assert int(res["graphs"]) >= 1 and int(res["compiled"]) >= 2, (
+            f"rank {r}: the backend compiled {int(res['graphs'])} graphs")
+        np.testing.assert_allclose(res["losses"][:, 1], res["losses"][:, 0], rtol=1e-5)
+        for name in res:
+            if name.startswith("eager/"):
+                want, have = res[name], res["compiled/" + name[len("eager/"):]]
+                err = np.linalg.norm(have - want) / np.linalg.norm(want)
+                assert err <= 1e-5, f"rank {r}: {name[6:]} differs from eager DDP by {err:.2e}"
 
 
 # --- one process --------------------------------------------------------------
