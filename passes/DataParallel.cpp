@@ -45,7 +45,10 @@ SmallVector<SmallVector<unsigned>> bucketsOf(ArrayRef<Value> grads,
     Type element = llvm::cast<RankedTensorType>(grads[i].getType()).getElementType();
     auto it = open.find(element);
     int64_t bytes = bytesOf(grads[i]);
-    if (it == open.end() || it->second.second + bytes > cap) {
+    // The first bucket is small (PyTorch DDP's first_bucket_bytes, 1 MiB):
+    // the first all-reduce starts early in the backward pass.
+    int64_t limit = buckets.size() <= 1 ? std::min<int64_t>(cap, int64_t(1) << 20) : cap;
+    if (it == open.end() || it->second.second + bytes > limit) {
       buckets.push_back({});
       it = open.insert_or_assign(element, std::make_pair(unsigned(buckets.size() - 1), int64_t(0)))
                .first;

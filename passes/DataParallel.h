@@ -12,7 +12,8 @@ namespace tilefuse {
 /// Replaces each of `grads` (values of `body`, the train step's) by its
 /// mean over the ranks of `config`'s group, as PyTorch's
 /// DistributedDataParallel does: gradients in buckets of one dtype and at
-/// most config.bucketBytes (a larger gradient gets a bucket of its own), in
+/// most config.bucketBytes (the first at most 1 MiB, so communication
+/// starts early; a larger gradient gets a bucket of its own), in
 /// the order the backward pass produces them; each bucket flattened into
 /// one buffer and its all-reduce started right after its last gradient is
 /// computed; the wait, and the division by the group size, at `b`'s
