@@ -9,6 +9,7 @@
 #include "passes/TargetInfo.h"
 #include "passes/Pipelines.h"
 #include "passes/TrainStep.h"
+#include "passes/ShardParameters.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/IR/Diagnostics.h"
@@ -168,6 +169,16 @@ std::vector<TensorSignature> Graph::inputs() const {
 
 std::vector<TensorSignature> Graph::outputs() const {
   return signatures(impl_->func().getFunctionType().getResults());
+}
+
+std::vector<std::vector<int64_t>> Graph::shardLayout() const {
+  std::vector<std::vector<int64_t>> layout;
+  if (auto shards = impl_->func()->getAttrOfType<ArrayAttr>(kShardsAttrName))
+    for (Attribute a : shards) {
+      auto members = llvm::cast<DenseI64ArrayAttr>(a).asArrayRef();
+      layout.emplace_back(members.begin(), members.end());
+    }
+  return layout;
 }
 
 std::string Graph::summary() const {

@@ -96,6 +96,9 @@ public:
   const std::string &entryName() const;
   std::vector<TensorSignature> inputs() const;
   std::vector<TensorSignature> outputs() const;
+  /// A sharded (ZeRO) training step's shards: the parameter indices each
+  /// one holds, in order; empty for any other graph.
+  std::vector<std::vector<int64_t>> shardLayout() const;
 
   /// Runs the reference interpreter (composites are decomposed first; the
   /// lowered module is kept for the next call).

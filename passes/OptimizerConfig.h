@@ -32,9 +32,19 @@ struct LossScaleConfig {
 /// model and computes gradients of its part of the batch; the gradients are
 /// averaged over the group's ranks (all-reduced in buckets of up to
 /// `bucketBytes`, each started as soon as its gradients exist) before the
-/// update, so every rank applies the same update. "" : one process.
+/// update, so every rank applies the same update. "zero1"/"zero2": each
+/// rank keeps one shard of the parameters and of their optimizer state
+/// (passes/ShardParameters.h), all-gathers the parameters at the start of
+/// the step, gets its shard of the averaged gradients by reduce-scatter and
+/// updates its shards; the two are one program (a full gradient lives only
+/// until its shard is reduced, as zero2 asks, in both). "zero3": the same,
+/// with the parameters gathered again in the backward pass instead of kept
+/// from the forward pass. "" : one process.
 struct ParallelConfig {
+  /// "", "ddp", "zero1", "zero2" or "zero3".
   std::string mode;
+  /// ZeRO: every rank keeps one shard of the parameters and their state.
+  bool sharded() const { return mode.rfind("zero", 0) == 0; }
   std::string group = "dp";
   int64_t groupSize = 1;
   int64_t bucketBytes = int64_t(25) << 20; ///< PyTorch DDP's default bucket_cap_mb
@@ -94,8 +104,10 @@ struct OptimizerConfig {
     for (double wd : paramWeightDecay)
       if (!(wd >= 0))
         return "every parameter group's weight_decay must be >= 0";
-    if (!parallel.mode.empty() && parallel.mode != "ddp")
-      return "parallel must be \"ddp\" (or none), got \"" + parallel.mode + "\"";
+    if (!parallel.mode.empty() && parallel.mode != "ddp" && parallel.mode != "zero1" &&
+        parallel.mode != "zero2" && parallel.mode != "zero3")
+      return "parallel must be \"ddp\", \"zero1\", \"zero2\" or \"zero3\" (or none), got \"" +
+             parallel.mode + "\"";
     if (parallel.groupSize < 1 || parallel.group.empty() || parallel.bucketBytes < 1)
       return "a data-parallel step needs a group name, group_size >= 1 and bucket_bytes >= 1";
     if (nesterov && (kind != Kind::SGD || momentum == 0))

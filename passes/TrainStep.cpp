@@ -12,6 +12,7 @@
 #include "ir/graph/GraphEmitter.h"
 #include "passes/Autodiff.h"
 #include "passes/DataParallel.h"
+#include "passes/ShardParameters.h"
 #include "passes/Passes.h"
 
 #include "mlir/IR/Builders.h"
@@ -22,6 +23,13 @@ using namespace tilefuse::graph;
 
 namespace {
 
+/// A 0-d value summed over the ranks of `p`'s group (an all-reduce of one
+/// element): what every rank must agree on when each holds one shard.
+Value sumOverRanks(GraphEmitter &e, Value scalar, const ParallelConfig &p) {
+  Value sum = e.wait(e.allReduceStart(e.reshape(scalar, {1}), p.group, p.groupSize));
+  return e.reshape(sum, {});
+}
+
 /// Emits the optimizer update of every parameter.
 class OptimizerEmitter {
 public:
@@ -29,12 +37,15 @@ public:
       : e(e), c(config), step(step) {}
 
   /// Global-norm clipping: every gradient times min(1, c / (norm + 1e-6)).
+  /// Sharded gradients: the squares summed over every rank's shards.
   void clip(MutableArrayRef<Value> grads) {
     Value total;
     for (Value g : grads) {
       Value sq = e.cast(e.sumAll(e.mul(g, g)), f64());
       total = total ? e.add(total, sq) : sq;
     }
+    if (c.parallel.sharded())
+      total = sumOverRanks(e, total, c.parallel);
     Value norm = e.sqrt(total);
     Value scale = e.minimum(e.fullLike(norm, 1.0),
                             e.div(e.fullLike(norm, c.clipNorm),
@@ -134,7 +145,7 @@ struct LossScaler {
   /// true when all of them are finite. g * 0 is 0 for a finite g and NaN
   /// otherwise, so the sum of those is exactly 0 or NaN: no overflow of a
   /// sum of finite values can flag a step.
-  Value unscale(GraphEmitter &e, MutableArrayRef<Value> grads) {
+  Value unscale(GraphEmitter &e, MutableArrayRef<Value> grads, const ParallelConfig &p) {
     Type f32 = e.builder().getF32Type(), f64 = e.builder().getF64Type();
     Value inv = e.cast(e.div(e.fullLike(e.cast(scale, f64), 1.0), e.cast(scale, f64)), f32);
     Value poison;
@@ -144,6 +155,9 @@ struct LossScaler {
       Value s = e.cast(e.sumAll(e.mul(g, e.fullLike(g, 0.0))), f32);
       poison = poison ? e.add(poison, s) : s;
     }
+    // Shards: a step is skipped on every rank or on none.
+    if (p.sharded())
+      poison = sumOverRanks(e, poison, p);
     return e.eq(poison, poison);
   }
 
@@ -172,8 +186,9 @@ struct LossScaler {
 
 FailureOr<func::FuncOp> tilefuse::buildTrainStep(func::FuncOp loss,
                                                  unsigned numParams,
-                                                 const OptimizerConfig &config,
+                                                 const OptimizerConfig &requested,
                                                  StringRef name, unsigned numState) {
+  OptimizerConfig config = requested;
   auto lossType = loss.getFunctionType();
   if (numParams == 0 || numParams + numState > lossType.getNumInputs())
     return loss.emitError("train step: @")
@@ -199,14 +214,42 @@ FailureOr<func::FuncOp> tilefuse::buildTrainStep(func::FuncOp loss,
            << config.paramGroup.size() << " parameters (weight decays: "
            << config.paramWeightDecay.size() << "); the loss has " << numParams;
   bool scaled = config.lossScale.dynamic;
+  // ZeRO: the step's parameters are this rank's shards; the loss gathers
+  // them (shardParameters), each shard is one parameter of its group.
+  func::FuncOp sharded;
+  if (config.parallel.sharded()) {
+    std::vector<std::vector<unsigned>> layout = shardLayout(loss, numParams, config);
+    sharded = shardParameters(loss, numParams, layout, config.parallel,
+                              (loss.getSymName() + "_sharded").str());
+    OptimizerConfig perShard = config;
+    perShard.paramGroup.clear();
+    perShard.paramWeightDecay.clear();
+    perShard.groupCount = config.numGroups();
+    for (const std::vector<unsigned> &shard : layout) {
+      perShard.paramGroup.push_back(config.groupOf(shard.front()));
+      perShard.paramWeightDecay.push_back(config.weightDecayOf(shard.front()));
+    }
+    config = perShard;
+    loss = sharded;
+    numParams = unsigned(layout.size());
+  }
   SmallVector<unsigned> wrt;
   for (unsigned i = 0; i < numParams; ++i)
     wrt.push_back(i);
   FailureOr<func::FuncOp> grad =
       buildValueAndGrad(loss, wrt, name, /*seedArgument=*/scaled);
+  if (sharded && failed(grad))
+    sharded.erase();
   if (failed(grad))
     return failure();
   func::FuncOp step = *grad;
+  if (sharded) {
+    if (config.parallel.mode == "zero3")
+      regatherForBackward(step, numParams);
+    else
+      dropForwardMarkers(step);
+    sharded.erase();
+  }
   Block &body = step.getBody().front();
   MLIRContext *ctx = loss.getContext();
   OpBuilder b(ctx);
@@ -257,9 +300,14 @@ FailureOr<func::FuncOp> tilefuse::buildTrainStep(func::FuncOp loss,
   // group (before unscaling and clipping, so all ranks agree on both).
   if (config.parallel.mode == "ddp")
     averageGradients(b, body, grads, config.parallel);
+  // Shards' gradients come out of the all-gathers' VJPs (reduce-scatters):
+  // sums over the ranks, averaged here.
+  if (config.parallel.sharded())
+    for (Value &g : grads)
+      g = e.mulScalar(g, 1.0 / double(config.parallel.groupSize));
   Value finite;
   if (scaled) {
-    finite = scaler.unscale(e, grads);
+    finite = scaler.unscale(e, grads, config.parallel);
     // Adam's bias correction counts applied updates (a skipped step is
     // not one), as torch.optim does when GradScaler skips optimizer.step().
     stepArg = e.add(scaler.applied, e.fullLike(scaler.applied, 1.0));

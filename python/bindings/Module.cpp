@@ -132,6 +132,7 @@ PYBIND11_MODULE(_core, m) {
       .def_property_readonly("entry", &Graph::entryName)
       .def_property_readonly("inputs", [](const Graph &g) { return signatureTuple(g.inputs()); })
       .def_property_readonly("outputs", [](const Graph &g) { return signatureTuple(g.outputs()); })
+      .def_property_readonly("shard_layout", &Graph::shardLayout)
       .def("interpret", &interpretGraph)
       .def("value_and_grad", &Graph::valueAndGrad, py::arg("wrt"))
       .def("compile", &Graph::compile, py::arg("device") = "cpu")

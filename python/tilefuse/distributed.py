@@ -101,6 +101,9 @@ class TorchCommunicator:
             work.wait()
 
 
+SHARDED = ("zero1", "zero2", "zero3")
+
+
 def bind(executable, process_group=None):
     """Binds the step's data-parallel group to `process_group` (None: the
     default group). Its size must be the one the step was compiled for."""
@@ -139,3 +142,103 @@ def broadcast_arrays(arrays, process_group=None, root=0):
         dist.broadcast(t, src=dist.get_global_rank(group, root), group=group)
         out.append(t.numpy())
     return out
+
+
+class ShardLayout:
+    """Where parameters live in a ZeRO step's shards (the compiled step's
+    `shard_layout`: parameter indices per shard). Shard b of rank r holds
+    elements [r * m, (r + 1) * m) of its parameters flattened and
+    concatenated, zero-padded to world * m elements."""
+
+    def __init__(self, members, shapes, dtypes, world):
+        self.members = [list(m) for m in members]
+        self.shapes, self.dtypes, self.world = list(shapes), list(dtypes), int(world)
+        self.sizes = [sum(int(np.prod(shapes[i], dtype=np.int64)) for i in m)
+                      for m in self.members]
+        self.shard_sizes = [-(-n // self.world) for n in self.sizes]
+
+    def split(self, arrays, rank):
+        """This rank's shards of whole per-parameter arrays."""
+        out = []
+        for members, m in zip(self.members, self.shard_sizes):
+            flat = np.concatenate([np.ravel(arrays[i]) for i in members])
+            padded = np.zeros(m * self.world, dtype=flat.dtype)
+            padded[:flat.size] = flat
+            out.append(padded[rank * m:(rank + 1) * m].copy())
+        return out
+
+    def join(self, whole_shards):
+        """Per-parameter arrays from each shard's whole (gathered) values."""
+        out = [None] * len(self.shapes)
+        for members, flat in zip(self.members, whole_shards):
+            offset = 0
+            for i in members:
+                n = int(np.prod(self.shapes[i], dtype=np.int64))
+                out[i] = flat[offset:offset + n].reshape(self.shapes[i]).astype(self.dtypes[i])
+                offset += n
+        return out
+
+
+def all_gather_array(array, process_group=None):
+    """Every rank's `array` (1-D, the same size on every rank) concatenated
+    in rank order, on every rank."""
+    import torch
+    dist, group, _, size = world(process_group)
+    mine = torch.from_numpy(np.ascontiguousarray(array).copy())
+    every = [torch.empty_like(mine) for _ in range(size)]
+    dist.all_gather(every, mine, group=group)
+    return np.concatenate([t.numpy() for t in every])
+
+
+def save_sharded(step, directory):
+    """A sharded checkpoint of a ZeRO step (collective: every rank calls
+    it): each rank's state_dict() in rank<r>.npz, and index.json (world size,
+    shards, parameter names, shapes and dtypes) from rank 0. load_sharded
+    restores it into a step compiled the same way, at any world size."""
+    import json
+    import os
+    layout, group = step._shards, step._parallel[1]
+    dist, grp, rank, size = world(group)
+    os.makedirs(directory, exist_ok=True)
+    np.savez(os.path.join(directory, f"rank{rank}.npz"), **step.state_dict())
+    if rank == 0:
+        index = {"world": size, "mode": step._parallel[0], "shards": layout.members,
+                 "names": step._leaf_names(), "shapes": [list(s) for s in layout.shapes],
+                 "dtypes": [str(np.dtype(d)) for d in layout.dtypes],
+                 "sections": ["params"] + list(step._state_names)}
+        with open(os.path.join(directory, "index.json"), "w") as f:
+            json.dump(index, f)
+    dist.barrier(group=grp)
+
+
+def load_sharded(step, directory):
+    """Restores save_sharded's checkpoint into `step` (collective). At the
+    world size it was saved with, each rank loads its own file (bit for
+    bit); at another, the shards are joined and split again for this one.
+    CompileError when the checkpoint's parameters or shards differ."""
+    import json
+    import os
+    from ._runtime import CompileError
+    with open(os.path.join(directory, "index.json")) as f:
+        index = json.load(f)
+    layout = step._shards
+    _, _, rank, size = world(step._parallel[1])
+    if (index["shards"] != layout.members or index["names"] != step._leaf_names() or
+            [tuple(s) for s in index["shapes"]] != [tuple(s) for s in layout.shapes]):
+        raise CompileError(f"load_sharded: the checkpoint in {directory} holds other parameters "
+                           "or shards than this step (compile it from the same model and "
+                           "bucket_bytes)")
+    if index["world"] == size:
+        state = dict(np.load(os.path.join(directory, f"rank{rank}.npz")))
+        step.load_state_dict(state)
+        return
+    old = [dict(np.load(os.path.join(directory, f"rank{r}.npz"))) for r in range(index["world"])]
+    state = dict(old[0])
+    for section in index["sections"]:
+        for b, (n, m) in enumerate(zip(layout.sizes, layout.shard_sizes)):
+            key = f"{section}/shard{b}"
+            whole = np.concatenate([o[key] for o in old])[:n]
+            padded = np.zeros(m * size, dtype=whole.dtype)
+            padded[:n] = whole
+            state[key] = padded[rank * m:(rank + 1) * m].copy()
+    step.load_state_dict(state)

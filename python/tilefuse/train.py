@@ -36,11 +36,20 @@ class TrainStep:
         # to the process group, rank 0's parameters on every rank (as DDP
         # does).
         self._parallel = parallel
+        self._shards = None
         if parallel is not None:
             from . import distributed
             distributed.check_same_program(graph.mlir(), parallel[1])
             distributed.bind(self._compiled._exe, parallel[1])
             params = distributed.broadcast_arrays(params, parallel[1])
+            if parallel[0] in distributed.SHARDED:
+                # ZeRO: this rank keeps its shards of the parameters (and
+                # of their optimizer state), not the parameters.
+                _, _, rank, size = distributed.world(parallel[1])
+                self._shards = distributed.ShardLayout(
+                    graph._artifact_interface()["shards"], [p.shape for p in params],
+                    [p.dtype for p in params], size)
+                params = self._shards.split(params, rank)
         self._names = names
         self._n_params = len(params)
         exe = self._compiled._exe
@@ -164,21 +173,34 @@ class TrainStep:
         self.step_count += 1
         return float(loss)
 
-    def params(self):
-        """Current parameters, as a dict of numpy arrays (copies)."""
+    def _whole(self, kept):
+        """Per-parameter arrays of kept arguments `kept` (parameters or one
+        optimizer state slot); a ZeRO step gathers its shards from every
+        rank (so every rank must call)."""
         exe = self._compiled._exe
-        return _pytree.unflatten(self._names,
-                                 [exe.persistent(a) for a in self._kept[:self._n_params]])
+        values = [exe.persistent(a) for a in kept]
+        if self._shards is None:
+            return values
+        from . import distributed
+        return self._shards.join([distributed.all_gather_array(v, self._parallel[1])
+                                  for v in values])
+
+    def params(self):
+        """Current parameters, as a dict of numpy arrays (copies). With
+        parallel="zero*", gathered from every rank's shards: a collective
+        call, made by every rank."""
+        return _pytree.unflatten(self._names, self._whole(self._kept[:self._n_params]))
 
     def state(self):
-        """Optimizer state: {slot name: params-shaped dict}."""
-        exe, n = self._compiled._exe, self._n_params
-        return {
-            name: _pytree.unflatten(self._names,
-                                    [exe.persistent(a)
-                                     for a in self._kept[n * (1 + i):n * (2 + i)]])
-            for i, name in enumerate(self._state_names)
-        }
+        """Optimizer state: {slot name: params-shaped dict} (gathered like
+        params() with parallel="zero*")."""
+        n = self._n_params
+        return {name: _pytree.unflatten(self._names,
+                                        self._whole(self._kept[n * (1 + i):n * (2 + i)]))
+                for i, name in enumerate(self._state_names)}
+
+    def _leaf_names(self):
+        return _pytree.leaf_names(self._names)
 
     @property
     def lr(self):
@@ -230,6 +252,8 @@ class TrainStep:
             raise CompileError(f"parameter names {sorted(set(repeated))} stand for more than "
                                "one parameter (keys containing '.' clash with nesting); "
                                "rename them to use state_dict()")
+        if self._shards is not None:  # this rank's shards (distributed.save_sharded)
+            leaf = [f"shard{b}" for b in range(len(self._shards.members))]
         keys = []
         for section in ["params"] + list(self._state_names):
             keys += [f"{section}/{n}" if n else section for n in leaf]
@@ -238,8 +262,10 @@ class TrainStep:
     def state_dict(self):
         """Parameters, optimizer state, step count, lr, dropout seed base and
         optimizer kind, as {name: numpy array or scalar} (copies):
-        "params/<name>", "<slot>/<name>" (momentum; exp_avg, exp_avg_sq),
-        with loss scaling "scaler/scale", "scaler/growth_tracker" and
+        "params/<name>", "<slot>/<name>" (momentum; exp_avg, exp_avg_sq) (with
+        parallel="zero*": this rank's shards, "params/shard<b>" and
+        "<slot>/shard<b>"; tilefuse.distributed.save_sharded writes every
+        rank's with an index), with loss scaling "scaler/scale", "scaler/growth_tracker" and
         "scaler/applied_steps", then "step", "lr", "seed", "optimizer"."""
         exe = self._compiled._exe
         out = {key: exe.persistent(a) for a, key in zip(self._kept, self._state_keys())}
@@ -326,7 +352,16 @@ def compile_train_step(loss_fn, params, example_batch, optimizer, device="auto",
     over the ranks, all-reduced in buckets of up to `bucket_bytes` (25 MiB)
     started as soon as the backward pass has produced them, so every rank
     applies the same update. Parameters start as rank 0's. The step returns
-    this rank's loss, as PyTorch's DistributedDataParallel does. CPU only."""
+    this rank's loss, as PyTorch's DistributedDataParallel does. CPU only.
+    `parallel="zero1"`/`"zero2"` (one program: ZeRO stages 1 and 2):
+    each rank keeps one shard of the parameters and of the optimizer state,
+    all-gathers the parameters at the start of the step (`bucket_bytes` per
+    shard), reduce-scatters the gradients and updates its shards; "zero3"
+    also gathers the parameters again in the backward pass, so none stays
+    gathered from the forward pass. `step.params()` and `step.state()`
+    gather whole tensors (every rank calls them); `state_dict()` is this
+    rank's shards (tilefuse.distributed.save_sharded / load_sharded: one
+    file per rank and an index, loadable at another world size)."""
     device = resolve_device(device)
     parallel_group = _parallel_config(parallel, process_group, bucket_bytes, device)
     graph, names, param_leaves, batch_spec, uses_seed, step_state, groups = _build_train_step(
@@ -352,12 +387,12 @@ def _parallel_config(parallel, process_group, bucket_bytes, device, world_size=N
         if process_group is not None or bucket_bytes is not None:
             raise CompileError("process_group= and bucket_bytes= need parallel=\"ddp\"")
         return None
-    if parallel != "ddp":
-        raise CompileError(f"parallel must be \"ddp\" or None, got {parallel!r} (sharded modes "
-                           "are not built yet)")
+    if parallel not in ("ddp", "zero1", "zero2", "zero3"):
+        raise CompileError(f"parallel must be \"ddp\", \"zero1\", \"zero2\", \"zero3\" or None, "
+                           f"got {parallel!r}")
     if device != "cpu":
-        raise CompileError(f"parallel=\"ddp\" runs on the CPU target only (device={device!r}): "
-                           "the runtime does not load NCCL yet; use device=\"cpu\"")
+        raise CompileError(f"parallel={parallel!r} runs on the CPU target only (device="
+                           f"{device!r}): the runtime does not load NCCL yet; use device=\"cpu\"")
     if world_size is None:
         from . import distributed
         world_size = distributed.world(process_group)[3]
@@ -573,8 +608,10 @@ def _build_train_step(loss_fn, params, example_batch, optimizer, seed, precision
 
     # The artifact's argument names: the state_dict() keys of TrainStep.
     batch_names = ["batch/" + n if n else "batch" for n in _pytree.leaf_names(batch_spec)]
-    argument_names = ([f"params/{n}" for n in param_names] +
-                      [f"{slot}/{n}" for slot in optimizer.state_names() for n in param_names] +
+    shards = [list(m) for m in graph.shard_layout]
+    kept_names = [f"shard{b}" for b in range(len(shards))] if shards else param_names
+    argument_names = ([f"params/{n}" for n in kept_names] +
+                      [f"{slot}/{n}" for slot in optimizer.state_names() for n in kept_names] +
                       [name for name, _ in step_state] +
                       batch_names + (["seed"] if uses_seed else []) + ["step"] +
                       (["lr"] if len(groups) == 1 else [f"lr/{i}" for i in range(len(groups))]))
@@ -584,6 +621,9 @@ def _build_train_step(loss_fn, params, example_batch, optimizer, seed, precision
                  "batch_spec": _pytree.spec_to_json(batch_spec), "uses_seed": uses_seed,
                  "batch_shapes": [list(np.shape(x)) for x in _pytree.flatten(example_batch)[0]],
                  "optimizer": config["kind"],
+                 # ZeRO: the parameter indices of each shard (the kept
+                 # parameters are this rank's shards).
+                 "shards": shards,
                  # (model state, "state/...", has no default: it is set whole)
                  "step_state": [[name, value.item(), str(value.dtype)]
                                 for name, value in step_state if not name.startswith("state")]}

@@ -188,12 +188,15 @@ def run_rank(case, rank, world):
                                            parallel="ddp", **extra)
         step(part)
         return {"losses": np.zeros(1)}
+    mode = "ddp"
+    if ":" in case:  # "<mode>:<case>"
+        mode, case = case.split(":")
     loss_fn, params, batches, extra = CASES[case]()
     if rank != 0:
         # DDP starts every rank from rank 0's parameters.
         params = {k: v + 1.0 for k, v in params.items()}
     step = tilefuse.compile_train_step(loss_fn, params, _shard(batches[0], rank, world),
-                                       _optimizer(), device="cpu", parallel="ddp", **extra)
+                                       _optimizer(), device="cpu", parallel=mode, **extra)
     out = _train(step, batches, rank, world)
     out["collectives"] = np.array(sum(1 for r in step.compiled._exe.kernels()
                                       if r["kind"] == "collective"))
