@@ -10,6 +10,11 @@
 #include "passes/ShardParameters.h"
 
 #include "ir/graph/GraphEmitter.h"
+#include "passes/FusionGraph.h"
+
+#include "llvm/ADT/SetVector.h"
+
+#include <functional>
 
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/IRMapping.h"
@@ -84,28 +89,86 @@ func::FuncOp tilefuse::shardParameters(func::FuncOp loss, unsigned numParams,
   GraphEmitter e(b, loss.getLoc());
   IRMapping map;
   SmallVector<Attribute> shardsAttr;
+  std::vector<int> shardOf(numParams, -1);
   for (auto [index, shard] : llvm::enumerate(layout)) {
-    Value full = e.wait(e.allGatherStart(body->getArgument(unsigned(index)), config.group, ranks));
-    int64_t offset = 0;
-    SmallVector<int64_t> members;
-    for (unsigned i : shard) {
-      auto type = llvm::cast<RankedTensorType>(loss.getArgument(i).getType());
-      int64_t n = type.getNumElements();
-      map.map(loss.getArgument(i),
-              e.reshape(e.slice(full, {offset}, {offset + n}, {1}), type.getShape()));
-      offset += n;
-      members.push_back(i);
-    }
-    shardsAttr.push_back(b.getDenseI64ArrayAttr(members));
+    for (unsigned i : shard)
+      shardOf[i] = int(index);
+    shardsAttr.push_back(b.getDenseI64ArrayAttr(SmallVector<int64_t>(shard.begin(), shard.end())));
   }
   for (unsigned i = numParams; i < loss.getNumArguments(); ++i)
     map.map(loss.getArgument(i), body->getArgument(unsigned(layout.size()) + i - numParams));
-  for (Operation &op : loss.getBody().front())
+  // Each shard is gathered right before the first op that reads one of its
+  // parameters, so gathered parameters live only as long as their uses.
+  auto gather = [&](unsigned index) {
+    const std::vector<unsigned> &shard = layout[index];
+    Value full = e.wait(e.allGatherStart(body->getArgument(index), config.group, ranks));
+    int64_t offset = 0, total = llvm::cast<RankedTensorType>(full.getType()).getNumElements();
+    for (unsigned i : shard) {
+      auto type = llvm::cast<RankedTensorType>(loss.getArgument(i).getType());
+      int64_t n = type.getNumElements();
+      // A parameter that fills its shard is a view of it, not a copy.
+      Value flat = n == total ? full : e.slice(full, {offset}, {offset + n}, {1});
+      map.map(loss.getArgument(i), e.reshape(flat, type.getShape()));
+      offset += n;
+    }
+  };
+  for (Operation &op : loss.getBody().front()) {
+    for (Value v : op.getOperands())
+      if (auto arg = llvm::dyn_cast<BlockArgument>(v);
+          arg && arg.getOwner() == &loss.getBody().front() && arg.getArgNumber() < numParams &&
+          !map.contains(v))
+        gather(unsigned(shardOf[arg.getArgNumber()]));
     b.clone(op, map);
+  }
   f->setAttr(kShardsAttrName, ArrayAttr::get(ctx, shardsAttr));
   for (Operation &op : body->without_terminator())
     op.setAttr(kForwardMarker, UnitAttr::get(ctx));
   return f;
+}
+
+void tilefuse::startReductionsEarly(func::FuncOp step) {
+  Block &body = step.getBody().front();
+  SmallVector<Operation *> starts;
+  for (Operation &op : body)
+    if (llvm::isa<ReduceScatterStartOp>(op))
+      starts.push_back(&op);
+  for (Operation *start : starts) {
+    // The cheap ops that only feed this reduction (the all-gather's VJP:
+    // reshapes, pads, the accumulation of a shard's gradients), producers
+    // first.
+    SmallVector<Operation *> cone;
+    llvm::SetVector<Operation *> seen;
+    std::function<void(Operation *)> visit = [&](Operation *op) {
+      for (Value v : op->getOperands()) {
+        Operation *def = v.getDefiningOp();
+        if (!def || seen.contains(def) || def->getBlock() != &body ||
+            fusion::isLibraryCall(def) || def->getNumResults() != 1 ||
+            !llvm::all_of(def->getUsers(), [&](Operation *u) {
+              return u == op || seen.contains(u) || u == start;
+            }))
+          continue;
+        seen.insert(def);
+        visit(def);
+        cone.push_back(def);
+      }
+    };
+    seen.insert(start);
+    visit(start);
+    cone.push_back(start);
+    // Each right after the last of its operands: the reduction starts as
+    // soon as the shard's last gradient exists.
+    for (Operation *op : cone) {
+      Operation *after = nullptr;
+      for (Value v : op->getOperands())
+        if (Operation *def = v.getDefiningOp(); def && def->getBlock() == &body)
+          if (!after || after->isBeforeInBlock(def))
+            after = def;
+      if (after && after->isBeforeInBlock(op))
+        op->moveAfter(after);
+      else if (!after)
+        op->moveBefore(&body.front());
+    }
+  }
 }
 
 void tilefuse::dropForwardMarkers(func::FuncOp f) {
@@ -137,8 +200,10 @@ void tilefuse::regatherForBackward(func::FuncOp grad, unsigned numShards) {
     SmallVector<Operation *> chain = {start};
     for (size_t i = 0; i < chain.size(); ++i)
       for (Operation *user : chain[i]->getUsers())
-        if (!inBackward(user) && (llvm::isa<CollectiveWaitOp, SliceOp>(user) ||
-                                  (llvm::isa<ReshapeOp>(user) && llvm::isa<SliceOp>(chain[i]))))
+        if (!inBackward(user) &&
+            (llvm::isa<CollectiveWaitOp>(user) ||
+             (llvm::isa<SliceOp>(user) && llvm::isa<CollectiveWaitOp>(chain[i])) ||
+             (llvm::isa<ReshapeOp>(user) && llvm::isa<SliceOp, CollectiveWaitOp>(chain[i]))))
           chain.push_back(user);
     // Backward readers of the chain's values, the earliest first.
     Operation *first = nullptr;

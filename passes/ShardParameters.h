@@ -36,6 +36,12 @@ mlir::func::FuncOp shardParameters(mlir::func::FuncOp loss, unsigned numParams,
 /// lives from the forward pass to the backward pass. Removes the markers.
 void regatherForBackward(mlir::func::FuncOp grad, unsigned numShards);
 
+/// Moves every reduce-scatter start of `step`, with the cheap ops that only
+/// feed it, right after the last value it needs: autodiff emits the
+/// all-gathers' VJPs after every other, at the end of the backward pass,
+/// where every full gradient would still be alive.
+void startReductionsEarly(mlir::func::FuncOp step);
+
 /// Removes shardParameters' markers from `f`'s ops.
 void dropForwardMarkers(mlir::func::FuncOp f);
 

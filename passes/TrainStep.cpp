@@ -248,6 +248,7 @@ FailureOr<func::FuncOp> tilefuse::buildTrainStep(func::FuncOp loss,
       regatherForBackward(step, numParams);
     else
       dropForwardMarkers(step);
+    startReductionsEarly(step);
     sharded.erase();
   }
   Block &body = step.getBody().front();

@@ -254,9 +254,13 @@ void tilefuse::scheduleSteps(Program &program) {
   // Collectives overlap the steps between their start and their wait:
   // a ready start runs before anything else, a wait only when nothing
   // else is ready.
+  // An all-gather's start allocates its result (a ZeRO step's gathered
+  // parameters): it runs when memory allows, like any other step.
   auto urgency = [&](int step) {
-    Step::Kind kind = program.steps[size_t(step)].kind;
-    return kind == Step::Kind::CollectiveStart ? 0 : kind == Step::Kind::CollectiveWait ? 2 : 1;
+    const Step &s = program.steps[size_t(step)];
+    if (s.kind == Step::Kind::CollectiveStart)
+      return s.collective.kind == CollectiveKind::AllGather ? 1 : 0;
+    return s.kind == Step::Kind::CollectiveWait ? 2 : 1;
   };
   while (!ready.empty()) {
     size_t pick = 0;
