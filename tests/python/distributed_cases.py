@@ -163,6 +163,34 @@ def _compiled_ddp(rank, world):
     return out
 
 
+def _checkpoint(rank, world):
+    """zero2 on gpt2_mini: 4 steps, a sharded checkpoint, 3 more steps; a
+    second step loads the checkpoint and runs the same 3 steps (bit for bit
+    at this world size). Rank 0 also loads it into one process's worth of
+    shards later (the test reads the files at world size 1)."""
+    import os
+    import tempfile
+    from tilefuse import distributed
+    loss_fn, params, batches, extra = CASES["gpt2"]()
+    directory = os.environ["TILEFUSE_TEST_CHECKPOINT"]
+
+    def fresh():
+        return tilefuse.compile_train_step(loss_fn, params, _shard(batches[0], rank, world),
+                                           _optimizer(), device="cpu", parallel="zero2", **extra)
+    first = fresh()
+    for b in batches[:4]:
+        first(_shard(b, rank, world))
+    distributed.save_sharded(first, directory)
+    after = [first(_shard(b, rank, world)) for b in batches[4:7]]
+    second = fresh()
+    distributed.load_sharded(second, directory)
+    resumed = [second(_shard(b, rank, world)) for b in batches[4:7]]
+    out = {"after": np.array(after), "resumed": np.array(resumed)}
+    out.update({f"first/{k}": v for k, v in first.params().items()})
+    out.update({f"second/{k}": v for k, v in second.params().items()})
+    return out
+
+
 def run_rank(case, rank, world):
     if case == "compiled_ddp":
         return _compiled_ddp(rank, world)
@@ -179,6 +207,8 @@ def run_rank(case, rank, world):
             os._exit(0)
         step(_shard(batches[0], rank, world))
         return {"losses": np.zeros(1)}
+    if case == "checkpoint":
+        return _checkpoint(rank, world)
     if case == "mismatch":
         # Rank 1 compiles for another batch size: the first step must say so
         # on every rank instead of pairing collectives wrongly.
