@@ -3,15 +3,15 @@
 DistributedDataParallel, both on gloo, one thread per rank, same run.
 
     PYTHONPATH=build/python python3 bench/ddp_step.py [--steps 10] [--rounds 3]
-        [--bucket-mb 25] [--world 1 2]
+        [--bucket-mb 25] [--world 1 2] [--modes ddp zero2 zero3]
 
 The model is gpt2_mini (tests/python/torch_zoo.py's GPT at gpt2_mini's
 sizes: vocab 1024, seq 128, d 128, 4 heads, 2 layers, dropout 0, tied LM
 head), batch 4 per rank (each rank adds its own 4 sequences: weak scaling),
 AdamW (lr 1e-3, weight decay 0.01). For each world size the script spawns
 the ranks (a file store on this machine), and each rank measures, in turn:
-- tilefuse: tilefuse.from_torch(model, ..., parallel="ddp") (world 1: no
-  parallel), the whole Python call;
+- tilefuse: tilefuse.from_torch(model, ..., parallel=<mode>) for each of
+  --modes (world 1: no parallel), the whole Python call;
 - PyTorch: DDP(model) forward, backward, torch.optim.AdamW (world 1: the
   plain module).
 Medians over --rounds rounds of --steps steps. Rank 0 also reports, for the
@@ -72,11 +72,15 @@ def rank_main(rank, world, store, out, args):
         m = GPT()
         m.load_state_dict(base.state_dict())
         return m
-    kw = dict(parallel="ddp", bucket_bytes=int(args.bucket_mb * (1 << 20))) if world > 1 else {}
-    t = time.perf_counter()
-    tf = tilefuse.from_torch(fresh(), (idx, tgt), tilefuse.optim.AdamW(lr=1e-3, weight_decay=0.01),
-                             device="cpu", **kw)
-    cold = time.perf_counter() - t
+    modes = args.modes if world > 1 else ["one process"]
+    steps, cold = {}, {}
+    for mode in modes:
+        kw = dict(parallel=mode, bucket_bytes=int(args.bucket_mb * (1 << 20))) if world > 1 else {}
+        t = time.perf_counter()
+        steps[mode] = tilefuse.from_torch(fresh(), (idx, tgt), tilefuse.optim.AdamW(
+            lr=1e-3, weight_decay=0.01), device="cpu", **kw)
+        cold[mode] = time.perf_counter() - t
+    tf = steps[modes[0]]
     model = fresh()
     net = torch.nn.parallel.DistributedDataParallel(model) if world > 1 else model
     opt = torch.optim.AdamW(net.parameters(), lr=1e-3, weight_decay=0.01)
@@ -87,7 +91,8 @@ def rank_main(rank, world, store, out, args):
         loss.backward()
         opt.step()
         return loss.item()
-    paths = {"tilefuse": lambda: tf(idx, tgt), "pytorch": torch_step}
+    paths = {f"tilefuse {mode}": (lambda s=s: s(idx, tgt)) for mode, s in steps.items()}
+    paths["pytorch"] = torch_step
     for fn in paths.values():
         fn()
     times = {name: [] for name in paths}
@@ -98,7 +103,7 @@ def rank_main(rank, world, store, out, args):
             for _ in range(args.steps):
                 fn()
             times[name].append((time.perf_counter() - t) / args.steps)
-    result = {"world": world, "cold_s": cold,
+    result = {"world": world, "cold_s": cold, "modes": modes,
               **{name: statistics.median(v) for name, v in times.items()}}
     exe = tf.train_step.compiled._exe
     rows = exe.kernels()
@@ -142,6 +147,8 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--bucket-mb", type=float, default=25.0)
     ap.add_argument("--world", type=int, nargs="+", default=[1, 2])
+    ap.add_argument("--modes", nargs="+", default=["ddp"],
+                    choices=["ddp", "zero1", "zero2", "zero3"])
     ap.add_argument("--rank", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--store", help=argparse.SUPPRESS)
     ap.add_argument("--out", help=argparse.SUPPRESS)
@@ -155,7 +162,8 @@ def main():
             procs = [subprocess.Popen([sys.executable, __file__, "--rank", str(r), "--world",
                                        str(world), "--store", store, "--out", out, "--steps",
                                        str(args.steps), "--rounds", str(args.rounds),
-                                       "--bucket-mb", str(args.bucket_mb)])
+                                       "--bucket-mb", str(args.bucket_mb), "--modes",
+                                       *args.modes])
                      for r in range(world)]
             for p in procs:
                 if p.wait() != 0:
@@ -163,16 +171,19 @@ def main():
             with open(out) as f:
                 results.append(json.load(f))
     print("gpt2_mini data-parallel step, batch 4 per rank, gloo, 1 thread per rank\n")
-    print("| world | tilefuse step | PyTorch step | PyTorch / tilefuse | tilefuse cold compile |")
-    print("|---|---|---|---|---|")
+    print("| world | tilefuse | tilefuse step | PyTorch step | PyTorch / tilefuse | "
+          "tilefuse cold compile |")
+    print("|---|---|---|---|---|---|")
     for r in results:
-        print(f"| {r['world']} | {r['tilefuse'] * 1e3:.1f} ms | {r['pytorch'] * 1e3:.1f} ms | "
-              f"{r['pytorch'] / r['tilefuse']:.2f}x | {r['cold_s']:.1f} s |")
+        for mode in r["modes"]:
+            t = r[f"tilefuse {mode}"]
+            print(f"| {r['world']} | {mode} | {t * 1e3:.1f} ms | {r['pytorch'] * 1e3:.1f} ms | "
+                  f"{r['pytorch'] / t:.2f}x | {r['cold_s'][mode]:.1f} s |")
     for r in results:
         if "buckets" not in r:
             continue
         hidden = max(0.0, 1 - r["exposed_s"] / r["alone_s"]) if r["alone_s"] > 0 else 0.0
-        print(f"\nworld {r['world']}: {r['buckets']} bucket(s), {r['bucket_bytes'] / 2**20:.2f} MiB "
+        print(f"\nworld {r['world']}, {r['modes'][0]}: {r['buckets']} bucket(s), {r['bucket_bytes'] / 2**20:.2f} MiB "
               f"all-reduced per step = the gradients' {r['grad_bytes'] / 2**20:.2f} MiB (ring "
               f"all-reduce: each rank sends at least {r['ring_min_bytes'] / 2**20:.2f} MiB; measured "
               f"on the loopback device: {r['sent_bytes'] / 2**20:.2f} MiB per rank and step); "

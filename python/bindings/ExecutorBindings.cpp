@@ -663,6 +663,12 @@ void tilefuse::python::registerExecutorBindings(py::module_ &m) {
         return signatures(e.program(), e.program().results);
       })
       .def_property_readonly("aliases", [](const Executor &e) { return e.program().aliases; })
+      .def_property_readonly("groups", [](const Executor &e) {
+        std::vector<std::pair<std::string, int64_t>> groups;
+        for (const ProcessGroup &g : e.program().groups)
+          groups.emplace_back(g.name, g.size);
+        return groups;
+      })
       .def_property_readonly("graph_stats", [](Executor &e) -> py::tuple {
 #ifdef TILEFUSE_HAVE_CUDA_EXECUTOR
         if (auto *c = dynamic_cast<CudaExecutor *>(&e))

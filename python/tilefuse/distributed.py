@@ -200,7 +200,7 @@ def save_sharded(step, directory):
     layout, group = step._shards, step._parallel[1]
     dist, grp, rank, size = world(group)
     os.makedirs(directory, exist_ok=True)
-    np.savez(os.path.join(directory, f"rank{rank}.npz"), **step.state_dict())
+    np.savez(os.path.join(directory, f"rank{rank}.npz"), **step._shard_state_dict())
     if rank == 0:
         index = {"world": size, "mode": step._parallel[0], "shards": layout.members,
                  "names": step._leaf_names(), "shapes": [list(s) for s in layout.shapes],

@@ -580,14 +580,28 @@ class LoadedTrainStep(LoadedFunction):
                                "state first")
 
 
-def load(path, cuda_graphs=True, allow_tf32=False):
+def load(path, cuda_graphs=True, allow_tf32=False, process_group=None):
     """Loads an artifact written by Graph.export or tilefuse-compile: a
     LoadedTrainStep for a training step, else a LoadedFunction. CPU
     artifacts run here; CUDA ones on the first GPU (replaying a CUDA graph
     per call unless cuda_graphs=False; f32 GEMMs in full f32 unless
     allow_tf32=True). A truncated, corrupt, other-version, other-CPU or
-    other-GPU-architecture artifact raises CompileError."""
+    other-GPU-architecture artifact raises CompileError.
+
+    An artifact with collectives (a data-parallel step) runs in every
+    process of `process_group` (None: torch.distributed's default group,
+    e.g. under torchrun): its group is bound to it, after the ranks checked
+    they loaded the same program (a collective call)."""
     program, target, text, metadata = load_artifact(str(path), cuda_graphs, allow_tf32)
+    groups = list(program.groups)
+    if groups:
+        from . import distributed
+        unknown = [name for name, _ in groups if name != distributed.GROUP]
+        if unknown:
+            raise CompileError(f"{path}: the artifact's collectives run over process groups "
+                               f"{unknown}; tilefuse.load binds only {distributed.GROUP!r}")
+        distributed.check_same_program(text, process_group)
+        distributed.bind(program, process_group)
     cls = LoadedTrainStep if program.aliases else LoadedFunction
     return cls(program, target, text, metadata)
 

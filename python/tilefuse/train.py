@@ -262,25 +262,71 @@ class TrainStep:
     def state_dict(self):
         """Parameters, optimizer state, step count, lr, dropout seed base and
         optimizer kind, as {name: numpy array or scalar} (copies):
-        "params/<name>", "<slot>/<name>" (momentum; exp_avg, exp_avg_sq) (with
-        parallel="zero*": this rank's shards, "params/shard<b>" and
-        "<slot>/shard<b>"; tilefuse.distributed.save_sharded writes every
-        rank's with an index), with loss scaling "scaler/scale", "scaler/growth_tracker" and
-        "scaler/applied_steps", then "step", "lr", "seed", "optimizer"."""
+        "params/<name>", "<slot>/<name>" (momentum; exp_avg, exp_avg_sq),
+        with loss scaling "scaler/scale", "scaler/growth_tracker" and
+        "scaler/applied_steps", then "step", "lr", "seed", "optimizer".
+        With parallel="zero*" the tensors are whole, gathered from every
+        rank's shards (every rank calls it);
+        tilefuse.distributed.save_sharded keeps the shards instead."""
+        if self._shards is None:
+            return self._shard_state_dict()
+        n, leaf = self._n_params, _pytree.leaf_names(self._names)
+        out = {}
+        for i, section in enumerate(["params"] + list(self._state_names)):
+            whole = self._whole(self._kept[n * i:n * (i + 1)])
+            out.update({f"{section}/{name}" if name else section: v
+                        for name, v in zip(leaf, whole)})
+        exe = self._compiled._exe
+        rest = self._kept[n * (1 + len(self._state_names)):]
+        out.update({key: exe.persistent(a) for a, key in zip(rest, self._step_state)})
+        out.update(self._meta())
+        return out
+
+    def _meta(self):
+        return {"step": np.int64(self.step_count),
+                "lr": self._lrs(),  # one per parameter group when there are several
+                "seed": np.int64(self._seed), "optimizer": np.str_(self._optimizer_kind)}
+
+    def _shard_state_dict(self):
+        """The kept arguments as they are (a ZeRO step: this rank's shards,
+        "params/shard<b>", "<slot>/shard<b>") and the step's counters."""
         exe = self._compiled._exe
         out = {key: exe.persistent(a) for a, key in zip(self._kept, self._state_keys())}
-        out["step"] = np.int64(self.step_count)
-        out["lr"] = self._lrs()  # one per parameter group when there are several
-        out["seed"] = np.int64(self._seed)
-        out["optimizer"] = np.str_(self._optimizer_kind)
+        out.update(self._meta())
+        return out
+
+    def _to_shards(self, state):
+        """A whole-tensor state dict as this rank's shards (ZeRO)."""
+        from . import distributed
+        who = "TrainStep.load_state_dict"
+        leaf = _pytree.leaf_names(self._names)
+        out = dict(state)
+        _, _, rank, _ = distributed.world(self._parallel[1])
+        for section in ["params"] + list(self._state_names):
+            keys = [f"{section}/{name}" if name else section for name in leaf]
+            missing = [k for k in keys if k not in state]
+            if missing:
+                raise CompileError(f"{who}: the state dict has no {missing[:3]} (a ZeRO step "
+                                   "takes whole tensors, as state_dict() gives them)")
+            arrays = [_check_array(state, key, tuple(shape), np.dtype(dtype), who)
+                      for key, shape, dtype in zip(keys, self._shards.shapes, self._shards.dtypes)]
+            for key in keys:
+                del out[key]
+            for b, shard in enumerate(self._shards.split(arrays, rank)):
+                out[f"{section}/shard{b}"] = shard
         return out
 
     def load_state_dict(self, state):
         """Restores a state_dict() (of this or another step compiled from the
         same loss function, example shapes and optimizer): every key must be
         there with its shape and dtype, else CompileError naming it; nothing
-        changes unless all of them check out."""
+        changes unless all of them check out. A ZeRO step takes whole
+        tensors (any world size's state_dict(), or a one-process step's)
+        and keeps its shards of them, or its own shards (load_sharded)."""
         who = "TrainStep.load_state_dict"
+        if (self._shards is not None and isinstance(state, dict) and
+                "params/shard0" not in state):
+            state = self._to_shards(state)
         keys = self._state_keys()
         _check_keys(state, keys + ["step", "lr", "seed", "optimizer"], who)
         values = [_check_array(state, key, shape, dtype, who)

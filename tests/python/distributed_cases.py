@@ -185,13 +185,48 @@ def _checkpoint(rank, world):
     second = fresh()
     distributed.load_sharded(second, directory)
     resumed = [second(_shard(b, rank, world)) for b in batches[4:7]]
+    # state_dict(): whole tensors, the same as params(); loading them into
+    # a third step continues like the first (whole -> this rank's shards).
     out = {"after": np.array(after), "resumed": np.array(resumed)}
     out.update({f"first/{k}": v for k, v in first.params().items()})
     out.update({f"second/{k}": v for k, v in second.params().items()})
+    whole = second.state_dict()
+    out["whole_matches"] = np.array(all(np.array_equal(whole[f"params/{k}"], v)
+                                        for k, v in second.params().items()))
+    third = fresh()
+    third.load_state_dict(whole)
+    out["more"] = np.array([first(_shard(batches[7], rank, world)),
+                            third(_shard(batches[7], rank, world))])
+    return out
+
+
+def _artifact(rank, world):
+    """A DDP step exported as an artifact and run through tilefuse.load in
+    every rank (the runtime alone, no compiler)."""
+    import os
+    import tempfile
+    loss_fn, params, batches, extra = CASES["mlp"]()
+    g = tilefuse.train_step_graph(loss_fn, params, _shard(batches[0], rank, world), _optimizer(),
+                                  parallel="ddp", **extra)
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "step.tfa")
+        g.export(path)
+        loaded = tilefuse.load(path)
+    names = sorted(params)
+    loaded.set_state([params[k] for k in names] + [np.zeros_like(params[k]) for _ in range(2)
+                                                   for k in names])
+    losses = [loaded(_shard(b, rank, world), np.int64(t + 1), np.float64(3e-3))
+              for t, b in enumerate(batches)]
+    state = loaded.state_dict()
+    out = {"losses": np.array(losses), "collectives": np.array(sum(
+        1 for r in loaded._program.kernels() if r["kind"] == "collective"))}
+    out.update({f"param/{k}": state[f"params/{k}"] for k in names})
     return out
 
 
 def run_rank(case, rank, world):
+    if case == "artifact":
+        return _artifact(rank, world)
     if case == "compiled_ddp":
         return _compiled_ddp(rank, world)
     if case == "from_torch":
