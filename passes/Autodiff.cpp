@@ -386,22 +386,17 @@ LogicalResult ReverseBuilder::visit(Operation *op, Value g) {
       // Collectives: an all-reduce sum is its own adjoint, all-gather and
       // reduce-scatter are each other's; the wait passes cotangents through.
       .Case([&](CollectiveWaitOp o) { accumulate(o.getPending(), g); })
-      .Case([&](AllReduceStartOp o) {
-        if (o.getReduce() != "sum") {
+      .Case<AllReduceStartOp, ReduceScatterStartOp, AllGatherStartOp>([&](Operation *o) {
+        auto reduce = o->getAttrOfType<StringAttr>("reduce");
+        if (reduce && reduce.getValue() != "sum") { // max and min have no rule
           handled = false;
           return;
         }
-        accumulate(o.getInput(), e.wait(e.allReduceStart(g, o.getGroup(), o.getGroupSize())));
-      })
-      .Case([&](AllGatherStartOp o) {
-        accumulate(o.getInput(), e.wait(e.reduceScatterStart(g, o.getGroup(), o.getGroupSize())));
-      })
-      .Case([&](ReduceScatterStartOp o) {
-        if (o.getReduce() != "sum") {
-          handled = false;
-          return;
-        }
-        accumulate(o.getInput(), e.wait(e.allGatherStart(g, o.getGroup(), o.getGroupSize())));
+        auto [group, size] = collectiveGroupOf(o);
+        Value back = llvm::isa<AllReduceStartOp>(o)       ? e.allReduceStart(g, group, size)
+                     : llvm::isa<ReduceScatterStartOp>(o) ? e.allGatherStart(g, group, size)
+                                                          : e.reduceScatterStart(g, group, size);
+        accumulate(o->getOperand(0), e.wait(back));
       })
       .Case([&](GatherOp o) {
         Value table = o.getTable();

@@ -17,23 +17,19 @@ namespace {
 
 using Loc = std::optional<Location>;
 
-template <typename... Args> LogicalResult fail(Loc loc, StringRef op, Args &&...args) {
-  return emitOptionalError(loc, "'", op, "' op ", std::forward<Args>(args)...);
-}
-
 LogicalResult checkGroup(Loc loc, StringRef op, StringRef group, int64_t size) {
   if (group.empty())
-    return fail(loc, op, "needs a process group name (group = \"...\")");
+    return opError(loc, op, "needs a process group name (group = \"...\")");
   if (size < 1)
-    return fail(loc, op, "group_size must be >= 1, got ", size);
+    return opError(loc, op, "group_size must be >= 1, got ", size);
   return success();
 }
 
 LogicalResult checkReduce(Loc loc, StringRef op, StringRef reduce, Type element) {
   if (reduce != "sum" && reduce != "max" && reduce != "min")
-    return fail(loc, op, "reduce must be \"sum\", \"max\" or \"min\", got \"", reduce, "\"");
+    return opError(loc, op, "reduce must be \"sum\", \"max\" or \"min\", got \"", reduce, "\"");
   if (element.isInteger(1) && reduce == "sum")
-    return fail(loc, op, "cannot sum i1 tensors; reduce with \"max\" (any) or \"min\" (all)");
+    return opError(loc, op, "cannot sum i1 tensors; reduce with \"max\" (any) or \"min\" (all)");
   return success();
 }
 
@@ -76,7 +72,7 @@ LogicalResult ReduceScatterStartOp::inferReturnTypes(MLIRContext *, Loc loc, Ada
       failed(checkReduce(loc, getOperationName(), adaptor.getReduce(), input.getElementType())))
     return failure();
   if (input.getRank() < 1 || input.getDimSize(0) % size != 0)
-    return fail(loc, getOperationName(), "scatters the first dimension over ", size,
+    return opError(loc, getOperationName(), "scatters the first dimension over ", size,
                 " ranks; it must be a multiple of ", size, ", got ", input,
                 " (pad the input, or shard a dimension that divides)");
   out.push_back(resized(input, 1, size));
@@ -90,7 +86,7 @@ LogicalResult AllGatherStartOp::inferReturnTypes(MLIRContext *, Loc loc, Adaptor
   if (failed(checkGroup(loc, getOperationName(), adaptor.getGroup(), size)))
     return failure();
   if (input.getRank() < 1)
-    return fail(loc, getOperationName(), "gathers along the first dimension; got ", input,
+    return opError(loc, getOperationName(), "gathers along the first dimension; got ", input,
                 " (reshape a 0-d value to [1])");
   out.push_back(resized(input, size, 1));
   return success();
@@ -102,7 +98,7 @@ LogicalResult BroadcastStartOp::inferReturnTypes(MLIRContext *, Loc loc, Adaptor
   if (failed(checkGroup(loc, getOperationName(), adaptor.getGroup(), size)))
     return failure();
   if (root < 0 || root >= size)
-    return fail(loc, getOperationName(), "root ", root, " is not a rank of a group of ", size);
+    return opError(loc, getOperationName(), "root ", root, " is not a rank of a group of ", size);
   out.push_back(tensorOf(adaptor.getInput()));
   return success();
 }

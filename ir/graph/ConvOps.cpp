@@ -19,10 +19,6 @@ namespace {
 
 using Loc = std::optional<Location>;
 
-template <typename... Args> LogicalResult convError(Loc loc, StringRef op, Args &&...args) {
-  return emitOptionalError(loc, "'", op, "' op ", std::forward<Args>(args)...);
-}
-
 std::string list(ArrayRef<int64_t> v) {
   std::string s = "[";
   for (size_t i = 0; i < v.size(); ++i)
@@ -40,21 +36,21 @@ struct Window {
 /// and dilations are positive, padding not negative, groups positive.
 LogicalResult checkWindow(Loc loc, StringRef op, const Window &w, int64_t spatial) {
   if (spatial < 1 || spatial > 3)
-    return convError(loc, op, "convolves 1 to 3 spatial dimensions, got ", spatial,
+    return opError(loc, op, "convolves 1 to 3 spatial dimensions, got ", spatial,
                      " (operands of rank ", spatial + 2, ")");
   for (ArrayRef<int64_t> a : {w.strides, w.low, w.high, w.dilation})
     if (int64_t(a.size()) != spatial)
-      return convError(loc, op, "strides ", list(w.strides), ", padding_low ", list(w.low),
+      return opError(loc, op, "strides ", list(w.strides), ", padding_low ", list(w.low),
                        ", padding_high ", list(w.high), " and dilation ", list(w.dilation),
                        " need one entry per spatial dimension (", spatial, ")");
   for (int64_t i = 0; i < spatial; ++i)
     if (w.strides[size_t(i)] < 1 || w.dilation[size_t(i)] < 1 || w.low[size_t(i)] < 0 ||
         w.high[size_t(i)] < 0)
-      return convError(loc, op, "needs strides and dilation >= 1 and padding >= 0, got strides ",
+      return opError(loc, op, "needs strides and dilation >= 1 and padding >= 0, got strides ",
                        list(w.strides), ", dilation ", list(w.dilation), ", padding ",
                        list(w.low), " / ", list(w.high));
   if (w.groups < 1)
-    return convError(loc, op, "groups must be >= 1, got ", w.groups);
+    return opError(loc, op, "groups must be >= 1, got ", w.groups);
   return success();
 }
 
@@ -75,7 +71,7 @@ FailureOr<SmallVector<int64_t>> outputSizes(Loc loc, StringRef op, const Window 
     int64_t q = outputSize(spatial[i], kernel[i], w.low[i], w.high[i], w.strides[i],
                            w.dilation[i]);
     if (q < 1) {
-      (void)convError(loc, op, "spatial dimension ", i, ": the kernel of ", kernel[i],
+      (void)opError(loc, op, "spatial dimension ", i, ": the kernel of ", kernel[i],
                       " dilated by ", w.dilation[i], " spans more than the input of ",
                       spatial[i], " padded by ", w.low[i], " + ", w.high[i]);
       return failure();
@@ -89,9 +85,9 @@ FailureOr<SmallVector<int64_t>> outputSizes(Loc loc, StringRef op, const Window 
 LogicalResult checkOperands(Loc loc, StringRef op, RankedTensorType a, RankedTensorType b,
                             const char *what) {
   if (a.getElementType() != b.getElementType())
-    return convError(loc, op, "operand types differ: ", a, " and ", b, "; cast one first");
+    return opError(loc, op, "operand types differ: ", a, " and ", b, "; cast one first");
   if (a.getRank() != b.getRank() || a.getRank() < 3)
-    return convError(loc, op, "expects ", what, " of one rank >= 3, got ", a, " and ", b);
+    return opError(loc, op, "expects ", what, " of one rank >= 3, got ", a, " and ", b);
   return success();
 }
 
@@ -100,7 +96,7 @@ LogicalResult checkOperands(Loc loc, StringRef op, RankedTensorType a, RankedTen
 LogicalResult checkGroups(Loc loc, StringRef op, int64_t channels, int64_t out,
                           RankedTensorType weight, int64_t groups) {
   if (channels % groups || out % groups || weight.getDimSize(1) * groups != channels)
-    return convError(loc, op, "with ", groups, " groups, expects input channels (", channels,
+    return opError(loc, op, "with ", groups, " groups, expects input channels (", channels,
                      ") and output channels (", out, ") divisible by the groups and a weight ",
                      weight, " of [O, C / groups, kernel...]");
   return success();
@@ -143,19 +139,19 @@ LogicalResult ConvGradInputOp::inferReturnTypes(MLIRContext *, Loc loc, Adaptor 
       failed(checkWindow(loc, name, window, g.getRank() - 2)))
     return failure();
   if (int64_t(spatial.size()) != g.getRank() - 2)
-    return convError(loc, name, "input_spatial ", list(spatial), " needs ", g.getRank() - 2,
+    return opError(loc, name, "input_spatial ", list(spatial), " needs ", g.getRank() - 2,
                      " entries");
   int64_t channels = w.getDimSize(1) * window.groups;
   if (failed(checkGroups(loc, name, channels, w.getDimSize(0), w, window.groups)))
     return failure();
   if (g.getDimSize(1) != w.getDimSize(0))
-    return convError(loc, name, "grad ", g, " must have the weight's ", w.getDimSize(0),
+    return opError(loc, name, "grad ", g, " must have the weight's ", w.getDimSize(0),
                      " output channels");
   auto q = outputSizes(loc, name, window, spatial, w.getShape().drop_front(2));
   if (failed(q))
     return failure();
   if (ArrayRef<int64_t>(*q) != g.getShape().drop_front(2))
-    return convError(loc, name, "grad ", g, " does not have the output size ", list(*q),
+    return opError(loc, name, "grad ", g, " does not have the output size ", list(*q),
                      " of an input of spatial size ", list(spatial));
   SmallVector<int64_t> shape = {g.getDimSize(0), channels};
   shape.append(spatial.begin(), spatial.end());
@@ -175,18 +171,18 @@ LogicalResult ConvGradWeightOp::inferReturnTypes(MLIRContext *, Loc loc, Adaptor
     return failure();
   if (int64_t(kernel.size()) != x.getRank() - 2 ||
       llvm::any_of(kernel, [](int64_t k) { return k < 1; }))
-    return convError(loc, name, "kernel ", list(kernel), " needs ", x.getRank() - 2,
+    return opError(loc, name, "kernel ", list(kernel), " needs ", x.getRank() - 2,
                      " sizes >= 1");
   int64_t channels = x.getDimSize(1), outChannels = g.getDimSize(1);
   if (x.getDimSize(0) != g.getDimSize(0) || channels % window.groups ||
       outChannels % window.groups)
-    return convError(loc, name, "input ", x, " and grad ", g, " need one batch and channels "
+    return opError(loc, name, "input ", x, " and grad ", g, " need one batch and channels "
                      "divisible by the ", window.groups, " groups");
   auto q = outputSizes(loc, name, window, x.getShape().drop_front(2), kernel);
   if (failed(q))
     return failure();
   if (ArrayRef<int64_t>(*q) != g.getShape().drop_front(2))
-    return convError(loc, name, "grad ", g, " does not have the output size ", list(*q),
+    return opError(loc, name, "grad ", g, " does not have the output size ", list(*q),
                      " of input ", x, " under kernel ", list(kernel));
   SmallVector<int64_t> shape = {outChannels, channels / window.groups};
   shape.append(kernel.begin(), kernel.end());

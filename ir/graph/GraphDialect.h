@@ -8,6 +8,7 @@
 
 #include "mlir/Bytecode/BytecodeOpInterface.h"
 #include "mlir/IR/BuiltinTypes.h"
+#include "mlir/IR/Diagnostics.h"
 #include "mlir/IR/Dialect.h"
 #include "mlir/IR/OpDefinition.h"
 #include "mlir/IR/OpImplementation.h"
@@ -29,6 +30,15 @@ llvm::LogicalResult inferElementwiseType(std::optional<mlir::Location> loc,
                                          ElementwiseKind kind,
                                          mlir::ValueRange operands,
                                          llvm::SmallVectorImpl<mlir::Type> &out);
+
+/// An error at `loc` worded as verifiers word theirs ("'graph.x' op ..."):
+/// for type inference, which reports shape errors with a location, not an
+/// op, so the parser, the verifier and the tracer say the same.
+template <typename... Args>
+llvm::LogicalResult opError(std::optional<mlir::Location> loc, llvm::StringRef opName,
+                            Args &&...args) {
+  return mlir::emitOptionalError(loc, "'", opName, "' op ", std::forward<Args>(args)...);
+}
 
 /// Why a tensor of `type` cannot exist (its element or byte count does not
 /// fit in 63 bits, so every size computed from it would wrap), or "".

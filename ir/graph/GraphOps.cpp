@@ -19,13 +19,6 @@ namespace {
 
 using Loc = std::optional<Location>;
 
-/// Starts an error message in the verifier's style: 'graph.x' op ...
-template <typename... Args>
-LogicalResult opError(Loc loc, StringRef opName, Args &&...args) {
-  return emitOptionalError(loc, "'", opName, "' op ",
-                           std::forward<Args>(args)...);
-}
-
 RankedTensorType tensorType(Value v) {
   return llvm::cast<RankedTensorType>(v.getType());
 }
