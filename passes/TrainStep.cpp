@@ -252,9 +252,23 @@ FailureOr<func::FuncOp> tilefuse::buildTrainStep(func::FuncOp loss,
     sharded.erase();
   }
   Block &body = step.getBody().front();
-  MLIRContext *ctx = loss.getContext();
+  MLIRContext *ctx = step.getContext();
   OpBuilder b(ctx);
   Location loc = step.getLoc();
+  // Model state as DistributedDataParallel's broadcast_buffers: every rank
+  // runs its forward pass on rank 0's values (each then updates them with
+  // its own batch).
+  if (!config.parallel.mode.empty())
+    for (unsigned j = 0; j < numState; ++j) {
+      BlockArgument arg = body.getArgument(numParams + j);
+      b.setInsertionPointToStart(&body);
+      GraphEmitter e(b, loc);
+      Operation *start = b.create<BroadcastStartOp>(
+          loc, arg, b.getStringAttr(config.parallel.group),
+          b.getI64IntegerAttr(config.parallel.groupSize), b.getI64IntegerAttr(0));
+      Value root = e.wait(start->getResult(0));
+      arg.replaceAllUsesExcept(root, start);
+    }
 
   // Arguments: params, state (inserted after the params), step-wide state,
   // batch, step, lr.

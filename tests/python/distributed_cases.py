@@ -115,6 +115,51 @@ def run_from_torch(rank=0, world=1):
     return out
 
 
+def _batch_norm_ddp(rank, world):
+    """A convolutional model with batch norm through from_torch(parallel=
+    "ddp") against eager DistributedDataParallel in the same processes: the
+    running statistics follow DDP's broadcast_buffers (rank 0's at every
+    forward pass, then each rank's own batch)."""
+    import torch
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            # No bias before batch norm (it cancels: its gradient is zero
+            # in exact arithmetic, rounding noise that AdamW amplifies).
+            self.conv = torch.nn.Conv2d(3, 8, 3, padding=1, bias=False)
+            self.bn = torch.nn.BatchNorm2d(8)
+            self.fc = torch.nn.Linear(8, 5)
+
+        def forward(self, x, y):
+            h = torch.relu(self.bn(self.conv(x))).mean(dim=(2, 3))
+            return torch.nn.functional.cross_entropy(self.fc(h), y)
+    torch.manual_seed(0)
+    eager_model = Net()
+    ours = Net()
+    ours.load_state_dict(eager_model.state_dict())
+    eager = DDP(eager_model)
+    opt = torch.optim.AdamW(eager.parameters(), lr=3e-3, weight_decay=0.01)
+    gen = torch.Generator().manual_seed(5 + rank)  # each rank's own data
+    batches = [(torch.randn(4, 3, 8, 8, generator=gen), torch.randint(0, 5, (4,), generator=gen))
+               for _ in range(5)]
+    step = tilefuse.from_torch(ours, batches[0], _optimizer(), device="cpu", parallel="ddp")
+    losses = []
+    for x, y in batches:
+        opt.zero_grad()
+        loss = eager(x, y)
+        loss.backward()
+        opt.step()
+        losses.append([loss.item(), step(x, y)])
+    step.copy_to(ours)
+    out = {"losses": np.array(losses)}
+    for (name, a), b in zip(eager_model.state_dict().items(), ours.state_dict().values()):
+        if a.dtype.is_floating_point:
+            out[f"eager/{name}"], out[f"compiled/{name}"] = a.numpy(), b.detach().numpy()
+    return out
+
+
 def _compiled_ddp(rank, world):
     """torch.compile(DDP(model), backend="tilefuse") against eager DDP in the
     same processes: 10 AdamW steps on each rank's part of the batches."""
@@ -229,6 +274,8 @@ def run_rank(case, rank, world):
         return _artifact(rank, world)
     if case == "compiled_ddp":
         return _compiled_ddp(rank, world)
+    if case == "batch_norm":
+        return _batch_norm_ddp(rank, world)
     if case == "from_torch":
         return run_from_torch(rank, world)
     if case == "dies":

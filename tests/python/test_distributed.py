@@ -133,6 +133,30 @@ def test_a_dead_rank_makes_the_others_fail():
     assert "error" in res, "rank 0 finished a step whose all-reduce had no partner"
 
 
+def _check_against_eager_ddp(got, what):
+    for r, res in enumerate(got):
+        assert "error" not in res, res["error"]
+        np.testing.assert_allclose(res["losses"][:, 1], res["losses"][:, 0], rtol=1e-5,
+                                   err_msg=f"rank {r}: {what} losses vs eager DDP")
+        for name in res:
+            if name.startswith("eager/"):
+                want, have = res[name], res["compiled/" + name[len("eager/"):]]
+                err = np.linalg.norm(have - want) / max(np.linalg.norm(want), 1e-30)
+                assert err <= 1e-5, f"rank {r}: {what}: {name[6:]} differs from eager DDP by {err:.2e}"
+
+
+def test_batch_norm_statistics_follow_ddps_buffer_broadcast():
+    with tempfile.TemporaryDirectory() as tmp:
+        procs, logs, out = _spawn("batch_norm", 2, tmp)
+        for p, log in zip(procs, logs):
+            assert p.returncode == 0, log
+        got = _results(out, 2)
+    _check_against_eager_ddp(got, "from_torch(parallel=\"ddp\") with batch norm")
+    # The ranks' statistics differ (each updates with its own batch) but
+    # started every step from rank 0's.
+    assert not np.array_equal(got[0]["compiled/bn.running_mean"], got[1]["compiled/bn.running_mean"])
+
+
 def test_torch_compile_of_a_ddp_module_compiles_through_tilefuse():
     """torch.compile(DDP(model), backend="tilefuse"): Dynamo hands the
     backend the module's forward (DDP's graph splitting at bucket
