@@ -13,6 +13,7 @@
 #include "runtime/CudaExecutor.h"
 #include "runtime/CudaAttentionKernels.h"
 #include "runtime/MemoryPlan.h"
+#include "runtime/Nccl.h"
 
 #include <cublasLt.h>
 #include <cublas_api.h>
@@ -46,10 +47,13 @@ std::string cudaConvolutionMissing(const std::string &source) {
                   "CPU); run this program on the CPU";
 }
 
-/// Why a program with collectives cannot run on CUDA.
-std::string cudaCollectivesMissing() {
-  return "collectives (data-parallel and sharded steps) run on the CPU target only: this "
-         "runtime does not load NCCL yet; compile the step for the CPU";
+/// Why collective step `source` cannot run: its group of more than one
+/// rank has no NCCL communicator.
+std::string cudaCollectiveUnbound(const std::string &group, int64_t size) {
+  return "process group '" + group + "' (" + std::to_string(size) +
+         " ranks) has no NCCL communicator: run the step in each of its processes with the "
+         "group bound (tilefuse.distributed binds it), e.g. under torchrun after "
+         "torch.distributed.init_process_group()";
 }
 
 #define TF_DRIVER_FUNCTIONS(X)                                                                    \
@@ -80,6 +84,10 @@ std::string cudaCollectivesMissing() {
   X(cuGraphLaunch, "cuGraphLaunch")                                                               \
   X(cuGraphExecDestroy, "cuGraphExecDestroy")                                                     \
   X(cuGraphDestroy, "cuGraphDestroy")                                                             \
+  X(cuEventCreate, "cuEventCreate")                                                               \
+  X(cuEventDestroy, "cuEventDestroy_v2")                                                          \
+  X(cuEventRecord, "cuEventRecord")                                                               \
+  X(cuStreamWaitEvent, "cuStreamWaitEvent")                                                       \
   X(cuGetErrorString, "cuGetErrorString")
 
 #define TF_CUBLAS_FUNCTIONS(X)                                                                    \
@@ -265,6 +273,12 @@ struct CudaExecutor::State {
   std::vector<std::vector<uint64_t>> graphOrder; ///< oldest first
   std::set<std::vector<uint64_t>> eagerOnce; ///< addresses run once, not captured yet
   std::string name;
+  // Collectives run on a stream of their own, forked from and joined to
+  // the main one with events at their start and wait steps (a CUDA graph
+  // captures the fork and join too), so the steps between overlap them.
+  CUstream commStream = nullptr;
+  std::map<int32_t, std::pair<CUevent, CUevent>> events; ///< ticket -> (fork, join)
+  std::vector<std::shared_ptr<nccl::Comm>> comms;        ///< by process group
 };
 
 std::string tilefuse::cudaUnavailableReason() { return Api::get().unavailable; }
@@ -359,8 +373,6 @@ void CudaExecutor::acquire(const std::vector<std::pair<std::string, std::string>
     if (st.kind == Step::Kind::Conv || st.kind == Step::Kind::ConvGradInput ||
         st.kind == Step::Kind::ConvGradWeight)
       throw CompileError(cudaConvolutionMissing(st.source));
-    else if (st.kind == Step::Kind::CollectiveStart || st.kind == Step::Kind::CollectiveWait)
-      throw CompileError(cudaCollectivesMissing());
     else if (st.kind == Step::Kind::Attention || st.kind == Step::Kind::AttentionGrad) {
       if (!cudaAttentionTiles(st.attention.headDim, st.attention.valueDim))
         throw CompileError(cudaAttentionTooWide(st.source, st.attention.headDim,
@@ -380,6 +392,16 @@ void CudaExecutor::acquire(const std::vector<std::pair<std::string, std::string>
         s.library[fn] = f;
       }
   }
+  s.comms.assign(prog.groups.size(), nullptr);
+  for (const Step &st : prog.steps)
+    if (st.kind == Step::Kind::CollectiveStart) {
+      if (!s.commStream)
+        check(a.cuStreamCreate(&s.commStream, CU_STREAM_NON_BLOCKING),
+              "creating the collectives' stream");
+      auto &[fork, join] = s.events[st.collective.ticket];
+      check(a.cuEventCreate(&fork, CU_EVENT_DISABLE_TIMING), "creating an event");
+      check(a.cuEventCreate(&join, CU_EVENT_DISABLE_TIMING), "creating an event");
+    }
   bool needsLibrary = std::any_of(prog.steps.begin(), prog.steps.end(), [](const Step &st) {
     return st.kind == Step::Kind::Gather || st.kind == Step::Kind::ScatterAdd;
   });
@@ -560,6 +582,17 @@ void CudaExecutor::releaseResources() noexcept {
     a.cublasLtDestroy(s.lt);
   if (s.blas)
     a.cublasDestroy_v2(s.blas);
+  if (s.commStream)
+    a.cuStreamSynchronize(s.commStream);
+  s.comms.clear();
+  for (auto &[ticket, pair] : s.events) {
+    if (pair.first)
+      a.cuEventDestroy(pair.first);
+    if (pair.second)
+      a.cuEventDestroy(pair.second);
+  }
+  if (s.commStream)
+    a.cuStreamDestroy(s.commStream);
   for (CUmodule m : s.modules)
     a.cuModuleUnload(m);
   if (s.arena)
@@ -675,7 +708,8 @@ const void *CudaExecutor::persistent(size_t argument) {
 }
 
 void CudaExecutor::setCommunicator(const std::string &, std::shared_ptr<Communicator>) {
-  throw CompileError(cudaCollectivesMissing());
+  throw CompileError("a GPU program's collectives run on NCCL: bind its group with "
+                     "setNcclCommunicator (tilefuse.distributed.bind does)");
 }
 
 void CudaExecutor::setProfiling(bool on) {
@@ -736,6 +770,61 @@ void CudaExecutor::enqueueAttention(const Step &st) {
   }
   run("key_grads", p.kvHeads, p.keys, tiles.keyGradKeys);
   run("query_grads", p.heads, p.queries, tiles.queryGradRows);
+}
+
+/// A group of one: the input, copied where the output is its own buffer.
+/// More ranks: NCCL on the collectives' stream between a fork from the main
+/// stream (the start) and a join back into it (the wait).
+void CudaExecutor::enqueueCollective(const Step &st) {
+  Api &a = api();
+  State &s = *state;
+  const CollectiveParams &c = st.collective;
+  const ProcessGroup &group = prog.groups[size_t(c.group)];
+  uint64_t in = pointers[size_t(st.buffers.front())], out = pointers[size_t(st.buffers.back())];
+  const BufferInfo &inInfo = prog.buffers[size_t(st.buffers.front())];
+  const BufferInfo &outInfo = prog.buffers[size_t(st.buffers.back())];
+  if (group.size == 1) {
+    if (st.kind == Step::Kind::CollectiveStart && in != out)
+      check(a.cuMemcpyDtoDAsync(out, in, outInfo.byteSize(), s.stream), st.source);
+    return;
+  }
+  auto [fork, join] = s.events.at(c.ticket);
+  if (st.kind == Step::Kind::CollectiveWait) {
+    check(a.cuStreamWaitEvent(s.stream, join, 0), st.source);
+    return;
+  }
+  nccl::Comm *comm = s.comms[size_t(c.group)].get();
+  if (!comm)
+    throw CompileError(cudaCollectiveUnbound(group.name, group.size));
+  check(a.cuEventRecord(fork, s.stream), st.source);
+  check(a.cuStreamWaitEvent(s.commStream, fork, 0), st.source);
+  comm->enqueue(c, inInfo.dtype, in, out, numElements(inInfo.shape), numElements(outInfo.shape),
+                s.commStream);
+  check(a.cuEventRecord(join, s.commStream), st.source);
+}
+
+void CudaExecutor::setNcclCommunicator(const std::string &group, const std::string &uniqueId,
+                                       int64_t rank, int64_t size) {
+  std::lock_guard<std::mutex> lock(runMutex);
+  for (size_t i = 0; i < prog.groups.size(); ++i) {
+    if (prog.groups[i].name != group)
+      continue;
+    if (size != prog.groups[i].size)
+      throw CompileError("process group '" + group + "' has " + std::to_string(size) +
+                         " ranks; the program was compiled for " +
+                         std::to_string(prog.groups[i].size) +
+                         " (compile it again for this world size)");
+    check(api().cuCtxSetCurrent(state->context), "making the context current");
+    state->comms[i] = std::make_shared<nccl::Comm>(uniqueId, rank, size);
+    // Graphs captured before hold no collectives of this communicator.
+    for (auto &[key, exec] : state->graphs)
+      api().cuGraphExecDestroy(exec);
+    state->graphs.clear();
+    state->graphOrder.clear();
+    state->eagerOnce.clear();
+    return;
+  }
+  throw CompileError("the program has no process group '" + group + "'");
 }
 
 void CudaExecutor::enqueueSteps(bool timed) {
@@ -887,7 +976,8 @@ void CudaExecutor::enqueueSteps(bool timed) {
       throw CompileError(cudaConvolutionMissing(st.source)); // refused at load already
     case Step::Kind::CollectiveStart:
     case Step::Kind::CollectiveWait:
-      throw CompileError(cudaCollectivesMissing()); // refused at load already
+      enqueueCollective(st);
+      break;
     }
     if (!poison.empty())
       poisonBuffers(poison[index]);
@@ -957,6 +1047,9 @@ void CudaExecutor::runThen(const std::vector<ArgRef> &args, const std::function<
     throw CompileError("expected " + std::to_string(prog.arguments.size()) +
                        " arguments, got " + std::to_string(args.size()));
   check(a.cuCtxSetCurrent(s.context), "making the context current");
+  for (size_t g = 0; g < prog.groups.size(); ++g)
+    if (prog.groups[g].size > 1 && !s.comms[g])
+      throw CompileError(cudaCollectiveUnbound(prog.groups[g].name, prog.groups[g].size));
   for (size_t i = 0; i < args.size(); ++i) {
     int b = prog.arguments[i];
     if (!args[i].data) {

@@ -78,6 +78,8 @@ public:
   const void *persistent(size_t argument) override;
   void setProfiling(bool on) override;
   void setCommunicator(const std::string &group, std::shared_ptr<Communicator> comm) override;
+  void setNcclCommunicator(const std::string &group, const std::string &uniqueId, int64_t rank,
+                           int64_t size) override;
   const std::vector<double> &stepSeconds() const override { return seconds; }
   int64_t profiledCalls() const override { return calls; }
 
@@ -102,6 +104,7 @@ private:
   void releaseResources() noexcept;
   void enqueueSteps(bool timed);
   void enqueueAttention(const Step &step);
+  void enqueueCollective(const Step &step);
   void launchAll();
   uint64_t resultPointer(size_t i) const;
 

@@ -37,3 +37,9 @@ std::vector<HostTensor> Executor::run(const std::vector<HostTensor> &args) {
   return out;
 }
 
+
+void Executor::setNcclCommunicator(const std::string &, const std::string &, int64_t, int64_t) {
+  throw CompileError("this executor runs on " + device() +
+                     ": its collectives run on a Communicator (tilefuse.distributed binds one), "
+                     "not NCCL");
+}

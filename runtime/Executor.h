@@ -69,6 +69,12 @@ public:
   /// unknown group, a size other than the compiled one, or an executor that
   /// cannot run collectives.
   virtual void setCommunicator(const std::string &group, std::shared_ptr<Communicator> comm) = 0;
+  /// Binds group `group` to an NCCL communicator this rank joins (`rank` of
+  /// `size`, with the group's NCCL unique id, runtime/Nccl.h): how a GPU
+  /// executor's collectives run, on its own streams. Executors without
+  /// NCCL refuse.
+  virtual void setNcclCommunicator(const std::string &group, const std::string &uniqueId,
+                                   int64_t rank, int64_t size);
 
   /// When on, run() adds each step's wall time to stepSeconds().
   virtual void setProfiling(bool on) = 0;

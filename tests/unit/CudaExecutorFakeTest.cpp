@@ -14,12 +14,15 @@
 #include "runtime/Artifact.h"
 #include "runtime/CpuExecutor.h"
 #include "runtime/CudaExecutor.h"
+#include "runtime/Nccl.h"
+#include "tests/unit/CollectivePrograms.h"
 
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstring>
 #include <dlfcn.h>
+#include <thread>
 
 using namespace tilefuse;
 
@@ -514,4 +517,64 @@ TEST_F(FakeCuda, GemmEpiloguesTakeOperandsAtAnyAlignedAddress) {
   EXPECT_EQ(lastAlignment(), 4u);
   for (int64_t i = 0; i < want.size(); ++i)
     EXPECT_EQ(static_cast<const float *>(gpu.result(0))[i], want.getDouble(i)) << i;
+}
+
+TEST_F(FakeCuda, AGroupOfOneRunsWithoutNcclAndIsCapturedInTheGraph) {
+  using namespace tilefuse::testing;
+  CudaExecutor exe(exchangeProgram(1), {});
+  for (int call = 0; call < 3; ++call) { // eager, captured, replayed
+    std::vector<HostTensor> out = exe.run({f32({1, 2, 3, 4})});
+    EXPECT_EQ(values(out[0]), (std::vector<float>{1, 2, 3, 4}));
+    EXPECT_EQ(values(out[1]), (std::vector<float>{1, 2, 3, 4}));
+  }
+  EXPECT_EQ(exe.graphsCaptured(), 1);
+}
+
+TEST_F(FakeCuda, TwoRanksExchangeThroughNccl) {
+  using namespace tilefuse::testing;
+  // Both executors load before the ranks run (the fake driver's state is
+  // one process's); each rank then runs in a thread of its own, its
+  // collectives on the executor's second stream.
+  std::string id = nccl::uniqueId();
+  CudaOptions eager;
+  eager.graphs = false;
+  std::vector<std::unique_ptr<CudaExecutor>> ranks;
+  for (int64_t r = 0; r < 2; ++r) {
+    ranks.push_back(std::make_unique<CudaExecutor>(
+        exchangeProgram(2), std::vector<std::pair<std::string, std::string>>{}, eager));
+    ranks.back()->setNcclCommunicator("dp", id, r, 2);
+  }
+  std::vector<std::vector<HostTensor>> out(2);
+  std::vector<std::thread> threads;
+  for (int64_t r = 0; r < 2; ++r)
+    threads.emplace_back([&, r] {
+      float base = float(10 * r);
+      out[size_t(r)] = ranks[size_t(r)]->run({f32({base + 1, base + 2, base + 3, base + 4})});
+    });
+  for (std::thread &t : threads)
+    t.join();
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(values(out[size_t(r)][0]), (std::vector<float>{12, 14, 16, 18}));
+    EXPECT_EQ(values(out[size_t(r)][1]), (std::vector<float>{12, 14, 16, 18, 12, 14, 16, 18}));
+  }
+}
+
+TEST_F(FakeCuda, CollectivesWithoutACommunicatorAreRefusedByName) {
+  using namespace tilefuse::testing;
+  CudaExecutor exe(exchangeProgram(2), {});
+  auto refused = [&](const std::function<void()> &f, const std::string &reason) {
+    try {
+      f();
+      ADD_FAILURE() << "accepted; expected: " << reason;
+    } catch (const CompileError &e) {
+      EXPECT_NE(std::string(e.what()).find(reason), std::string::npos) << e.what();
+    }
+  };
+  refused([&] { exe.run({f32({1, 2, 3, 4})}); },
+          "process group 'dp' (2 ranks) has no NCCL communicator");
+  refused([&] { exe.setNcclCommunicator("dp", nccl::uniqueId(), 0, 4); },
+          "has 4 ranks; the program was compiled for 2");
+  refused([&] { exe.setNcclCommunicator("tp", nccl::uniqueId(), 0, 2); },
+          "no process group 'tp'");
+  refused([&] { exe.setCommunicator("dp", nullptr); }, "run on NCCL");
 }

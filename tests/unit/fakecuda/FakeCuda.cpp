@@ -10,9 +10,11 @@
 // cuBLAS's operand conventions, so the executor's row-major mapping is
 // checked, not assumed.
 //
-// The same library is installed as libcuda.so.1, libcublas.so.13 and
-// libcublasLt.so.13 in one folder (tests/CMakeLists.txt); the test runs
-// with that folder on LD_LIBRARY_PATH.
+// The same library is installed as libcuda.so.1, libcublas.so.13,
+// libcublasLt.so.13 and libnccl.so.2 in one folder (tests/CMakeLists.txt);
+// the test runs with that folder on LD_LIBRARY_PATH. Its NCCL joins the
+// ranks of one process (executors in threads): the k-th collective of
+// every rank of a communicator meets the others' k-th.
 //
 // Emulated kernels: a module image "emu:<path>" is a host shared library
 // built from the emitted CUDA C with tests/cuda_emu/CudaEmu.h; its kernels
@@ -26,12 +28,15 @@
 #include <cuda.h>
 
 #include <cmath>
+#include <condition_variable>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <map>
+#include <memory>
+#include <mutex>
 #include <set>
 #include <string>
 #include <vector>
@@ -432,6 +437,18 @@ CUresult CUDAAPI cuGraphDestroy(CUgraph g) {
   delete reinterpret_cast<Graph *>(g);
   return CUDA_SUCCESS;
 }
+CUresult CUDAAPI cuEventCreate(CUevent *e, unsigned int) {
+  *e = reinterpret_cast<CUevent>(new int(0));
+  return CUDA_SUCCESS;
+}
+CUresult CUDAAPI cuEventDestroy_v2(CUevent e) {
+  delete reinterpret_cast<int *>(e);
+  return CUDA_SUCCESS;
+}
+// Work runs when it is submitted (or replays in submission order): events
+// order nothing more.
+CUresult CUDAAPI cuEventRecord(CUevent, CUstream) { return CUDA_SUCCESS; }
+CUresult CUDAAPI cuStreamWaitEvent(CUstream, CUevent, unsigned int) { return CUDA_SUCCESS; }
 CUresult CUDAAPI cuGetErrorString(CUresult r, const char **s) {
   *s = r == CUDA_ERROR_LAUNCH_FAILED && !fake().launchFailure.empty()
            ? fake().launchFailure.c_str()
@@ -604,3 +621,144 @@ cublasStatus_t CUBLASWINAPI cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_
 }
 
 } // extern "C"
+
+// --- NCCL (its stable ABI, declared here as Nccl.cpp declares it) -----------
+
+namespace {
+
+struct FakeNcclId {
+  char internal[128];
+};
+
+/// The ranks of one communicator and their collectives in flight.
+struct FakeNcclGroup {
+  struct Post {
+    const void *send = nullptr;
+    void *recv = nullptr;
+    size_t count = 0;
+  };
+  struct Round {
+    std::vector<Post> posts;
+    int posted = 0, read = 0;
+  };
+  int size = 0;
+  std::mutex m;
+  std::condition_variable cv;
+  std::map<int64_t, Round> rounds;
+};
+
+struct FakeNcclComm {
+  std::shared_ptr<FakeNcclGroup> group;
+  int rank = 0;
+  int64_t issued = 0;
+};
+
+std::mutex &ncclGroupsMutex() {
+  static std::mutex m;
+  return m;
+}
+std::map<std::string, std::shared_ptr<FakeNcclGroup>> &ncclGroups() {
+  static std::map<std::string, std::shared_ptr<FakeNcclGroup>> groups;
+  return groups;
+}
+
+cudaDataType ncclToCuda(int t) {
+  switch (t) {
+  case 4: return CUDA_R_64I;
+  case 6: return CUDA_R_16F;
+  case 7: return CUDA_R_32F;
+  case 8: return CUDA_R_64F;
+  case 9: return CUDA_R_16BF;
+  default: return CUDA_R_32I;
+  }
+}
+
+/// One rank's part of a collective: posts its buffers, waits for every
+/// rank's, computes its output from their inputs, and returns once every
+/// rank has read them (so no input changes while another rank reads it).
+/// kind: 0 all-reduce, 1 broadcast, 2 reduce-scatter, 3 all-gather.
+int fakeCollective(FakeNcclComm *c, int kind, const void *send, void *recv, size_t count,
+                   int type, int op, int root) {
+  FakeNcclGroup &g = *c->group;
+  cudaDataType t = ncclToCuda(type);
+  std::unique_lock<std::mutex> lock(g.m);
+  int64_t k = c->issued++;
+  FakeNcclGroup::Round &r = g.rounds[k];
+  r.posts.resize(size_t(g.size));
+  r.posts[size_t(c->rank)] = {send, recv, count};
+  ++r.posted;
+  g.cv.notify_all();
+  g.cv.wait(lock, [&] { return r.posted == g.size; });
+  size_t outCount = kind == 3 ? count * size_t(g.size) : count;
+  std::vector<double> out(outCount, 0.0);
+  for (size_t i = 0; i < outCount; ++i) {
+    if (kind == 1) {
+      out[i] = element(r.posts[size_t(root)].send, t, int64_t(i));
+    } else if (kind == 3) {
+      out[i] = element(r.posts[i / count].send, t, int64_t(i % count));
+    } else {
+      size_t at = kind == 2 ? size_t(c->rank) * count + i : i;
+      for (int from = 0; from < g.size; ++from) {
+        double v = element(r.posts[size_t(from)].send, t, int64_t(at));
+        out[i] = from == 0 ? v : op == 2 ? std::max(out[i], v) : op == 3 ? std::min(out[i], v)
+                                                                      : out[i] + v;
+      }
+    }
+  }
+  ++r.read;
+  g.cv.notify_all();
+  g.cv.wait(lock, [&] { return r.read == g.size; });
+  for (size_t i = 0; i < outCount; ++i)
+    setElement(recv, t, int64_t(i), out[i]);
+  return 0;
+}
+
+int submitCollective(void *comm, int kind, const void *send, void *recv, size_t count, int type,
+                     int op, int root) {
+  auto *c = static_cast<FakeNcclComm *>(comm);
+  submit([=] { fakeCollective(c, kind, send, recv, count, type, op, root); });
+  return 0;
+}
+
+} // namespace
+
+extern "C" {
+int ncclGetUniqueId(FakeNcclId *id) {
+  static int next = 0;
+  std::memset(id->internal, 0, sizeof(id->internal));
+  std::snprintf(id->internal, sizeof(id->internal), "fake-nccl-%d", next++);
+  return 0;
+}
+int ncclCommInitRank(void **comm, int nranks, FakeNcclId id, int rank) {
+  std::lock_guard<std::mutex> lock(ncclGroupsMutex());
+  std::shared_ptr<FakeNcclGroup> &g = ncclGroups()[std::string(id.internal)];
+  if (!g) {
+    g = std::make_shared<FakeNcclGroup>();
+    g->size = nranks;
+  }
+  if (g->size != nranks || rank < 0 || rank >= nranks)
+    return 4; // ncclInvalidArgument
+  *comm = new FakeNcclComm{g, rank, 0};
+  return 0;
+}
+int ncclCommDestroy(void *comm) {
+  delete static_cast<FakeNcclComm *>(comm);
+  return 0;
+}
+int ncclAllReduce(const void *send, void *recv, size_t count, int type, int op, void *comm,
+                  void *) {
+  return submitCollective(comm, 0, send, recv, count, type, op, 0);
+}
+int ncclBroadcast(const void *send, void *recv, size_t count, int type, int root, void *comm,
+                  void *) {
+  return submitCollective(comm, 1, send, recv, count, type, 0, root);
+}
+int ncclReduceScatter(const void *send, void *recv, size_t count, int type, int op, void *comm,
+                      void *) {
+  return submitCollective(comm, 2, send, recv, count, type, op, 0);
+}
+int ncclAllGather(const void *send, void *recv, size_t count, int type, void *comm, void *) {
+  return submitCollective(comm, 3, send, recv, count, type, 0, 0);
+}
+const char *ncclGetErrorString(int) { return "fake NCCL error"; }
+}
