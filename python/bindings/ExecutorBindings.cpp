@@ -10,6 +10,7 @@
 #include "runtime/ThreadPool.h"
 #ifdef TILEFUSE_HAVE_CUDA_EXECUTOR
 #include "runtime/CudaExecutor.h"
+#include "runtime/Nccl.h"
 #endif
 
 #include <pybind11/stl.h>
@@ -637,6 +638,10 @@ void tilefuse::python::registerExecutorBindings(py::module_ &m) {
   py::class_<Executor, std::shared_ptr<Executor>>(m, "Program", py::module_local(),
                                                   "A compiled program and its buffers on a device")
       .def("set_communicator", &setPythonCommunicator, py::arg("group"), py::arg("communicator"))
+      .def("set_nccl_communicator", [](Executor &e, const std::string &group, const py::bytes &id,
+                                       int64_t rank, int64_t size) {
+        e.setNcclCommunicator(group, std::string(id), rank, size);
+      }, py::arg("group"), py::arg("unique_id"), py::arg("rank"), py::arg("size"))
       .def("run", [](std::shared_ptr<Executor> e, const py::sequence &args, const py::object &which,
                      const std::string &out, const py::object &into) {
              return runExecutor(*e, args, which, out, e, into);
@@ -678,6 +683,14 @@ void tilefuse::python::registerExecutorBindings(py::module_ &m) {
         return py::make_tuple(0, 0);
       }, "(CUDA graphs captured, calls that replayed one)");
 
+  m.def("nccl_unique_id", []() {
+#ifdef TILEFUSE_HAVE_CUDA_EXECUTOR
+    return py::bytes(nccl::uniqueId());
+#else
+    throw CompileError("this runtime was built without the CUDA executor (no NCCL)");
+    return py::bytes();
+#endif
+  }, "A new NCCL unique id (bytes): rank 0 makes it, every rank joins with it.");
   m.def("load_artifact", [](const std::string &path, bool cudaGraphs, bool tf32) {
     Artifact a = readArtifactFile(path);
     std::shared_ptr<Executor> exe = loadArtifact(a, LoadOptions{cudaGraphs, tf32});

@@ -221,6 +221,10 @@ PYBIND11_MODULE(_core, m) {
       .def("set_communicator", [](Executable &e, const std::string &group, const py::object &comm) {
         setPythonCommunicator(e.exec(), group, comm);
       }, py::arg("group"), py::arg("communicator"))
+      .def("set_nccl_communicator", [](Executable &e, const std::string &group, const py::bytes &id,
+                                       int64_t rank, int64_t size) {
+        e.exec().setNcclCommunicator(group, std::string(id), rank, size);
+      }, py::arg("group"), py::arg("unique_id"), py::arg("rank"), py::arg("size"))
       .def("result_in_caller_memory", [](Executable &e, size_t i) {
         auto *cpu = dynamic_cast<CpuExecutor *>(&e.exec());
         return cpu != nullptr && cpu->redirectable(i);

@@ -106,10 +106,22 @@ SHARDED = ("zero1", "zero2", "zero3")
 
 def bind(executable, process_group=None):
     """Binds the step's data-parallel group to `process_group` (None: the
-    default group). Its size must be the one the step was compiled for."""
-    comm = TorchCommunicator(process_group)
-    executable.set_communicator(GROUP, comm)
-    return comm
+    default group). Its size must be the one the step was compiled for. On
+    the CPU the group's collectives run through torch.distributed (gloo);
+    on a GPU through NCCL, called by the executor on its own streams (so
+    they are captured in the step's CUDA graph), its communicator set up
+    with a unique id rank 0 makes and the process group hands to the others."""
+    device = getattr(executable, "device", "cpu")
+    if not str(device).startswith("cuda"):
+        comm = TorchCommunicator(process_group)
+        executable.set_communicator(GROUP, comm)
+        return comm
+    from . import _runtime
+    dist, group, rank, size = world(process_group)
+    ids = [_runtime.nccl_unique_id() if rank == 0 else None]
+    dist.broadcast_object_list(ids, src=dist.get_global_rank(group, 0), group=group)
+    executable.set_nccl_communicator(GROUP, ids[0], rank, size)
+    return None
 
 
 def check_same_program(text, process_group=None):

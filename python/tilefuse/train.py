@@ -398,7 +398,9 @@ def compile_train_step(loss_fn, params, example_batch, optimizer, device="auto",
     over the ranks, all-reduced in buckets of up to `bucket_bytes` (25 MiB)
     started as soon as the backward pass has produced them, so every rank
     applies the same update. Parameters start as rank 0's. The step returns
-    this rank's loss, as PyTorch's DistributedDataParallel does. CPU only.
+    this rank's loss, as PyTorch's DistributedDataParallel does. On the CPU
+    the collectives run on the process group (gloo); on a GPU on NCCL,
+    loaded at run time (not yet run on a GPU).
     `parallel="zero1"`/`"zero2"` (one program: ZeRO stages 1 and 2):
     each rank keeps one shard of the parameters and of the optimizer state,
     all-gathers the parameters at the start of the step (`bucket_bytes` per
@@ -409,7 +411,7 @@ def compile_train_step(loss_fn, params, example_batch, optimizer, device="auto",
     rank's shards (tilefuse.distributed.save_sharded / load_sharded: one
     file per rank and an index, loadable at another world size)."""
     device = resolve_device(device)
-    parallel_group = _parallel_config(parallel, process_group, bucket_bytes, device)
+    parallel_group = _parallel_config(parallel, process_group, bucket_bytes)
     graph, names, param_leaves, batch_spec, uses_seed, step_state, groups = _build_train_step(
         loss_fn, params, example_batch, optimizer, seed, precision, keep_fp32, loss_scale,
         accumulate, state, parallel=parallel_group)
@@ -425,7 +427,7 @@ def compile_train_step(loss_fn, params, example_batch, optimizer, device="auto",
                               example_batch, device)
 
 
-def _parallel_config(parallel, process_group, bucket_bytes, device, world_size=None):
+def _parallel_config(parallel, process_group, bucket_bytes, world_size=None):
     """The train step config's data-parallel fields, or None for one
     process. The group's size comes from `world_size` (a graph only) or the
     initialised torch.distributed group."""
@@ -436,9 +438,6 @@ def _parallel_config(parallel, process_group, bucket_bytes, device, world_size=N
     if parallel not in ("ddp", "zero1", "zero2", "zero3"):
         raise CompileError(f"parallel must be \"ddp\", \"zero1\", \"zero2\", \"zero3\" or None, "
                            f"got {parallel!r}")
-    if device != "cpu":
-        raise CompileError(f"parallel={parallel!r} runs on the CPU target only (device="
-                           f"{device!r}): the runtime does not load NCCL yet; use device=\"cpu\"")
     if world_size is None:
         from . import distributed
         world_size = distributed.world(process_group)[3]
@@ -542,7 +541,7 @@ def train_step_graph(loss_fn, params, example_batch, optimizer, seed=0, precisio
     if parallel is not None and world_size is None:
         from . import distributed
         world_size = distributed.world(process_group)[3]
-    config = _parallel_config(parallel, process_group, bucket_bytes, "cpu", world_size)
+    config = _parallel_config(parallel, process_group, bucket_bytes, world_size)
     return _build_train_step(loss_fn, params, example_batch, optimizer, seed, precision,
                              keep_fp32, loss_scale, accumulate, state, parallel=config)[0]
 

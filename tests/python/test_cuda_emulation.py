@@ -90,6 +90,34 @@ def test_a_gpt2_mini_adamw_step_eager_captured_and_replayed(tmp_path):
     check_emulated(g, args, str(tmp_path / "graphs"), 1e-4, 1e-5, repeat=3, name="replayed")
 
 
+@pytest.mark.parametrize("mode", ["ddp", "zero3"])
+def test_data_parallel_steps_of_one_rank_run_their_collectives_on_the_gpu(tmp_path, mode):
+    """A data-parallel training step compiled for CUDA with a group of one
+    (the collectives' program steps, no NCCL: copies on the device), against
+    the interpreter, eager and captured: what each rank runs, the NCCL calls
+    aside (tests/unit/CudaExecutorFakeTest.cpp exchanges through them)."""
+    rng = np.random.default_rng(3)
+    params = {"w1": rng.standard_normal((8, 16)).astype(np.float32) * 0.3,
+              "b1": np.zeros(16, np.float32),
+              "w2": rng.standard_normal((16, 4)).astype(np.float32) * 0.3}
+    batch = {"x": rng.standard_normal((6, 8)).astype(np.float32), "y": rng.integers(0, 4, 6)}
+
+    def loss(p, b):
+        return F.cross_entropy(F.gelu(b["x"] @ p["w1"] + p["b1"]) @ p["w2"], b["y"])
+    g = tilefuse.train_step_graph(loss, params, batch, tilefuse.optim.AdamW(lr=1e-2),
+                                  parallel=mode, world_size=1, bucket_bytes=256)
+    names = [r["name"] for r in g.fuse("cuda:sm_90").report()]
+    assert any(n.endswith("_start") for n in names), names
+    # Parameters (or shards), m and v as after some steps (v >= 0: no NaN
+    # from its square root to hide a wrong answer).
+    kept = [np.abs(rng.standard_normal(shape)).astype(np.float32) * 0.1
+            for dtype, shape in g.inputs[:-4]]
+    args = kept + [batch["x"], batch["y"], np.int64(2), np.float64(1e-2)]
+    assert [tuple(a.shape) for a in args] == [tuple(s) for _, s in g.inputs]
+    check_emulated(g, args, str(tmp_path / "eager"), 1e-4, 1e-5, graphs=False, name=mode)
+    check_emulated(g, args, str(tmp_path / "graphs"), 1e-4, 1e-5, repeat=3, name=mode)
+
+
 def _launch(so, kernel, grid, threads, *buffers):
     """Runs an emulated kernel directly (no driver): its errors."""
     import ctypes

@@ -337,14 +337,6 @@ def test_parallel_arguments_are_checked(single_process_group, kwargs, match):
                                     device=device, **kwargs)
 
 
-def test_ddp_steps_are_refused_for_cuda():
-    # (Checked where the device is known; a machine without a GPU refuses
-    # device="cuda" earlier.)
-    from tilefuse.train import _parallel_config
-    with pytest.raises(tilefuse.CompileError, match="CPU target only"):
-        _parallel_config("ddp", None, None, "cuda", world_size=2)
-
-
 def test_a_step_compiled_for_another_world_size_is_refused(single_process_group):
     loss_fn, params, batches, _ = cases.CASES["mlp"]()
     g = tilefuse.train_step_graph(loss_fn, params, batches[0], cases._optimizer(),
