@@ -105,12 +105,31 @@ def corpus():
             return (o * dout).sum(), o
         g = tilefuse.trace(attention, q, k, v, mask).value_and_grad(wrt=(0, 1, 2))
         out.append((name, g, [q, k, v, mask], RTOL, ATOL))
+
+    # Data-parallel steps of one rank: their collectives' steps (bucketed
+    # all-reduce; ZeRO's all-gathers and reduce-scatters) as device copies,
+    # in the step's CUDA graph with the fork and join of the second stream.
+    params = {"w1": rng.standard_normal((64, 96)).astype(np.float32) * 0.1,
+              "b1": np.zeros(96, np.float32),
+              "w2": rng.standard_normal((96, 10)).astype(np.float32) * 0.1}
+    batch = {"x": rng.standard_normal((32, 64)).astype(np.float32),
+             "y": rng.integers(0, 10, 32)}
+
+    def mlp_loss(p, b):
+        return F.cross_entropy(F.gelu(b["x"] @ p["w1"] + p["b1"]) @ p["w2"], b["y"])
+    for mode in ("ddp", "zero3"):
+        g = tilefuse.train_step_graph(mlp_loss, params, batch, tilefuse.optim.AdamW(lr=1e-3),
+                                      parallel=mode, world_size=1, bucket_bytes=16384)
+        kept = [np.abs(rng.standard_normal(shape)).astype(np.float32) * 0.1
+                for _, shape in g.inputs[:-4]]
+        args = kept + [batch["x"], batch["y"], np.int64(2), np.float64(1e-3)]
+        out.append((f"train_step_{mode}_one_rank", g, args, RTOL, ATOL))
     return out
 
 
 # What the corpus must exercise: each kind of kernel and library step.
 REQUIRED_STEPS = {"pointwise", "reduction", "matmul", "gather", "scatter_add", "attention",
-                  "attention_grad"}
+                  "attention_grad", "collective"}
 
 
 def step_kinds(graph, target):
@@ -118,6 +137,8 @@ def step_kinds(graph, target):
     seen = set()
     for row in graph.fuse(target).report():
         seen.add(row["kind"])
+        if row["kind"] == "library" and any(op.endswith("_start") for op in row["ops"]):
+            seen.add("collective")
         seen.update(op for op in row["ops"]
                     if op in ("matmul", "gather", "scatter_add", "attention", "attention_grad"))
     return seen
