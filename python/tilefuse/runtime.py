@@ -588,12 +588,13 @@ def load(path, cuda_graphs=True, allow_tf32=False, process_group=None):
     allow_tf32=True). A truncated, corrupt, other-version, other-CPU or
     other-GPU-architecture artifact raises CompileError.
 
-    An artifact with collectives (a data-parallel step) runs in every
-    process of `process_group` (None: torch.distributed's default group,
+    An artifact with collectives over more than one rank (a data-parallel
+    step) runs in every process of `process_group` (None: torch.distributed's default group,
     e.g. under torchrun): its group is bound to it, after the ranks checked
     they loaded the same program (a collective call)."""
     program, target, text, metadata = load_artifact(str(path), cuda_graphs, allow_tf32)
-    groups = list(program.groups)
+    # (A group of one runs without a process group.)
+    groups = [(name, size) for name, size in program.groups if size > 1]
     if groups:
         from . import distributed
         unknown = [name for name, _ in groups if name != distributed.GROUP]
