@@ -15,6 +15,7 @@ has `tilefuse.load` and nothing that compiles; `HAVE_COMPILER` says which.
 """
 from ._runtime import CompileError
 from .runtime import LoadedFunction, LoadedTrainStep, load
+from . import distributed  # data parallelism over torch.distributed (imported lazily)
 
 try:
     from . import _core  # noqa: F401  (the compiler)
@@ -24,7 +25,8 @@ except ImportError:
 
 __version__ = "0.1.0"
 
-__all__ = ["CompileError", "HAVE_COMPILER", "LoadedFunction", "LoadedTrainStep", "load"]
+__all__ = ["CompileError", "HAVE_COMPILER", "LoadedFunction", "LoadedTrainStep", "distributed",
+           "load"]
 
 if HAVE_COMPILER:
     from ._dtypes import bfloat16, bool_, float16, float32, float64, int32, int64
