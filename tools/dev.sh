@@ -69,6 +69,19 @@ install_python_packages() {
     python3 -m pip install --help | grep -q -- --break-system-packages && flags+=(--break-system-packages)
     $SUDO python3 -m pip install -q "${flags[@]}" "${missing[@]}"
   fi
+  # The vision models users bring (torchvision's ResNet-18, timm's
+  # EfficientNet-B0): their model code only, without their dependency pins
+  # (a torchvision wheel pins the torch it was built with; its models run on
+  # the torch installed above).
+  local vision=()
+  python3 -c "import torchvision" 2>/dev/null || vision+=(torchvision)
+  python3 -c "import timm" 2>/dev/null || vision+=(timm)
+  if [ "${#vision[@]}" -gt 0 ]; then
+    log "installing Python packages without their dependencies: ${vision[*]}"
+    local vflags=(--no-deps)
+    python3 -m pip install --help | grep -q -- --break-system-packages && vflags+=(--break-system-packages)
+    $SUDO python3 -m pip install -q "${vflags[@]}" "${vision[@]}"
+  fi
 }
 
 build_and_install() {
