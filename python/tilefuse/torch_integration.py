@@ -1085,8 +1085,11 @@ class Explanation:
     (kind "forward"/"backward", ops: its op count, unsupported: {op: [source
     lines]}); `unsupported_ops` over all of them; `print()` summarises."""
 
-    def __init__(self, graphs):
+    def __init__(self, graphs, nothing_why=""):
         self.graphs = graphs
+        # Why torch.compile handed over no graph at all (the model then runs
+        # in PyTorch without tilefuse being called), where it is known.
+        self.nothing_why = nothing_why
 
     @property
     def unsupported_ops(self):
@@ -1098,9 +1101,13 @@ class Explanation:
 
     @property
     def ok(self):
-        return not self.unsupported_ops
+        return bool(self.graphs) and not self.unsupported_ops
 
     def __str__(self):
+        if not self.graphs:
+            return ("0 ATen graphs: torch.compile handed the backend nothing, so the model "
+                    "runs in PyTorch without tilefuse" +
+                    (f" ({self.nothing_why})" if self.nothing_why else ""))
         rows = [f"{len(self.graphs)} ATen graphs; "
                 + ("every op converts" if self.ok else
                    f"{len(self.unsupported_ops)} ops do not convert (they run in PyTorch)")]
@@ -1163,4 +1170,16 @@ def explain(model, *inputs):
             out.backward()
     finally:
         torch._dynamo.reset()
-    return Explanation(graphs)
+    return Explanation(graphs, "" if graphs else _why_no_graph(model))
+
+
+def _why_no_graph(model):
+    """What explains torch.compile handing over no graph for `model`."""
+    torch = _torch()
+    ddp = torch.nn.parallel.DistributedDataParallel
+    inner = getattr(model, "module", None)
+    if isinstance(model, ddp) and type(inner).__module__.startswith("torch.nn"):
+        return (f"DistributedDataParallel wraps torch.nn.{type(inner).__name__} directly, and "
+                "Dynamo does not trace a torch.nn module's forward as a frame of its own under "
+                "DDP; wrap it in a module class of your own")
+    return ""

@@ -203,6 +203,11 @@ def _compiled_ddp(rank, world):
         losses.append(pair)
     out = {"losses": np.array(losses), "graphs": np.array(torch_integration.stats.graphs),
            "compiled": np.array(torch_integration.stats.compiled)}
+    # DDP around a torch.nn container: Dynamo hands over nothing; explain()
+    # says so and why.
+    seq = DDP(torch.nn.Sequential(torch.nn.Linear(24, 7)))
+    out["sequential"] = np.array(str(torch_integration.explain(
+        seq, torch.zeros(2, 24))))
     for (name, a), b in zip(eager_model.named_parameters(), compiled_model.parameters()):
         out[f"eager/{name}"], out[f"compiled/{name}"] = a.detach().numpy(), b.detach().numpy()
     return out
