@@ -360,6 +360,78 @@ from ._composites import (  # noqa: E402
     scaled_dot_product_attention, softplus)
 
 
+# -- normalisation over channels (dim 1 of [N, C, *]) ---------------------------
+def _channel_param(p, x, what):
+    """A [C] weight, bias or statistic shaped [1, C, 1, ...] against `x`."""
+    c = x.shape[1]
+    t = _lift(x._tracer, p, x)
+    if tuple(t.shape) != (c,):
+        raise CompileError(f"{what} has shape {tuple(t.shape)}; the input {x.shape} has {c} "
+                           "channels (dim 1), so it needs shape ({c},)".replace("{c}", str(c)))
+    return t.reshape((1, c) + (1,) * (len(x.shape) - 2))
+
+
+def group_norm(input, num_groups, weight=None, bias=None, eps=1e-5):
+    """PyTorch's F.group_norm: input [N, C, *] with C a multiple of
+    num_groups, normalised per sample and group of C / num_groups channels
+    over those channels and every position (biased variance), then
+    weight * x + bias per channel ([C] each, optional)."""
+    x = _tensor(input, "group_norm")
+    if len(x.shape) < 2 or not isinstance(num_groups, int) or num_groups < 1 or \
+            x.shape[1] % num_groups:
+        raise CompileError(f"group_norm: an input of shape {x.shape} cannot be split into "
+                           f"{num_groups!r} groups of channels (dim 1 must be a multiple of "
+                           "num_groups)")
+    groups = x.reshape(x.shape[0], num_groups, -1)
+    centered = groups - groups.mean(dim=2, keepdim=True)
+    var = (centered * centered).mean(dim=2, keepdim=True)
+    y = (centered * (var + eps).rsqrt()).reshape(x.shape)
+    if weight is not None:
+        y = y * _channel_param(weight, x, "group_norm: weight")
+    if bias is not None:
+        y = y + _channel_param(bias, x, "group_norm: bias")
+    return y
+
+
+def batch_norm(input, running_mean, running_var, weight=None, bias=None, training=False,
+               momentum=0.1, eps=1e-5):
+    """PyTorch's F.batch_norm over the channels (dim 1) of [N, C, *]: with
+    `training`, normalised by the batch's statistics per channel (biased
+    variance), else by running_mean and running_var ([C]); then weight * x +
+    bias per channel. PyTorch also updates running_mean and running_var in
+    place when training; a traced function cannot change its inputs, so
+    training with them given is refused: pass None for both, and keep the
+    statistics as step state (compile_train_step(state=)), updated as
+    (1 - momentum) * running + momentum * batch statistic (the variance
+    unbiased)."""
+    x = _tensor(input, "batch_norm")
+    if len(x.shape) < 2:
+        raise CompileError(f"batch_norm: the input {x.shape} has no channel dimension (dim 1)")
+    if training and (running_mean is not None or running_var is not None):
+        raise CompileError(
+            "batch_norm(training=True) with running_mean/running_var: PyTorch updates them in "
+            "place, which a traced function cannot do; pass None for both and carry the "
+            "statistics as step state (compile_train_step(state=)): new = (1 - momentum) * "
+            "running + momentum * batch statistic (the variance unbiased)")
+    if not training and (running_mean is None or running_var is None):
+        raise CompileError("batch_norm(training=False) normalises with running_mean and "
+                           "running_var: pass both (or training=True for batch statistics)")
+    dims = tuple(d for d in range(len(x.shape)) if d != 1)
+    if training:
+        mean = x.mean(dim=dims, keepdim=True)
+        centered = x - mean
+        var = (centered * centered).mean(dim=dims, keepdim=True)
+    else:
+        centered = x - _channel_param(running_mean, x, "batch_norm: running_mean")
+        var = _channel_param(running_var, x, "batch_norm: running_var")
+    y = centered * (var + eps).rsqrt()
+    if weight is not None:
+        y = y * _channel_param(weight, x, "batch_norm: weight")
+    if bias is not None:
+        y = y + _channel_param(bias, x, "batch_norm: bias")
+    return y
+
+
 # -- convolutions (tilefuse/_conv.py: graph.conv, oneDNN on the CPU) -------------
 def conv1d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
     from ._conv import conv
