@@ -263,11 +263,8 @@ FailureOr<func::FuncOp> tilefuse::buildTrainStep(func::FuncOp loss,
       BlockArgument arg = body.getArgument(numParams + j);
       b.setInsertionPointToStart(&body);
       GraphEmitter e(b, loc);
-      Operation *start = b.create<BroadcastStartOp>(
-          loc, arg, b.getStringAttr(config.parallel.group),
-          b.getI64IntegerAttr(config.parallel.groupSize), b.getI64IntegerAttr(0));
-      Value root = e.wait(start->getResult(0));
-      arg.replaceAllUsesExcept(root, start);
+      Value pending = e.broadcastStart(arg, config.parallel.group, config.parallel.groupSize, 0);
+      arg.replaceAllUsesExcept(e.wait(pending), pending.getDefiningOp());
     }
 
   // Arguments: params, state (inserted after the params), step-wide state,

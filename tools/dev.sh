@@ -62,11 +62,11 @@ install_python_packages() {
   python3 -c "import transformers" 2>/dev/null || missing+=(transformers)
   python3 -c "import expecttest" 2>/dev/null || missing+=(expecttest)
   python3 -c "import hypothesis" 2>/dev/null || missing+=(hypothesis)
+  # Debian's own python3 is "externally managed"; tilefuse installs beside it.
+  local flags=()
+  python3 -m pip install --help | grep -q -- --break-system-packages && flags+=(--break-system-packages)
   if [ "${#missing[@]}" -gt 0 ]; then
     log "installing Python packages: ${missing[*]}"
-    # Debian's own python3 is "externally managed"; tilefuse installs beside it.
-    local flags=()
-    python3 -m pip install --help | grep -q -- --break-system-packages && flags+=(--break-system-packages)
     $SUDO python3 -m pip install -q "${flags[@]}" "${missing[@]}"
   fi
   # The vision models users bring (torchvision's ResNet-18, timm's
@@ -78,9 +78,7 @@ install_python_packages() {
   python3 -c "import timm" 2>/dev/null || vision+=(timm)
   if [ "${#vision[@]}" -gt 0 ]; then
     log "installing Python packages without their dependencies: ${vision[*]}"
-    local vflags=(--no-deps)
-    python3 -m pip install --help | grep -q -- --break-system-packages && vflags+=(--break-system-packages)
-    $SUDO python3 -m pip install -q "${vflags[@]}" "${vision[@]}"
+    $SUDO python3 -m pip install -q --no-deps "${flags[@]}" "${vision[@]}"
   fi
 }
 

@@ -97,3 +97,8 @@ Value GraphEmitter::reduceScatterStart(Value a, StringRef group, int64_t size) {
 Value GraphEmitter::allGatherStart(Value a, StringRef group, int64_t size) {
   return b.create<AllGatherStartOp>(loc, a, b.getStringAttr(group), b.getI64IntegerAttr(size));
 }
+
+Value GraphEmitter::broadcastStart(Value a, StringRef group, int64_t size, int64_t root) {
+  return b.create<BroadcastStartOp>(loc, a, b.getStringAttr(group), b.getI64IntegerAttr(size),
+                                    b.getI64IntegerAttr(root));
+}

@@ -87,6 +87,7 @@ public:
                              llvm::StringRef reduce = "sum");
   mlir::Value reduceScatterStart(mlir::Value a, llvm::StringRef group, int64_t size);
   mlir::Value allGatherStart(mlir::Value a, llvm::StringRef group, int64_t size);
+  mlir::Value broadcastStart(mlir::Value a, llvm::StringRef group, int64_t size, int64_t root);
   mlir::Value wait(mlir::Value pending) { return b.create<CollectiveWaitOp>(loc, pending); }
 
   mlir::OpBuilder &builder() { return b; }

@@ -166,18 +166,12 @@ def test_torch_compile_of_a_ddp_module_compiles_through_tilefuse():
         for p, log in zip(procs, logs):
             assert p.returncode == 0, log
         got = _results(out, 2)
+    _check_against_eager_ddp(got, "torch.compile(DDP(model), backend=\"tilefuse\")")
     for r, res in enumerate(got):
-        assert "error" not in res, res["error"]
         assert int(res["graphs"]) >= 1 and int(res["compiled"]) >= 2, (
             f"rank {r}: the backend compiled {int(res['graphs'])} graphs")
         said = str(res["sequential"])
         assert said.startswith("0 ATen graphs") and "wraps torch.nn.Sequential" in said, said
-        np.testing.assert_allclose(res["losses"][:, 1], res["losses"][:, 0], rtol=1e-5)
-        for name in res:
-            if name.startswith("eager/"):
-                want, have = res[name], res["compiled/" + name[len("eager/"):]]
-                err = np.linalg.norm(have - want) / np.linalg.norm(want)
-                assert err <= 1e-5, f"rank {r}: {name[6:]} differs from eager DDP by {err:.2e}"
 
 
 def test_a_sharded_checkpoint_resumes_bit_for_bit_and_loads_at_another_world_size():
