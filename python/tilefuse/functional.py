@@ -13,6 +13,7 @@ therefore need `F.cross_entropy(logits.reshape(-1, V), target.reshape(-1))`
 """
 import numpy as np
 
+from . import _interpolate, _pooling
 from ._core import CompileError
 from ._dtypes import is_float
 from ._tracing import _RETURN_TYPES, Tensor, _lift, _pair_misuse, _user_location, _where, where
@@ -470,3 +471,156 @@ def conv_transpose3d(input, weight, bias=None, stride=1, padding=0, output_paddi
     from ._conv import conv_transpose
     return conv_transpose(input, weight, bias, stride, padding, output_padding, groups,
                           dilation, d=3)
+
+
+# -- pooling and resizing (tilefuse/_pooling.py, tilefuse/_interpolate.py) -----
+def _pool_input(input, d, what):
+    """(input as [N, C, *S] with d spatial dims, whether it had no batch)."""
+    x = _tensor(input, what)
+    if x.ndim == d + 1:
+        return x.unsqueeze(0), True
+    if x.ndim != d + 2:
+        raise CompileError(f"{what}: expects an input [N, C, *S] or [C, *S] with {d} spatial "
+                           f"dims, got {list(x.shape)}")
+    return x, False
+
+
+def _pool_window(x, d, what, kernel_size, stride, padding, dilation, ceil_mode):
+    """(kernel, stride, padding, dilation, output sizes) of a pooling."""
+    kernel = _pooling.window_ints(kernel_size, d, what, "kernel_size")
+    stride = kernel if stride is None or (not isinstance(stride, int) and len(stride) == 0) \
+        else _pooling.window_ints(stride, d, what, "stride")
+    padding = _pooling.window_ints(padding, d, what, "padding")
+    dilation = _pooling.window_ints(dilation, d, what, "dilation")
+    out = _pooling.pool_output_size(list(x.shape[2:]), kernel, stride, padding, dilation,
+                                    ceil_mode, what)
+    return kernel, stride, padding, dilation, out
+
+
+def _max_pool(input, d, kernel_size, stride, padding, dilation, ceil_mode, return_indices):
+    what = f"max_pool{d}d"
+    x, unbatched = _pool_input(input, d, what)
+    kernel, stride, padding, dilation, out = _pool_window(x, d, what, kernel_size, stride,
+                                                          padding, dilation, ceil_mode)
+    values, indices = _pooling.max_pool(x, kernel, stride, padding, dilation, out,
+                                        differentiable=True)
+    if unbatched:
+        values, indices = values.squeeze(0), indices.squeeze(0)
+    return (values, indices) if return_indices else values
+
+
+def max_pool1d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False,
+               return_indices=False):
+    return _max_pool(input, 1, kernel_size, stride, padding, dilation, ceil_mode,
+                     return_indices)
+
+
+def max_pool2d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False,
+               return_indices=False):
+    """PyTorch's F.max_pool2d: padding counts as -inf, at most half the
+    kernel; with return_indices also each maximum's flat index in its
+    [H, W] plane (int64). The gradient goes to that element only."""
+    return _max_pool(input, 2, kernel_size, stride, padding, dilation, ceil_mode,
+                     return_indices)
+
+
+def max_pool3d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False,
+               return_indices=False):
+    return _max_pool(input, 3, kernel_size, stride, padding, dilation, ceil_mode,
+                     return_indices)
+
+
+def _avg_pool(input, d, kernel_size, stride, padding, ceil_mode, count_include_pad,
+              divisor_override):
+    what = f"avg_pool{d}d"
+    x, unbatched = _pool_input(input, d, what)
+    kernel, stride, padding, _, out = _pool_window(x, d, what, kernel_size, stride, padding, 1,
+                                                   ceil_mode)
+    if divisor_override is not None and divisor_override == 0:
+        raise CompileError(f"{what}: divisor_override must be non-zero")
+    y = _pooling.avg_pool(x, kernel, stride, padding, count_include_pad, divisor_override, out)
+    return y.squeeze(0) if unbatched else y
+
+
+def avg_pool1d(input, kernel_size, stride=None, padding=0, ceil_mode=False,
+               count_include_pad=True):
+    return _avg_pool(input, 1, kernel_size, stride, padding, ceil_mode, count_include_pad, None)
+
+
+def avg_pool2d(input, kernel_size, stride=None, padding=0, ceil_mode=False,
+               count_include_pad=True, divisor_override=None):
+    """PyTorch's F.avg_pool2d: each window's sum over the window's size
+    (padding included with count_include_pad, else only the input's
+    elements; or divisor_override)."""
+    return _avg_pool(input, 2, kernel_size, stride, padding, ceil_mode, count_include_pad,
+                     divisor_override)
+
+
+def avg_pool3d(input, kernel_size, stride=None, padding=0, ceil_mode=False,
+               count_include_pad=True, divisor_override=None):
+    return _avg_pool(input, 3, kernel_size, stride, padding, ceil_mode, count_include_pad,
+                     divisor_override)
+
+
+def _adaptive_size(x, output_size, d, what):
+    """output_size as d ints (None keeps the input's size)."""
+    sizes = [output_size] * d if output_size is None or isinstance(output_size, int) \
+        else list(output_size)
+    if len(sizes) != d:
+        raise CompileError(f"{what}: output_size {output_size!r} must have {d} values")
+    out = [x.shape[2 + i] if s is None else int(s) for i, s in enumerate(sizes)]
+    if any(o < 1 for o in out):
+        raise CompileError(f"{what}: output_size {out} must be positive")
+    return out
+
+
+def _adaptive_avg_pool(input, output_size, d):
+    what = f"adaptive_avg_pool{d}d"
+    x, unbatched = _pool_input(input, d, what)
+    y = _pooling.adaptive_avg_pool(x, _adaptive_size(x, output_size, d, what))
+    return y.squeeze(0) if unbatched else y
+
+
+def adaptive_avg_pool1d(input, output_size):
+    return _adaptive_avg_pool(input, output_size, 1)
+
+
+def adaptive_avg_pool2d(input, output_size):
+    """PyTorch's F.adaptive_avg_pool2d: output cell i averages input rows
+    floor(i*H/OH) .. ceil((i+1)*H/OH) - 1 (and the same for columns)."""
+    return _adaptive_avg_pool(input, output_size, 2)
+
+
+def adaptive_avg_pool3d(input, output_size):
+    return _adaptive_avg_pool(input, output_size, 3)
+
+
+def _adaptive_max_pool(input, output_size, return_indices, d):
+    what = f"adaptive_max_pool{d}d"
+    x, unbatched = _pool_input(input, d, what)
+    values, indices = _pooling.adaptive_max_pool(x, _adaptive_size(x, output_size, d, what),
+                                                 differentiable=True)
+    if unbatched:
+        values, indices = values.squeeze(0), indices.squeeze(0)
+    return (values, indices) if return_indices else values
+
+
+def adaptive_max_pool1d(input, output_size, return_indices=False):
+    return _adaptive_max_pool(input, output_size, return_indices, 1)
+
+
+def adaptive_max_pool2d(input, output_size, return_indices=False):
+    return _adaptive_max_pool(input, output_size, return_indices, 2)
+
+
+def adaptive_max_pool3d(input, output_size, return_indices=False):
+    return _adaptive_max_pool(input, output_size, return_indices, 3)
+
+
+def interpolate(input, size=None, scale_factor=None, mode="nearest", align_corners=None,
+                recompute_scale_factor=None, antialias=False):
+    """PyTorch's F.interpolate: modes nearest, nearest-exact, linear (3-d
+    input), bilinear and bicubic (4-d), trilinear (5-d) and area; sizes,
+    source coordinates and align_corners as PyTorch computes them."""
+    return _interpolate.interpolate(input, size, scale_factor, mode, align_corners,
+                                    recompute_scale_factor, antialias)

@@ -1,0 +1,170 @@
+"""F.interpolate: PyTorch's resizing of [N, C, *S] tensors (1-3 spatial
+dims) by nearest, nearest-exact, (bi/tri)linear, bicubic and area modes.
+
+Every mode but area is separable: along each spatial dim, output element o
+is a weighted sum of a few input elements (taps) whose indices and weights
+depend only on the sizes, so numpy computes them once and the graph does a
+gather of the taps ([O, taps] rows of the dim moved to the front) times the
+weights, summed; the gradient is the gather's (a scatter-add). The source
+coordinates follow PyTorch's CPU kernels, in the precision they use (float
+for f32/bf16/f16 inputs, double for f64), so indices agree exactly at
+fractional scales. Area is adaptive average pooling.
+"""
+import math
+
+import numpy as np
+
+from . import _pooling as pooling
+from ._core import CompileError
+from ._tracing import Tensor
+
+_LINEAR_DIMS = {"linear": 1, "bilinear": 2, "bicubic": 2, "trilinear": 3}
+_MODES = ("nearest", "nearest-exact", "area") + tuple(_LINEAR_DIMS)
+
+
+def _sizes(x, size, scale_factor, recompute_scale_factor, d):
+    """(output sizes, the scales the kernels use or None per dim)."""
+    if (size is None) == (scale_factor is None):
+        raise CompileError("interpolate: give exactly one of size and scale_factor")
+    if size is not None:
+        out = [int(size)] * d if isinstance(size, (int, np.integer)) else [int(s) for s in size]
+        if len(out) != d:
+            raise CompileError(f"interpolate: size {list(out)} must have {d} values for an "
+                               f"input of shape {list(x.shape)}")
+        scales = [None] * d
+    else:
+        scales = [float(scale_factor)] * d if isinstance(scale_factor, (int, float)) else \
+            [float(s) for s in scale_factor]
+        if len(scales) != d:
+            raise CompileError(f"interpolate: scale_factor {scales} must have {d} values for "
+                               f"an input of shape {list(x.shape)}")
+        out = [math.floor(float(s) * f) for s, f in zip(x.shape[2:], scales)]
+        if recompute_scale_factor:
+            scales = [None] * d
+    if any(o < 1 for o in out):
+        raise CompileError(f"interpolate: the output size {out} of input {list(x.shape)} must "
+                           "be positive")
+    return out, scales
+
+
+def _kernel_scale(real, size_in, size_out, scale):
+    """PyTorch's compute_scales_value: 1 / scale_factor when one was
+    given, else in / out."""
+    if scale is not None and scale > 0:
+        return real(1.0 / scale)
+    return real(size_in) / real(size_out)
+
+
+def _nearest_taps(real, size_in, size_out, scale, exact):
+    """[O, 1] indices (PyTorch's nearest_idx / nearest_exact_idx)."""
+    o = np.arange(size_out)
+    if not exact and size_out == size_in:
+        idx = o
+    elif not exact and size_out == 2 * size_in:
+        idx = o >> 1
+    else:
+        s = _kernel_scale(real, size_in, size_out, scale)
+        src = (o.astype(real) + real(0.5)) * s if exact else o.astype(real) * s
+        idx = np.minimum(np.floor(src).astype(np.int64), size_in - 1)
+    return idx.reshape(-1, 1), None
+
+
+def _source_index(real, size_in, size_out, scale, align_corners, cubic):
+    """PyTorch's area_pixel_compute_source_index for every output index."""
+    o = np.arange(size_out).astype(real)
+    if align_corners:
+        s = real(size_in - 1) / real(size_out - 1) if size_out > 1 else real(0)
+        return (s * o).astype(real)
+    s = _kernel_scale(real, size_in, size_out, scale)
+    src = (s * (o + real(0.5)) - real(0.5)).astype(real)
+    return src if cubic else np.maximum(src, real(0))
+
+
+def _guard(real, src, size_in):
+    """PyTorch's guard_index_and_lambda: (floor index capped at the last,
+    the fraction clamped to [0, 1])."""
+    idx = np.minimum(np.floor(src).astype(np.int64), size_in - 1)
+    lam = np.clip(src - idx.astype(real), real(0), real(1)).astype(real)
+    return idx, lam
+
+
+def _linear_taps(real, size_in, size_out, scale, align_corners):
+    src = _source_index(real, size_in, size_out, scale, align_corners, cubic=False)
+    i0, lam = _guard(real, src, size_in)
+    i1 = i0 + (i0 < size_in - 1)
+    return np.stack([i0, i1], 1), np.stack([real(1) - lam, lam], 1)
+
+
+def _cubic_taps(real, size_in, size_out, scale, align_corners):
+    """Keys' cubic convolution with A = -0.75, taps clamped to the input."""
+    a = real(-0.75)
+
+    def near(t):  # |t| <= 1
+        return ((a + 2) * t - (a + 3)) * t * t + 1
+
+    def far(t):  # 1 < |t| < 2
+        return ((a * t - 5 * a) * t + 8 * a) * t - 4 * a
+    src = _source_index(real, size_in, size_out, scale, align_corners, cubic=True)
+    i0, t = _guard(real, src, size_in)
+    idx = np.stack([np.clip(i0 - 1 + j, 0, size_in - 1) for j in range(4)], 1)
+    weights = np.stack([far(t + 1), near(t), near(1 - t), far(2 - t)], 1).astype(real)
+    return idx, weights
+
+
+def _resample_dim(x, dim, idx, weights):
+    """x with dim `dim` replaced by sum_t x[idx[:, t]] * weights[:, t]."""
+    perm = [dim] + [i for i in range(x.ndim) if i != dim]
+    moved = x.permute(*perm)
+    rest = list(moved.shape[1:])
+    rows = moved.reshape(moved.shape[0], int(np.prod(rest, dtype=np.int64)))
+    picked = pooling._gather(rows, pooling.const(x, idx))        # [O, taps, rest]
+    if weights is None:
+        y = picked.reshape(idx.shape[0], *rest)
+    else:
+        w = pooling.const(x, weights.astype(np.float64), x.dtype)
+        y = (picked * w.unsqueeze(2)).sum((1,)).reshape(idx.shape[0], *rest)
+    back = [0] * x.ndim
+    for i, p in enumerate(perm):
+        back[p] = i
+    return y.permute(*back)
+
+
+def interpolate(input, size=None, scale_factor=None, mode="nearest", align_corners=None,
+                recompute_scale_factor=None, antialias=False):
+    """PyTorch's F.interpolate on a traced [N, C, *S] tensor."""
+    if not isinstance(input, Tensor):
+        raise CompileError(f"interpolate: expects a traced tensor, got {type(input).__name__}")
+    x = input
+    if mode not in _MODES:
+        raise CompileError(f"interpolate: mode {mode!r} is not one of {', '.join(_MODES)}")
+    d = x.ndim - 2
+    if d < 1 or d > 3:
+        raise CompileError(f"interpolate: expects an input [N, C, *S] with 1 to 3 spatial "
+                           f"dims, got {list(x.shape)}")
+    if mode in _LINEAR_DIMS and _LINEAR_DIMS[mode] != d:
+        raise CompileError(f"interpolate: mode {mode!r} needs a {_LINEAR_DIMS[mode] + 2}-d input, "
+                           f"got {list(x.shape)}")
+    if align_corners is not None and mode not in _LINEAR_DIMS:
+        raise CompileError("interpolate: align_corners can only be set with the interpolating "
+                           "modes linear, bilinear, bicubic and trilinear (as in PyTorch)")
+    if antialias:
+        raise CompileError("interpolate: antialias=True is not supported; resize without it or "
+                           "low-pass filter first (e.g. avg_pool2d)")
+    if mode == "area" and recompute_scale_factor is False:
+        recompute_scale_factor = None
+    out, scales = _sizes(x, size, scale_factor, recompute_scale_factor, d)
+    if mode == "area":
+        return pooling.adaptive_avg_pool(x, out)
+    real = np.float64 if x.dtype == "f64" else np.float32
+    y = x
+    for i, (s_in, s_out, scale) in enumerate(zip(x.shape[2:], out, scales)):
+        if mode == "nearest" and s_in == s_out:  # PyTorch's nearest keeps equal sizes
+            continue
+        if mode.startswith("nearest"):
+            idx, w = _nearest_taps(real, s_in, s_out, scale, mode == "nearest-exact")
+        elif mode == "bicubic":
+            idx, w = _cubic_taps(real, s_in, s_out, scale, bool(align_corners))
+        else:
+            idx, w = _linear_taps(real, s_in, s_out, scale, bool(align_corners))
+        y = _resample_dim(y, 2 + i, idx, w)
+    return y

@@ -1,0 +1,155 @@
+"""tilefuse.functional's pooling and interpolate against PyTorch's, in
+float64 (values, indices and the input's gradient), on odd shapes; ties
+send the gradient where PyTorch does; the compiled float32 step against
+the interpreter; and the errors a user can hit."""
+import numpy as np
+import pytest
+
+import tilefuse
+import tilefuse.functional as F
+
+torch = pytest.importorskip("torch")
+TF = torch.nn.functional
+
+
+def _check(fn, torch_fn, x, what):
+    """Loss sum(fn(x) * r) and its gradient against PyTorch's."""
+    shape = torch_fn(torch.tensor(x)).shape
+    r = np.random.default_rng(9).standard_normal(tuple(shape))
+    g = tilefuse.trace(lambda a: (fn(a) * r).sum(), x).value_and_grad(wrt=(0,))
+    got_loss, got_grad = g.interpret(x)
+    t = torch.tensor(x, requires_grad=True)
+    want = (torch_fn(t) * torch.tensor(r)).sum()
+    want.backward()
+    np.testing.assert_allclose(got_loss, want.item(), rtol=1e-10, err_msg=what)
+    np.testing.assert_allclose(got_grad, t.grad.numpy(), rtol=1e-9, atol=1e-12,
+                               err_msg=f"{what}: gradient")
+
+
+def _x(shape, seed=1):
+    return np.random.default_rng(seed).standard_normal(shape) * 2
+
+
+MAX_POOLS = [  # (d, shape, kwargs)
+    (2, (2, 3, 9, 7), dict(kernel_size=3, stride=2, padding=1)),
+    (2, (1, 2, 8, 11), dict(kernel_size=(2, 3), stride=(2, 1), ceil_mode=True)),
+    (2, (2, 2, 10, 9), dict(kernel_size=3, stride=2, padding=1, dilation=2, ceil_mode=True)),
+    (2, (3, 7, 5), dict(kernel_size=2)),                   # unbatched
+    (1, (2, 3, 13), dict(kernel_size=4, stride=3, padding=2, ceil_mode=True)),
+    (3, (1, 2, 5, 6, 7), dict(kernel_size=(2, 3, 2), stride=2, padding=(1, 1, 0))),
+]
+
+
+@pytest.mark.parametrize("d,shape,kw", MAX_POOLS)
+def test_max_pool_matches_pytorch(d, shape, kw):
+    x = _x(shape)
+    ours, theirs = getattr(F, f"max_pool{d}d"), getattr(TF, f"max_pool{d}d")
+    _check(lambda a: ours(a, **kw), lambda a: theirs(a, **kw), x, f"max_pool{d}d {shape} {kw}")
+    _, idx = tilefuse.trace(lambda a: ours(a, return_indices=True, **kw), x).interpret(x)
+    _, want = theirs(torch.tensor(x), return_indices=True, **kw)
+    np.testing.assert_array_equal(idx, want.numpy(), err_msg=f"max_pool{d}d indices {kw}")
+
+
+def test_max_pool_ties_send_the_gradient_to_pytorchs_element():
+    # ReLU'd inputs: most windows hold several zeros; PyTorch's gradient
+    # goes to the first maximum only.
+    x = np.maximum(np.round(_x((2, 3, 8, 8), seed=3)), 0.0)
+    _check(lambda a: F.max_pool2d(a, 3, 1, 1), lambda a: TF.max_pool2d(a, 3, 1, 1), x,
+           "max_pool2d with ties")
+    _check(lambda a: F.adaptive_max_pool2d(a, (3, 5)), lambda a: TF.adaptive_max_pool2d(a, (3, 5)),
+           x, "adaptive_max_pool2d with ties")
+
+
+AVG_POOLS = [
+    (2, (2, 3, 9, 7), dict(kernel_size=3, stride=2, padding=1)),
+    (2, (2, 3, 9, 7), dict(kernel_size=3, stride=2, padding=1, count_include_pad=False)),
+    (2, (1, 2, 8, 11), dict(kernel_size=(2, 3), stride=(3, 2), padding=(1, 1), ceil_mode=True)),
+    (2, (2, 2, 7, 7), dict(kernel_size=3, padding=1, divisor_override=5)),
+    (1, (2, 3, 13), dict(kernel_size=4, stride=3, padding=2, ceil_mode=True,
+                         count_include_pad=False)),
+    (3, (1, 2, 5, 6, 7), dict(kernel_size=2, stride=(1, 2, 3))),
+]
+
+
+@pytest.mark.parametrize("d,shape,kw", AVG_POOLS)
+def test_avg_pool_matches_pytorch(d, shape, kw):
+    ours, theirs = getattr(F, f"avg_pool{d}d"), getattr(TF, f"avg_pool{d}d")
+    _check(lambda a: ours(a, **kw), lambda a: theirs(a, **kw), _x(shape),
+           f"avg_pool{d}d {shape} {kw}")
+
+
+@pytest.mark.parametrize("d,shape,out", [(2, (2, 3, 9, 7), (4, 3)), (2, (2, 3, 9, 7), 1),
+                                         (2, (3, 10, 6), (None, 4)), (1, (2, 3, 11), 4),
+                                         (3, (1, 2, 5, 7, 3), (2, 3, 2))])
+def test_adaptive_pools_match_pytorch(d, shape, out):
+    x = _x(shape)
+    for kind in ("avg", "max"):
+        ours = getattr(F, f"adaptive_{kind}_pool{d}d")
+        theirs = getattr(TF, f"adaptive_{kind}_pool{d}d")
+        _check(lambda a: ours(a, out), lambda a: theirs(a, out), x,
+               f"adaptive_{kind}_pool{d}d {shape} -> {out}")
+
+
+INTERPOLATIONS = [  # (shape, kwargs)
+    ((2, 3, 5, 7), dict(scale_factor=2)),
+    ((2, 3, 5, 7), dict(size=(8, 11))),
+    ((2, 3, 5, 7), dict(scale_factor=1.7, mode="nearest")),
+    ((2, 3, 9, 7), dict(size=(4, 5), mode="nearest-exact")),
+    ((2, 3, 5, 7), dict(scale_factor=2, mode="bilinear")),
+    ((2, 3, 5, 7), dict(size=(9, 4), mode="bilinear", align_corners=True)),
+    ((2, 3, 5, 7), dict(scale_factor=(1.3, 2.6), mode="bilinear", align_corners=False)),
+    ((2, 3, 5, 7), dict(scale_factor=1.3, mode="bilinear", recompute_scale_factor=True)),
+    ((2, 3, 5, 7), dict(size=(11, 6), mode="bicubic")),
+    ((2, 3, 5, 7), dict(scale_factor=1.5, mode="bicubic", align_corners=True)),
+    ((2, 3, 13), dict(size=5, mode="linear")),
+    ((1, 2, 3, 4, 5), dict(scale_factor=(2, 1.5, 0.5), mode="trilinear")),
+    ((2, 3, 9, 7), dict(size=(4, 3), mode="area")),
+    ((1, 2, 4, 5, 3), dict(scale_factor=2, mode="nearest")),
+]
+
+
+@pytest.mark.parametrize("shape,kw", INTERPOLATIONS)
+def test_interpolate_matches_pytorch(shape, kw):
+    _check(lambda a: F.interpolate(a, **kw), lambda a: TF.interpolate(a, **kw), _x(shape),
+           f"interpolate {shape} {kw}")
+
+
+def test_compiled_pooling_step_matches_the_interpreter():
+    """A small encoder-decoder (conv, max pool, adaptive average pool,
+    bilinear upsampling) and its gradients, compiled in float32."""
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((2, 3, 17, 15)).astype(np.float32)
+    w = (rng.standard_normal((4, 3, 3, 3)) * 0.3).astype(np.float32)
+
+    def net(x, w):
+        h = F.relu(F.conv2d(x, w, padding=1))
+        p = F.max_pool2d(h, 3, 2, 1, ceil_mode=True)
+        s = F.adaptive_avg_pool2d(p, 1)
+        u = F.interpolate(p * F.sigmoid(s), size=(17, 15), mode="bilinear", align_corners=False)
+        return (u * u).mean() + F.avg_pool2d(h, 2, count_include_pad=False).sum() * 1e-2
+
+    g = tilefuse.trace(net, x, w).value_and_grad(wrt=(0, 1))
+    want = g.interpret(x, w)
+    got = g.compile("cpu")(x, w)
+    for a, b, name in zip(got, want, ("loss", "d x", "d w")):
+        np.testing.assert_allclose(a, b, rtol=2e-5, atol=1e-6, err_msg=f"pooling step: {name}")
+
+
+@pytest.mark.parametrize("call,match", [
+    (lambda x: F.max_pool2d(x, 3, padding=2), "more than half the kernel"),
+    (lambda x: F.avg_pool2d(x, 2, padding=2), "more than half the kernel"),
+    (lambda x: F.max_pool2d(x, 9), "too small"),
+    (lambda x: F.max_pool2d(x, (2, 2, 2)), "expects 1 or 2 values"),
+    (lambda x: F.max_pool1d(x, 2), "1 spatial dims"),
+    (lambda x: F.adaptive_avg_pool2d(x, (0, 2)), "must be positive"),
+    (lambda x: F.interpolate(x, scale_factor=2, mode="nearest", align_corners=True),
+     "align_corners can only be set"),
+    (lambda x: F.interpolate(x, scale_factor=2, mode="trilinear"), "needs a 5-d input"),
+    (lambda x: F.interpolate(x, size=4, scale_factor=2), "exactly one of"),
+    (lambda x: F.interpolate(x, scale_factor=2, mode="bilinear", antialias=True), "antialias"),
+    (lambda x: F.interpolate(x, scale_factor=2, mode="cubic"), "is not one of"),
+])
+def test_pooling_errors_name_the_problem(call, match):
+    x = np.zeros((2, 3, 5, 6), np.float32)
+    with pytest.raises(tilefuse.CompileError, match=match):
+        tilefuse.trace(call, x)
