@@ -80,7 +80,11 @@ def segmentation_times(args, paths):
         model = copy.deepcopy(base)
         opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=1e-2)
         bf16 = args.precision == "bf16"
-        if path == "from_torch":
+        if path == "jax":
+            step = jax_step(base, x, y)
+            if step is None:
+                continue
+        elif path == "from_torch":
             step_fn = tilefuse.from_torch(model, (x, y), opt, loss_fn=segmentation_loss,
                                           precision=args.precision)
             step = lambda: step_fn(x, y)  # noqa: E731
@@ -90,6 +94,19 @@ def segmentation_times(args, paths):
             step = torch_step(run, opt, lambda r: segmentation_loss(r, x, y), bf16)
         times[path] = measure("unet_effnet", path, step, args)
     return times
+
+
+def jax_step(base, x, y):
+    """unet_effnet's JAX step, or None (said) where its first loss is not
+    PyTorch's: a benchmark of a different model would mean nothing."""
+    import unet_jax
+    want = segmentation_loss(copy.deepcopy(base), x, y).item()
+    step = unet_jax.adamw_step(copy.deepcopy(base), x, y)
+    got = float(step())
+    if abs(got - want) > 1e-4 * abs(want):
+        print(f"  (jax: first loss {got} is not PyTorch's {want}; left out)")
+        return None
+    return step
 
 
 def main():
@@ -136,16 +153,21 @@ def main():
               f"{t.get('inductor', float('nan')):.1f} | {t['eager'] / t['tilefuse']:.2f} | "
               f"{t['tilefuse im2col'] / t['tilefuse']:.2f} |")
     paths = ["eager", "tilefuse", "from_torch"] + ([] if args.no_inductor else ["inductor"])
+    try:
+        import jax  # noqa: F401
+        paths += [] if args.precision == "bf16" else ["jax"]
+    except ImportError:
+        print("  (JAX is not installed: no JAX column)")
     t = segmentation_times(args, paths)
     print(f"\nunet_effnet, batch {args.unet_batch}, {args.unet_size}x{args.unet_size}, 151 "
           f"classes, AdamW, {args.precision} (ms per step):\n")
-    print("| eager | tilefuse (backend) | from_torch | inductor | eager / backend | "
-          "eager / from_torch | inductor / from_torch |")
-    print("|---:|---:|---:|---:|---:|---:|---:|")
-    ind = t.get("inductor", float("nan"))
+    print("| eager | tilefuse (backend) | from_torch | inductor | jax | eager / backend | "
+          "eager / from_torch | inductor / from_torch | jax / from_torch |")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    ind, jx = t.get("inductor", float("nan")), t.get("jax", float("nan"))
     print(f"| {t['eager']:.0f} | {t['tilefuse']:.0f} | {t['from_torch']:.0f} | {ind:.0f} | "
-          f"{t['eager'] / t['tilefuse']:.2f} | {t['eager'] / t['from_torch']:.2f} | "
-          f"{ind / t['from_torch']:.2f} |")
+          f"{jx:.0f} | {t['eager'] / t['tilefuse']:.2f} | {t['eager'] / t['from_torch']:.2f} | "
+          f"{ind / t['from_torch']:.2f} | {jx / t['from_torch']:.2f} |")
 
 
 if __name__ == "__main__":

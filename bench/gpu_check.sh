@@ -45,6 +45,12 @@ export PYTHONPATH="$BUILD/python"
 # cuBLAS is loaded at run time; the toolkit's lib64 may not be on the
 # loader's path (the runtime also looks there itself).
 export LD_LIBRARY_PATH="${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}${CUDA_HOME:-/usr/local/cuda}/lib64"
+# cuDNN (the convolutions) and NCCL: PyTorch's CUDA wheels bring them, in
+# folders tilefuse-run would not search.
+for lib in cudnn nccl; do
+  dir=$(python3 -c "import nvidia.$lib, os; print(os.path.join(list(nvidia.$lib.__path__)[0], 'lib'))" 2>/dev/null)
+  [ -n "$dir" ] && [ -d "$dir" ] && export LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$dir"
+done
 # Without pybind11 (nor PyTorch's copy) the Python module is not built:
 # artifacts are then checked through tilefuse-run, and nothing is benchmarked.
 python_module=yes

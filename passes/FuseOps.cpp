@@ -516,12 +516,23 @@ LogicalResult tilefuse::fuseFunction(func::FuncOp func, const TargetInfo &target
                   LinearOp, DropoutOp, CrossEntropyOp, NllOp, MseOp, BceOp>(op))
       return op.emitOpError("is a composite; run decompose-composites before "
                             "fusion");
-    if (llvm::isa<ConvOp, ConvGradInputOp, ConvGradWeightOp>(op) && !target.hasLibraryConvolution())
-      return op.emitOpError("has no kernels for ")
-             << target.name()
-             << " yet (convolutions run through oneDNN on the CPU); compile for the CPU, or "
-                "trace with TILEFUSE_LIBRARY_CONV=0 to write convolutions out (im2col "
-                "gathers and matmuls)";
+    if (llvm::isa<ConvOp, ConvGradInputOp, ConvGradWeightOp>(op)) {
+      if (!target.hasLibraryConvolution())
+        return op.emitOpError("has no kernels for ")
+               << target.name()
+               << " (convolutions run through oneDNN on the CPU, cuDNN on CUDA); compile for "
+                  "the CPU, or trace with TILEFUSE_LIBRARY_CONV=0 to write convolutions out "
+                  "(im2col gathers and matmuls)";
+      auto low = op.getAttrOfType<DenseI64ArrayAttr>("padding_low");
+      auto high = op.getAttrOfType<DenseI64ArrayAttr>("padding_high");
+      if (target.convolutionPadsSymmetrically() && low.asArrayRef() != high.asArrayRef())
+        return op.emitOpError("pads its input by [")
+               << low.asArrayRef() << "] before and [" << high.asArrayRef()
+               << "] after, which cuDNN cannot (one padding per dimension) for "
+               << target.name()
+               << ": pad the input first (F.pad) and convolve with equal padding, or compile "
+                  "for the CPU";
+    }
   }
   if (failed(Fuser(func, target, remarks).run()))
     return failure();

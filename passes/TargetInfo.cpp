@@ -133,8 +133,9 @@ public:
   bool rematerializesReductions() const override { return true; }
   int64_t rowScratchBytes() const override { return 0; }
   int64_t fusedAttentionMaxDim() const override { return kCudaAttentionMaxDim; }
-  // cuDNN is not wired up yet.
-  bool hasLibraryConvolution() const override { return false; }
+  // cuDNN, loaded at run time (runtime/Cudnn.cpp).
+  bool hasLibraryConvolution() const override { return true; }
+  bool convolutionPadsSymmetrically() const override { return true; }
 
 private:
   std::string n;

@@ -68,6 +68,9 @@ public:
   /// Whether the runtime runs graph.conv and its gradients (library steps)
   /// for this target.
   virtual bool hasLibraryConvolution() const = 0;
+  /// Whether those convolutions must pad each side of a dimension alike
+  /// (cuDNN's legacy API takes one padding per dimension; oneDNN two).
+  virtual bool convolutionPadsSymmetrically() const { return false; }
 
   /// "cpu" or "cuda[:sm_XX]"; null for an unknown name.
   static std::unique_ptr<TargetInfo> get(const std::string &name);

@@ -12,6 +12,7 @@
 //===----------------------------------------------------------------------===//
 #include "runtime/CudaExecutor.h"
 #include "runtime/CudaAttentionKernels.h"
+#include "runtime/Cudnn.h"
 #include "runtime/MemoryPlan.h"
 #include "runtime/Nccl.h"
 
@@ -40,11 +41,9 @@ std::string cudaAttentionTooWide(const std::string &source, int64_t headDim, int
          "again (which writes such attention out), or run this program on the CPU";
 }
 
-/// Why convolution step `source` cannot run on CUDA (a CPU program: the
-/// compiler refuses convolutions for CUDA targets).
-std::string cudaConvolutionMissing(const std::string &source) {
-  return source + ": convolutions have no CUDA kernels yet (they run through oneDNN on the "
-                  "CPU); run this program on the CPU";
+bool isConvolution(const Step &st) {
+  return st.kind == Step::Kind::Conv || st.kind == Step::Kind::ConvGradInput ||
+         st.kind == Step::Kind::ConvGradWeight;
 }
 
 /// Why collective step `source` cannot run: its group of more than one
@@ -279,6 +278,11 @@ struct CudaExecutor::State {
   CUstream commStream = nullptr;
   std::map<int32_t, std::pair<CUevent, CUevent>> events; ///< ticket -> (fork, join)
   std::vector<std::shared_ptr<nccl::Comm>> comms;        ///< by process group
+  // Convolutions: cuDNN on the main stream, one workspace (in the arena)
+  // as large as the largest step's, since steps run one after another.
+  std::unique_ptr<cudnn::Handle> dnn;
+  std::map<size_t, std::unique_ptr<cudnn::Conv>> convs; ///< by step index
+  uint64_t convWorkspace = 0;
 };
 
 std::string tilefuse::cudaUnavailableReason() { return Api::get().unavailable; }
@@ -369,16 +373,22 @@ void CudaExecutor::acquire(const std::vector<std::pair<std::string, std::string>
     s.kernels.push_back(f);
   }
   bool needsAttention = false;
-  for (const Step &st : prog.steps)
-    if (st.kind == Step::Kind::Conv || st.kind == Step::Kind::ConvGradInput ||
-        st.kind == Step::Kind::ConvGradWeight)
-      throw CompileError(cudaConvolutionMissing(st.source));
-    else if (st.kind == Step::Kind::Attention || st.kind == Step::Kind::AttentionGrad) {
+  size_t convWorkspaceBytes = 0;
+  for (size_t i = 0; i < prog.steps.size(); ++i) {
+    const Step &st = prog.steps[i];
+    if (isConvolution(st)) {
+      if (!s.dnn)
+        s.dnn = std::make_unique<cudnn::Handle>(s.stream);
+      auto conv = std::make_unique<cudnn::Conv>(*s.dnn, st, prog.buffers[st.buffers[2]].dtype);
+      convWorkspaceBytes = std::max(convWorkspaceBytes, conv->workspaceBytes());
+      s.convs[i] = std::move(conv);
+    } else if (st.kind == Step::Kind::Attention || st.kind == Step::Kind::AttentionGrad) {
       if (!cudaAttentionTiles(st.attention.headDim, st.attention.valueDim))
         throw CompileError(cudaAttentionTooWide(st.source, st.attention.headDim,
                                                 st.attention.valueDim));
       needsAttention = true;
     }
+  }
   if (needsAttention) {
     if (!blobs.count(kCudaAttentionBlob))
       throw CompileError("CUDA executor: the program has attention steps but no " +
@@ -434,6 +444,8 @@ void CudaExecutor::acquire(const std::vector<std::pair<std::string, std::string>
   }
   uint64_t workspace = size;
   size = alignUp(size + kGemmWorkspace);
+  uint64_t convWorkspace = size;
+  size = alignUp(size + convWorkspaceBytes);
   uint64_t errorWord = size;
   size = alignUp(size + 16);
   uint64_t scratchBytes = 0;
@@ -449,6 +461,7 @@ void CudaExecutor::acquire(const std::vector<std::pair<std::string, std::string>
   check(a.cuMemAlloc(&s.arena, size),
         "allocating " + std::to_string(size >> 20) + " MiB of GPU memory for the program");
   s.workspace = s.arena + workspace;
+  s.convWorkspace = s.arena + convWorkspace;
   s.errorWord = s.arena + errorWord;
   s.scratch = s.arena + scratch;
   pointers.resize(prog.buffers.size());
@@ -580,6 +593,8 @@ void CudaExecutor::releaseResources() noexcept {
   }
   if (s.lt)
     a.cublasLtDestroy(s.lt);
+  s.convs.clear();
+  s.dnn.reset();
   if (s.blas)
     a.cublasDestroy_v2(s.blas);
   if (s.commStream)
@@ -973,7 +988,9 @@ void CudaExecutor::enqueueSteps(bool timed) {
     case Step::Kind::Conv:
     case Step::Kind::ConvGradInput:
     case Step::Kind::ConvGradWeight:
-      throw CompileError(cudaConvolutionMissing(st.source)); // refused at load already
+      s.convs.at(index)->enqueue(pointers[st.buffers[0]], pointers[st.buffers[1]],
+                                 pointers[st.buffers[2]], s.convWorkspace);
+      break;
     case Step::Kind::CollectiveStart:
     case Step::Kind::CollectiveWait:
       enqueueCollective(st);

@@ -106,6 +106,22 @@ def corpus():
         g = tilefuse.trace(attention, q, k, v, mask).value_and_grad(wrt=(0, 1, 2))
         out.append((name, g, [q, k, v, mask], RTOL, ATOL))
 
+    # Convolutions through cuDNN (forward, input and weight gradients; a
+    # strided one, a depthwise one) between batch norm, pooling and the
+    # loss's kernels, every gradient.
+    x = rng.standard_normal((8, 3, 33, 31)).astype(np.float32)
+    w1 = (rng.standard_normal((16, 3, 3, 3)) * 0.3).astype(np.float32)
+    w2 = (rng.standard_normal((16, 1, 3, 3)) * 0.3).astype(np.float32)
+    fc = (rng.standard_normal((16, 10)) * 0.3).astype(np.float32)
+    labels = rng.integers(0, 10, 8)
+
+    def cnn(x, w1, w2, fc):
+        h = F.relu(F.batch_norm(F.conv2d(x, w1, stride=2, padding=1), None, None, training=True))
+        h = F.silu(F.conv2d(F.max_pool2d(h, 3, 2, 1), w2, padding=1, groups=16))
+        return F.cross_entropy(F.adaptive_avg_pool2d(h, 1).reshape(8, 16) @ fc, labels)
+    g = tilefuse.trace(cnn, x, w1, w2, fc).value_and_grad(wrt=(0, 1, 2, 3))
+    out.append(("cnn_conv_bn_pool_grads", g, [x, w1, w2, fc], RTOL, ATOL))
+
     # Data-parallel steps of one rank: their collectives' steps (bucketed
     # all-reduce; ZeRO's all-gathers and reduce-scatters) as device copies,
     # in the step's CUDA graph with the fork and join of the second stream.
@@ -129,7 +145,7 @@ def corpus():
 
 # What the corpus must exercise: each kind of kernel and library step.
 REQUIRED_STEPS = {"pointwise", "reduction", "matmul", "gather", "scatter_add", "attention",
-                  "attention_grad", "collective"}
+                  "attention_grad", "collective", "conv", "conv_grad_input", "conv_grad_weight"}
 
 
 def step_kinds(graph, target):
@@ -140,7 +156,8 @@ def step_kinds(graph, target):
         if row["kind"] == "library" and any(op.endswith("_start") for op in row["ops"]):
             seen.add("collective")
         seen.update(op for op in row["ops"]
-                    if op in ("matmul", "gather", "scatter_add", "attention", "attention_grad"))
+                    if op in ("matmul", "gather", "scatter_add", "attention", "attention_grad",
+                              "conv", "conv_grad_input", "conv_grad_weight"))
     return seen
 
 

@@ -7,7 +7,8 @@
 // arena, argument and result copies, persistent arguments and carries,
 // graph capture and replay, the GEMM mappings onto cuBLAS and cuBLASLt
 // (row-major onto column-major, transposes, batches, bias and ReLU
-// epilogues), the library kernels' arguments, the error word. Results are
+// epilogues), the convolutions' mapping onto cuDNN, the library kernels'
+// arguments, the error word. Results are
 // compared with the CPU executor running the same Program.
 //
 //===----------------------------------------------------------------------===//
@@ -577,4 +578,111 @@ TEST_F(FakeCuda, CollectivesWithoutACommunicatorAreRefusedByName) {
   refused([&] { exe.setNcclCommunicator("tp", nccl::uniqueId(), 0, 2); },
           "no process group 'tp'");
   refused([&] { exe.setCommunicator("dp", nullptr); }, "run on NCCL");
+}
+
+/// A convolution's forward, input gradient and weight gradient as three
+/// library steps over arguments x [N, C, *in], w [O, C / groups, *k] and dy
+/// [N, O, *out], with `params` (padding alike on both sides).
+static Program convolutionProgram(const ConvParams &c, DType t) {
+  Program p;
+  auto shape = [&](int64_t a, int64_t b, const std::array<int64_t, 3> &spatial) {
+    Shape s = {a, b};
+    for (int i = 0; i < c.spatial; ++i)
+      s.push_back(spatial[size_t(i)]);
+    return s;
+  };
+  int x = buffer(p, "x", shape(c.batch, c.channels, c.input), BufferInfo::Role::Argument, t);
+  int w = buffer(p, "w", shape(c.outChannels, c.channels / c.groups, c.kernel),
+                 BufferInfo::Role::Argument, t);
+  int dy = buffer(p, "dy", shape(c.batch, c.outChannels, c.output), BufferInfo::Role::Argument, t);
+  int y = buffer(p, "y", p.buffers[dy].shape, BufferInfo::Role::Intermediate, t);
+  int dx = buffer(p, "dx", p.buffers[x].shape, BufferInfo::Role::Intermediate, t);
+  int dw = buffer(p, "dw", p.buffers[w].shape, BufferInfo::Role::Intermediate, t);
+  auto step = [&](Step::Kind kind, std::vector<int> bufs, const char *source) {
+    Step s;
+    s.kind = kind, s.conv = c, s.buffers = std::move(bufs), s.source = source;
+    p.steps.push_back(s);
+  };
+  step(Step::Kind::Conv, {x, w, y}, "graph.conv");
+  step(Step::Kind::ConvGradInput, {dy, w, dx}, "graph.conv_grad_input");
+  step(Step::Kind::ConvGradWeight, {x, dy, dw}, "graph.conv_grad_weight");
+  p.arguments = {x, w, dy};
+  p.results = {y, dx, dw};
+  return p;
+}
+
+static ConvParams convParams(int spatial, std::array<int64_t, 3> in, std::array<int64_t, 3> k,
+                             int64_t stride, int64_t pad, int64_t dilation, int64_t groups) {
+  ConvParams c;
+  c.spatial = spatial, c.batch = 2, c.channels = 4, c.outChannels = 6, c.groups = groups;
+  c.input = in, c.kernel = k;
+  for (size_t i = 0; i < size_t(spatial); ++i) {
+    c.stride[i] = stride, c.padLow[i] = c.padHigh[i] = pad, c.dilation[i] = dilation;
+    c.output[i] = (in[i] + 2 * pad - dilation * (k[i] - 1) - 1) / stride + 1;
+  }
+  return c;
+}
+
+TEST_F(FakeCuda, ConvolutionsRunThroughCudnnAndMatchTheCpuExecutor) {
+  // cuDNN's descriptors, directions, operand order and workspace (the
+  // driver double checks each, and runs only the deterministic algorithm
+  // its heuristics offer second) against the CPU executor's oneDNN, for
+  // 2-d (groups, stride, dilation) and 1-d (as 2-d over a height of 1)
+  // convolutions; eager, captured and replayed.
+  auto cudnnConvolutions = reinterpret_cast<int64_t (*)()>(
+      dlsym(dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD), "tf_fake_cudnn_convolutions"));
+  ASSERT_NE(cudnnConvolutions, nullptr);
+  for (const ConvParams &c : {convParams(2, {7, 6, 0}, {3, 3, 0}, 2, 1, 1, 2),
+                              convParams(2, {9, 8, 0}, {3, 2, 0}, 1, 2, 2, 1),
+                              convParams(1, {11, 0, 0}, {4, 0, 0}, 3, 1, 1, 2)}) {
+    Program p = convolutionProgram(c, DType::F32);
+    std::vector<HostTensor> args;
+    for (int i = 0; i < 3; ++i)
+      args.push_back(random(DType::F32, p.buffers[p.arguments[size_t(i)]].shape, 11 + i));
+    CpuExecutor cpu(p, {}, nullptr);
+    std::vector<HostTensor> want = cpu.run(args);
+    CudaExecutor gpu(p, {});
+    int64_t before = cudnnConvolutions();
+    for (int call = 0; call < 3; ++call) {
+      std::vector<HostTensor> got = gpu.run(args);
+      for (size_t r = 0; r < got.size(); ++r)
+        expectNear(got[r], want[r], 1e-5, p.buffers[p.results[r]].name.c_str());
+    }
+    EXPECT_EQ(cudnnConvolutions() - before, 6) << "two eager calls' and one capture's 3 steps";
+    EXPECT_EQ(gpu.graphsCaptured(), 1);
+  }
+}
+
+TEST_F(FakeCuda, HalfConvolutionsRunThroughCudnn) {
+  ConvParams c = convParams(2, {6, 5, 0}, {3, 3, 0}, 1, 1, 1, 1);
+  Program p = convolutionProgram(c, DType::BF16);
+  std::vector<HostTensor> args;
+  for (int i = 0; i < 3; ++i)
+    args.push_back(random(DType::BF16, p.buffers[p.arguments[size_t(i)]].shape, 21 + i));
+  CpuExecutor cpu(p, {}, nullptr);
+  std::vector<HostTensor> want = cpu.run(args);
+  CudaExecutor gpu(p, {});
+  std::vector<HostTensor> got = gpu.run(args);
+  // Both accumulate in f32 or better and round once to bf16: within one
+  // bf16 rounding step of values up to ~10.
+  for (size_t r = 0; r < got.size(); ++r)
+    expectNear(got[r], want[r], 0.07, p.buffers[p.results[r]].name.c_str());
+}
+
+TEST_F(FakeCuda, ConvolutionsCudnnCannotRunAreRefusedAtLoadWithTheReason) {
+  ConvParams c = convParams(2, {7, 6, 0}, {2, 2, 0}, 1, 0, 1, 1);
+  c.padHigh[0] = c.padHigh[1] = 1; // PyTorch's 'same' for an even kernel
+  c.output[0] = 7, c.output[1] = 6;
+  Program p = convolutionProgram(c, DType::F32);
+  int64_t streams = liveStreams();
+  try {
+    CudaExecutor gpu(p, {});
+    FAIL() << "loaded";
+  } catch (const CompileError &e) {
+    EXPECT_NE(std::string(e.what()).find("graph.conv: pads dimension 0 by 0 before and 1 after, "
+                                         "which cuDNN cannot"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_EQ(liveStreams(), streams) << "a refused executor gives back its stream";
 }

@@ -11,7 +11,7 @@
 // checked, not assumed.
 //
 // The same library is installed as libcuda.so.1, libcublas.so.13,
-// libcublasLt.so.13 and libnccl.so.2 in one folder (tests/CMakeLists.txt);
+// libcublasLt.so.13, libnccl.so.2 and libcudnn.so.9 in one folder (tests/CMakeLists.txt);
 // the test runs with that folder on LD_LIBRARY_PATH. Its NCCL joins the
 // ranks of one process (executors in threads): the k-th collective of
 // every rank of a communicator meets the others' k-th.
@@ -70,6 +70,7 @@ struct Fake {
   bool capturing = false;
   std::vector<std::function<void()>> recorded;
   int64_t launches = 0, instantiated = 0, graphLaunches = 0;
+  int64_t cudnnConvolutions = 0; ///< convolutions enqueued through cuDNN
   int64_t liveStreams = 0; ///< created and not yet destroyed
   int64_t contextRefs = 0; ///< primary context retains not yet released
   /// The operand alignment the last cuBLASLt matmul's algorithm was chosen
@@ -761,4 +762,266 @@ int ncclAllGather(const void *send, void *recv, size_t count, int type, void *co
   return submitCollective(comm, 3, send, recv, count, type, 0, 0);
 }
 const char *ncclGetErrorString(int) { return "fake NCCL error"; }
+}
+
+// --- cuDNN (runtime/CudnnAbi.h's declarations) --------------------------------
+//
+// Descriptors are checked as cuDNN checks them (at least 4-d, one type,
+// contiguous NCHW, channels and groups consistent, the output's size the
+// forward relation's), so the executor's mapping of ConvParams is tested,
+// not assumed. The heuristics offer a non-deterministic algorithm first
+// (1, no workspace) and a deterministic one second (0, 512 bytes of
+// workspace); only algorithm 0 runs, and only with its workspace in device
+// memory. Convolutions are runtime/Conv.h's reference loops in double.
+
+#include "runtime/Conv.h"
+#include "runtime/CudnnAbi.h"
+
+namespace {
+namespace abi = tilefuse::cudnn_abi;
+
+struct FakeTensorDesc {
+  int type = -1;
+  std::vector<int> sizes, strides;
+};
+struct FakeFilterDesc {
+  int type = -1, format = -1;
+  std::vector<int> sizes;
+};
+struct FakeConvDesc {
+  std::vector<int> pad, stride, dilation;
+  int mode = -1, compute = -1, groups = 1, math = 0;
+};
+constexpr abi::Status kBadParam = 3; // CUDNN_STATUS_BAD_PARAM
+constexpr size_t kFakeWorkspace = 512;
+
+cudaDataType fromCudnn(int t) {
+  switch (t) {
+  case abi::kFloat: return CUDA_R_32F;
+  case abi::kDouble: return CUDA_R_64F;
+  case abi::kHalf: return CUDA_R_16F;
+  case abi::kBfloat16: return CUDA_R_16BF;
+  default: return CUDA_R_8I;
+  }
+}
+
+/// The convolution the descriptors describe, or kBadParam.
+abi::Status describe(void *xp, void *wp, void *cp, void *yp, tilefuse::ConvParams &p) {
+  auto &x = *static_cast<FakeTensorDesc *>(xp), &y = *static_cast<FakeTensorDesc *>(yp);
+  auto &w = *static_cast<FakeFilterDesc *>(wp);
+  auto &c = *static_cast<FakeConvDesc *>(cp);
+  size_t dims = x.sizes.size();
+  if (dims < 4 || dims > 5 || y.sizes.size() != dims || w.sizes.size() != dims ||
+      c.pad.size() != dims - 2 || x.type != y.type || x.type != w.type ||
+      w.format != abi::kTensorNchw || c.mode != abi::kCrossCorrelation ||
+      (c.compute == abi::kDouble) != (x.type == abi::kDouble) || c.groups < 1)
+    return kBadParam;
+  for (const FakeTensorDesc *t : {&x, &y}) {
+    int64_t stride = 1;
+    for (size_t i = dims; i-- > 0;) {
+      if (t->strides[i] != stride)
+        return kBadParam;
+      stride *= t->sizes[i];
+    }
+  }
+  if (x.sizes[0] != y.sizes[0] || x.sizes[1] != w.sizes[1] * c.groups ||
+      w.sizes[0] % c.groups || y.sizes[1] != w.sizes[0])
+    return kBadParam;
+  p = tilefuse::ConvParams{};
+  p.spatial = int32_t(dims - 2);
+  p.batch = x.sizes[0], p.channels = x.sizes[1], p.outChannels = w.sizes[0];
+  p.groups = c.groups;
+  for (size_t i = 0; i + 2 < dims; ++i) {
+    p.input[i] = x.sizes[i + 2], p.kernel[i] = w.sizes[i + 2], p.output[i] = y.sizes[i + 2];
+    p.stride[i] = c.stride[i], p.padLow[i] = p.padHigh[i] = c.pad[i];
+    p.dilation[i] = c.dilation[i];
+    int64_t span = p.input[i] + 2 * p.padLow[i] - p.dilation[i] * (p.kernel[i] - 1) - 1;
+    if (p.stride[i] < 1 || span < 0 || span / p.stride[i] + 1 != p.output[i])
+      return kBadParam;
+  }
+  return 0;
+}
+
+abi::Status algorithms(void *d0, void *d1, void *cp, void *d2, tilefuse::ConvDirection dir,
+                       int requested, int *returned, abi::AlgoPerf *perf) {
+  tilefuse::ConvParams p;
+  // The descriptors in the order each direction's functions take them.
+  abi::Status rc = dir == tilefuse::ConvDirection::Forward     ? describe(d0, d1, cp, d2, p)
+                   : dir == tilefuse::ConvDirection::GradInput ? describe(d2, d0, cp, d1, p)
+                                                                : describe(d0, d2, cp, d1, p);
+  if (rc)
+    return rc;
+  abi::AlgoPerf offered[2] = {{1, 0, 1.0f, 0, 0, 0, {}}, {0, 0, 2.0f, kFakeWorkspace,
+                                                          abi::kDeterministic, 0, {}}};
+  *returned = std::min(requested, 2);
+  for (int i = 0; i < *returned; ++i)
+    perf[i] = offered[i];
+  return 0;
+}
+
+/// out = the convolution of (a, b) in direction `dir`, checked first.
+abi::Status convolve(tilefuse::ConvDirection dir, const void *alpha, void *da, const void *a,
+                     void *db, const void *b, void *cp, int algo, void *ws, size_t wsBytes,
+                     const void *beta, void *dout, void *out) {
+  tilefuse::ConvParams p;
+  abi::Status rc = dir == tilefuse::ConvDirection::Forward ? describe(da, db, cp, dout, p)
+                   : dir == tilefuse::ConvDirection::GradInput ? describe(dout, da, cp, db, p)
+                                                               : describe(da, dout, cp, db, p);
+  if (rc)
+    return rc;
+  int type = static_cast<FakeTensorDesc *>(dir == tilefuse::ConvDirection::GradInput ? db : da)
+                 ->type;
+  bool f64 = type == abi::kDouble;
+  double one = f64 ? *static_cast<const double *>(alpha) : *static_cast<const float *>(alpha);
+  double zero = f64 ? *static_cast<const double *>(beta) : *static_cast<const float *>(beta);
+  if (algo != 0 || one != 1.0 || zero != 0.0)
+    return abi::kStatusNotSupported;
+  if (wsBytes < kFakeWorkspace || !inAllocation(ws, kFakeWorkspace))
+    return kBadParam;
+  cudaDataType t = fromCudnn(type);
+  // Operand element counts by direction: (input, weight) -> output,
+  // (dOutput, weight) -> dInput, (input, dOutput) -> dWeight.
+  int64_t in = p.inputElements(), w = p.weightElements(), o = p.outputElements();
+  int64_t na = dir == tilefuse::ConvDirection::GradInput ? o : in;
+  int64_t nb = dir == tilefuse::ConvDirection::GradWeight ? o : w;
+  int64_t nout = dir == tilefuse::ConvDirection::Forward     ? o
+                 : dir == tilefuse::ConvDirection::GradInput ? in
+                                                             : w;
+  // The executor's operand pointers: cuDNN's backward data takes (w, dy),
+  // the executor's step (dy, w).
+  const void *first = dir == tilefuse::ConvDirection::GradInput ? b : a;
+  const void *second = dir == tilefuse::ConvDirection::GradInput ? a : b;
+  submit([=] {
+    std::vector<double> va(static_cast<size_t>(na)), vb(static_cast<size_t>(nb)),
+        vo(static_cast<size_t>(nout));
+    for (int64_t i = 0; i < na; ++i)
+      va[size_t(i)] = element(first, t, i);
+    for (int64_t i = 0; i < nb; ++i)
+      vb[size_t(i)] = element(second, t, i);
+    tilefuse::convReference<double>(dir, p, va.data(), vb.data(), vo.data());
+    for (int64_t i = 0; i < nout; ++i)
+      setElement(out, t, i, vo[size_t(i)]);
+  });
+  ++fake().cudnnConvolutions;
+  return 0;
+}
+
+} // namespace
+
+extern "C" {
+int64_t tf_fake_cudnn_convolutions() { return fake().cudnnConvolutions; }
+abi::Status cudnnCreate(abi::Handle *h) {
+  *h = new int(0);
+  return 0;
+}
+abi::Status cudnnDestroy(abi::Handle h) {
+  delete static_cast<int *>(h);
+  return 0;
+}
+abi::Status cudnnSetStream(abi::Handle, void *) { return 0; }
+const char *cudnnGetErrorString(abi::Status) { return "fake cuDNN error"; }
+abi::Status cudnnCreateTensorDescriptor(void **d) {
+  *d = new FakeTensorDesc;
+  return 0;
+}
+abi::Status cudnnDestroyTensorDescriptor(void *d) {
+  delete static_cast<FakeTensorDesc *>(d);
+  return 0;
+}
+abi::Status cudnnCreateFilterDescriptor(void **d) {
+  *d = new FakeFilterDesc;
+  return 0;
+}
+abi::Status cudnnDestroyFilterDescriptor(void *d) {
+  delete static_cast<FakeFilterDesc *>(d);
+  return 0;
+}
+abi::Status cudnnCreateConvolutionDescriptor(void **d) {
+  *d = new FakeConvDesc;
+  return 0;
+}
+abi::Status cudnnDestroyConvolutionDescriptor(void *d) {
+  delete static_cast<FakeConvDesc *>(d);
+  return 0;
+}
+abi::Status cudnnSetTensorNdDescriptor(void *d, int type, int dims, const int *sizes,
+                                       const int *strides) {
+  auto *t = static_cast<FakeTensorDesc *>(d);
+  t->type = type;
+  t->sizes.assign(sizes, sizes + dims);
+  t->strides.assign(strides, strides + dims);
+  return 0;
+}
+abi::Status cudnnSetFilterNdDescriptor(void *d, int type, int format, int dims,
+                                       const int *sizes) {
+  auto *f = static_cast<FakeFilterDesc *>(d);
+  f->type = type, f->format = format;
+  f->sizes.assign(sizes, sizes + dims);
+  return 0;
+}
+abi::Status cudnnSetConvolutionNdDescriptor(void *d, int n, const int *pad, const int *stride,
+                                            const int *dilation, int mode, int compute) {
+  auto *c = static_cast<FakeConvDesc *>(d);
+  c->pad.assign(pad, pad + n), c->stride.assign(stride, stride + n);
+  c->dilation.assign(dilation, dilation + n);
+  c->mode = mode, c->compute = compute;
+  return 0;
+}
+abi::Status cudnnSetConvolutionGroupCount(void *d, int groups) {
+  static_cast<FakeConvDesc *>(d)->groups = groups;
+  return 0;
+}
+abi::Status cudnnSetConvolutionMathType(void *d, int math) {
+  static_cast<FakeConvDesc *>(d)->math = math;
+  return 0;
+}
+abi::Status cudnnGetConvolutionForwardAlgorithm_v7(abi::Handle, void *x, void *w, void *c,
+                                                   void *y, int n, int *got,
+                                                   abi::AlgoPerf *perf) {
+  return algorithms(x, w, c, y, tilefuse::ConvDirection::Forward, n, got, perf);
+}
+abi::Status cudnnGetConvolutionBackwardDataAlgorithm_v7(abi::Handle, void *w, void *dy, void *c,
+                                                        void *dx, int n, int *got,
+                                                        abi::AlgoPerf *perf) {
+  return algorithms(w, dy, c, dx, tilefuse::ConvDirection::GradInput, n, got, perf);
+}
+abi::Status cudnnGetConvolutionBackwardFilterAlgorithm_v7(abi::Handle, void *x, void *dy,
+                                                          void *c, void *dw, int n, int *got,
+                                                          abi::AlgoPerf *perf) {
+  return algorithms(x, dy, c, dw, tilefuse::ConvDirection::GradWeight, n, got, perf);
+}
+abi::Status cudnnGetConvolutionForwardWorkspaceSize(abi::Handle, void *, void *, void *, void *,
+                                                    int algo, size_t *bytes) {
+  *bytes = algo == 0 ? kFakeWorkspace : 0;
+  return 0;
+}
+abi::Status cudnnGetConvolutionBackwardDataWorkspaceSize(abi::Handle, void *, void *, void *,
+                                                         void *, int algo, size_t *bytes) {
+  *bytes = algo == 0 ? kFakeWorkspace : 0;
+  return 0;
+}
+abi::Status cudnnGetConvolutionBackwardFilterWorkspaceSize(abi::Handle, void *, void *, void *,
+                                                           void *, int algo, size_t *bytes) {
+  *bytes = algo == 0 ? kFakeWorkspace : 0;
+  return 0;
+}
+abi::Status cudnnConvolutionForward(abi::Handle, const void *alpha, void *xd, const void *x,
+                                    void *wd, const void *w, void *c, int algo, void *ws,
+                                    size_t bytes, const void *beta, void *yd, void *y) {
+  return convolve(tilefuse::ConvDirection::Forward, alpha, xd, x, wd, w, c, algo, ws, bytes,
+                  beta, yd, y);
+}
+abi::Status cudnnConvolutionBackwardData(abi::Handle, const void *alpha, void *wd, const void *w,
+                                         void *dyd, const void *dy, void *c, int algo, void *ws,
+                                         size_t bytes, const void *beta, void *dxd, void *dx) {
+  return convolve(tilefuse::ConvDirection::GradInput, alpha, wd, w, dyd, dy, c, algo, ws,
+                  bytes, beta, dxd, dx);
+}
+abi::Status cudnnConvolutionBackwardFilter(abi::Handle, const void *alpha, void *xd,
+                                           const void *x, void *dyd, const void *dy, void *c,
+                                           int algo, void *ws, size_t bytes, const void *beta,
+                                           void *dwd, void *dw) {
+  return convolve(tilefuse::ConvDirection::GradWeight, alpha, xd, x, dyd, dy, c, algo, ws,
+                  bytes, beta, dwd, dw);
+}
 }
