@@ -1,12 +1,12 @@
 """Convolutions as graph.conv / graph.conv_grad_input (the transposed
 convolution): PyTorch's F.conv1d/2d/3d and F.conv_transpose1d/2d/3d
-semantics, on the library kernels (oneDNN on the CPU), differentiated by
-graph.conv's own rules.
+semantics, on the library kernels (oneDNN on the CPU, cuDNN on CUDA),
+differentiated by graph.conv's own rules.
 
 `conv(...)` and `conv_transpose(...)` are also what the PyTorch importer
 calls for aten.convolution; `library_conv(dtype)` says whether an operand
-type goes to the graph ops (f32 compiled, f64 interpreted) or is written
-out (im2col) by the caller.
+type goes to the graph ops (f32, bf16 and f16 compiled, f64 interpreted)
+or is written out (im2col) by the caller.
 """
 import os
 
@@ -15,10 +15,12 @@ from ._tracing import Tensor, _lift, _user_location
 
 
 def library_conv(dtype):
-    """Whether convolutions of `dtype` become graph.conv ops (f32 and f64;
-    TILEFUSE_LIBRARY_CONV=0 writes every convolution out instead, which
-    targets without convolution kernels, CUDA so far, can compile)."""
-    return dtype in ("f32", "f64") and os.environ.get("TILEFUSE_LIBRARY_CONV") != "0"
+    """Whether convolutions of `dtype` become graph.conv ops: every float
+    type (the 16-bit ones are what PyTorch's autocast hands over; the
+    libraries accumulate them in f32, as PyTorch does), unless
+    TILEFUSE_LIBRARY_CONV=0 asks for every convolution written out."""
+    return dtype in ("f32", "f64", "bf16", "f16") and \
+        os.environ.get("TILEFUSE_LIBRARY_CONV") != "0"
 
 
 def _ints(v, d, what):

@@ -1,9 +1,10 @@
 """Convolution and pooling: windows over the spatial dims of [N, C, *S]
 inputs, 1-d to 3-d.
 
-f32 and f64 convolutions become graph.conv and its gradient ops (oneDNN on
-the CPU; tilefuse/_conv.py); other types, and every convolution under
-TILEFUSE_LIBRARY_CONV=0, are written out as below.
+Convolutions become graph.conv and its gradient ops (oneDNN on the CPU,
+cuDNN on CUDA; tilefuse/_conv.py), in PyTorch's result type where the
+operands' types differ; every convolution under TILEFUSE_LIBRARY_CONV=0 is
+written out as below.
 
 A window's elements are a gather of the input at fixed positions (im2col,
 tilefuse/_pooling.py); pooling reduces over the window, a convolution
@@ -146,9 +147,25 @@ def _bias_shape(c, d):
     return [1, c] + [1] * d
 
 
+def _in_result_type(*operands):
+    """The operands in the type PyTorch computes the node in (its first
+    result's), where their types differ: the backend hands bf16 tensors
+    over widened to f32 (numpy has no bf16), so under autocast a saved
+    bf16 activation meets a bf16 gradient as f32; narrowing it back is
+    exact."""
+    types = {t.dtype for t in operands if t is not None}
+    if len(types) <= 1:
+        return operands
+    want = next(importer().result_dtype(i) for i, v in enumerate(importer().node.meta["val"])
+                if v is not None) if isinstance(importer().node.meta.get("val"), (list, tuple)) \
+        else importer().result_dtype()
+    return tuple(t if t is None or t.dtype == want else t.to(want) for t in operands)
+
+
 @converts(aten.convolution.default)
 def _convolution(x, w, bias, stride, padding, dilation, transposed, output_padding, groups):
     d = w.ndim - 2
+    x, w = _in_result_type(x, w)
     if library_conv(x.dtype) and w.dtype == x.dtype:  # graph.conv: oneDNN on the CPU
         if transposed:
             return conv_transpose(x, w, bias, stride, padding, output_padding, groups, dilation,
@@ -185,6 +202,7 @@ def _convolution_backward(grad, x, w, bias_sizes, stride, padding, dilation, tra
                           output_padding, groups, output_mask):
     """(d input, d weight, d bias), those output_mask asks for."""
     d = w.ndim - 2
+    grad, x, w = _in_result_type(grad, x, w)
     xb, unbatched = _batched(x, d)
     gb = grad.unsqueeze(0) if unbatched else grad
     stride, padding, dilation = (pooling.expand(v, d) for v in (stride, padding, dilation))
