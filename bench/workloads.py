@@ -4,13 +4,16 @@ compiled step against PyTorch eager, torch.compile of the whole step, JAX
 jit and a plain-numpy step (bench/numpy_train.py), side by side in one run.
 
     PYTHONPATH=build/python python3 bench/workloads.py [--steps 20] [--rounds 3]
-        [--threads 2] [--models gpt2_mini,mlp_mnist,gpt2_small_layer] [--skip-compile]
-        [--json out.json]
+        [--threads 2] [--models gpt2_mini,mlp_mnist,gpt2_small_layer,unet_effnet]
+        [--skip-compile] [--json out.json]
 
 Every implementation runs the same model from the same initial parameters
 with the same optimizer (gpt2_mini and gpt2_small_layer -- one GPT-2-small-
 shaped block: d 768, 12 heads, seq 1024, batch 1 -- AdamW lr 1e-3, wd 0.01;
-mlp_mnist: Adam lr 2e-4), all in float32, all on --threads threads: the
+mlp_mnist: Adam lr 2e-4; unet_effnet -- bench/conv_models.py, batch 8 at
+128x128, 151 classes with an ignore band -- AdamW lr 1e-3, wd 1e-2, the
+PyTorch module through tilefuse.from_torch, and bench/unet_jax.py for JAX,
+no numpy step), all in float32, all on --threads threads: the
 process is pinned to that many cores and every pool sized to them before
 any library loads (set_threads). Dropout 0.1 as
 WORKLOADS.md has it: tilefuse draws its masks in the kernels (Philox);
@@ -144,6 +147,50 @@ def make_tilefuse(m, cfg):
     return (lambda: step(batch)), time.perf_counter() - t
 
 
+def unet_paths(skip_compile):
+    """unet_effnet's steps (a callable each, returning the loss) and
+    from_torch's compile seconds: tilefuse.from_torch, PyTorch eager (fused
+    AdamW), torch.compile of the whole step, JAX jit, from one model's
+    parameters and one batch."""
+    import copy
+
+    import torch
+
+    import conv_models as C
+    torch.manual_seed(0)
+    base = C.unet_effnet()
+    x, y = C.segmentation_batch(8, 128)
+
+    def adamw(m, **kw):
+        return torch.optim.AdamW(m.parameters(), lr=1e-3, weight_decay=1e-2, **kw)
+
+    def torch_step(compiled):
+        model = copy.deepcopy(base)
+        opt = adamw(model, **({} if compiled else {"fused": True}))
+
+        def step():
+            opt.zero_grad(set_to_none=True)
+            loss = C.segmentation_loss(model, x, y)
+            loss.backward()
+            opt.step()
+            return loss.detach()
+        return torch.compile(step) if compiled else step
+
+    model = copy.deepcopy(base)
+    t = time.perf_counter()
+    ours = tilefuse.from_torch(model, (x, y), adamw(model), loss_fn=C.segmentation_loss)
+    paths = {"tilefuse": lambda: ours(x, y), "torch eager": torch_step(False)}
+    compile_s = time.perf_counter() - t
+    if not skip_compile:
+        paths["torch.compile"] = torch_step(True)
+    try:
+        import unet_jax
+        paths["jax jit"] = unet_jax.adamw_step(copy.deepcopy(base), x, y)
+    except ImportError:
+        pass
+    return paths, compile_s
+
+
 def make_numpy(m, cfg):
     params, batch = m["init"](cfg, seed=0), m["batch"](cfg, seed=1)
     state = numpy_train.init_state(params)
@@ -210,19 +257,22 @@ def main(argv=None):
         torch = None
     rows = []
     for name in args.models.split(","):
-        m = MODELS[name]
-        cfg = m["config"]()
-        paths, compile_s = {}, None
-        ours, compile_s = make_tilefuse(m, cfg)
-        paths["tilefuse"] = ours
-        if torch is not None:
-            paths["torch eager"] = torch_step_fn(name, m, cfg, compiled=False)
-            if not args.skip_compile:
-                paths["torch.compile"] = torch_step_fn(name, m, cfg, compiled=True)
-        jax_step = make_jax(name, m, cfg)
-        if jax_step is not None:
-            paths["jax jit"] = jax_step
-        paths["numpy"] = make_numpy(m, cfg)
+        if name == "unet_effnet":
+            paths, compile_s = unet_paths(args.skip_compile)
+        else:
+            m = MODELS[name]
+            cfg = m["config"]()
+            paths, compile_s = {}, None
+            ours, compile_s = make_tilefuse(m, cfg)
+            paths["tilefuse"] = ours
+            if torch is not None:
+                paths["torch eager"] = torch_step_fn(name, m, cfg, compiled=False)
+                if not args.skip_compile:
+                    paths["torch.compile"] = torch_step_fn(name, m, cfg, compiled=True)
+            jax_step = make_jax(name, m, cfg)
+            if jax_step is not None:
+                paths["jax jit"] = jax_step
+            paths["numpy"] = make_numpy(m, cfg)
         sync = {"jax jit": lambda r: r.block_until_ready()}
         cold = {}
         for path, fn in paths.items():  # first calls: compiles

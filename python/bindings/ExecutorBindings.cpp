@@ -4,6 +4,7 @@
 #include "python/bindings/Conversions.h"
 #include "runtime/Artifact.h"
 #include "runtime/Communicator.h"
+#include "runtime/CpuDnnl.h"
 #include "runtime/CpuExecutor.h"
 #include "runtime/CudaDriver.h"
 #include "runtime/MemoryPlan.h"
@@ -713,6 +714,8 @@ void tilefuse::python::registerExecutorBindings(py::module_ &m) {
 #endif
     return py::make_tuple(n, why);
   }, "(number of usable CUDA devices, why none): the driver and cuBLAS are loaded at run time");
+  m.def("onednn_status", &cpu::dnnlStatus,
+        "'loaded', or why oneDNN (the CPU's convolutions and bf16 GEMMs) is not used");
   m.def("cpu_thread_team", [](const std::string &wanted) {
     using Team = ThreadPool::Team;
     ThreadPool &pool = ThreadPool::global();

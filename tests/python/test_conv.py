@@ -219,3 +219,35 @@ def test_convolutions_run_in_16_bit_under_autocast(precision, tol):
     (want * torch.tensor(dy, dtype=torch.float64)).sum().backward()
     for name, g, t in zip(("y", "dx", "dw"), [y] + grads, (want.detach(), tx.grad, tw.grad)):
         assert max_rel(g, t.numpy()) <= tol, f"{precision} {name}: {max_rel(g, t.numpy()):.2e}"
+
+
+def test_programs_with_convolutions_run_their_grids_on_onednns_openmp_threads():
+    """oneDNN runs convolutions on the process's OpenMP threads, which spin
+    after each: loading a program with convolutions moves tilefuse's CPU
+    grids onto those threads (where the process can: one OpenMP runtime, no
+    TILEFUSE_THREAD_POOL), instead of a second set of threads competing for
+    the same cores. A fresh process: the team is process-wide."""
+    import subprocess
+    import sys
+    import textwrap
+    code = textwrap.dedent("""
+        import os, numpy as np, tilefuse, tilefuse.functional as F
+        core = tilefuse._core
+        possible = core.cpu_thread_team("openmp") == "openmp" and \\
+            "TILEFUSE_THREAD_POOL" not in os.environ
+        core.cpu_thread_team("own")
+        x, w = np.ones((1, 2, 5, 5), np.float32), np.ones((3, 2, 3, 3), np.float32)
+        tilefuse.compile(lambda x: F.relu(x) * 2, x, device="cpu")(x)
+        before = core.cpu_thread_team()
+        y = tilefuse.compile(lambda x, w: F.conv2d(x, w), x, w, device="cpu")(x, w)
+        assert float(y.max()) == 18.0
+        print(possible and core.onednn_status() == "loaded", before, core.cpu_thread_team())
+    """)
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    can, before, after = r.stdout.split()[-3:]
+    assert before == "own", r.stdout
+    if can != "True":
+        pytest.skip("no OpenMP team or no oneDNN in this process: the team stays tilefuse's own")
+    assert after == "openmp", r.stdout
