@@ -13,6 +13,7 @@
 #include "runtime/CudaExecutor.h"
 #include "runtime/CudaAttentionKernels.h"
 #include "runtime/Cudnn.h"
+#include "runtime/DynamicLibrary.h"
 #include "runtime/MemoryPlan.h"
 #include "runtime/Nccl.h"
 
@@ -133,30 +134,8 @@ struct Api {
 private:
   Api() { unavailable = load(); }
 
-  /// The first of `names` the loader finds, else (for `toolkit`
-  /// libraries: cuBLAS, never the driver) the first in the CUDA toolkit's
-  /// lib64 ($CUDA_HOME, $CUDA_PATH, /usr/local/cuda), which is not always
-  /// on the loader's path.
-  static void *open(std::initializer_list<const char *> names, bool toolkit = false) {
-    for (const char *n : names)
-      if (void *lib = dlopen(n, RTLD_NOW | RTLD_LOCAL))
-        return lib;
-    if (!toolkit)
-      return nullptr;
-    std::vector<std::string> roots;
-    for (const char *var : {"CUDA_HOME", "CUDA_PATH"})
-      if (const char *v = std::getenv(var))
-        roots.push_back(v);
-    roots.push_back("/usr/local/cuda");
-    for (const std::string &root : roots)
-      for (const char *n : names)
-        if (void *lib = dlopen((root + "/lib64/" + n).c_str(), RTLD_NOW | RTLD_LOCAL))
-          return lib;
-    return nullptr;
-  }
-
   std::string load() {
-    void *cuda = open({"libcuda.so.1", "libcuda.so"});
+    void *cuda = openLibrary({"libcuda.so.1", "libcuda.so"}); // the driver: never a toolkit's
     if (!cuda)
       return "no NVIDIA driver (libcuda.so.1 cannot be loaded)";
     std::string missing;
@@ -174,8 +153,10 @@ private:
     int n = 0;
     if (cuDeviceGetCount(&n) != CUDA_SUCCESS || n == 0)
       return "the NVIDIA driver sees no GPU";
-    void *cublas = open({"libcublas.so.13", "libcublas.so.12", "libcublas.so"}, true);
-    void *cublasLt = open({"libcublasLt.so.13", "libcublasLt.so.12", "libcublasLt.so"}, true);
+    void *cublas = openLibrary({"libcublas.so.13", "libcublas.so.12", "libcublas.so"},
+                               cudaLibraryFolders());
+    void *cublasLt = openLibrary({"libcublasLt.so.13", "libcublasLt.so.12", "libcublasLt.so"},
+                                 cudaLibraryFolders());
     if (!cublas || !cublasLt)
       return "cuBLAS is not installed (libcublas.so / libcublasLt.so cannot be loaded; they "
              "come with the CUDA toolkit: add its lib64 folder to LD_LIBRARY_PATH)";

@@ -1,12 +1,9 @@
 //===- Cudnn.cpp ----------------------------------------------------------===//
 #include "runtime/Cudnn.h"
 #include "runtime/CudnnAbi.h"
+#include "runtime/DynamicLibrary.h"
 
-#include <cstdlib>
-#include <type_traits>
 #include <vector>
-
-#include <dlfcn.h>
 
 using namespace tilefuse;
 namespace abi = tilefuse::cudnn_abi;
@@ -37,65 +34,43 @@ struct Api {
   }
 
 private:
-  /// libcudnn.so.9 from the loader's path (or already loaded: PyTorch's
-  /// CUDA builds load it), else from the CUDA toolkit's lib64.
-  static void *open() {
-    const char *names[] = {"libcudnn.so.9", "libcudnn.so"};
-    for (const char *n : names)
-      if (void *lib = dlopen(n, RTLD_NOW | RTLD_LOCAL))
-        return lib;
-    std::vector<std::string> roots;
-    for (const char *var : {"CUDNN_HOME", "CUDA_HOME", "CUDA_PATH"})
-      if (const char *v = std::getenv(var))
-        roots.push_back(v);
-    roots.push_back("/usr/local/cuda");
-    for (const std::string &root : roots)
-      for (const char *n : names)
-        if (void *lib = dlopen((root + "/lib64/" + n).c_str(), RTLD_NOW | RTLD_LOCAL))
-          return lib;
-    return nullptr;
-  }
-
   Api() {
-    void *lib = open();
+    // From the loader's path (or already loaded: PyTorch's CUDA builds load
+    // it), else from a CUDA toolkit's lib64.
+    void *lib = openLibrary({"libcudnn.so.9", "libcudnn.so"}, cudaLibraryFolders({"CUDNN_HOME"}));
     if (!lib) {
       unavailable = "cuDNN is not installed (libcudnn.so.9 cannot be loaded; PyTorch's CUDA "
                     "wheels bring it (nvidia/cudnn/lib): import torch first, or add that "
                     "folder to LD_LIBRARY_PATH)";
       return;
     }
-    std::string missing;
-    auto load = [&](auto &fn, const char *symbol) {
-      fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(dlsym(lib, symbol));
-      if (!fn)
-        missing += std::string(missing.empty() ? "" : ", ") + symbol;
-    };
-    load(create, "cudnnCreate");
-    load(destroy, "cudnnDestroy");
-    load(setStream, "cudnnSetStream");
-    load(errorString, "cudnnGetErrorString");
-    load(createTensor, "cudnnCreateTensorDescriptor");
-    load(createFilter, "cudnnCreateFilterDescriptor");
-    load(createConv, "cudnnCreateConvolutionDescriptor");
-    load(destroyTensor, "cudnnDestroyTensorDescriptor");
-    load(destroyFilter, "cudnnDestroyFilterDescriptor");
-    load(destroyConv, "cudnnDestroyConvolutionDescriptor");
-    load(setTensor, "cudnnSetTensorNdDescriptor");
-    load(setFilter, "cudnnSetFilterNdDescriptor");
-    load(setConv, "cudnnSetConvolutionNdDescriptor");
-    load(setGroups, "cudnnSetConvolutionGroupCount");
-    load(setMath, "cudnnSetConvolutionMathType");
-    load(forwardAlgorithms, "cudnnGetConvolutionForwardAlgorithm_v7");
-    load(dataAlgorithms, "cudnnGetConvolutionBackwardDataAlgorithm_v7");
-    load(filterAlgorithms, "cudnnGetConvolutionBackwardFilterAlgorithm_v7");
-    load(forwardWorkspace, "cudnnGetConvolutionForwardWorkspaceSize");
-    load(dataWorkspace, "cudnnGetConvolutionBackwardDataWorkspaceSize");
-    load(filterWorkspace, "cudnnGetConvolutionBackwardFilterWorkspaceSize");
-    load(forward, "cudnnConvolutionForward");
-    load(backwardData, "cudnnConvolutionBackwardData");
-    load(backwardFilter, "cudnnConvolutionBackwardFilter");
-    if (!missing.empty())
-      unavailable = "this cuDNN lacks its convolution API (" + missing + ")";
+    SymbolTable symbols(lib);
+    symbols.load(create, "cudnnCreate");
+    symbols.load(destroy, "cudnnDestroy");
+    symbols.load(setStream, "cudnnSetStream");
+    symbols.load(errorString, "cudnnGetErrorString");
+    symbols.load(createTensor, "cudnnCreateTensorDescriptor");
+    symbols.load(createFilter, "cudnnCreateFilterDescriptor");
+    symbols.load(createConv, "cudnnCreateConvolutionDescriptor");
+    symbols.load(destroyTensor, "cudnnDestroyTensorDescriptor");
+    symbols.load(destroyFilter, "cudnnDestroyFilterDescriptor");
+    symbols.load(destroyConv, "cudnnDestroyConvolutionDescriptor");
+    symbols.load(setTensor, "cudnnSetTensorNdDescriptor");
+    symbols.load(setFilter, "cudnnSetFilterNdDescriptor");
+    symbols.load(setConv, "cudnnSetConvolutionNdDescriptor");
+    symbols.load(setGroups, "cudnnSetConvolutionGroupCount");
+    symbols.load(setMath, "cudnnSetConvolutionMathType");
+    symbols.load(forwardAlgorithms, "cudnnGetConvolutionForwardAlgorithm_v7");
+    symbols.load(dataAlgorithms, "cudnnGetConvolutionBackwardDataAlgorithm_v7");
+    symbols.load(filterAlgorithms, "cudnnGetConvolutionBackwardFilterAlgorithm_v7");
+    symbols.load(forwardWorkspace, "cudnnGetConvolutionForwardWorkspaceSize");
+    symbols.load(dataWorkspace, "cudnnGetConvolutionBackwardDataWorkspaceSize");
+    symbols.load(filterWorkspace, "cudnnGetConvolutionBackwardFilterWorkspaceSize");
+    symbols.load(forward, "cudnnConvolutionForward");
+    symbols.load(backwardData, "cudnnConvolutionBackwardData");
+    symbols.load(backwardFilter, "cudnnConvolutionBackwardFilter");
+    if (!symbols.missing().empty())
+      unavailable = "this cuDNN lacks its convolution API (" + symbols.missing() + ")";
   }
 };
 

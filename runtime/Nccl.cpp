@@ -1,10 +1,8 @@
 //===- Nccl.cpp -----------------------------------------------------------===//
 #include "runtime/Nccl.h"
+#include "runtime/DynamicLibrary.h"
 
 #include <cstring>
-#include <type_traits>
-
-#include <dlfcn.h>
 
 using namespace tilefuse;
 
@@ -38,31 +36,24 @@ struct Api {
 
 private:
   Api() {
-    void *lib = dlopen("libnccl.so.2", RTLD_NOW | RTLD_LOCAL);
-    if (!lib)
-      lib = dlopen("libnccl.so", RTLD_NOW | RTLD_LOCAL);
+    void *lib = openLibrary({"libnccl.so.2", "libnccl.so"});
     if (!lib) {
       unavailable = "NCCL is not installed (libnccl.so.2 cannot be loaded; PyTorch's CUDA "
                     "wheels bring it: import torch first, or add its folder to "
                     "LD_LIBRARY_PATH)";
       return;
     }
-    std::string missing;
-    auto load = [&](auto &fn, const char *symbol) {
-      fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(dlsym(lib, symbol));
-      if (!fn)
-        missing += std::string(missing.empty() ? "" : ", ") + symbol;
-    };
-    load(getUniqueId, "ncclGetUniqueId");
-    load(commInitRank, "ncclCommInitRank");
-    load(commDestroy, "ncclCommDestroy");
-    load(allReduce, "ncclAllReduce");
-    load(broadcast, "ncclBroadcast");
-    load(reduceScatter, "ncclReduceScatter");
-    load(allGather, "ncclAllGather");
-    load(getErrorString, "ncclGetErrorString");
-    if (!missing.empty())
-      unavailable = "NCCL is too old (libnccl.so.2 lacks " + missing + ")";
+    SymbolTable symbols(lib);
+    symbols.load(getUniqueId, "ncclGetUniqueId");
+    symbols.load(commInitRank, "ncclCommInitRank");
+    symbols.load(commDestroy, "ncclCommDestroy");
+    symbols.load(allReduce, "ncclAllReduce");
+    symbols.load(broadcast, "ncclBroadcast");
+    symbols.load(reduceScatter, "ncclReduceScatter");
+    symbols.load(allGather, "ncclAllGather");
+    symbols.load(getErrorString, "ncclGetErrorString");
+    if (!symbols.missing().empty())
+      unavailable = "NCCL is too old (libnccl.so.2 lacks " + symbols.missing() + ")";
   }
 };
 

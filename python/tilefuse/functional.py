@@ -476,13 +476,8 @@ def conv_transpose3d(input, weight, bias=None, stride=1, padding=0, output_paddi
 # -- pooling and resizing (tilefuse/_pooling.py, tilefuse/_interpolate.py) -----
 def _pool_input(input, d, what):
     """(input as [N, C, *S] with d spatial dims, whether it had no batch)."""
-    x = _tensor(input, what)
-    if x.ndim == d + 1:
-        return x.unsqueeze(0), True
-    if x.ndim != d + 2:
-        raise CompileError(f"{what}: expects an input [N, C, *S] or [C, *S] with {d} spatial "
-                           f"dims, got {list(x.shape)}")
-    return x, False
+    from ._conv import _batched
+    return _batched(_tensor(input, what), d, what)
 
 
 def _pool_window(x, d, what, kernel_size, stride, padding, dilation, ceil_mode):

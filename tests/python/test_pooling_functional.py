@@ -140,7 +140,7 @@ def test_compiled_pooling_step_matches_the_interpreter():
     (lambda x: F.avg_pool2d(x, 2, padding=2), "more than half the kernel"),
     (lambda x: F.max_pool2d(x, 9), "too small"),
     (lambda x: F.max_pool2d(x, (2, 2, 2)), "expects 1 or 2 values"),
-    (lambda x: F.max_pool1d(x, 2), "1 spatial dims"),
+    (lambda x: F.max_pool1d(x, 2), "with 1 spatial dimensions"),
     (lambda x: F.adaptive_avg_pool2d(x, (0, 2)), "must be positive"),
     (lambda x: F.interpolate(x, scale_factor=2, mode="nearest", align_corners=True),
      "align_corners can only be set"),

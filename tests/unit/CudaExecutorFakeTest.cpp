@@ -611,6 +611,14 @@ static Program convolutionProgram(const ConvParams &c, DType t) {
   return p;
 }
 
+/// Random values for every argument of `p`, of type `t`.
+static std::vector<HostTensor> randomArguments(const Program &p, DType t, uint64_t seed) {
+  std::vector<HostTensor> args;
+  for (int b : p.arguments)
+    args.push_back(random(t, p.buffers[size_t(b)].shape, seed++));
+  return args;
+}
+
 static ConvParams convParams(int spatial, std::array<int64_t, 3> in, std::array<int64_t, 3> k,
                              int64_t stride, int64_t pad, int64_t dilation, int64_t groups) {
   ConvParams c;
@@ -636,9 +644,7 @@ TEST_F(FakeCuda, ConvolutionsRunThroughCudnnAndMatchTheCpuExecutor) {
                               convParams(2, {9, 8, 0}, {3, 2, 0}, 1, 2, 2, 1),
                               convParams(1, {11, 0, 0}, {4, 0, 0}, 3, 1, 1, 2)}) {
     Program p = convolutionProgram(c, DType::F32);
-    std::vector<HostTensor> args;
-    for (int i = 0; i < 3; ++i)
-      args.push_back(random(DType::F32, p.buffers[p.arguments[size_t(i)]].shape, 11 + i));
+    std::vector<HostTensor> args = randomArguments(p, DType::F32, 11);
     CpuExecutor cpu(p, {}, nullptr);
     std::vector<HostTensor> want = cpu.run(args);
     CudaExecutor gpu(p, {});
@@ -656,9 +662,7 @@ TEST_F(FakeCuda, ConvolutionsRunThroughCudnnAndMatchTheCpuExecutor) {
 TEST_F(FakeCuda, HalfConvolutionsRunThroughCudnn) {
   ConvParams c = convParams(2, {6, 5, 0}, {3, 3, 0}, 1, 1, 1, 1);
   Program p = convolutionProgram(c, DType::BF16);
-  std::vector<HostTensor> args;
-  for (int i = 0; i < 3; ++i)
-    args.push_back(random(DType::BF16, p.buffers[p.arguments[size_t(i)]].shape, 21 + i));
+  std::vector<HostTensor> args = randomArguments(p, DType::BF16, 21);
   CpuExecutor cpu(p, {}, nullptr);
   std::vector<HostTensor> want = cpu.run(args);
   CudaExecutor gpu(p, {});
