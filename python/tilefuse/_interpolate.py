@@ -111,22 +111,86 @@ def _cubic_taps(real, size_in, size_out, scale, align_corners):
     return idx, weights
 
 
-def _resample_dim(x, dim, idx, weights):
-    """x with dim `dim` replaced by sum_t x[idx[:, t]] * weights[:, t]."""
+def _moved_to_front(x, dim):
+    """(x with `dim` first, flattened to [x.shape[dim], rest], the rest's
+    shape, the permutation that undoes it once the rest is unflattened)."""
     perm = [dim] + [i for i in range(x.ndim) if i != dim]
     moved = x.permute(*perm)
     rest = list(moved.shape[1:])
     rows = moved.reshape(moved.shape[0], int(np.prod(rest, dtype=np.int64)))
+    back = [0] * x.ndim
+    for i, p in enumerate(perm):
+        back[p] = i
+    return rows, rest, back
+
+
+def _resample_dim(x, dim, idx, weights):
+    """x with dim `dim` replaced by sum_t x[idx[:, t]] * weights[:, t]."""
+    rows, rest, back = _moved_to_front(x, dim)
     picked = pooling._gather(rows, pooling.const(x, idx))        # [O, taps, rest]
     if weights is None:
         y = picked.reshape(idx.shape[0], *rest)
     else:
         w = pooling.const(x, weights.astype(np.float64), x.dtype)
         y = (picked * w.unsqueeze(2)).sum((1,)).reshape(idx.shape[0], *rest)
-    back = [0] * x.ndim
-    for i, p in enumerate(perm):
-        back[p] = i
     return y.permute(*back)
+
+
+def _spread_dim(g, dim, idx, weights, size):
+    """The gradient of _resample_dim: g's dim `dim` (one row per output
+    element) added back, times each tap's weight, into `size` rows."""
+    rows, rest, back = _moved_to_front(g, dim)
+    o, taps = idx.shape
+    updates = rows.unsqueeze(1)                                  # [O, 1, rest]
+    if weights is None:
+        updates = updates.expand(o, taps, rows.shape[1])
+    else:
+        updates = updates * pooling.const(g, weights.astype(np.float64), g.dtype).unsqueeze(2)
+    base = pooling.const(g, np.zeros((size, rows.shape[1])), g.dtype)
+    out = pooling._scatter_add(base, pooling.const(g, idx.reshape(-1)),
+                               updates.reshape(o * taps, rows.shape[1]))
+    return out.reshape(size, *rest).permute(*back)
+
+
+def _taps(mode, real, size_in, size_out, scale, align_corners):
+    """(indices [O, taps], weights or None) of one dim, or None where the
+    dim is kept as it is (nearest between equal sizes, as PyTorch)."""
+    if mode == "nearest" and size_in == size_out:
+        return None
+    if mode.startswith("nearest"):
+        return _nearest_taps(real, size_in, size_out, scale, mode == "nearest-exact")
+    if mode == "bicubic":
+        return _cubic_taps(real, size_in, size_out, scale, bool(align_corners))
+    return _linear_taps(real, size_in, size_out, scale, bool(align_corners))
+
+
+def _real(x):
+    """The precision PyTorch computes source coordinates in: double for f64
+    tensors, float otherwise."""
+    return np.float64 if x.dtype == "f64" else np.float32
+
+
+def resample(x, out, scales, mode, align_corners):
+    """x [N, C, *S] resized to spatial sizes `out`; `scales[i]` the scale
+    factor the user gave for dim i (the kernels use 1 / it), or None (they
+    use in / out). mode: nearest, nearest-exact, linear (any dims), bicubic."""
+    y = x
+    for i, (size_in, size_out, scale) in enumerate(zip(x.shape[2:], out, scales)):
+        taps = _taps(mode, _real(x), size_in, size_out, scale, align_corners)
+        if taps is not None:
+            y = _resample_dim(y, 2 + i, *taps)
+    return y
+
+
+def resample_backward(grad, in_spatial, scales, mode, align_corners):
+    """The input's gradient of resample() to `grad`'s spatial sizes."""
+    g = grad
+    for i in reversed(range(len(in_spatial))):
+        taps = _taps(mode, _real(grad), in_spatial[i], grad.shape[2 + i], scales[i],
+                     align_corners)
+        if taps is not None:
+            g = _spread_dim(g, 2 + i, *taps, in_spatial[i])
+    return g
 
 
 def interpolate(input, size=None, scale_factor=None, mode="nearest", align_corners=None,
@@ -155,16 +219,5 @@ def interpolate(input, size=None, scale_factor=None, mode="nearest", align_corne
     out, scales = _sizes(x, size, scale_factor, recompute_scale_factor, d)
     if mode == "area":
         return pooling.adaptive_avg_pool(x, out)
-    real = np.float64 if x.dtype == "f64" else np.float32
-    y = x
-    for i, (s_in, s_out, scale) in enumerate(zip(x.shape[2:], out, scales)):
-        if mode == "nearest" and s_in == s_out:  # PyTorch's nearest keeps equal sizes
-            continue
-        if mode.startswith("nearest"):
-            idx, w = _nearest_taps(real, s_in, s_out, scale, mode == "nearest-exact")
-        elif mode == "bicubic":
-            idx, w = _cubic_taps(real, s_in, s_out, scale, bool(align_corners))
-        else:
-            idx, w = _linear_taps(real, s_in, s_out, scale, bool(align_corners))
-        y = _resample_dim(y, 2 + i, idx, w)
-    return y
+    return resample(x, out, scales, "linear" if mode in ("bilinear", "trilinear") else mode,
+                    align_corners)

@@ -8,6 +8,8 @@ it (forward, backward by tilefuse's autodiff, the optimizer) with
 compile_train_step. Parameters live in the runtime; `step(*inputs)` runs
 one step and returns the loss.
 """
+import math
+
 import numpy as np
 
 from ._core import CompileError
@@ -506,9 +508,12 @@ _log = logging.getLogger("tilefuse")
 
 # ATen ops whose PyTorch decompositions tilefuse does not want: it converts
 # them whole (its fused composites are faster than their pieces).
-_EXTRA_DECOMPOSED = ("upsample_bilinear2d", "upsample_bicubic2d", "upsample_trilinear3d")
 _KEPT_WHOLE = ("nll_loss_forward", "nll_loss_backward", "nll_loss2d_forward",
                "nll_loss2d_backward", "_log_softmax", "_softmax",
+               # interpolation: per-dim taps computed once (aten/conv.py),
+               # where PyTorch's decompositions compute every output
+               # element's indices and weights in the graph
+               "upsample_linear1d", "upsample_bicubic2d",
                "native_layer_norm", "gelu", "embedding", "embedding_dense_backward",
                "_scaled_dot_product_flash_attention_for_cpu",
                "_scaled_dot_product_attention_math")
@@ -540,17 +545,9 @@ def _decompositions():
     (_KEPT_WHOLE) and the multi-output forward ops whose decompositions are
     not known to return exactly the op's outputs."""
     torch = _torch()
-    from torch._decomp import core_aten_decompositions, decomposition_table
+    from torch._decomp import core_aten_decompositions
     kept = {getattr(torch.ops.aten, name) for name in _KEPT_WHOLE}
     table = {}
-    # Interpolation PyTorch's core set keeps whole: written as gathers and
-    # weighted sums by PyTorch's own decompositions (one output each).
-    for name in _EXTRA_DECOMPOSED:
-        packet = getattr(torch.ops.aten, name, None)
-        for overload in ("default", "vec"):
-            op = getattr(packet, overload, None)
-            if op is not None and op in decomposition_table:
-                table[op] = decomposition_table[op]
     for op, fn in core_aten_decompositions().items():
         if getattr(op, "overloadpacket", op) in kept:
             continue
@@ -1063,6 +1060,7 @@ def tilefuse_backend(gm, example_inputs, device="cpu"):
         _log.info("tilefuse: recompiling a graph for new input shapes (%d so far)",
                   stats.recompiles)
     stats._seen_code.add(key)
+    _keep_interpolation_whole(gm)
 
     def fw_compiler(aten_gm, inputs):
         return _compile_aten_graph(aten_gm, inputs, device, forward=True)
@@ -1078,6 +1076,59 @@ def tilefuse_backend(gm, example_inputs, device="cpu"):
     return aot_autograd(fw_compiler=fw_compiler, bw_compiler=bw_compiler,
                         partition_fn=min_cut_rematerialization_partition,
                         decompositions=_decompositions())(gm, example_inputs)
+
+
+# F.interpolate's (bi/tri)linear and bicubic modes: PyTorch decomposes their
+# ops at the autograd level while aot_autograd traces (before any
+# decomposition table is read), so Dynamo's calls are redirected to
+# tilefuse::upsample (aten/conv.py), whose backward op is its own: both reach
+# the importer whole.
+_UPSAMPLE_MODES = {("linear", 3): "linear", ("bilinear", 4): "linear",
+                   ("bicubic", 4): "bicubic", ("trilinear", 5): "linear"}
+
+
+def _interpolate_whole(input, size=None, scale_factor=None, mode="nearest", align_corners=None,
+                       recompute_scale_factor=None, antialias=False):
+    """F.interpolate, through tilefuse::upsample where the mode has it:
+    the output size and the scales the kernel uses computed as
+    F.interpolate computes them; anything else (antialias, nearest, area,
+    a call F.interpolate refuses) goes to F.interpolate itself."""
+    torch = _torch()
+    F = torch.nn.functional
+    kind = _UPSAMPLE_MODES.get((mode, input.dim()))
+    if kind is None or antialias or (size is None) == (scale_factor is None):
+        return F.interpolate(input, size, scale_factor, mode, align_corners,
+                             recompute_scale_factor, antialias)
+    d = input.dim() - 2
+    if size is not None:
+        out = [int(size)] * d if isinstance(size, int) else [int(v) for v in size]
+        scales = [None] * d
+    else:
+        factors = [float(scale_factor)] * d if isinstance(scale_factor, (int, float)) \
+            else [float(v) for v in scale_factor]
+        if len(factors) != d:
+            return F.interpolate(input, size, scale_factor, mode, align_corners,
+                                 recompute_scale_factor, antialias)
+        out = [math.floor(float(input.shape[2 + i]) * factors[i]) for i in range(d)]
+        scales = [None] * d if recompute_scale_factor else factors
+    if len(out) != d or min(out) < 1:
+        return F.interpolate(input, size, scale_factor, mode, align_corners,
+                             recompute_scale_factor, antialias)
+    from .aten.conv import upsample
+    return upsample(input, out, kind, bool(align_corners), [s or 0.0 for s in scales])
+
+
+def _keep_interpolation_whole(gm):
+    """Redirects Dynamo graph `gm`'s F.interpolate calls to
+    _interpolate_whole."""
+    torch = _torch()
+    changed = False
+    for node in gm.graph.nodes:
+        if node.op == "call_function" and node.target is torch.nn.functional.interpolate:
+            node.target = _interpolate_whole
+            changed = True
+    if changed:
+        gm.recompile()
 
 
 class Explanation:
@@ -1161,8 +1212,12 @@ def explain(model, *inputs):
             return _boxed(gm.forward)
         return compiler
 
-    backend = aot_autograd(fw_compiler=recorder("forward"), bw_compiler=recorder("backward"),
-                           decompositions=_decompositions())
+    aot = aot_autograd(fw_compiler=recorder("forward"), bw_compiler=recorder("backward"),
+                       decompositions=_decompositions())
+
+    def backend(gm, example_inputs):  # what tilefuse_backend hands aot_autograd
+        _keep_interpolation_whole(gm)
+        return aot(gm, example_inputs)
     torch._dynamo.reset()
     try:
         out = torch.compile(model, backend=backend, dynamic=False)(*inputs)

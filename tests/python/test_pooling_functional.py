@@ -153,3 +153,48 @@ def test_pooling_errors_name_the_problem(call, match):
     x = np.zeros((2, 3, 5, 6), np.float32)
     with pytest.raises(tilefuse.CompileError, match=match):
         tilefuse.trace(call, x)
+
+
+def test_pytorch_interpolation_converts_to_constant_taps(monkeypatch):
+    """torch.compile(backend="tilefuse") keeps PyTorch's linear, bilinear,
+    bicubic and trilinear upsampling ops (and their backward ops) whole and
+    converts them into per-dim gathers of constant taps (PyTorch's
+    decompositions compute every output element's indices and weights in
+    the graph and gather each corner), with values and gradients as
+    eager's within f32 rounding."""
+    from tilefuse import _tracing
+    from tilefuse.torch_integration import stats
+    graphs = []
+    compile_graph = _tracing.Graph.compile
+
+    def keep(self, *args, **kwargs):
+        graphs.append(self)
+        return compile_graph(self, *args, **kwargs)
+    monkeypatch.setattr(_tracing.Graph, "compile", keep)
+
+    def loss(h, v):
+        a = TF.interpolate(h, scale_factor=1.7, mode="bilinear")
+        b = TF.interpolate(h, size=(9, 13), mode="bicubic", align_corners=True)
+        c = TF.interpolate(h.flatten(2), scale_factor=2.5, mode="linear")
+        d = TF.interpolate(v, scale_factor=(2, 1.5, 0.5), mode="trilinear")
+        return a.square().mean() + b.mean() + c.square().mean() + d.square().mean()
+    rng = np.random.default_rng(5)
+    h, v = (torch.tensor(rng.standard_normal(s).astype(np.float32), requires_grad=True)
+            for s in ((2, 3, 7, 6), (1, 2, 3, 4, 6)))
+    torch._dynamo.reset()
+    stats.reset()
+    got = torch.compile(loss, backend="tilefuse")(h, v)
+    got.backward()
+    got_grads = [h.grad.clone(), v.grad.clone()]
+    h.grad = v.grad = None
+    want = loss(h, v)
+    want.backward()
+    torch._dynamo.reset()
+    assert stats.compiled == 2 and stats.partitioned == 0 and stats.eager == 0, stats
+    assert abs(got.item() - want.item()) <= 1e-5 * abs(want.item())
+    for g, w in zip(got_grads, (h.grad, v.grad)):
+        np.testing.assert_allclose(g.numpy(), w.numpy(), rtol=1e-5, atol=1e-6)
+    # One gather per resized dim forward (2 + 2 + 1 + 3), one scatter-add
+    # per dim backward: PyTorch's decompositions gather each corner instead.
+    rows = [r["name"] for g in graphs for r in g.fuse("cpu").report()]
+    assert rows.count("gather") == 8 and rows.count("scatter_add") == 8, rows

@@ -13,10 +13,14 @@ the backward ops add back into the same positions (graph.scatter_add).
 Window sizes, output sizes, divisors and max-pooling's choice of index
 follow PyTorch's CPU kernels (tilefuse/_pooling.py).
 """
+from typing import List
+
 import numpy as np
+import torch
 
 from .. import _pooling as pooling
 from .._conv import conv, conv_transpose, library_conv
+from .._interpolate import resample, resample_backward
 from . import aten, converts, importer
 
 
@@ -100,6 +104,110 @@ def _max_pool_backward(grad, x, kernel_size, stride, padding, dilation, ceil_mod
 def _adaptive_max_pool_backward(grad, x, indices):
     d = _dims(aten.adaptive_max_pool3d_backward.default)
     return pooling.scatter_indices(grad, x.shape, indices, d)
+
+
+# -- interpolation (tilefuse/_interpolate.py: per-dim taps, numpy-computed) ---------------
+#
+# PyTorch's own decompositions compute every output element's source
+# indices and weights in the graph over the whole output and gather the
+# corners; here they are constants, one row per output element of a dim,
+# and the backward ops add each gradient back into its taps.
+
+_RESAMPLE_MODE = {aten.upsample_linear1d: "linear", aten.upsample_bilinear2d: "linear",
+                  aten.upsample_trilinear3d: "linear", aten.upsample_bicubic2d: "bicubic"}
+
+
+def _resample_scales(d, rest):
+    """The user's scale factor per spatial dim (the kernels use 1 / it) or
+    None: the .vec overloads pass a list (or None), the others one optional
+    float per dim."""
+    if len(rest) == 1 and (rest[0] is None or isinstance(rest[0], (list, tuple))):
+        return list(rest[0]) if rest[0] is not None else [None] * d
+    scales = list(rest) + [None] * (d - len(rest))
+    return scales[:d]
+
+
+@converts(*_RESAMPLE_MODE)
+def _upsample(x, output_size, align_corners, *scales):
+    d = x.ndim - 2
+    mode = _RESAMPLE_MODE[importer().node.target.overloadpacket]
+    out = list(importer().result_shape()[-d:])
+    return resample(x, out, _resample_scales(d, scales), mode, align_corners)
+
+
+@converts(aten.upsample_linear1d_backward, aten.upsample_bilinear2d_backward,
+          aten.upsample_trilinear3d_backward, aten.upsample_bicubic2d_backward)
+def _upsample_backward(grad, output_size, input_size, align_corners, *scales):
+    d = grad.ndim - 2
+    name = importer().node.target.overloadpacket.__name__.replace("_backward", "")
+    mode = _RESAMPLE_MODE[getattr(aten, name)]
+    return resample_backward(grad, list(input_size)[-d:], _resample_scales(d, scales), mode,
+                             align_corners)
+
+
+# The backend's route: PyTorch applies the upsampling ops' Python
+# decompositions at the autograd level while aot_autograd traces, before any
+# decomposition table is read, so torch_integration redirects Dynamo's
+# F.interpolate calls to this custom op (PyTorch's own op when run eagerly)
+# whose backward is a second one: both reach the importer whole.
+# `scales` holds each dim's scale factor or 0 for none (PyTorch's kernels
+# read a scale <= 0 as none).
+
+_UPSAMPLE_NAME = {("linear", 1): "upsample_linear1d", ("linear", 2): "upsample_bilinear2d",
+                  ("linear", 3): "upsample_trilinear3d", ("bicubic", 2): "upsample_bicubic2d"}
+
+
+@torch.library.custom_op("tilefuse::upsample", mutates_args=())
+def upsample(x: torch.Tensor, output_size: List[int], mode: str, align_corners: bool,
+             scales: List[float]) -> torch.Tensor:
+    """PyTorch's (bi/tri)linear or bicubic upsampling of x [N, C, *S]."""
+    op = getattr(torch.ops.aten, _UPSAMPLE_NAME[mode, x.dim() - 2]).default
+    return op(x, output_size, align_corners, *[s if s > 0 else None for s in scales])
+
+
+@upsample.register_fake
+def _upsample_shape(x, output_size, mode, align_corners, scales):
+    return x.new_empty(tuple(x.shape[:2]) + tuple(output_size))
+
+
+@torch.library.custom_op("tilefuse::upsample_backward", mutates_args=())
+def upsample_backward(grad: torch.Tensor, input_size: List[int], mode: str,
+                      align_corners: bool, scales: List[float]) -> torch.Tensor:
+    name = _UPSAMPLE_NAME[mode, grad.dim() - 2] + "_backward"
+    return getattr(torch.ops.aten, name).default(
+        grad, list(grad.shape[2:]), input_size, align_corners,
+        *[s if s > 0 else None for s in scales])
+
+
+@upsample_backward.register_fake
+def _upsample_backward_shape(grad, input_size, mode, align_corners, scales):
+    return grad.new_empty(tuple(input_size))
+
+
+def _upsample_context(ctx, inputs, output):
+    x, _, ctx.mode, ctx.align_corners, ctx.scales = inputs
+    ctx.input_size = list(x.shape)
+
+
+def _upsample_grad(ctx, grad):
+    return (upsample_backward(grad, ctx.input_size, ctx.mode, ctx.align_corners, ctx.scales),
+            None, None, None, None)
+
+
+upsample.register_autograd(_upsample_grad, setup_context=_upsample_context)
+
+
+@converts(torch.ops.tilefuse.upsample)
+def _tilefuse_upsample(x, output_size, mode, align_corners, scales):
+    return resample(x, list(output_size), [s if s > 0 else None for s in scales], mode,
+                    align_corners)
+
+
+@converts(torch.ops.tilefuse.upsample_backward)
+def _tilefuse_upsample_backward(grad, input_size, mode, align_corners, scales):
+    d = grad.ndim - 2
+    return resample_backward(grad, list(input_size)[-d:], [s if s > 0 else None for s in scales],
+                             mode, align_corners)
 
 
 # -- convolution ------------------------------------------------------------------------------
