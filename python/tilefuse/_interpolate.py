@@ -170,13 +170,24 @@ def _real(x):
     return np.float64 if x.dtype == "f64" else np.float32
 
 
+def _order(in_spatial, out):
+    """The order resample() takes the dims in. The dims act independently,
+    so any order gives the same values; moving the last (contiguous) dim
+    to the front is an element-by-element transpose, the costliest move, so
+    it is done while the tensor is smaller: first when it grows, last when
+    it shrinks (resample_backward takes the reverse order)."""
+    d = len(out)
+    others = list(range(d - 1))
+    return [d - 1] + others if out[-1] >= in_spatial[-1] else others + [d - 1]
+
+
 def resample(x, out, scales, mode, align_corners):
     """x [N, C, *S] resized to spatial sizes `out`; `scales[i]` the scale
     factor the user gave for dim i (the kernels use 1 / it), or None (they
     use in / out). mode: nearest, nearest-exact, linear (any dims), bicubic."""
     y = x
-    for i, (size_in, size_out, scale) in enumerate(zip(x.shape[2:], out, scales)):
-        taps = _taps(mode, _real(x), size_in, size_out, scale, align_corners)
+    for i in _order(list(x.shape[2:]), out):
+        taps = _taps(mode, _real(x), x.shape[2 + i], out[i], scales[i], align_corners)
         if taps is not None:
             y = _resample_dim(y, 2 + i, *taps)
     return y
@@ -184,10 +195,10 @@ def resample(x, out, scales, mode, align_corners):
 
 def resample_backward(grad, in_spatial, scales, mode, align_corners):
     """The input's gradient of resample() to `grad`'s spatial sizes."""
+    out = list(grad.shape[2:])
     g = grad
-    for i in reversed(range(len(in_spatial))):
-        taps = _taps(mode, _real(grad), in_spatial[i], grad.shape[2 + i], scales[i],
-                     align_corners)
+    for i in reversed(_order(in_spatial, out)):
+        taps = _taps(mode, _real(grad), in_spatial[i], out[i], scales[i], align_corners)
         if taps is not None:
             g = _spread_dim(g, 2 + i, *taps, in_spatial[i])
     return g
