@@ -85,3 +85,18 @@ def fresh_torch_backend():
     yield
     torch._dynamo.reset()
     stats.reset()
+
+
+@pytest.fixture
+def compiled_graphs(monkeypatch):
+    """Every tilefuse Graph compiled while the test runs (the torch.compile
+    backend's graphs included), in order: to read their reports."""
+    from tilefuse import _tracing
+    graphs = []
+    compile_graph = _tracing.Graph.compile
+
+    def keep(self, *args, **kwargs):
+        graphs.append(self)
+        return compile_graph(self, *args, **kwargs)
+    monkeypatch.setattr(_tracing.Graph, "compile", keep)
+    return graphs

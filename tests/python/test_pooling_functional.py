@@ -155,22 +155,14 @@ def test_pooling_errors_name_the_problem(call, match):
         tilefuse.trace(call, x)
 
 
-def test_pytorch_interpolation_converts_to_constant_taps(monkeypatch):
+def test_pytorch_interpolation_converts_to_constant_taps(compiled_graphs):
     """torch.compile(backend="tilefuse") keeps PyTorch's linear, bilinear,
     bicubic and trilinear upsampling ops (and their backward ops) whole and
     converts them into per-dim gathers of constant taps (PyTorch's
     decompositions compute every output element's indices and weights in
     the graph and gather each corner), with values and gradients as
     eager's within f32 rounding."""
-    from tilefuse import _tracing
     from tilefuse.torch_integration import stats
-    graphs = []
-    compile_graph = _tracing.Graph.compile
-
-    def keep(self, *args, **kwargs):
-        graphs.append(self)
-        return compile_graph(self, *args, **kwargs)
-    monkeypatch.setattr(_tracing.Graph, "compile", keep)
 
     def loss(h, v):
         a = TF.interpolate(h, scale_factor=1.7, mode="bilinear")
@@ -196,5 +188,5 @@ def test_pytorch_interpolation_converts_to_constant_taps(monkeypatch):
         np.testing.assert_allclose(g.numpy(), w.numpy(), rtol=1e-5, atol=1e-6)
     # One gather per resized dim forward (2 + 2 + 1 + 3), one scatter-add
     # per dim backward: PyTorch's decompositions gather each corner instead.
-    rows = [r["name"] for g in graphs for r in g.fuse("cpu").report()]
+    rows = [r["name"] for g in compiled_graphs for r in g.fuse("cpu").report()]
     assert rows.count("gather") == 8 and rows.count("scatter_add") == 8, rows

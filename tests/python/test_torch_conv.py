@@ -179,7 +179,7 @@ def test_unet_effnet_trains_like_eager(path):
     _check(path, got, want, state, twin.state_dict(), stats_rtol=1e-5, param_rtol=1e-3)
 
 
-def test_the_backend_runs_bf16_autocast_with_batch_norm_updates(monkeypatch):
+def test_the_backend_runs_bf16_autocast_with_batch_norm_updates(compiled_graphs):
     """Under PyTorch's CPU autocast (bf16 convolutions) with batch norm's
     buffers updated in place: the bf16 results come back as new tensors
     beside the in-place updates (this raised before), and the losses follow
@@ -187,14 +187,6 @@ def test_the_backend_runs_bf16_autocast_with_batch_norm_updates(monkeypatch):
     gradients run as library convolutions (they were written out as im2col
     gathers and matmuls: the backward graph gets the saved bf16
     activations widened to f32 beside bf16 gradients)."""
-    from tilefuse import _tracing
-    compiled_graphs = []
-    compile_graph = _tracing.Graph.compile
-
-    def keep(self, *args, **kwargs):
-        compiled_graphs.append(self)
-        return compile_graph(self, *args, **kwargs)
-    monkeypatch.setattr(_tracing.Graph, "compile", keep)
     torch.manual_seed(0)
     model = SmallResNet().train()
     twin = copy.deepcopy(model)
