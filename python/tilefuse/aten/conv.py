@@ -1,5 +1,5 @@
-"""Convolution and pooling: windows over the spatial dims of [N, C, *S]
-inputs, 1-d to 3-d.
+"""Convolution, pooling and interpolation over the spatial dims of
+[N, C, *S] inputs, 1-d to 3-d.
 
 Convolutions become graph.conv and its gradient ops (oneDNN on the CPU,
 cuDNN on CUDA; tilefuse/_conv.py), in PyTorch's result type where the
