@@ -43,10 +43,7 @@ CpuExecutor::CpuExecutor(Program program, std::vector<CpuKernelFn> fns,
   // them for the same cores between convolutions (a U-Net step ran 20%
   // slower so). Grids run on those OpenMP threads instead, where one OpenMP
   // runtime serves the process (ThreadPool::setTeam refuses otherwise).
-  bool convolves = std::any_of(prog.steps.begin(), prog.steps.end(), [](const Step &st) {
-    return st.kind == Step::Kind::Conv || st.kind == Step::Kind::ConvGradInput ||
-           st.kind == Step::Kind::ConvGradWeight;
-  });
+  bool convolves = std::any_of(prog.steps.begin(), prog.steps.end(), isConvolution);
   if (convolves && cpu::dnnlStatus() == "loaded")
     ThreadPool::global().setTeam(ThreadPool::Team::OpenMP);
   for (size_t b = 0; b < prog.buffers.size(); ++b) {

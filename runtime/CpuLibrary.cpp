@@ -257,9 +257,7 @@ void cpu::gemm(const Step &s, DType dtype, const void *a, const void *b, void *c
 }
 
 void cpu::conv(const Step &s, DType dtype, const void *a, const void *b, void *out) {
-  ConvDirection direction = s.kind == Step::Kind::Conv            ? ConvDirection::Forward
-                            : s.kind == Step::Kind::ConvGradInput ? ConvDirection::GradInput
-                                                                  : ConvDirection::GradWeight;
+  ConvDirection direction = convDirection(s);
   if (dnnlConv(direction, s.conv, dtype, a, b, out))
     return;
   const ConvParams &p = s.conv;

@@ -42,11 +42,6 @@ std::string cudaAttentionTooWide(const std::string &source, int64_t headDim, int
          "again (which writes such attention out), or run this program on the CPU";
 }
 
-bool isConvolution(const Step &st) {
-  return st.kind == Step::Kind::Conv || st.kind == Step::Kind::ConvGradInput ||
-         st.kind == Step::Kind::ConvGradWeight;
-}
-
 /// Why collective step `source` cannot run: its group of more than one
 /// rank has no NCCL communicator.
 std::string cudaCollectiveUnbound(const std::string &group, int64_t size) {

@@ -143,9 +143,7 @@ cudnn::Conv::Conv(const Handle &h, const Step &s, DType dtype)
     : handle(h), source(s.source) {
   Api &a = api();
   const ConvParams &p = s.conv;
-  direction = s.kind == Step::Kind::Conv            ? ConvDirection::Forward
-              : s.kind == Step::Kind::ConvGradInput ? ConvDirection::GradInput
-                                                    : ConvDirection::GradWeight;
+  direction = convDirection(s);
   for (int i = 0; i < p.spatial; ++i)
     if (p.padLow[size_t(i)] != p.padHigh[size_t(i)])
       throw CompileError(source + ": pads dimension " + std::to_string(i) + " by " +

@@ -126,6 +126,19 @@ struct Step {
   std::vector<std::string> sourceLines;
 };
 
+/// Whether `s` is a convolution step (Conv, ConvGradInput, ConvGradWeight).
+inline bool isConvolution(const Step &s) {
+  return s.kind == Step::Kind::Conv || s.kind == Step::Kind::ConvGradInput ||
+         s.kind == Step::Kind::ConvGradWeight;
+}
+
+/// What convolution step `s` computes from its operands (runtime/Conv.h).
+inline ConvDirection convDirection(const Step &s) {
+  return s.kind == Step::Kind::Conv            ? ConvDirection::Forward
+         : s.kind == Step::Kind::ConvGradInput ? ConvDirection::GradInput
+                                               : ConvDirection::GradWeight;
+}
+
 /// Where the buffers live: one arena, each buffer at an offset, buffers
 /// whose live ranges never meet sharing bytes (runtime/MemoryPlan.h makes
 /// and checks it). Arguments are not in the arena: the CPU reads them in

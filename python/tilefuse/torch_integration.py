@@ -1094,11 +1094,13 @@ def _interpolate_whole(input, size=None, scale_factor=None, mode="nearest", alig
     F.interpolate computes them; anything else (antialias, nearest, area,
     a call F.interpolate refuses) goes to F.interpolate itself."""
     torch = _torch()
-    F = torch.nn.functional
+
+    def as_pytorch():
+        return torch.nn.functional.interpolate(input, size, scale_factor, mode, align_corners,
+                                               recompute_scale_factor, antialias)
     kind = _UPSAMPLE_MODES.get((mode, input.dim()))
     if kind is None or antialias or (size is None) == (scale_factor is None):
-        return F.interpolate(input, size, scale_factor, mode, align_corners,
-                             recompute_scale_factor, antialias)
+        return as_pytorch()
     d = input.dim() - 2
     if size is not None:
         out = [int(size)] * d if isinstance(size, int) else [int(v) for v in size]
@@ -1107,13 +1109,11 @@ def _interpolate_whole(input, size=None, scale_factor=None, mode="nearest", alig
         factors = [float(scale_factor)] * d if isinstance(scale_factor, (int, float)) \
             else [float(v) for v in scale_factor]
         if len(factors) != d:
-            return F.interpolate(input, size, scale_factor, mode, align_corners,
-                                 recompute_scale_factor, antialias)
-        out = [math.floor(float(input.shape[2 + i]) * factors[i]) for i in range(d)]
+            return as_pytorch()
+        out = [math.floor(float(input.shape[2 + i]) * f) for i, f in enumerate(factors)]
         scales = [None] * d if recompute_scale_factor else factors
     if len(out) != d or min(out) < 1:
-        return F.interpolate(input, size, scale_factor, mode, align_corners,
-                             recompute_scale_factor, antialias)
+        return as_pytorch()
     from .aten.conv import upsample
     return upsample(input, out, kind, bool(align_corners), [s or 0.0 for s in scales])
 
