@@ -498,6 +498,8 @@ LogicalResult tilefuse::fuseFunction(func::FuncOp func, const TargetInfo &target
   if (failed(verifyGraphFunction(func)))
     return failure();
   expandAttention(func, target.fusedAttentionMaxDim());
+  if (target.convolutionPadsSymmetrically())
+    padConvolutionsSymmetrically(func);
   // stop_gradient only matters to differentiation, which is done by now.
   SmallVector<StopGradientOp> identities(func.getBody().front().getOps<StopGradientOp>());
   for (StopGradientOp op : identities) {
@@ -523,15 +525,6 @@ LogicalResult tilefuse::fuseFunction(func::FuncOp func, const TargetInfo &target
                << " (convolutions run through oneDNN on the CPU, cuDNN on CUDA); compile for "
                   "the CPU, or trace with TILEFUSE_LIBRARY_CONV=0 to write convolutions out "
                   "(im2col gathers and matmuls)";
-      auto low = op.getAttrOfType<DenseI64ArrayAttr>("padding_low");
-      auto high = op.getAttrOfType<DenseI64ArrayAttr>("padding_high");
-      if (target.convolutionPadsSymmetrically() && low.asArrayRef() != high.asArrayRef())
-        return op.emitOpError("pads its input by [")
-               << low.asArrayRef() << "] before and [" << high.asArrayRef()
-               << "] after, which cuDNN cannot (one padding per dimension) for "
-               << target.name()
-               << ": pad the input first (F.pad) and convolve with equal padding, or compile "
-                  "for the CPU";
     }
   }
   if (failed(Fuser(func, target, remarks).run()))

@@ -24,6 +24,13 @@ void expandAttention(mlir::func::FuncOp func, int64_t keepUpToDim = 0);
 /// The same for one graph.attention or graph.attention_grad (else nothing).
 void expandAttentionOp(mlir::Operation *op);
 
+/// Every graph.conv / conv_grad_input / conv_grad_weight of `func` padded
+/// unequally on some side rewritten to equal padding, the difference
+/// concatenated to the input as zeros (and cut from an input's gradient):
+/// for targets whose convolution library pads both sides alike
+/// (TargetInfo::convolutionPadsSymmetrically).
+void padConvolutionsSymmetrically(mlir::func::FuncOp func);
+
 /// Groups the primitive graph ops of `func` into graph.fusion kernels (see
 /// FuseOpsPass in Passes.td). With `remarks`, every refused fusion is
 /// reported as a remark naming the reason.

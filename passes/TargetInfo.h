@@ -69,7 +69,8 @@ public:
   /// for this target.
   virtual bool hasLibraryConvolution() const = 0;
   /// Whether those convolutions must pad each side of a dimension alike
-  /// (cuDNN's legacy API takes one padding per dimension; oneDNN two).
+  /// (cuDNN's legacy API takes one padding per dimension; oneDNN two):
+  /// fusion then writes the unequal part out (padConvolutionsSymmetrically).
   virtual bool convolutionPadsSymmetrically() const { return false; }
 
   /// "cpu" or "cuda[:sm_XX]"; null for an unknown name.

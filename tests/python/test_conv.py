@@ -165,19 +165,19 @@ def test_bad_convolutions_say_what_is_wrong(call, message):
         tilefuse.trace(call, x, w)
 
 
-def test_cuda_targets_refuse_unequal_padding_and_say_what_to_do(monkeypatch):
+def test_cuda_targets_write_unequal_padding_out(monkeypatch):
     """CUDA runs convolutions through cuDNN (test_conv_cuda.py), which pads
-    both sides of a dimension alike: 'same' padding with an even kernel is
-    refused for CUDA with the way out; under TILEFUSE_LIBRARY_CONV=0 the
+    both sides of a dimension alike: 'same' padding with an even kernel
+    keeps the common padding and concatenates the rest to the input as
+    zeros for CUDA (its values through cuDNN: test_conv_cuda.py), where the
+    CPU's oneDNN takes it as it is; under TILEFUSE_LIBRARY_CONV=0 the
     importer writes convolutions out (im2col gathers and matmuls), which
     CUDA compiles too, with the same values."""
     x, w, _ = _inputs((2, 3, 8, 8), (4, 3, 2, 2))
     same = tilefuse.trace(lambda x, w: F.conv2d(x, w, padding="same"), x, w)
-    with pytest.raises(tilefuse.CompileError,
-                       match=r"pads its input by \[0, 0\] before and \[1, 1\] after, which "
-                             r"cuDNN cannot .* pad the input first"):
-        same.fuse("cuda:sm_90")
-    assert any(r["name"] == "conv" for r in same.fuse("cpu").report())
+    cuda = same.fuse("cuda:sm_90")
+    assert any(r["name"] == "conv" for r in cuda.report())
+    assert "graph.concat" in cuda.mlir() and "graph.concat" not in same.fuse("cpu").mlir()
     graph = tilefuse.trace(lambda x, w: F.conv2d(x, w, padding=1), x, w)
     assert any(r["name"] == "conv" for r in graph.fuse("cuda:sm_90").report())
     from torch.fx.experimental.proxy_tensor import make_fx

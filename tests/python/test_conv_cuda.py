@@ -24,9 +24,9 @@ from test_conv import CONVS, RTOL, TRANSPOSED, _dims, _inputs, max_rel  # noqa: 
 pytestmark = pytest.mark.skipif(unavailable_reason() is not None,
                                 reason=str(unavailable_reason()))
 
-# 'same' padding with an even kernel pads unequally, which cuDNN cannot
-# (test_conv.py checks the refusal).
-CUDA_CONVS = [c for c in CONVS if c[0] != "same-even-kernel"]
+# Every case, 'same' padding with an even kernel included (unequal padding:
+# fusion concatenates the unequal part to the input as zeros for cuDNN).
+CUDA_CONVS = CONVS
 
 
 def _torch_case(case, x, w, b, dy, transposed):
