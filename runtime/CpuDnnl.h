@@ -44,6 +44,10 @@ int64_t dnnlF32SlabsRun();
 /// "loaded", or why the oneDNN path is off.
 std::string dnnlStatus();
 
+/// Bytes of the one buffer holding the running convolution's operands in
+/// oneDNN's blocked layouts (sized for the largest convolution run so far).
+size_t dnnlConvScratchBytes();
+
 } // namespace tilefuse::cpu
 
 #endif // TILEFUSE_RUNTIME_CPUDNNL_H

@@ -716,6 +716,8 @@ void tilefuse::python::registerExecutorBindings(py::module_ &m) {
   }, "(number of usable CUDA devices, why none): the driver and cuBLAS are loaded at run time");
   m.def("onednn_status", &cpu::dnnlStatus,
         "'loaded', or why oneDNN (the CPU's convolutions and bf16 GEMMs) is not used");
+  m.def("onednn_conv_scratch_bytes", &cpu::dnnlConvScratchBytes,
+        "bytes of the one buffer for convolutions' operands in oneDNN's blocked layouts");
   m.def("cpu_thread_team", [](const std::string &wanted) {
     using Team = ThreadPool::Team;
     ThreadPool &pool = ThreadPool::global();

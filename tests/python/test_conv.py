@@ -191,6 +191,40 @@ def test_cuda_targets_write_unequal_padding_out(monkeypatch):
     assert max_rel(written.interpret(x, w), graph.interpret(x, w)) <= RTOL
 
 
+def test_blocked_copies_share_one_buffer_sized_for_the_largest_convolution():
+    """oneDNN's blocked copies of a convolution's operands live in one
+    buffer for every convolution (they run one at a time), not one set per
+    primitive kept for the process's life: running many convolutions of
+    different shapes grows it to the largest one's operands, not their sum.
+    Runs in a fresh process (the buffer is process-wide)."""
+    import subprocess
+    import sys
+    import textwrap
+    code = textwrap.dedent("""
+        import numpy as np, tilefuse, tilefuse.functional as F
+        core = tilefuse._core
+        rng = np.random.default_rng(0)
+        total, largest = 0, 0
+        for c in (16, 32, 48, 64, 80, 96):
+            x = rng.standard_normal((4, c, 24, 24)).astype(np.float32)
+            w = rng.standard_normal((c, c, 3, 3)).astype(np.float32)
+            y = tilefuse.compile(lambda x, w: F.conv2d(x, w, padding=1), x, w, device="cpu")(x, w)
+            operands = x.nbytes + w.nbytes + y.nbytes
+            total += operands
+            largest = max(largest, operands)
+        print(core.onednn_status() == "loaded", core.onednn_conv_scratch_bytes(), total, largest)
+    """)
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    loaded, scratch, total, largest = r.stdout.split()[-4:]
+    if loaded != "True":
+        pytest.skip("oneDNN is not loaded in this process: convolutions run the reference loops")
+    scratch, total, largest = int(scratch), int(total), int(largest)
+    # Blocked layouts pad channels to the vector width: up to 2x here.
+    assert 0 < scratch <= 2 * largest < total, (scratch, largest, total)
+
+
 @pytest.mark.parametrize("precision,tol", [("bf16", 1e-2), ("fp16", 2e-3)])
 def test_convolutions_run_in_16_bit_under_autocast(precision, tol):
     """Autocast makes convolutions GEMM-class: graph.conv and its gradients
