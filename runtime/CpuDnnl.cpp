@@ -218,6 +218,7 @@ struct Dnnl {
     /// Bytes of the blocked copy (0 when the primitive takes the plain
     /// layout); its memory is in convScratch while the convolution runs.
     size_t innerBytes = 0;
+    dnnl_memory_desc_t innerDesc{};
   };
   /// A convolution primitive for one shape and direction: operands a and b
   /// in, out out.
@@ -233,9 +234,23 @@ struct Dnnl {
   /// ~240 MiB beside the U-Net step's 480 MiB arena.
   void *convScratch = nullptr;
   size_t convScratchBytes = 0;
+  /// Numbers every oneDNN convolution call (ConvChain).
+  uint64_t convCalls = 0;
+  /// What sits at the start of convScratch after the last call: the
+  /// blocked copy of a backward-data convolution's output gradient (its
+  /// plain buffer and blocked layout), or nothing.
+  const void *blockedGradient = nullptr;
+  dnnl_memory_desc_t blockedGradientDesc{};
+  std::atomic<int64_t> reordersReused{0};
 
-  /// Points `conv`'s blocked operands into convScratch (grown if needed).
-  bool bindConvScratch(Conv &conv) {
+  struct SmallOrder {
+    ConvOperand *items[3] = {};
+    int n = 0;
+    void push(ConvOperand *o) { items[n++] = o; }
+  };
+  /// Points `conv`'s blocked operands into convScratch (grown if needed),
+  /// `first` (if any) at its start: the operand a chained call finds there.
+  bool bindConvScratch(Conv &conv, ConvOperand *first) {
     auto rounded = [](size_t n) { return (n + 63) / 64 * 64; };
     size_t need = rounded(conv.a.innerBytes) + rounded(conv.b.innerBytes) +
                   rounded(conv.out.innerBytes);
@@ -246,9 +261,16 @@ struct Dnnl {
       std::free(convScratch);
       convScratch = grown;
       convScratchBytes = need;
+      blockedGradient = nullptr; // the copy is gone with the old buffer
     }
     char *at = static_cast<char *>(convScratch);
-    for (ConvOperand *o : {&conv.a, &conv.b, &conv.out}) {
+    SmallOrder order;
+    if (first)
+      order.push(first);
+    for (ConvOperand *o : {&conv.a, &conv.b, &conv.out})
+      if (o != first)
+        order.push(o);
+    for (ConvOperand *o : order.items) {
       if (!o->inner)
         continue;
       if (memorySetDataHandle(o->inner, at) != dnnl_success)
@@ -269,6 +291,7 @@ struct Dnnl {
       return true;
     dnnl_primitive_desc_t pd = nullptr;
     operand.innerBytes = memoryDescGetSize(&chosen);
+    operand.innerDesc = chosen;
     bool ok = memoryCreate(&operand.inner, &chosen, engine, DNNL_MEMORY_NONE) ==
                   dnnl_success &&
               reorderDescCreate(&pd, in ? &plain : &chosen, engine, in ? &chosen : &plain,
@@ -479,7 +502,7 @@ bool tilefuse::cpu::dnnlGemm(const Step &s, DType dtype, const void *a, const vo
 }
 
 bool tilefuse::cpu::dnnlConv(ConvDirection direction, const ConvParams &p, DType dtype,
-                             const void *a, const void *b, void *out) {
+                             const void *a, const void *b, void *out, ConvChain *chain) {
   Dnnl &d = Dnnl::get();
   // As for bf16 GEMMs: no OpenMP team in a child forked after the parent
   // ran one.
@@ -492,9 +515,25 @@ bool tilefuse::cpu::dnnlConv(ConvDirection direction, const ConvParams &p, DType
   d.memorySetDataHandle(conv.a.user, const_cast<void *>(a));
   d.memorySetDataHandle(conv.b.user, const_cast<void *>(b));
   d.memorySetDataHandle(conv.out.user, out);
-  if (!d.bindConvScratch(conv))
+  // Backward-weights right after backward-data on the same output gradient
+  // (48 of the U-Net step's 49 pairs): its blocked copy is still at the
+  // start of the shared buffer. Safe only when no other convolution ran
+  // since (this executor's chain names the last call) and the layouts match.
+  bool reuseGradient = chain && direction == ConvDirection::GradWeight && conv.b.inner &&
+                       chain->lastCall != 0 && chain->lastCall == d.convCalls &&
+                       d.blockedGradient == b &&
+                       d.memoryDescEqual(&d.blockedGradientDesc, &conv.b.innerDesc);
+  bool keepsGradient = direction == ConvDirection::GradInput && conv.a.inner;
+  Dnnl::ConvOperand *first = reuseGradient ? &conv.b : keepsGradient ? &conv.a : nullptr;
+  if (!d.bindConvScratch(conv, first))
     throw CompileError("graph.conv: cannot allocate oneDNN's blocked copies of a convolution's "
                        "operands; TILEFUSE_DNNL=none runs the reference loops");
+  reuseGradient = reuseGradient && d.blockedGradient == b; // (a grown buffer lost the copy)
+  d.blockedGradient = nullptr;
+  if (chain)
+    chain->lastCall = ++d.convCalls;
+  else
+    ++d.convCalls;
   // Operands into the primitive's layouts, the result back into the step's.
   auto reorder = [&](const Dnnl::ConvOperand &o, bool in) {
     if (!o.reorder)
@@ -507,7 +546,9 @@ bool tilefuse::cpu::dnnlConv(ConvDirection direction, const ConvParams &p, DType
   dnnl_exec_arg_t args[3] = {{conv.a.arg, inner(conv.a)},
                              {conv.b.arg, inner(conv.b)},
                              {conv.out.arg, inner(conv.out)}};
-  if (!reorder(conv.a, true) || !reorder(conv.b, true) ||
+  if (reuseGradient)
+    d.reordersReused.fetch_add(1, std::memory_order_relaxed);
+  if (!reorder(conv.a, true) || (!reuseGradient && !reorder(conv.b, true)) ||
       d.primitiveExecute(conv.primitive, d.stream, 3, args) != dnnl_success ||
       !reorder(conv.out, false) || d.streamWait(d.stream) != dnnl_success)
     throw CompileError(std::string(direction == ConvDirection::Forward     ? "graph.conv"
@@ -515,8 +556,14 @@ bool tilefuse::cpu::dnnlConv(ConvDirection direction, const ConvParams &p, DType
                                                                            : "graph.conv_grad_weight") +
                        ": oneDNN failed to run a convolution it accepted; TILEFUSE_DNNL=none "
                        "runs the reference loops");
+  if (keepsGradient) {
+    d.blockedGradient = a;
+    d.blockedGradientDesc = conv.a.innerDesc;
+  }
   return true;
 }
+
+int64_t tilefuse::cpu::dnnlConvReordersReused() { return Dnnl::get().reordersReused.load(); }
 
 std::string tilefuse::cpu::dnnlStatus() { return Dnnl::get().status; }
 
@@ -620,8 +667,12 @@ bool tilefuse::cpu::dnnlSgemmSlab(bool, bool, int64_t, int64_t, int64_t, const f
 int64_t tilefuse::cpu::dnnlF32SlabsRun() { return -1; }
 
 bool tilefuse::cpu::dnnlConv(ConvDirection, const ConvParams &, DType, const void *,
-                             const void *, void *) {
+                             const void *, void *, ConvChain *) {
   return false;
 }
+
+size_t tilefuse::cpu::dnnlConvScratchBytes() { return 0; }
+
+int64_t tilefuse::cpu::dnnlConvReordersReused() { return 0; }
 
 #endif

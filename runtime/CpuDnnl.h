@@ -35,8 +35,22 @@ bool dnnlSgemmSlab(bool transA, bool transB, int64_t rows, int64_t n, int64_t k,
 /// kernel for the shape, or runs in a forked child (the caller then widens
 /// bf16 to f32, or runs the reference loops). Throws CompileError when
 /// oneDNN fails to run a primitive it accepted.
+///
+/// `chain` (one per executor, reset at the start of each run) lets a
+/// backward-weights convolution read the blocked copy of its output gradient
+/// that the backward-data convolution just before it left in the shared
+/// buffer (the same gradient buffer, the same layout, no other convolution
+/// of the process in between), instead of reordering it again.
+struct ConvChain {
+  /// The process-wide number of this executor's last oneDNN convolution
+  /// (0: none yet in this run).
+  uint64_t lastCall = 0;
+};
 bool dnnlConv(ConvDirection direction, const ConvParams &p, DType dtype, const void *a,
-              const void *b, void *out);
+              const void *b, void *out, ConvChain *chain = nullptr);
+
+/// Output-gradient reorders skipped so far by ConvChain (process-wide).
+int64_t dnnlConvReordersReused();
 
 /// f32 slabs oneDNN has run in this process; -1 when the f32 path is off.
 int64_t dnnlF32SlabsRun();

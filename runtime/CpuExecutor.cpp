@@ -191,6 +191,7 @@ void CpuExecutor::runSteps() {
   if (profiling)
     ++calls;
   auto stepStart = std::chrono::steady_clock::now();
+  convChain = {}; // a new run: the buffers hold new values
   if (!poison.empty())
     poisonBuffers(poison.back());
   for (size_t index = 0; index < prog.steps.size(); ++index) {
@@ -236,7 +237,7 @@ void CpuExecutor::runSteps() {
     case Step::Kind::ConvGradInput:
     case Step::Kind::ConvGradWeight:
       cpu::conv(s, prog.buffers[s.buffers[2]].dtype, pointers[s.buffers[0]],
-                pointers[s.buffers[1]], pointers[s.buffers[2]]);
+                pointers[s.buffers[1]], pointers[s.buffers[2]], &convChain);
       break;
     case Step::Kind::Attention:
     case Step::Kind::AttentionGrad:

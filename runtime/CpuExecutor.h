@@ -10,6 +10,7 @@
 #define TILEFUSE_RUNTIME_CPUEXECUTOR_H
 
 #include "runtime/Communicator.h"
+#include "runtime/CpuDnnl.h"
 #include "runtime/Executor.h"
 
 #include <functional>
@@ -71,6 +72,8 @@ private:
   Program prog;
   std::vector<CpuKernelFn> kernels;
   std::unique_ptr<CollectiveRunner> collectives;
+  /// oneDNN convolution calls of the current run (runtime/CpuDnnl.h).
+  cpu::ConvChain convChain;
   std::shared_ptr<void> keepAlive;
   std::vector<void *> pointers;  ///< current address of every buffer
   std::vector<void *> kept;      ///< per argument: its storage if persistent

@@ -256,9 +256,10 @@ void cpu::gemm(const Step &s, DType dtype, const void *a, const void *b, void *c
   }
 }
 
-void cpu::conv(const Step &s, DType dtype, const void *a, const void *b, void *out) {
+void cpu::conv(const Step &s, DType dtype, const void *a, const void *b, void *out,
+               ConvChain *chain) {
   ConvDirection direction = convDirection(s);
-  if (dnnlConv(direction, s.conv, dtype, a, b, out))
+  if (dnnlConv(direction, s.conv, dtype, a, b, out, chain))
     return;
   const ConvParams &p = s.conv;
   if (dtype == DType::F32) { // the definition's loops, on one thread

@@ -8,6 +8,7 @@
 #ifndef TILEFUSE_RUNTIME_CPULIBRARY_H
 #define TILEFUSE_RUNTIME_CPULIBRARY_H
 
+#include "runtime/CpuDnnl.h"
 #include "runtime/Program.h"
 
 namespace tilefuse::cpu {
@@ -18,7 +19,9 @@ void gemm(const Step &s, DType dtype, const void *a, const void *b, void *c);
 /// of `dtype`: oneDNN for f32 and bf16; f16 (and bf16 where oneDNN cannot)
 /// widened to f32 and the result rounded once; the reference loops where
 /// oneDNN is missing.
-void conv(const Step &s, DType dtype, const void *a, const void *b, void *out);
+/// `chain`: the calling executor's (see ConvChain).
+void conv(const Step &s, DType dtype, const void *a, const void *b, void *out,
+          ConvChain *chain = nullptr);
 /// out[q, ...] = table[indices[q], ...]; throws CompileError on a bad index,
 /// naming `what` (the op the indices belong to).
 void gather(const BufferInfo &table, const BufferInfo &indices,

@@ -718,6 +718,9 @@ void tilefuse::python::registerExecutorBindings(py::module_ &m) {
         "'loaded', or why oneDNN (the CPU's convolutions and bf16 GEMMs) is not used");
   m.def("onednn_conv_scratch_bytes", &cpu::dnnlConvScratchBytes,
         "bytes of the one buffer for convolutions' operands in oneDNN's blocked layouts");
+  m.def("onednn_conv_reorders_reused", &cpu::dnnlConvReordersReused,
+        "output-gradient reorders backward-weights convolutions skipped, reading the copy "
+        "the backward-data convolution before them made");
   m.def("cpu_thread_team", [](const std::string &wanted) {
     using Team = ThreadPool::Team;
     ThreadPool &pool = ThreadPool::global();

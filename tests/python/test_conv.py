@@ -191,6 +191,36 @@ def test_cuda_targets_write_unequal_padding_out(monkeypatch):
     assert max_rel(written.interpret(x, w), graph.interpret(x, w)) <= RTOL
 
 
+def test_weight_gradient_reads_the_blocked_output_gradient_the_input_gradient_made():
+    """Backward-weights right after backward-data on the same output
+    gradient reads the blocked copy backward-data made (no second reorder):
+    two 3x3 convolutions (blocked layouts) trained twice on new data, every
+    gradient against PyTorch in float64 each time, so a copy left from the
+    other convolution or the last run would show."""
+    core = tilefuse._core
+    rng = np.random.default_rng(3)
+    w1 = rng.standard_normal((16, 16, 3, 3)).astype(np.float32) * 0.2
+    w2 = rng.standard_normal((16, 16, 3, 3)).astype(np.float32) * 0.2
+
+    def loss(x, w1, w2):
+        return (F.conv2d(F.relu(F.conv2d(x, w1, padding=1)), w2, padding=1) ** 2).sum()
+
+    x0 = rng.standard_normal((2, 16, 12, 12)).astype(np.float32)
+    step = tilefuse.trace(loss, x0, w1, w2).value_and_grad(wrt=(0, 1, 2)).compile("cpu")
+    for run in range(2):
+        x = rng.standard_normal((2, 16, 12, 12)).astype(np.float32)
+        before = core.onednn_conv_reorders_reused()
+        _, *grads = step(x, w1, w2)
+        reused = core.onednn_conv_reorders_reused() - before
+        t = [torch.tensor(a, dtype=torch.float64, requires_grad=True) for a in (x, w1, w2)]
+        (TF.conv2d(TF.relu(TF.conv2d(t[0], t[1], padding=1)), t[2], padding=1) ** 2).sum().backward()
+        for what, g, want in zip(("x", "w1", "w2"), grads, t):
+            err = max_rel(g, want.grad.numpy())
+            assert err <= RTOL, f"run {run}: d{what} max relative error {err:.2e}"
+        if core.onednn_status() == "loaded":
+            assert reused >= 1, f"run {run}: no reorder reused"
+
+
 def test_blocked_copies_share_one_buffer_sized_for_the_largest_convolution():
     """oneDNN's blocked copies of a convolution's operands live in one
     buffer for every convolution (they run one at a time), not one set per
