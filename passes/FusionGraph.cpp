@@ -80,6 +80,22 @@ bool fusion::isRowReduction(ArrayRef<int64_t> shape, ArrayRef<int64_t> dims) {
   return true;
 }
 
+bool fusion::ownsWholeReductions(ArrayRef<int64_t> shape, ArrayRef<int64_t> dims) {
+  if (isRowReduction(shape, dims))
+    return true;
+  int64_t rank = shape.size();
+  if (rank == 0 || dims.empty() || llvm::is_contained(dims, rank - 1))
+    return false;
+  // Lanes run along the innermost dim: at least half a CPU block of them;
+  // and as many kept elements as 512 such programs, so no split is needed.
+  constexpr int64_t kMinInner = 32, kMinKept = 512 * 64;
+  int64_t kept = 1;
+  for (int64_t d = 0; d < rank; ++d)
+    if (!llvm::is_contained(dims, d))
+      kept *= shape[size_t(d)];
+  return shape.back() >= kMinInner && kept >= kMinKept;
+}
+
 bool fusion::onlyUnitDimsChange(ArrayRef<int64_t> a, ArrayRef<int64_t> b) {
   SmallVector<int64_t> x, y;
   for (int64_t d : a) if (d != 1) x.push_back(d);

@@ -53,6 +53,15 @@ llvm::SmallVector<int64_t> reducedShape(llvm::ArrayRef<int64_t> shape,
 /// (softmax, layer_norm). A full reduction is not a row kernel: reading its
 /// result back would serialise the kernel on one program.
 bool isRowReduction(llvm::ArrayRef<int64_t> shape, llvm::ArrayRef<int64_t> dims);
+/// Whether each program of a kernel reducing `dims` of `shape` folds whole
+/// reductions itself, so that values computed from their results can be
+/// used at full size in the same kernel (a second walk of the reduced
+/// dims): a row reduction, or one over other dims whose kept elements
+/// stream like a pointwise kernel -- the innermost dim kept and wide, and
+/// kept elements enough for every core (log_softmax over the channels of
+/// [N, C, H, W]). A reduction keeping few elements (batch norm's statistics
+/// over N, H, W) is split across programs instead, and so is refused.
+bool ownsWholeReductions(llvm::ArrayRef<int64_t> shape, llvm::ArrayRef<int64_t> dims);
 /// Reduced dims are all but the innermost (layer_norm's dgamma).
 bool isColumnReduction(const Domain &d);
 /// A sum over every dimension of its operand.

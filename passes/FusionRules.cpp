@@ -64,7 +64,7 @@ bool FusionRules::canJoin(unsigned g, Operation *op, ArrayRef<Read> reads,
   if (broadcastRead) {
     // Only a row's own reduction result can be read back across the row.
     bool rowResult = group.hasReduction && broadcastOnly &&
-                     isRowReduction(group.domain.shape, group.domain.reduced);
+                     ownsWholeReductions(group.domain.shape, group.domain.reduced);
     if (!rowResult || d.shape != group.domain.shape) {
       why = "it reads a value of that kernel at another index";
       return false;
@@ -81,7 +81,7 @@ bool FusionRules::canJoin(unsigned g, Operation *op, ArrayRef<Read> reads,
       why = "it reduces other dimensions than the kernel";
       return false;
     }
-    if (readsReduced(g, op) && !isRowReduction(d.shape, d.reduced)) {
+    if (readsReduced(g, op) && !ownsWholeReductions(d.shape, d.reduced)) {
       why = "it needs a reduction result across programs (not a row reduction)";
       return false;
     }
@@ -112,7 +112,7 @@ bool FusionRules::canJoin(unsigned g, Operation *op, ArrayRef<Read> reads,
   }
   if (atFull && !atReduced &&
       (readsReduced(g, op) || llvm::isa<BroadcastInDimOp>(op)) &&
-      !isRowReduction(full, dims)) {
+      !ownsWholeReductions(full, dims)) {
     why = "it needs a reduction result across programs (not a row reduction)";
     return false;
   }

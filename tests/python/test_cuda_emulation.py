@@ -368,3 +368,19 @@ def test_a_concat_of_whole_blocks_reads_only_its_own_input(tmp_path):
         g = tilefuse.trace(qkv, q, k, v)
         check_emulated(g, (q, k, v), str(tmp_path / f"h{heads}"), 0, 0,
                        name=f"concat of {heads * dim}-wide inputs")
+
+
+@pytest.mark.parametrize("log", [False, True], ids=["softmax", "log_softmax"])
+def test_softmax_over_channels_and_its_gradient_in_one_kernel(log, tmp_path):
+    """A softmax over the classes of [N, C, H, W] (a reduction over a middle
+    dim whose kept elements stream: test_row_kernels.py) is one CUDA kernel
+    whose threads each fold their position's classes, then walk them again
+    for the results; with its gradient, against the interpreter."""
+    rng = np.random.default_rng(7)
+    x = (rng.standard_normal((8, 5, 32, 128)) * 4).astype(np.float32)
+    t = rng.standard_normal(x.shape).astype(np.float32)
+    op = F.log_softmax if log else F.softmax
+    g = tilefuse.trace(lambda x, t: (op(x, 1) * t).sum(), x, t).value_and_grad(wrt=(0,))
+    src = g._graph.cuda_source("cuda:sm_90")
+    assert src.count("__global__") <= 3, src[:2000]
+    check_emulated(g, (x, t), str(tmp_path), 1e-5, 1e-5, name="channel softmax")

@@ -709,3 +709,65 @@ def test_square_transpose_of_a_row_kernel_result_stays_apart():
     kinds = [r["kind"] for r in fn.report()]
     assert kinds == ["reduction", "pointwise"], (
         f"softmax(x).T [64, 64]: expected a row kernel and a transpose kernel, got {kinds}")
+
+
+# ---------------------------------------------------------------------------
+# softmax over a middle dimension (the classes of [N, C, H, W])
+# ---------------------------------------------------------------------------
+# A reduction over dims other than the innermost whose kept elements stream
+# (the innermost dim kept and >= 32 wide, >= 32768 kept elements:
+# passes/FusionGraph.cpp ownsWholeReductions) gives each program whole
+# reductions for its lanes, so the values computed from them (x - max,
+# exp, x - lse) join the same kernel in a second walk of the reduced dim:
+# one kernel where there were three (max; exp and sum; the subtraction),
+# and no shifted values or exponentials written beside the result. Below
+# the threshold the reduction stays a kernel of its own.
+
+def np_channel_softmax(x, log):
+    z = x - x.max(1, keepdims=True)
+    lse = np.log(np.exp(z).sum(1, keepdims=True))
+    return z - lse if log else np.exp(z - lse)
+
+
+def kernel_count(fn):
+    return sum(1 for r in fn.report() if r["kind"] in ("pointwise", "reduction"))
+
+
+@pytest.mark.parametrize("shape,kernels", [((8, 5, 64, 64), 1), ((2, 151, 128, 128), 1),
+                                           ((4, 5, 64, 64), 3), ((64, 7, 16, 16), 3)],
+                         ids=lambda v: "x".join(map(str, v)) if isinstance(v, tuple) else None)
+@pytest.mark.parametrize("op", list(SOFTMAX))
+def test_softmax_over_channels(op, shape, kernels, rng, seed):
+    traced = SOFTMAX[op][0]
+    x = logits(rng, shape, "dominant")
+    fn = tilefuse.compile(lambda t: traced(t, 1), x, device="cpu")
+    assert kernel_count(fn) == kernels, fn.report()
+    assert_close(f"{op}(dim=1)", fn(x), np_channel_softmax(f64(x), op == "log_softmax"),
+                 np.float32, seed, [shape])
+
+
+def test_channel_log_softmax_gradient_in_few_kernels(rng, seed):
+    """log_softmax over the classes of [N, C, H, W] weighted by a one-hot
+    target (a pixelwise cross-entropy): value and gradient against float64
+    numpy; the statistics and the gradient are one kernel."""
+    n, c, h, w = 8, 7, 64, 64
+    x = logits(rng, (n, c, h, w), "scaled30")
+    onehot = np.eye(c, dtype=np.float32)[rng.integers(0, c, (n, h, w))].transpose(0, 3, 1, 2)
+    onehot = np.ascontiguousarray(onehot)
+
+    def loss(x, t):
+        return -(F.log_softmax(x, 1) * t).sum() / (n * h * w)
+
+    step = tilefuse.trace(loss, x, onehot).value_and_grad(wrt=(0,))
+    fn = step.compile("cpu")
+    value, grad = fn(x, onehot)
+    want_value = -(np_channel_softmax(f64(x), True) * onehot).sum() / (n * h * w)
+    want_grad = (np_channel_softmax(f64(x), False) - onehot) / (n * h * w)
+    assert_close("channel cross-entropy", value, want_value, np.float32, seed, [x.shape])
+    assert_close("channel cross-entropy d/dx", grad, want_grad, np.float32, seed, [x.shape],
+                 magnitude=1.0 / (n * h * w))
+    # One kernel: max, exp and sum, log, and the gradient (softmax - target)
+    # computed in its second walk of the classes.
+    first = fn.report()[0]["ops"]
+    assert {"graph.reduce_max", "graph.exp", "graph.log", "graph.mul"} <= set(first), \
+        fn.report()
