@@ -64,6 +64,7 @@ public:
         prog.steps[i].sourceLines = lines;
     }
     writeCarriedResultsInPlace();
+    writeDyingInputsInPlace();
     for (ProgramKernel &k : prog.kernels)
       k.threads = target.threadsPerProgram(k.block);
     // Code is compiled under symbols that bind each kernel to the step
@@ -685,6 +686,70 @@ private:
     dropUnusedBuffers();
   }
 
+  /// A kernel's result written over an intermediate input of the same size
+  /// that no later step reads (inPlaceCandidates): the result takes the
+  /// input's buffer, so the two are never live at once (a normalisation
+  /// over its convolution's output, a loss's softmax over its logits).
+  /// The scheduler keeps the input's other readers before the kernel (a
+  /// write after reads), and views share their operand's buffer, so the
+  /// last use seen here is the buffer's.
+  void writeDyingInputsInPlace() {
+    std::vector<int> lastUse(prog.buffers.size(), -1), writes(prog.buffers.size(), 0);
+    for (size_t i = 0; i < prog.steps.size(); ++i) {
+      for (int b : prog.steps[i].buffers)
+        lastUse[size_t(b)] = int(i);
+      for (int b : stepWrites(prog.steps[i]))
+        ++writes[size_t(b)];
+    }
+    // The caller reads results after the last step.
+    for (int b : prog.results)
+      lastUse[size_t(b)] = int(prog.steps.size());
+    auto intermediate = [&](int b) {
+      return prog.buffers[size_t(b)].role == BufferInfo::Role::Intermediate &&
+             !llvm::is_contained(prog.results, b) && !llvm::is_contained(prog.arguments, b);
+    };
+    // Where a buffer renamed here now lives (candidates name the original).
+    std::vector<int> now(prog.buffers.size());
+    std::iota(now.begin(), now.end(), 0);
+    bool renamed = false;
+    for (size_t k = 0; k < prog.steps.size(); ++k) {
+      Step &step = prog.steps[k];
+      if (step.kind != Step::Kind::Kernel)
+        continue;
+      size_t inputs = step.buffers.size() - size_t(step.outputs);
+      for (size_t o = inputs; o < step.buffers.size(); ++o) {
+        int r = step.buffers[o];
+        auto it = overwritable.find(r);
+        // (A result may take the input's buffer: the caller reads it there.)
+        if (it == overwritable.end() || writes[size_t(r)] != 1 ||
+            prog.buffers[size_t(r)].role != BufferInfo::Role::Intermediate ||
+            llvm::is_contained(prog.arguments, r) || llvm::count(prog.results, r) > 1)
+          continue;
+        for (int candidate : it->second) {
+          int x = now[size_t(candidate)];
+          const BufferInfo &in = prog.buffers[size_t(x)], &out = prog.buffers[size_t(r)];
+          // Read by this kernel through one input only (a view of it as a
+          // second input would read elements already overwritten).
+          int reads = int(llvm::count(ArrayRef<int>(step.buffers).take_front(inputs), x));
+          if (!intermediate(x) || lastUse[size_t(x)] != int(k) || reads != 1 ||
+              llvm::is_contained(ArrayRef<int>(step.buffers).drop_front(inputs), x) ||
+              in.dtype != out.dtype || in.shape != out.shape)
+            continue;
+          for (Step &s : prog.steps)
+            std::replace(s.buffers.begin(), s.buffers.end(), r, x);
+          std::replace(prog.results.begin(), prog.results.end(), r, x);
+          lastUse[size_t(x)] = lastUse[size_t(r)];
+          now[size_t(r)] = x;
+          overwritable.erase(it);
+          renamed = true;
+          break;
+        }
+      }
+    }
+    if (renamed)
+      dropUnusedBuffers();
+  }
+
   /// Removes intermediate buffers no step, argument or result names.
   void dropUnusedBuffers() {
     std::vector<bool> used(prog.buffers.size(), false);
@@ -710,6 +775,17 @@ private:
       b = renumbered[size_t(b)];
     for (int &b : prog.results)
       b = renumbered[size_t(b)];
+    // The in-place candidates name buffers too: renumbered, dropped ones gone.
+    std::map<int, std::vector<int>> candidates;
+    for (auto &[result, inputs] : overwritable) {
+      if (renumbered[size_t(result)] < 0)
+        continue;
+      std::vector<int> &kept = candidates[renumbered[size_t(result)]];
+      for (int input : inputs)
+        if (renumbered[size_t(input)] >= 0)
+          kept.push_back(renumbered[size_t(input)]);
+    }
+    overwritable = std::move(candidates);
   }
 };
 

@@ -515,20 +515,26 @@ bool tilefuse::cpu::dnnlConv(ConvDirection direction, const ConvParams &p, DType
   d.memorySetDataHandle(conv.a.user, const_cast<void *>(a));
   d.memorySetDataHandle(conv.b.user, const_cast<void *>(b));
   d.memorySetDataHandle(conv.out.user, out);
-  // Backward-weights right after backward-data on the same output gradient
-  // (48 of the U-Net step's 49 pairs): its blocked copy is still at the
-  // start of the shared buffer. Safe only when no other convolution ran
-  // since (this executor's chain names the last call) and the layouts match.
-  bool reuseGradient = chain && direction == ConvDirection::GradWeight && conv.b.inner &&
-                       chain->lastCall != 0 && chain->lastCall == d.convCalls &&
-                       d.blockedGradient == b &&
-                       d.memoryDescEqual(&d.blockedGradientDesc, &conv.b.innerDesc);
-  bool keepsGradient = direction == ConvDirection::GradInput && conv.a.inner;
-  Dnnl::ConvOperand *first = reuseGradient ? &conv.b : keepsGradient ? &conv.a : nullptr;
-  if (!d.bindConvScratch(conv, first))
+  // The two backward convolutions of one output gradient, run one right
+  // after the other (in either order, as the schedule has them): the second
+  // finds the first's blocked copy of the gradient at the start of the
+  // shared buffer. Safe only when no other convolution ran since (this
+  // executor's chain names the last call), on the same buffer, in the same
+  // layout.
+  Dnnl::ConvOperand *gradient = direction == ConvDirection::GradInput    ? &conv.a
+                                : direction == ConvDirection::GradWeight ? &conv.b
+                                                                         : nullptr;
+  const void *gradientData = direction == ConvDirection::GradInput ? a : b;
+  if (gradient && !gradient->inner)
+    gradient = nullptr; // plain layout: nothing to keep
+  bool reuseGradient = chain && gradient && chain->lastCall != 0 &&
+                       chain->lastCall == d.convCalls && d.blockedGradient == gradientData &&
+                       d.memoryDescEqual(&d.blockedGradientDesc, &gradient->innerDesc);
+  if (!d.bindConvScratch(conv, gradient))
     throw CompileError("graph.conv: cannot allocate oneDNN's blocked copies of a convolution's "
                        "operands; TILEFUSE_DNNL=none runs the reference loops");
-  reuseGradient = reuseGradient && d.blockedGradient == b; // (a grown buffer lost the copy)
+  // (a grown buffer lost the copy)
+  reuseGradient = reuseGradient && d.blockedGradient == gradientData;
   d.blockedGradient = nullptr;
   if (chain)
     chain->lastCall = ++d.convCalls;
@@ -548,7 +554,10 @@ bool tilefuse::cpu::dnnlConv(ConvDirection direction, const ConvParams &p, DType
                              {conv.out.arg, inner(conv.out)}};
   if (reuseGradient)
     d.reordersReused.fetch_add(1, std::memory_order_relaxed);
-  if (!reorder(conv.a, true) || (!reuseGradient && !reorder(conv.b, true)) ||
+  auto reorderIn = [&](Dnnl::ConvOperand &o) {
+    return (reuseGradient && &o == gradient) || reorder(o, true);
+  };
+  if (!reorderIn(conv.a) || !reorderIn(conv.b) ||
       d.primitiveExecute(conv.primitive, d.stream, 3, args) != dnnl_success ||
       !reorder(conv.out, false) || d.streamWait(d.stream) != dnnl_success)
     throw CompileError(std::string(direction == ConvDirection::Forward     ? "graph.conv"
@@ -556,9 +565,13 @@ bool tilefuse::cpu::dnnlConv(ConvDirection direction, const ConvParams &p, DType
                                                                            : "graph.conv_grad_weight") +
                        ": oneDNN failed to run a convolution it accepted; TILEFUSE_DNNL=none "
                        "runs the reference loops");
-  if (keepsGradient) {
-    d.blockedGradient = a;
-    d.blockedGradientDesc = conv.a.innerDesc;
+  if (gradient) {
+    d.blockedGradient = gradientData;
+    d.blockedGradientDesc = gradient->innerDesc;
+    if (chain) {
+      chain->gradient = static_cast<const char *>(gradientData);
+      chain->gradientBytes = size_t(p.outputElements()) * (dtype == DType::BF16 ? 2 : 4);
+    }
   }
   return true;
 }

@@ -36,15 +36,28 @@ bool dnnlSgemmSlab(bool transA, bool transB, int64_t rows, int64_t n, int64_t k,
 /// bf16 to f32, or runs the reference loops). Throws CompileError when
 /// oneDNN fails to run a primitive it accepted.
 ///
-/// `chain` (one per executor, reset at the start of each run) lets a
-/// backward-weights convolution read the blocked copy of its output gradient
-/// that the backward-data convolution just before it left in the shared
-/// buffer (the same gradient buffer, the same layout, no other convolution
-/// of the process in between), instead of reordering it again.
+/// `chain` (one per executor, reset at the start of each run) lets the
+/// second of an output gradient's two backward convolutions (data and
+/// weights, in either order) read the blocked copy of the gradient the
+/// first left in the shared buffer (the same gradient buffer, the same
+/// layout, no other convolution of the process in between, and no step of
+/// the executor in between that writes the gradient's bytes: the caller
+/// calls resetIfWritten for what each other step writes, and resets the
+/// chain at collectives, which write in the background), instead of
+/// reordering it again.
 struct ConvChain {
   /// The process-wide number of this executor's last oneDNN convolution
-  /// (0: none yet in this run).
+  /// (0: none yet in this run, or the copy is void).
   uint64_t lastCall = 0;
+  /// The plain bytes the kept blocked copy was made from: a step that
+  /// writes any of them voids the chain (resetIfWritten).
+  const char *gradient = nullptr;
+  size_t gradientBytes = 0;
+  void resetIfWritten(const void *data, size_t bytes) {
+    const char *begin = static_cast<const char *>(data);
+    if (gradient && begin < gradient + gradientBytes && gradient < begin + bytes)
+      *this = {};
+  }
 };
 bool dnnlConv(ConvDirection direction, const ConvParams &p, DType dtype, const void *a,
               const void *b, void *out, ConvChain *chain = nullptr);

@@ -196,6 +196,15 @@ void CpuExecutor::runSteps() {
     poisonBuffers(poison.back());
   for (size_t index = 0; index < prog.steps.size(); ++index) {
     const Step &s = prog.steps[index];
+    // A blocked copy made by one convolution serves the next only while
+    // nothing wrote the bytes it was made from (the arena reuses bytes,
+    // kernels write over dying inputs); collectives write in the
+    // background, so they end the chain.
+    if (s.kind == Step::Kind::CollectiveStart || s.kind == Step::Kind::CollectiveWait)
+      convChain = {};
+    else if (!isConvolution(s))
+      for (int b : stepWrites(s))
+        convChain.resetIfWritten(pointers[size_t(b)], prog.buffers[size_t(b)].byteSize());
     if (profiling)
       stepStart = std::chrono::steady_clock::now();
     switch (s.kind) {

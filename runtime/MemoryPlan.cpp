@@ -390,10 +390,12 @@ PlanReport tilefuse::reportMemoryPlan(const Program &program) {
   report.lowerBound = liveBytesLowerBound(program, plan.alignment);
   report.unplanned = unplannedBytes(program, plan.alignment);
   // The step that writes each buffer first.
-  std::vector<int> writer(program.buffers.size(), -1);
+  std::vector<int> writer(program.buffers.size(), -1), writers(program.buffers.size(), 0);
   for (size_t i = program.steps.size(); i-- > 0;)
-    for (int b : stepWrites(program.steps[i]))
+    for (int b : stepWrites(program.steps[i])) {
       writer[size_t(b)] = int(i);
+      ++writers[size_t(b)];
+    }
   for (size_t b = 0; b < program.buffers.size(); ++b) {
     const BufferInfo &info = program.buffers[b];
     if (info.role == Role::Argument) {
@@ -405,6 +407,7 @@ PlanReport tilefuse::reportMemoryPlan(const Program &program) {
     row.offset = plan.offsets[b];
     row.arenaBytes = arenaBytes(info, plan.alignment);
     row.live = ranges[b];
+    row.writers = writers[b];
     row.phase = "constant";
     if (int w = writer[b]; w >= 0 && info.role != Role::Constant) {
       const Step &s = program.steps[size_t(w)];
@@ -452,6 +455,8 @@ std::string tilefuse::formatMemoryPlan(const Program &program) {
     os << " | " << row.phase << " | " << row.op;
     if (!row.line.empty())
       os << " (" << row.line << ")";
+    if (row.writers > 1)
+      os << " (+" << row.writers - 1 << " in place)";
     os << "\n";
   }
   return os.str();

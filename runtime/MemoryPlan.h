@@ -113,6 +113,9 @@ struct PlanReport {
     /// source line; phase "constant" and op "" for constants and buffers
     /// nothing writes.
     std::string phase, op, line;
+    /// Steps that write it: more than one where kernels wrote their
+    /// results over it in place (ProgramBuilder), or a carried update.
+    int writers = 0;
   };
   MemoryPlan plan; ///< the program's, or planMemory's where it has none
   uint64_t lowerBound = 0, unplanned = 0, argumentBytes = 0;

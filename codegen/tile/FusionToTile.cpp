@@ -13,6 +13,8 @@
 #include "codegen/tile/KernelEmitter.h"
 
 #include "ir/tile/TileDialect.h"
+#include "passes/FuseOps.h"
+#include "passes/FusionGraph.h"
 #include "passes/TargetInfo.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
@@ -275,9 +277,18 @@ FailureOr<func::FuncOp> tilefuse::lowerFusionToTile(FusionOp fusion,
 
 SmallVector<std::pair<unsigned, unsigned>> tilefuse::inPlaceCandidates(FusionOp fusion) {
   SmallVector<std::pair<unsigned, unsigned>> pairs;
-  if (fusion.getKind() != "pointwise" || !fusion.getReduced().empty())
-    return pairs;
   SmallVector<int64_t> domain(fusion.getDomain());
+  // A reduction kernel whose programs own whole reductions (no split, no
+  // column sums) folds every reduction before it stores a full-size
+  // result, and stores each element right after its last read (in the
+  // walk of the reduced dims after the reductions, or in the one walk
+  // when its results read no reduction): a result may overwrite an input
+  // its reductions read, as a pointwise kernel's may.
+  bool reducing = fusion.getKind() == "reduction" && !fusion.getReduced().empty() &&
+                  fusion::ownsWholeReductions(domain, fusion.getReduced()) &&
+                  columnSumsOfRowKernel(fusion).empty();
+  if (!reducing && (fusion.getKind() != "pointwise" || !fusion.getReduced().empty()))
+    return pairs;
   Block &body = fusion.getBody().front();
   Operation *yield = body.getTerminator();
   for (BlockArgument arg : body.getArguments()) {
@@ -294,6 +305,10 @@ SmallVector<std::pair<unsigned, unsigned>> tilefuse::inPlaceCandidates(FusionOp 
       for (Operation *user : v.getUsers()) {
         if (user == yield || !seen.insert(user).second)
           continue;
+        auto dims = user->getAttrOfType<DenseI64ArrayAttr>("dims");
+        if (reducing && isReductionOp(user) && dims &&
+            dims.asArrayRef() == fusion.getReduced())
+          continue; // folded before any result is stored
         if (!readsOperandsInPlace(user) || user->getNumResults() != 1 ||
             shapeOf(user->getResult(0)) != domain) {
           sameIndex = false;

@@ -25,11 +25,13 @@ lowerFusionToTile(graph::FusionOp fusion, mlir::ModuleOp module,
                   const TargetInfo &target, llvm::StringRef name);
 
 /// Pairs (result, input) of `fusion` where the kernel may write the result
-/// over the input's buffer: a pointwise kernel reads the input only at the
-/// element it computes (through elementwise ops and casts, no view or
-/// generator), the two have the kernel's domain as their shape and the
-/// same type, and the kernel computes every result at an element before it
-/// stores any there.
+/// over the input's buffer: the kernel reads the input only at the element
+/// it computes (through elementwise ops and casts, no view or generator),
+/// or in reductions it folds before storing any full-size result (a
+/// reduction kernel whose programs own whole reductions: a row kernel, a
+/// softmax over [N, C, H, W]'s classes), the two have the kernel's domain
+/// as their shape and the same type, and the kernel computes every result
+/// at an element before it stores any there.
 llvm::SmallVector<std::pair<unsigned, unsigned>> inPlaceCandidates(graph::FusionOp fusion);
 
 /// The reductions of `fusion` when it is a full reduction worth splitting

@@ -543,6 +543,7 @@ py::dict tilefuse::python::programMemoryPlan(const Program &p) {
     row["phase"] = b.phase;
     row["op"] = b.op;
     row["line"] = b.line;
+    row["writers"] = b.writers;
     buffers.append(row);
   }
   py::dict out;

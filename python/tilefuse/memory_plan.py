@@ -22,7 +22,10 @@ class PlannedBuffer:
     over (`last` == the number of steps: a result, read after the call;
     `pinned`: it keeps its bytes across calls, as constants and a training
     step's carried parameters do). `op` and `line` name the step that writes
-    it and the user's source line behind it, where known."""
+    it first and the user's source line behind it, where known; `writers`
+    counts the steps that write it (more than one: later kernels wrote their
+    results over it in place, once its earlier value was read for the last
+    time)."""
 
     name: str
     dtype: str
@@ -36,6 +39,7 @@ class PlannedBuffer:
     phase: str
     op: str
     line: str
+    writers: int = 1
 
 
 class MemoryPlan:
