@@ -226,15 +226,14 @@ private:
 };
 
 /// A numpy array owning `data` (from the pool, returned to it when freed).
-py::array pooledArray(DType dtype, const Shape &shape, void *data, size_t bytes) {
+py::array pooledArray(const py::dtype &dtype, const Shape &shape, void *data, size_t bytes) {
   auto *owner = new std::pair<void *, size_t>(data, bytes);
   py::capsule free(owner, [](void *p) {
     auto *o = static_cast<std::pair<void *, size_t> *>(p);
     ResultPool::global().give(o->first, o->second);
     delete o;
   });
-  return py::array(numpyDType(dtype), std::vector<py::ssize_t>(shape.begin(), shape.end()),
-                   data, free);
+  return py::array(dtype, std::vector<py::ssize_t>(shape.begin(), shape.end()), data, free);
 }
 
 } // namespace
@@ -243,8 +242,11 @@ py::list tilefuse::python::runExecutor(Executor &e, const py::sequence &args,
                                        const py::object &which, const std::string &out,
                                        std::shared_ptr<void> self, const py::object &into) {
   const Program &p = e.program();
-  if (out != "numpy" && out != "dlpack" && out != "view")
-    throw CompileError("out must be 'numpy', 'dlpack' or 'view', not '" + out + "'");
+  if (out != "numpy" && out != "dlpack" && out != "view" && out != "bits")
+    throw CompileError("out must be 'numpy', 'dlpack', 'view' or 'bits', not '" + out + "'");
+  // "bits": numpy results, bf16 ones as uint16 arrays of their bits (numpy
+  // has no bf16): no widening to float32 and back.
+  bool bits = out == "bits";
   if (py::len(args) != p.arguments.size())
     throw CompileError("the compiled function takes " + std::to_string(p.arguments.size()) +
                        " arguments, got " + std::to_string(py::len(args)));
@@ -282,6 +284,17 @@ py::list tilefuse::python::runExecutor(Executor &e, const py::sequence &args,
       throw CompileError("argument " + std::to_string(i) +
                          " is not convertible to a numpy array");
     Shape shape(a.shape(), a.shape() + a.ndim());
+    if (want.dtype == DType::BF16 && a.dtype().kind() == 'u' && a.itemsize() == 2) {
+      // A bf16 argument as the uint16 array of its bits: read in place.
+      if (shape != want.shape)
+        throw CompileError("argument " + std::to_string(i) + " must be " +
+                           TensorSignature{want.dtype, want.shape}.str() + ", got bf16 bits of " +
+                           shapeToString(shape) + "; pass an array of that shape");
+      a = py::array::ensure(a, py::array::c_style);
+      keep.push_back(a);
+      ptrs.push_back({a.data(), false});
+      continue;
+    }
     bool inPlace = want.dtype != DType::BF16 && shape == want.shape &&
                    (a.flags() & py::array::c_style) && dtypeOfArray(a) == want.dtype;
     if (inPlace) {
@@ -306,7 +319,7 @@ py::list tilefuse::python::runExecutor(Executor &e, const py::sequence &args,
     }
   }
   py::list results;
-  if (out != "numpy" && onGpu) {
+  if ((out == "dlpack" || out == "view") && onGpu) {
 #ifdef TILEFUSE_HAVE_CUDA_EXECUTOR
     auto &cuda = dynamic_cast<CudaExecutor &>(e);
     std::vector<std::shared_ptr<void>> copies;
@@ -359,8 +372,10 @@ py::list tilefuse::python::runExecutor(Executor &e, const py::sequence &args,
   std::vector<void *> targets;
   for (size_t k = 0; k < wanted.size(); ++k) {
     const BufferInfo &info = p.buffers[p.results[wanted[k]]];
-    bool redirect = cpu && cpu->redirectable(wanted[k]) && info.dtype != DType::BF16 &&
-                    !direct[wanted[k]];
+    bool asBits = bits && info.dtype == DType::BF16;
+    py::dtype arrayType = asBits ? py::dtype("uint16") : numpyDType(info.dtype);
+    bool redirect = cpu && cpu->redirectable(wanted[k]) &&
+                    (info.dtype != DType::BF16 || asBits) && !direct[wanted[k]];
     if (!given[k].is_none()) {
       py::array a = py::array::ensure(given[k]);
       Shape shape = a ? Shape(a.shape(), a.shape() + a.ndim()) : Shape();
@@ -385,7 +400,7 @@ py::list tilefuse::python::runExecutor(Executor &e, const py::sequence &args,
       targets.push_back(redirect ? nullptr : a.mutable_data());
       continue;
     }
-    if (info.dtype == DType::BF16) {
+    if (info.dtype == DType::BF16 && !asBits) {
       halves[k] = HostTensor(info.dtype, info.shape);
       arrays.emplace_back(numpyDType(info.dtype),
                           std::vector<py::ssize_t>(info.shape.begin(), info.shape.end()));
@@ -394,12 +409,12 @@ py::list tilefuse::python::runExecutor(Executor &e, const py::sequence &args,
     }
     if (redirect) {
       void *data = ResultPool::global().take(info.byteSize());
-      arrays.push_back(pooledArray(info.dtype, info.shape, data, info.byteSize()));
+      arrays.push_back(pooledArray(arrayType, info.shape, data, info.byteSize()));
       direct[wanted[k]] = data;
       targets.push_back(nullptr);
       continue;
     }
-    arrays.emplace_back(numpyDType(info.dtype),
+    arrays.emplace_back(arrayType,
                         std::vector<py::ssize_t>(info.shape.begin(), info.shape.end()));
     targets.push_back(arrays.back().mutable_data());
   }
@@ -418,7 +433,8 @@ py::list tilefuse::python::runExecutor(Executor &e, const py::sequence &args,
       e.runThen(ptrs, copyTheRest);
   }
   for (size_t k = 0; k < wanted.size(); ++k)
-    results.append(p.buffers[p.results[wanted[k]]].dtype == DType::BF16 && given[k].is_none()
+    results.append(p.buffers[p.results[wanted[k]]].dtype == DType::BF16 && given[k].is_none() &&
+                           !bits
                        ? toNumpy(halves[k])
                        : arrays[k]);
   return results;

@@ -28,6 +28,8 @@ namespace tilefuse::python {
 /// pool of 64-byte-aligned buffers they return to, so a steady stream of
 /// calls touches no fresh pages), or into `into`'s arrays (one per wanted
 /// result, or None) where the caller brings them; other results are copied.
+/// out="bits": as "numpy", with bf16 results as uint16 arrays of their bits
+/// (numpy has no bf16). A bf16 argument may always be given that way.
 pybind11::list runExecutor(Executor &e, const pybind11::sequence &args,
                            const pybind11::object &which, const std::string &out,
                            std::shared_ptr<void> self = nullptr,

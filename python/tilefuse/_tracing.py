@@ -636,9 +636,20 @@ def trace(fn, *args):
         del _ORIGINS[id(tracer)]
 
 
+class TypedExample:
+    """An example argument of a dtype numpy lacks (bf16): its dtype name
+    and shape, traced as such."""
+
+    def __init__(self, dtype, shape):
+        self.dtype, self.shape = dtype_name(dtype), tuple(shape)
+
+
 def _trace(fn, args, leaves, in_spec, name, tracer, origins):
     symbolic = []
     for i, leaf in enumerate(leaves):
+        if isinstance(leaf, TypedExample):
+            symbolic.append(Tensor(tracer, tracer.argument(leaf.dtype, list(leaf.shape))))
+            continue
         arr = np.asarray(leaf)
         if arr.dtype == object:
             raise CompileError(f"argument {i} of {name} is a {type(leaf).__name__}, not an array")

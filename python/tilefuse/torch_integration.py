@@ -673,6 +673,10 @@ def _compiled_callable(gm, device, compile=True, updates=None):
             stand_ins.add(j)
             examples.append(np.zeros(tuple(v.shape), dtype=np.float32))
             continue
+        if v.dtype == torch.bfloat16:  # traced as bf16, crossing as its bits
+            from ._tracing import TypedExample
+            examples.append(TypedExample("bf16", v.shape))
+            continue
         examples.append(np.zeros(tuple(v.shape), dtype=_numpy_dtype(v.dtype)))
     out_node = next(n for n in gm.graph.nodes if n.op == "output")
     outs = out_node.args[0]
@@ -728,10 +732,11 @@ def _compiled_callable(gm, device, compile=True, updates=None):
             if j in stand_ins:
                 arrays.append(np.zeros(tuple(a.shape), dtype=np.float32))
                 continue
-            t = a.detach()
-            if t.dtype == torch.bfloat16:
-                t = t.float()
-            arrays.append(t.contiguous().cpu().numpy())
+            t = a.detach().contiguous().cpu()
+            if t.dtype == torch.bfloat16:  # its bits: numpy has no bf16
+                arrays.append(t.view(torch.int16).numpy().view(np.uint16))
+                continue
+            arrays.append(t.numpy())
         if random:
             arrays.append(np.int64(torch.randint(0, 2 ** 62, ()).item()))
         into = None
@@ -752,13 +757,17 @@ def _compiled_callable(gm, device, compile=True, updates=None):
                         else None if want[k] == torch.bfloat16
                         else np.empty(tuple(out_vals[k].shape), _numpy_dtype(want[k]))
                         for k in range(len(present))]
-        results = exe.run(arrays, None, "numpy", into)
+        results = exe.run(arrays, None, "bits", into)
         full = uncomputed()
         for k, (i, r, w) in enumerate(zip(present, results, want)):
             if k in in_place:
                 full[i] = in_place[k]
                 continue
-            o = torch.from_numpy(np.asarray(r))
+            r = np.asarray(r)
+            if r.dtype == np.uint16:  # a bf16 result's bits
+                o = torch.from_numpy(r.view(np.int16)).view(torch.bfloat16)
+            else:
+                o = torch.from_numpy(r)
             full[i] = o.to(w) if o.dtype != w else o
         return full[0] if single else full
     run.tilefuse_compiled = compiled

@@ -330,7 +330,7 @@ def test_dlpack_output_on_the_cpu_is_numpy(rng):
     assert isinstance(out, np.ndarray)
     np.testing.assert_array_equal(out, fn(*args))
     np.testing.assert_array_equal(fn(*args, out="view"), out)
-    with pytest.raises(tilefuse.CompileError, match="out must be 'numpy', 'dlpack' or 'view'"):
+    with pytest.raises(tilefuse.CompileError, match="out must be 'numpy', 'dlpack', 'view' or 'bits'"):
         fn(*args, out="torch")
 
 

@@ -185,8 +185,9 @@ def test_the_backend_runs_bf16_autocast_with_batch_norm_updates(compiled_graphs)
     beside the in-place updates (this raised before), and the losses follow
     eager autocast within bf16's 1e-2. Every convolution and both its
     gradients run as library convolutions (they were written out as im2col
-    gathers and matmuls: the backward graph gets the saved bf16
-    activations widened to f32 beside bf16 gradients)."""
+    gathers and matmuls when the backward graph got the saved bf16
+    activations widened to f32 beside bf16 gradients), and bf16 tensors
+    cross into and out of the graphs as bf16."""
     torch.manual_seed(0)
     model = SmallResNet().train()
     twin = copy.deepcopy(model)
@@ -210,3 +211,8 @@ def test_the_backend_runs_bf16_autocast_with_batch_norm_updates(compiled_graphs)
     names = [r["name"] for g in compiled_graphs for r in g.fuse("cpu").report()]
     for kind in ("conv", "conv_grad_weight"):
         assert names.count(kind) == convs, (kind, convs, names)
+    # bf16 tensors cross as bf16 (their bits), not widened to f32: the
+    # backward graph takes the saved bf16 activations as bf16 arguments.
+    arguments = [next(line for line in g.mlir().splitlines() if "func.func" in line)
+                 .split("->")[0] for g in compiled_graphs]
+    assert any("bf16>" in a for a in arguments), arguments

@@ -257,10 +257,8 @@ def _bias_shape(c, d):
 
 def _in_result_type(*operands):
     """The operands in the type PyTorch computes the node in (its first
-    result's), where their types differ: the backend hands bf16 tensors
-    over widened to f32 (numpy has no bf16), so under autocast a saved
-    bf16 activation meets a bf16 gradient as f32; narrowing it back is
-    exact."""
+    result's), where their types differ (a value held in f32 meeting a bf16
+    one; narrowing a value that was bf16 back to bf16 is exact)."""
     types = {t.dtype for t in operands if t is not None}
     if len(types) <= 1:
         return operands
