@@ -237,17 +237,12 @@ struct Dnnl {
   /// Numbers every oneDNN convolution call (ConvChain).
   uint64_t convCalls = 0;
   /// What sits at the start of convScratch after the last call: the
-  /// blocked copy of a backward-data convolution's output gradient (its
-  /// plain buffer and blocked layout), or nothing.
+  /// blocked copy of a backward convolution's output gradient (its plain
+  /// buffer and blocked layout), or nothing.
   const void *blockedGradient = nullptr;
   dnnl_memory_desc_t blockedGradientDesc{};
   std::atomic<int64_t> reordersReused{0};
 
-  struct SmallOrder {
-    ConvOperand *items[3] = {};
-    int n = 0;
-    void push(ConvOperand *o) { items[n++] = o; }
-  };
   /// Points `conv`'s blocked operands into convScratch (grown if needed),
   /// `first` (if any) at its start: the operand a chained call finds there.
   bool bindConvScratch(Conv &conv, ConvOperand *first) {
@@ -264,19 +259,18 @@ struct Dnnl {
       blockedGradient = nullptr; // the copy is gone with the old buffer
     }
     char *at = static_cast<char *>(convScratch);
-    SmallOrder order;
-    if (first)
-      order.push(first);
-    for (ConvOperand *o : {&conv.a, &conv.b, &conv.out})
-      if (o != first)
-        order.push(o);
-    for (ConvOperand *o : order.items) {
+    auto place = [&](ConvOperand *o) {
       if (!o->inner)
-        continue;
-      if (memorySetDataHandle(o->inner, at) != dnnl_success)
-        return false;
+        return true;
+      bool ok = memorySetDataHandle(o->inner, at) == dnnl_success;
       at += rounded(o->innerBytes);
-    }
+      return ok;
+    };
+    if (first && !place(first))
+      return false;
+    for (ConvOperand *o : {&conv.a, &conv.b, &conv.out})
+      if (o != first && !place(o))
+        return false;
     return true;
   }
 

@@ -736,8 +736,8 @@ void tilefuse::python::registerExecutorBindings(py::module_ &m) {
   m.def("onednn_conv_scratch_bytes", &cpu::dnnlConvScratchBytes,
         "bytes of the one buffer for convolutions' operands in oneDNN's blocked layouts");
   m.def("onednn_conv_reorders_reused", &cpu::dnnlConvReordersReused,
-        "output-gradient reorders backward-weights convolutions skipped, reading the copy "
-        "the backward-data convolution before them made");
+        "output-gradient reorders skipped: the second of a gradient's two backward "
+        "convolutions reading the blocked copy the first made");
   m.def("cpu_thread_team", [](const std::string &wanted) {
     using Team = ThreadPool::Team;
     ThreadPool &pool = ThreadPool::global();

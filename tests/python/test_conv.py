@@ -192,8 +192,8 @@ def test_cuda_targets_write_unequal_padding_out(monkeypatch):
 
 
 def test_weight_gradient_reads_the_blocked_output_gradient_the_input_gradient_made():
-    """Backward-weights right after backward-data on the same output
-    gradient reads the blocked copy backward-data made (no second reorder):
+    """The second of an output gradient's two backward convolutions reads
+    the blocked copy the first made (no second reorder):
     two 3x3 convolutions (blocked layouts) trained twice on new data, every
     gradient against PyTorch in float64 each time, so a copy left from the
     other convolution or the last run would show."""
