@@ -34,6 +34,10 @@ std::optional<std::pair<ConvDirection, ConvParams>> tilefuse::convParamsOf(Opera
     return std::make_pair(ConvDirection::Forward,
                           paramsOf(c, shapeOf(c.getLhs()), shapeOf(c.getRhs()),
                                    shapeOf(c.getResult())));
+  if (auto c = llvm::dyn_cast<graph::ConvBiasActOp>(op))
+    return std::make_pair(ConvDirection::Forward,
+                          paramsOf(c, shapeOf(c.getLhs()), shapeOf(c.getRhs()),
+                                   shapeOf(c.getResult())));
   if (auto c = llvm::dyn_cast<graph::ConvGradInputOp>(op))
     return std::make_pair(ConvDirection::GradInput,
                           paramsOf(c, shapeOf(c.getResult()), shapeOf(c.getRhs()),

@@ -10,7 +10,8 @@
 
 namespace tilefuse {
 
-/// The sizes of graph.conv, graph.conv_grad_input or graph.conv_grad_weight
+/// The sizes of graph.conv (or graph.conv_bias_act), graph.conv_grad_input or
+/// graph.conv_grad_weight
 /// `op` (read from its verified types and attributes) and what it computes;
 /// nullopt for any other op.
 std::optional<std::pair<ConvDirection, ConvParams>> convParamsOf(mlir::Operation *op);

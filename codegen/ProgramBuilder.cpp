@@ -213,6 +213,20 @@ private:
       s.source = op.getName().getStringRef().str();
       s.conv = params;
       s.buffers = {bufferOf(op.getOperand(0)), bufferOf(op.getOperand(1)), result(op)};
+      // The epilogue the library applies: the bias (buffer 3), then the
+      // activation.
+      if (auto fused = llvm::dyn_cast<graph::ConvBiasActOp>(op)) {
+        if (!fused.getType().getElementType().isF32())
+          return op.emitOpError("runs in f32 only (oneDNN's f32 convolutions apply its "
+                                "epilogue), got ")
+                 << fused.getType();
+        if (Value bias = fused.getBias()) {
+          s.epilogue.push_back("bias");
+          s.buffers.push_back(bufferOf(bias));
+        }
+        if (fused.getActivation() != "none")
+          s.epilogue.push_back(fused.getActivation().str());
+      }
       prog.steps.push_back(s);
       return success();
     }

@@ -358,7 +358,8 @@ std::string locatedText(Graph::Impl &g) {
 /// Settings the compile reads from the environment: part of every key.
 std::string compileSettings() {
   std::string settings;
-  for (const char *name : {"TILEFUSE_REMATERIALIZE", "TILEFUSE_MEMORY_PLAN", "TILEFUSE_FUSED_ATTENTION"})
+  for (const char *name : {"TILEFUSE_REMATERIALIZE", "TILEFUSE_MEMORY_PLAN",
+                           "TILEFUSE_FUSED_ATTENTION", "TILEFUSE_CONV_EPILOGUES"})
     if (const char *v = std::getenv(name))
       settings += std::string(" ") + name + "=" + v;
   return settings;

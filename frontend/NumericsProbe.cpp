@@ -34,7 +34,7 @@ bool isLowFloat(Type t) { return t.isF16() || t.isBF16(); }
 /// exact).
 bool isKernel(Operation *op) {
   return llvm::isa<graph::FusionOp, graph::MatmulOp, graph::GatherOp, graph::ScatterAddOp,
-                   graph::AttentionOp, graph::AttentionGradOp, graph::ConvOp,
+                   graph::AttentionOp, graph::AttentionGradOp, graph::ConvOp, graph::ConvBiasActOp,
                    graph::ConvGradInputOp, graph::ConvGradWeightOp>(op);
 }
 

@@ -102,8 +102,8 @@ private:
     return llvm::all_of(op->getUsers(), [](Operation *user) {
       return llvm::isa<GraphDialect>(user->getDialect()) &&
              (!isLibraryCall(user) ||
-              llvm::isa<MatmulOp, AttentionOp, AttentionGradOp, ConvOp, ConvGradInputOp,
-                        ConvGradWeightOp>(user));
+              llvm::isa<MatmulOp, AttentionOp, AttentionGradOp, ConvOp, ConvBiasActOp,
+                        ConvGradInputOp, ConvGradWeightOp>(user));
     });
   }
 
@@ -500,6 +500,8 @@ LogicalResult tilefuse::fuseFunction(func::FuncOp func, const TargetInfo &target
   expandAttention(func, target.fusedAttentionMaxDim());
   if (target.convolutionPadsSymmetrically())
     padConvolutionsSymmetrically(func);
+  if (target.convolutionAppliesEpilogues())
+    foldConvolutionEpilogues(func);
   // stop_gradient only matters to differentiation, which is done by now.
   SmallVector<StopGradientOp> identities(func.getBody().front().getOps<StopGradientOp>());
   for (StopGradientOp op : identities) {
@@ -518,7 +520,12 @@ LogicalResult tilefuse::fuseFunction(func::FuncOp func, const TargetInfo &target
                   LinearOp, DropoutOp, CrossEntropyOp, NllOp, MseOp, BceOp>(op))
       return op.emitOpError("is a composite; run decompose-composites before "
                             "fusion");
-    if (llvm::isa<ConvOp, ConvGradInputOp, ConvGradWeightOp>(op)) {
+    if (llvm::isa<ConvBiasActOp>(op) && !target.convolutionAppliesEpilogues())
+      return op.emitOpError("has no library call for ")
+             << target.name()
+             << ", whose convolutions apply no epilogue; write graph.conv followed by the "
+                "bias and activation ops (fusion runs them as a kernel)";
+    if (llvm::isa<ConvOp, ConvBiasActOp, ConvGradInputOp, ConvGradWeightOp>(op)) {
       if (!target.hasLibraryConvolution())
         return op.emitOpError("has no kernels for ")
                << target.name()

@@ -31,6 +31,14 @@ void expandAttentionOp(mlir::Operation *op);
 /// (TargetInfo::convolutionPadsSymmetrically).
 void padConvolutionsSymmetrically(mlir::func::FuncOp func);
 
+/// Every f32 graph.conv of `func` whose output only a chain of per-channel
+/// +, -, *, / (a bias, an inference batch norm) and then relu or silu read
+/// rewritten into one graph.conv_bias_act (the scale folded into the
+/// weight, the shift as its bias): for targets whose convolution library
+/// applies a bias and an activation (TargetInfo::convolutionAppliesEpilogues).
+/// Returns how many were folded; none with TILEFUSE_CONV_EPILOGUES=0.
+int foldConvolutionEpilogues(mlir::func::FuncOp func);
+
 /// Groups the primitive graph ops of `func` into graph.fusion kernels (see
 /// FuseOpsPass in Passes.td). With `remarks`, every refused fusion is
 /// reported as a remark naming the reason.

@@ -25,7 +25,7 @@ bool fusion::isLibraryCall(Operation *op) {
   // Collectives are barriers: their bytes are in flight between start and
   // wait, so no kernel may take either.
   return llvm::isa<MatmulOp, GatherOp, ScatterAddOp, AttentionOp, AttentionGradOp, ConvOp,
-                   ConvGradInputOp, ConvGradWeightOp, RecomputeBarrierOp, CollectiveWaitOp>(op) ||
+                   ConvBiasActOp, ConvGradInputOp, ConvGradWeightOp, RecomputeBarrierOp, CollectiveWaitOp>(op) ||
          isCollectiveStart(op);
 }
 bool fusion::isReduction(Operation *op) {

@@ -102,6 +102,8 @@ public:
   int64_t rowScratchBytes() const override { return 256 << 10; }
   int64_t fusedAttentionMaxDim() const override { return INT64_MAX; }
   bool hasLibraryConvolution() const override { return true; }
+  // oneDNN's bias argument and eltwise post-ops (runtime/CpuDnnl.cpp).
+  bool convolutionAppliesEpilogues() const override { return true; }
 };
 
 /// CUDA: cuBLASLt adds a column bias itself, for f32, f16 and bf16 GEMMs

@@ -72,6 +72,11 @@ public:
   /// (cuDNN's legacy API takes one padding per dimension; oneDNN two):
   /// fusion then writes the unequal part out (padConvolutionsSymmetrically).
   virtual bool convolutionPadsSymmetrically() const { return false; }
+  /// Whether those convolutions apply a per-channel bias and an activation
+  /// while they write their output (oneDNN's bias and post-ops): fusion
+  /// then folds such epilogues into graph.conv_bias_act
+  /// (foldConvolutionEpilogues) instead of running them as a kernel.
+  virtual bool convolutionAppliesEpilogues() const { return false; }
 
   /// "cpu" or "cuda[:sm_XX]"; null for an unknown name.
   static std::unique_ptr<TargetInfo> get(const std::string &name);

@@ -11,7 +11,10 @@
 
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <cstdint>
+#include <optional>
+#include <string_view>
 
 namespace tilefuse {
 
@@ -113,6 +116,52 @@ void convReference(ConvDirection direction, const ConvParams &p, const T *a, con
     forEachConvTap(p, [&](int64_t x, int64_t w, int64_t y) { out[w] += a[x] * b[y]; });
     break;
   }
+}
+
+
+/// The activation a convolution library applies after the bias
+/// (graph.conv_bias_act; a Conv step's epilogue names it).
+enum class ConvActivation : int32_t { None, Relu, Silu };
+
+/// The activation named `name` ("none", "relu", "silu"), or nullopt.
+inline std::optional<ConvActivation> convActivationNamed(std::string_view name) {
+  if (name == "none")
+    return ConvActivation::None;
+  if (name == "relu")
+    return ConvActivation::Relu;
+  if (name == "silu")
+    return ConvActivation::Silu;
+  return std::nullopt;
+}
+
+/// What a forward convolution applies while it writes its output (a Conv
+/// step's epilogue): a per-output-channel bias (null: none), then the
+/// activation.
+struct ConvEpilogue {
+  const float *bias = nullptr;
+  ConvActivation activation = ConvActivation::None;
+  bool empty() const { return !bias && activation == ConvActivation::None; }
+};
+
+/// graph.conv_bias_act's epilogue over a forward convolution's output:
+/// bias[o] (when given) added to channel o, then the activation, as the
+/// graph ops it replaces define them (relu keeps NaN; silu is
+/// x * sigmoid(x)).
+template <typename T>
+void convEpilogue(const ConvParams &p, const T *bias, ConvActivation activation, T *out) {
+  const int64_t plane = p.volume(p.output);
+  for (int64_t n = 0; n < p.batch; ++n)
+    for (int64_t o = 0; o < p.outChannels; ++o) {
+      T *row = out + (n * p.outChannels + o) * plane;
+      for (int64_t i = 0; i < plane; ++i) {
+        T v = bias ? row[i] + bias[o] : row[i];
+        if (activation == ConvActivation::Relu)
+          v = v <= T(0) ? T(0) : v;
+        else if (activation == ConvActivation::Silu)
+          v = v * (T(1) / (T(1) + std::exp(-v)));
+        row[i] = v;
+      }
+    }
 }
 
 } // namespace tilefuse

@@ -60,6 +60,11 @@ struct Dnnl {
   decltype(&dnnl_dilated_convolution_backward_data_desc_init) convBackwardDataInit = nullptr;
   decltype(&dnnl_dilated_convolution_backward_weights_desc_init) convBackwardWeightsInit =
       nullptr;
+  // Post-ops (a forward convolution's activation; optional).
+  decltype(&dnnl_post_ops_create) postOpsCreate = nullptr;
+  decltype(&dnnl_post_ops_destroy) postOpsDestroy = nullptr;
+  decltype(&dnnl_post_ops_append_eltwise) postOpsAppendEltwise = nullptr;
+  decltype(&dnnl_primitive_attr_set_post_ops) attrSetPostOps = nullptr;
   // OpenMP (oneDNN's threading): an f32 slab runs on one thread of
   // tilefuse's pool with a team of one.
   int (*ompGetMaxThreads)() = nullptr;
@@ -150,6 +155,14 @@ struct Dnnl {
         dlsym(lib, "dnnl_dilated_convolution_backward_data_desc_init"));
     convBackwardWeightsInit = reinterpret_cast<decltype(convBackwardWeightsInit)>(
         dlsym(lib, "dnnl_dilated_convolution_backward_weights_desc_init"));
+    postOpsCreate =
+        reinterpret_cast<decltype(postOpsCreate)>(dlsym(lib, "dnnl_post_ops_create"));
+    postOpsDestroy =
+        reinterpret_cast<decltype(postOpsDestroy)>(dlsym(lib, "dnnl_post_ops_destroy"));
+    postOpsAppendEltwise = reinterpret_cast<decltype(postOpsAppendEltwise)>(
+        dlsym(lib, "dnnl_post_ops_append_eltwise"));
+    attrSetPostOps = reinterpret_cast<decltype(attrSetPostOps)>(
+        dlsym(lib, "dnnl_primitive_attr_set_post_ops"));
     attrSetFpmathMode = reinterpret_cast<dnnl_status_t (*)(dnnl_primitive_attr_t, int)>(
         dlsym(lib, "dnnl_primitive_attr_set_fpmath_mode"));
     ompGetMaxThreads = reinterpret_cast<int (*)()>(dlsym(lib, "omp_get_max_threads"));
@@ -225,6 +238,8 @@ struct Dnnl {
   struct Conv {
     dnnl_primitive_t primitive = nullptr;
     ConvOperand a, b, out;
+    /// A forward convolution's bias ([O] f32, read in place), or null.
+    dnnl_memory_t bias = nullptr;
     bool usable = false;
   };
   std::map<std::vector<int64_t>, Conv> convs;
@@ -301,7 +316,9 @@ struct Dnnl {
   /// null where oneDNN has none or only its reference kernel.
   dnnl_primitive_desc_t convDesc(ConvDirection direction, const ConvParams &p,
                                  const dnnl_memory_desc_t &src, const dnnl_memory_desc_t &weights,
-                                 const dnnl_memory_desc_t &dst) {
+                                 const dnnl_memory_desc_t &dst,
+                                 const dnnl_memory_desc_t *bias = nullptr,
+                                 dnnl_primitive_attr_t attr = nullptr) {
     dnnl_dims_t strides = {}, dilates = {}, padLow = {}, padHigh = {};
     for (int i = 0; i < p.spatial; ++i) {
       strides[i] = p.stride[size_t(i)], dilates[i] = p.dilation[size_t(i)] - 1;
@@ -311,8 +328,8 @@ struct Dnnl {
     dnnl_convolution_desc_t forward, backward;
     dnnl_primitive_desc_t hint = nullptr, pd = nullptr;
     if (convForwardInit(&forward, dnnl_forward_training, dnnl_convolution_direct, &src, &weights,
-                        nullptr, &dst, strides, dilates, padLow, padHigh) != dnnl_success ||
-        primitiveDescCreate(&hint, &forward, nullptr, engine, nullptr) != dnnl_success)
+                        bias, &dst, strides, dilates, padLow, padHigh) != dnnl_success ||
+        primitiveDescCreate(&hint, &forward, attr, engine, nullptr) != dnnl_success)
       return nullptr;
     if (direction == ConvDirection::Forward) {
       pd = hint, hint = nullptr;
@@ -336,14 +353,41 @@ struct Dnnl {
     return pd;
   }
 
+  /// Primitive attributes applying `activation` as an eltwise post-op;
+  /// null where this oneDNN lacks post-ops.
+  dnnl_primitive_attr_t activationAttr(ConvActivation activation) {
+    if (!postOpsCreate || !postOpsDestroy || !postOpsAppendEltwise || !attrSetPostOps)
+      return nullptr;
+    // relu's alpha is its negative slope; swish's scales sigmoid's argument.
+    dnnl_alg_kind_t alg = activation == ConvActivation::Relu ? dnnl_eltwise_relu
+                                                             : dnnl_eltwise_swish;
+    float alpha = activation == ConvActivation::Relu ? 0.f : 1.f;
+    dnnl_primitive_attr_t attr = nullptr;
+    dnnl_post_ops_t ops = nullptr;
+    bool ok = attrCreate(&attr) == dnnl_success && postOpsCreate(&ops) == dnnl_success &&
+              postOpsAppendEltwise(ops, 1.f, alg, alpha, 0.f) == dnnl_success &&
+              attrSetPostOps(attr, ops) == dnnl_success &&
+              (!attrSetFpmathMode || attrSetFpmathMode(attr, kFpmathStrict) == dnnl_success);
+    if (ops)
+      postOpsDestroy(ops);
+    if (!ok && attr) {
+      attrDestroy(attr);
+      attr = nullptr;
+    }
+    return attr;
+  }
+
   /// The convolution for `p` in `direction`, made on first use: in the
   /// layouts oneDNN chooses (with reorders from and to the steps' plain
   /// ones: a depthwise convolution ran 10-20x faster blocked than on plain
   /// layouts), else on the plain layouts; unusable where oneDNN lacks the
   /// API or has only its reference kernel.
-  Conv &convFor(ConvDirection direction, const ConvParams &p, dnnl_data_type_t type) {
+  Conv &convFor(ConvDirection direction, const ConvParams &p, dnnl_data_type_t type,
+                const ConvEpilogue &epilogue) {
+    bool withBias = epilogue.bias != nullptr;
     std::vector<int64_t> key = {int64_t(direction), int64_t(type), p.spatial, p.batch,
-                                p.channels, p.outChannels, p.groups};
+                                p.channels, p.outChannels, p.groups, withBias,
+                                int64_t(epilogue.activation)};
     for (const std::array<int64_t, 3> *a3 :
          {&p.input, &p.kernel, &p.output, &p.stride, &p.padLow, &p.padHigh, &p.dilation})
       key.insert(key.end(), a3->begin(), a3->begin() + p.spatial);
@@ -389,9 +433,25 @@ struct Dnnl {
     for (int i = 0; i < n; ++i)
       pointwise &= p.kernel[size_t(i)] == 1 && p.stride[size_t(i)] == 1 &&
                    p.padLow[size_t(i)] == 0 && p.padHigh[size_t(i)] == 0;
-    dnnl_primitive_desc_t pd = pointwise ? nullptr : convDesc(direction, p, any[0], any[1], any[2]);
+    // The epilogue: the bias as the primitive's bias argument ([O], plain),
+    // the activation as an eltwise post-op.
+    dnnl_memory_desc_t biasDesc;
+    if (withBias) {
+      dnnl_dims_t d = {p.outChannels}, strides = {1};
+      if (memoryDescInit(&biasDesc, 1, d, dnnl_f32, strides) != dnnl_success ||
+          memoryCreate(&conv.bias, &biasDesc, engine, DNNL_MEMORY_NONE) != dnnl_success)
+        return conv;
+    }
+    dnnl_primitive_attr_t attr = nullptr;
+    if (epilogue.activation != ConvActivation::None && !(attr = activationAttr(epilogue.activation)))
+      return conv;
+    const dnnl_memory_desc_t *bias = withBias ? &biasDesc : nullptr;
+    dnnl_primitive_desc_t pd =
+        pointwise ? nullptr : convDesc(direction, p, any[0], any[1], any[2], bias, attr);
     if (!pd)
-      pd = convDesc(direction, p, plain[0], plain[1], plain[2]);
+      pd = convDesc(direction, p, plain[0], plain[1], plain[2], bias, attr);
+    if (attr)
+      attrDestroy(attr);
     if (!pd)
       return conv;
     // Which of src (0), weights (1), dst (2) each operand is, with its
@@ -496,16 +556,21 @@ bool tilefuse::cpu::dnnlGemm(const Step &s, DType dtype, const void *a, const vo
 }
 
 bool tilefuse::cpu::dnnlConv(ConvDirection direction, const ConvParams &p, DType dtype,
-                             const void *a, const void *b, void *out, ConvChain *chain) {
+                             const void *a, const void *b, void *out, ConvChain *chain,
+                             const ConvEpilogue &epilogue) {
   Dnnl &d = Dnnl::get();
   // As for bf16 GEMMs: no OpenMP team in a child forked after the parent
   // ran one.
-  if (!d.engine || ThreadPool::forked() || (dtype != DType::F32 && dtype != DType::BF16))
+  if (!d.engine || ThreadPool::forked() || (dtype != DType::F32 && dtype != DType::BF16) ||
+      (!epilogue.empty() && (direction != ConvDirection::Forward || dtype != DType::F32)))
     return false;
   std::lock_guard<std::mutex> lock(d.mutex);
-  Dnnl::Conv &conv = d.convFor(direction, p, dtype == DType::BF16 ? dnnl_bf16 : dnnl_f32);
+  Dnnl::Conv &conv =
+      d.convFor(direction, p, dtype == DType::BF16 ? dnnl_bf16 : dnnl_f32, epilogue);
   if (!conv.usable)
     return false;
+  if (conv.bias)
+    d.memorySetDataHandle(conv.bias, const_cast<float *>(epilogue.bias));
   d.memorySetDataHandle(conv.a.user, const_cast<void *>(a));
   d.memorySetDataHandle(conv.b.user, const_cast<void *>(b));
   d.memorySetDataHandle(conv.out.user, out);
@@ -543,16 +608,17 @@ bool tilefuse::cpu::dnnlConv(ConvDirection direction, const ConvParams &p, DType
     return d.primitiveExecute(o.reorder, d.stream, 2, args) == dnnl_success;
   };
   auto inner = [](const Dnnl::ConvOperand &o) { return o.inner ? o.inner : o.user; };
-  dnnl_exec_arg_t args[3] = {{conv.a.arg, inner(conv.a)},
+  dnnl_exec_arg_t args[4] = {{conv.a.arg, inner(conv.a)},
                              {conv.b.arg, inner(conv.b)},
-                             {conv.out.arg, inner(conv.out)}};
+                             {conv.out.arg, inner(conv.out)},
+                             {DNNL_ARG_BIAS, conv.bias}};
   if (reuseGradient)
     d.reordersReused.fetch_add(1, std::memory_order_relaxed);
   auto reorderIn = [&](Dnnl::ConvOperand &o) {
     return (reuseGradient && &o == gradient) || reorder(o, true);
   };
   if (!reorderIn(conv.a) || !reorderIn(conv.b) ||
-      d.primitiveExecute(conv.primitive, d.stream, 3, args) != dnnl_success ||
+      d.primitiveExecute(conv.primitive, d.stream, conv.bias ? 4 : 3, args) != dnnl_success ||
       !reorder(conv.out, false) || d.streamWait(d.stream) != dnnl_success)
     throw CompileError(std::string(direction == ConvDirection::Forward     ? "graph.conv"
                                    : direction == ConvDirection::GradInput ? "graph.conv_grad_input"
@@ -674,7 +740,7 @@ bool tilefuse::cpu::dnnlSgemmSlab(bool, bool, int64_t, int64_t, int64_t, const f
 int64_t tilefuse::cpu::dnnlF32SlabsRun() { return -1; }
 
 bool tilefuse::cpu::dnnlConv(ConvDirection, const ConvParams &, DType, const void *,
-                             const void *, void *, ConvChain *) {
+                             const void *, void *, ConvChain *, const ConvEpilogue &) {
   return false;
 }
 

@@ -59,8 +59,12 @@ struct ConvChain {
       *this = {};
   }
 };
+/// `epilogue` (forward, f32 only): applied by the primitive as it writes
+/// `out` (oneDNN's bias argument and eltwise post-op); false where this
+/// oneDNN cannot (the caller then applies it after the convolution).
 bool dnnlConv(ConvDirection direction, const ConvParams &p, DType dtype, const void *a,
-              const void *b, void *out, ConvChain *chain = nullptr);
+              const void *b, void *out, ConvChain *chain = nullptr,
+              const ConvEpilogue &epilogue = {});
 
 /// Output-gradient reorders skipped so far by ConvChain (process-wide).
 int64_t dnnlConvReordersReused();

@@ -246,7 +246,8 @@ void CpuExecutor::runSteps() {
     case Step::Kind::ConvGradInput:
     case Step::Kind::ConvGradWeight:
       cpu::conv(s, prog.buffers[s.buffers[2]].dtype, pointers[s.buffers[0]],
-                pointers[s.buffers[1]], pointers[s.buffers[2]], &convChain);
+                pointers[s.buffers[1]], pointers[s.buffers[2]], &convChain,
+                s.buffers.size() > 3 ? pointers[s.buffers[3]] : nullptr);
       break;
     case Step::Kind::Attention:
     case Step::Kind::AttentionGrad:

@@ -257,11 +257,39 @@ void cpu::gemm(const Step &s, DType dtype, const void *a, const void *b, void *c
 }
 
 void cpu::conv(const Step &s, DType dtype, const void *a, const void *b, void *out,
-               ConvChain *chain) {
+               ConvChain *chain, const void *bias) {
   ConvDirection direction = convDirection(s);
-  if (dnnlConv(direction, s.conv, dtype, a, b, out, chain))
+  ConvEpilogue epilogue;
+  for (const std::string &op : s.epilogue)
+    if (op == "bias")
+      epilogue.bias = static_cast<const float *>(bias);
+    else
+      epilogue.activation = *convActivationNamed(op);
+  if (!epilogue.empty() && dtype != DType::F32)
+    throw CompileError(s.source + ": a convolution epilogue runs in f32 only, got " +
+                       dtypeName(dtype));
+  if (dnnlConv(direction, s.conv, dtype, a, b, out, chain, epilogue))
     return;
   const ConvParams &p = s.conv;
+  if (!epilogue.empty()) {
+    // This oneDNN applies no epilogue (or runs no convolution here): the
+    // convolution, then the epilogue, one (batch, channel) plane per task.
+    Step plain = s;
+    plain.epilogue.clear();
+    conv(plain, dtype, a, b, out, chain);
+    int64_t plane = p.volume(p.output);
+    ThreadPool::global().parallelFor(
+        p.batch * p.outChannels, 1, [&](int64_t begin, int64_t end) {
+          for (int64_t i = begin; i < end; ++i) {
+            ConvParams one = p;
+            one.batch = 1, one.outChannels = 1;
+            float channelBias = epilogue.bias ? epilogue.bias[i % p.outChannels] : 0.f;
+            convEpilogue<float>(one, epilogue.bias ? &channelBias : nullptr, epilogue.activation,
+                                static_cast<float *>(out) + i * plane);
+          }
+        });
+    return;
+  }
   if (dtype == DType::F32) { // the definition's loops, on one thread
     convReference<float>(direction, p, static_cast<const float *>(a),
                          static_cast<const float *>(b), static_cast<float *>(out));

@@ -19,9 +19,11 @@ void gemm(const Step &s, DType dtype, const void *a, const void *b, void *c);
 /// of `dtype`: oneDNN for f32 and bf16; f16 (and bf16 where oneDNN cannot)
 /// widened to f32 and the result rounded once; the reference loops where
 /// oneDNN is missing.
-/// `chain`: the calling executor's (see ConvChain).
+/// `chain`: the calling executor's (see ConvChain). `bias`: buffer 3 of a
+/// Conv whose epilogue has "bias"; the epilogue (f32 only) is applied by
+/// oneDNN, else after the convolution.
 void conv(const Step &s, DType dtype, const void *a, const void *b, void *out,
-          ConvChain *chain = nullptr);
+          ConvChain *chain = nullptr, const void *bias = nullptr);
 /// out[q, ...] = table[indices[q], ...]; throws CompileError on a bad index,
 /// naming `what` (the op the indices belong to).
 void gather(const BufferInfo &table, const BufferInfo &indices,

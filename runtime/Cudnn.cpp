@@ -144,6 +144,10 @@ cudnn::Conv::Conv(const Handle &h, const Step &s, DType dtype)
   Api &a = api();
   const ConvParams &p = s.conv;
   direction = convDirection(s);
+  if (!s.epilogue.empty())
+    throw CompileError(source + ": applies an epilogue (bias, activation) in the convolution, "
+                       "which only the CPU's oneDNN does; compile the function for the CUDA "
+                       "target (which runs the epilogue as a kernel)");
   for (int i = 0; i < p.spatial; ++i)
     if (p.padLow[size_t(i)] != p.padHigh[size_t(i)])
       throw CompileError(source + ": pads dimension " + std::to_string(i) + " by " +

@@ -80,15 +80,39 @@ std::vector<int> tilefuse::stepReads(const Step &step) {
 /// mask of one byte (i1) or f32 per score it is read at.
 /// A convolution step's sizes against themselves (the output-size rule,
 /// the groups) and its three buffers: f32, bf16 or f16 (all one type), of
-/// exactly the element counts the sizes give.
+/// exactly the element counts the sizes give; a forward one's epilogue and
+/// bias (f32 only).
 static void validateConv(const Program &p, const Step &s, const std::string &what) {
   const ConvParams &c = s.conv;
   auto impossible = [&](const std::string &why) {
     throw CompileError("corrupt program: " + what + " has impossible convolution sizes (" + why +
                        ")");
   };
-  if (s.buffers.size() != 3)
-    impossible(std::to_string(s.buffers.size()) + " buffers, expected 3");
+  // A forward convolution's epilogue (graph.conv_bias_act): "bias" first
+  // (buffer 3: one f32 per output channel), then at most one activation.
+  bool bias = false;
+  for (size_t e = 0; e < s.epilogue.size(); ++e) {
+    const std::string &op = s.epilogue[e];
+    bool activation = op != "bias" && convActivationNamed(op) &&
+                      *convActivationNamed(op) != ConvActivation::None;
+    if (s.kind != Step::Kind::Conv || !((op == "bias" && e == 0) ||
+                                        (activation && e + 1 == s.epilogue.size())))
+      throw CompileError("corrupt program: " + what + " has convolution epilogue '" + op +
+                         "' at position " + std::to_string(e));
+    bias |= op == "bias";
+  }
+  size_t want = bias ? 4 : 3;
+  if (s.buffers.size() != want)
+    impossible(std::to_string(s.buffers.size()) + " buffers, expected " + std::to_string(want));
+  if (!s.epilogue.empty() && p.buffers[s.buffers[2]].dtype != DType::F32)
+    throw CompileError("corrupt program: " + what + " applies an epilogue to " +
+                       dtypeName(p.buffers[s.buffers[2]].dtype) + " results (f32 only)");
+  if (bias && (p.buffers[s.buffers[3]].dtype != DType::F32 ||
+               numElements(p.buffers[s.buffers[3]].shape) != c.outChannels))
+    throw CompileError("corrupt program: " + what + " has a bias of " +
+                       dtypeName(p.buffers[s.buffers[3]].dtype) +
+                       shapeToString(p.buffers[s.buffers[3]].shape) + ", expected " +
+                       std::to_string(c.outChannels) + " f32 values");
   if (c.spatial < 1 || c.spatial > 3 || c.batch < 0 || c.channels < 1 || c.outChannels < 1 ||
       c.groups < 1 || c.channels % c.groups || c.outChannels % c.groups)
     impossible("channels, groups or rank");

@@ -94,7 +94,7 @@ struct Step {
   /// out. ScatterAdd: base, indices, updates, out. Copy: src, dst.
   /// Attention: q, k, v, [mask], [seed], out, lse. AttentionGrad: q, k, v,
   /// out, lse, dOut, [mask], [seed], dq, dk, dv. Conv: input, weight,
-  /// out; ConvGradInput: dOut, weight, dInput; ConvGradWeight: input, dOut,
+  /// out, [bias] (with a "bias" epilogue); ConvGradInput: dOut, weight, dInput; ConvGradWeight: input, dOut,
   /// dWeight (runtime/Conv.h). CollectiveStart and CollectiveWait: the
   /// buffer all-reduced or broadcast in place, or the input then the
   /// output (reduce-scatter, all-gather); a wait names its start's buffers,
@@ -116,8 +116,10 @@ struct Step {
   /// Collective steps.
   CollectiveParams collective;
   /// GEMM epilogue the GEMM library applies (cuBLASLt on CUDA), in order:
-  /// "bias" (adds buffer 3, one value per column of c) and/or "relu".
-  /// Empty on the CPU, whose BLAS applies none.
+  /// "bias" (adds buffer 3, one value per column of c) and/or "relu";
+  /// empty on the CPU, whose BLAS applies none. A Conv's (f32, the CPU's
+  /// oneDNN; graph.conv_bias_act): "bias" (buffer 3, one value per output
+  /// channel) and/or an activation ("relu", "silu", runtime/Conv.h).
   std::vector<std::string> epilogue;
   /// Source-level op the step computes, for reports and errors.
   std::string source;

@@ -171,6 +171,15 @@ public:
                                 get(o->getOperand(1)).f.data(), out.f.data());
           return out;
         })
+        .Case([&](ConvBiasActOp o) {
+          auto [direction, params] = *convParamsOf(o);
+          RefTensor out = RefTensor::make(dtypeOf(o.getType()), shapeOf(o.getType()));
+          convReference<double>(direction, params, get(o.getLhs()).f.data(),
+                                get(o.getRhs()).f.data(), out.f.data());
+          convEpilogue<double>(params, o.getBias() ? get(o.getBias()).f.data() : nullptr,
+                               *convActivationNamed(o.getActivation().str()), out.f.data());
+          return out;
+        })
         .Case([&](GatherOp o) {
           std::string name = locationName(o.getLoc());
           return ref::gather(get(o.getTable()), get(o.getIndices()),

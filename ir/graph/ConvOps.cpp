@@ -107,11 +107,10 @@ template <typename Adaptor> Window windowOf(Adaptor &a) {
           int64_t(a.getGroups())};
 }
 
-} // namespace
-
-LogicalResult ConvOp::inferReturnTypes(MLIRContext *, Loc loc, Adaptor adaptor,
-                                       SmallVectorImpl<Type> &out) {
-  StringRef name = getOperationName();
+/// graph.conv's result type (also graph.conv_bias_act's).
+template <typename Adaptor>
+LogicalResult inferConvResult(Loc loc, StringRef name, Adaptor &adaptor,
+                              SmallVectorImpl<Type> &out) {
   auto x = llvm::cast<RankedTensorType>(adaptor.getLhs().getType());
   auto w = llvm::cast<RankedTensorType>(adaptor.getRhs().getType());
   Window window = windowOf(adaptor);
@@ -125,6 +124,32 @@ LogicalResult ConvOp::inferReturnTypes(MLIRContext *, Loc loc, Adaptor adaptor,
   SmallVector<int64_t> shape = {x.getDimSize(0), w.getDimSize(0)};
   shape.append(q->begin(), q->end());
   out.push_back(RankedTensorType::get(shape, x.getElementType()));
+  return success();
+}
+} // namespace
+
+LogicalResult ConvOp::inferReturnTypes(MLIRContext *, Loc loc, Adaptor adaptor,
+                                       SmallVectorImpl<Type> &out) {
+  return inferConvResult(loc, getOperationName(), adaptor, out);
+}
+
+LogicalResult ConvBiasActOp::inferReturnTypes(MLIRContext *, Loc loc, Adaptor adaptor,
+                                              SmallVectorImpl<Type> &out) {
+  StringRef name = getOperationName();
+  if (failed(inferConvResult(loc, name, adaptor, out)))
+    return failure();
+  auto result = llvm::cast<RankedTensorType>(out.back());
+  if (Value bias = adaptor.getBias()) {
+    auto b = llvm::cast<RankedTensorType>(bias.getType());
+    if (b.getRank() != 1 || b.getDimSize(0) != result.getDimSize(1) ||
+        b.getElementType() != result.getElementType())
+      return opError(loc, name, "bias ", b, " must be one ", result.getElementType(),
+                     " per output channel ([", result.getDimSize(1), "])");
+  }
+  StringRef activation = adaptor.getActivation();
+  if (activation != "none" && activation != "relu" && activation != "silu")
+    return opError(loc, name, "activation '", activation.str(),
+                   "' is not one of \"none\", \"relu\", \"silu\"");
   return success();
 }
 

@@ -529,6 +529,38 @@ def Graph_ConvOp : Graph_ConvLikeOp<"conv"> {
                        DefaultValuedAttr<I64Attr, "1">:$groups);
 }
 
+def Graph_ConvBiasActOp : Graph_Op<"conv_bias_act", [InferTypeOpAdaptor]> {
+  let summary = "graph.conv with a per-channel bias and an activation the convolution library applies";
+  let description = [{
+    `graph.conv` of `lhs` and `rhs` (same attributes, same result shape),
+    then `bias[o]` (`[O]`, optional) added to output channel `o`, then
+    `activation`: "none", "relu" (`max(x, 0)`, NaN kept) or "silu"
+    (`x * sigmoid(x)`). Formed by fusion, after differentiation, on targets
+    whose convolution library applies the bias and the activation while it
+    writes its output (oneDNN's bias and post-ops): the epilogue costs no
+    pass of its own. Inference batch norm reaches it folded: its per-channel
+    scale multiplies the weight, its shift is the bias. Has no VJP:
+    differentiate `graph.conv`.
+
+    Example:
+    ```mlir
+    %y = graph.conv_bias_act %x, %w, %b {strides = array<i64: 1, 1>,
+                                         padding_low = array<i64: 1, 1>,
+                                         padding_high = array<i64: 1, 1>,
+                                         dilation = array<i64: 1, 1>, activation = "relu"}
+        : (tensor<8x3x64x64xf32>, tensor<16x3x3x3xf32>, tensor<16xf32>) -> tensor<8x16x64x64xf32>
+    ```
+  }];
+  let arguments = (ins Graph_FloatTensor:$lhs, Graph_FloatTensor:$rhs,
+                       Optional<Graph_FloatTensor>:$bias,
+                       DenseI64ArrayAttr:$strides, DenseI64ArrayAttr:$padding_low,
+                       DenseI64ArrayAttr:$padding_high, DenseI64ArrayAttr:$dilation,
+                       DefaultValuedAttr<I64Attr, "1">:$groups,
+                       DefaultValuedAttr<StrAttr, "\"none\"">:$activation);
+  let results = (outs Graph_FloatTensor:$result);
+  let assemblyFormat = "$lhs `,` $rhs (`,` $bias^)? attr-dict `:` functional-type(operands, results)";
+}
+
 def Graph_ConvGradInputOp : Graph_ConvLikeOp<"conv_grad_input"> {
   let summary = "the input's gradient of graph.conv (a transposed convolution)";
   let description = [{

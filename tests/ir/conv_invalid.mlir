@@ -70,3 +70,21 @@ func.func @grad_weight_batch(%x: tensor<2x1x5x5xf32>, %g: tensor<1x1x3x3xf32>) -
   %y = graph.conv_grad_weight %x, %g {strides = array<i64: 1, 1>, padding_low = array<i64: 0, 0>, padding_high = array<i64: 0, 0>, dilation = array<i64: 1, 1>, kernel = array<i64: 3, 3>} : (tensor<2x1x5x5xf32>, tensor<1x1x3x3xf32>) -> tensor<1x1x3x3xf32>
   return %y : tensor<1x1x3x3xf32>
 }
+
+// -----
+
+func.func @epilogue_bias(%x: tensor<1x2x6x6xf32>, %w: tensor<4x2x3x3xf32>, %b: tensor<2xf32>) -> tensor<1x4x4x4xf32> {
+  // expected-error @+2 {{'graph.conv_bias_act' op bias 'tensor<2xf32>' must be one 'f32' per output channel ([4])}}
+  // expected-error @+1 {{failed to infer returned types}}
+  %y = graph.conv_bias_act %x, %w, %b {strides = array<i64: 1, 1>, padding_low = array<i64: 0, 0>, padding_high = array<i64: 0, 0>, dilation = array<i64: 1, 1>} : (tensor<1x2x6x6xf32>, tensor<4x2x3x3xf32>, tensor<2xf32>) -> tensor<1x4x4x4xf32>
+  return %y : tensor<1x4x4x4xf32>
+}
+
+// -----
+
+func.func @epilogue_activation(%x: tensor<1x2x6x6xf32>, %w: tensor<4x2x3x3xf32>) -> tensor<1x4x4x4xf32> {
+  // expected-error @+2 {{'graph.conv_bias_act' op activation 'gelu' is not one of "none", "relu", "silu"}}
+  // expected-error @+1 {{failed to infer returned types}}
+  %y = graph.conv_bias_act %x, %w {strides = array<i64: 1, 1>, padding_low = array<i64: 0, 0>, padding_high = array<i64: 0, 0>, dilation = array<i64: 1, 1>, activation = "gelu"} : (tensor<1x2x6x6xf32>, tensor<4x2x3x3xf32>) -> tensor<1x4x4x4xf32>
+  return %y : tensor<1x4x4x4xf32>
+}

@@ -53,3 +53,13 @@ func.func @mixed(%x: tensor<1x2x7x7xf32>, %w: tensor<3x2x3x3xf32>) -> tensor<1x3
   %y = graph.conv %x, %w {strides = array<i64: 2, 2>, padding_low = array<i64: 2, 1>, padding_high = array<i64: 1, 1>, dilation = array<i64: 1, 1>} : (tensor<1x2x7x7xf32>, tensor<3x2x3x3xf32>) -> tensor<1x3x4x4xf32>
   return %y : tensor<1x3x4x4xf32>
 }
+
+// -----
+
+// cuDNN applies no epilogue here: a hand-written graph.conv_bias_act is
+// refused with the way out.
+func.func @epilogue(%x: tensor<1x2x6x6xf32>, %w: tensor<4x2x3x3xf32>, %b: tensor<4xf32>) -> tensor<1x4x4x4xf32> {
+  // expected-error @+1 {{'graph.conv_bias_act' op has no library call for cuda:sm_90, whose convolutions apply no epilogue; write graph.conv followed by the bias and activation ops (fusion runs them as a kernel)}}
+  %y = graph.conv_bias_act %x, %w, %b {strides = array<i64: 1, 1>, padding_low = array<i64: 0, 0>, padding_high = array<i64: 0, 0>, dilation = array<i64: 1, 1>, activation = "relu"} : (tensor<1x2x6x6xf32>, tensor<4x2x3x3xf32>, tensor<4xf32>) -> tensor<1x4x4x4xf32>
+  return %y : tensor<1x4x4x4xf32>
+}

@@ -15,6 +15,8 @@ step (before any drift) within 1e-6 of PyTorch's float32 ones, measured
 against each channel's spread (a running mean that is 0 in exact
 arithmetic, after a bias-free convolution of normalised inputs, is
 rounding noise in every run)."""
+import copy
+
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -130,3 +132,31 @@ def test_vision_model_trains_like_pytorch(name, path):
     worst, where = statistics_error(first, single_stats)
     assert worst <= 1e-6, (f"{name} via {path}: {where} after one step differs from PyTorch's "
                            f"by {worst:.2e} of its channels' spread")
+
+
+@pytest.mark.parametrize("name", ["resnet18", "efficientnet_b0"])
+def test_vision_model_inference_runs_batch_norm_inside_the_convolutions(name, compiled_graphs):
+    """Eval mode under torch.no_grad() through the backend: every
+    convolution's batch norm (folded into its weight and bias), bias and
+    relu/silu run inside oneDNN's call (graph.conv_bias_act), and the
+    outputs stay within 1e-5 of PyTorch in float64 (of max|logit|), or no
+    more than 4 times as far from it as PyTorch's float32."""
+    model = make(name).m
+    for m in model.modules():  # running statistics as after training
+        if isinstance(m, torch.nn.BatchNorm2d):
+            m.running_mean.uniform_(-0.5, 0.5)
+            m.running_var.uniform_(0.5, 2.0)
+    model.eval()
+    x = batches()[0][0]
+    torch_integration.stats.reset()
+    with torch.no_grad():
+        exact = copy.deepcopy(model).double()(x.double())
+        single = model(x)
+        got = torch.compile(model, backend="tilefuse")(x)
+    assert torch_integration.stats.partitioned == 0 and torch_integration.stats.eager == 0
+    scale = exact.abs().max().item()
+    err, err32 = ((t.double() - exact).abs().max().item() for t in (got, single))
+    assert err <= max(1e-5 * scale, 4 * err32), (err, err32, scale)
+    names = [r["name"] for g in compiled_graphs for r in g.fuse("cpu").report()]
+    convs = sum(isinstance(m, torch.nn.Conv2d) for m in model.modules())
+    assert names.count("conv_bias_act") == convs and "conv" not in names, names

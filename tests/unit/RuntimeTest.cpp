@@ -528,6 +528,79 @@ TEST(Program, ValidateRefusesConvolutionStepsThatContradictTheirSizes) {
   q = p;
   q.steps[2].buffers = {0, 2};
   refused(q, "2 buffers, expected 3");
+  // A forward convolution's epilogue (graph.conv_bias_act): the bias
+  // (one f32 per output channel) first, one activation last; it survives
+  // serialisation.
+  q = p;
+  q.buffers.push_back(buffer("bias", DType::F32, {8}, BufferInfo::Role::Argument)); // 5
+  q.arguments.push_back(5);
+  q.steps[0].epilogue = {"bias", "silu"};
+  q.steps[0].buffers.push_back(5);
+  EXPECT_NO_THROW(q.validate());
+  EXPECT_EQ(stepReads(q.steps[0]), (std::vector<int>{0, 1, 5}));
+  EXPECT_EQ(deserializeProgram(serializeProgram(q)).steps[0].epilogue,
+            (std::vector<std::string>{"bias", "silu"}));
+  Program r = q;
+  r.steps[0].epilogue = {"silu", "bias"};
+  refused(r, "step 0 (graph.conv) has convolution epilogue 'silu' at position 0");
+  r = q;
+  r.steps[0].epilogue = {"bias", "gelu"};
+  refused(r, "has convolution epilogue 'gelu' at position 1");
+  r = q;
+  r.steps[0].epilogue = {"relu"}; // the bias buffer is one too many
+  refused(r, "4 buffers, expected 3");
+  r = q;
+  r.buffers[5].shape = {4};
+  refused(r, "has a bias of f32[4], expected 8 f32 values");
+  r = q;
+  r.steps[2].epilogue = {"relu"}; // backward convolutions apply none
+  refused(r, "step 2 (graph.conv_grad_weight) has convolution epilogue 'relu' at position 0");
+}
+
+TEST(CpuLibrary, ConvolutionEpiloguesMatchTheDefinition) {
+  // oneDNN's bias and post-ops (or the loops after the convolution where
+  // oneDNN is missing) against the reference loops in double: plain,
+  // grouped and strided, 1x1 (oneDNN's plain-layout path).
+  std::mt19937 gen(11);
+  std::uniform_real_distribution<float> dist(-1, 1);
+  struct Shape {
+    int64_t channels, out, groups, kernel, stride, pad;
+  };
+  for (Shape sh : {Shape{3, 16, 1, 3, 1, 1}, Shape{8, 8, 8, 3, 2, 1}, Shape{5, 12, 1, 1, 1, 0}})
+    for (std::vector<std::string> epilogue :
+         {std::vector<std::string>{"bias"}, {"relu"}, {"silu"}, {"bias", "relu"},
+          {"bias", "silu"}}) {
+      Step s;
+      s.kind = Step::Kind::Conv;
+      s.source = "graph.conv_bias_act";
+      s.epilogue = epilogue;
+      ConvParams &p = s.conv;
+      p.spatial = 2, p.batch = 2, p.channels = sh.channels, p.outChannels = sh.out;
+      p.groups = sh.groups;
+      p.input = {9, 11, 0}, p.kernel = {sh.kernel, sh.kernel, 0};
+      p.stride = {sh.stride, sh.stride, 1}, p.padLow = p.padHigh = {sh.pad, sh.pad, 0};
+      for (size_t i = 0; i < 2; ++i)
+        p.output[i] = (p.input[i] + 2 * sh.pad - sh.kernel) / sh.stride + 1;
+      std::vector<float> x(size_t(p.inputElements())), w(size_t(p.weightElements())),
+          bias(size_t(p.outChannels)), y(size_t(p.outputElements()));
+      for (auto *v : {&x, &w, &bias})
+        for (float &e : *v)
+          e = dist(gen);
+      cpu::conv(s, DType::F32, x.data(), w.data(), y.data(), nullptr, bias.data());
+      std::vector<double> xd(x.begin(), x.end()), wd(w.begin(), w.end()),
+          bd(bias.begin(), bias.end()), want(y.size());
+      convReference<double>(ConvDirection::Forward, p, xd.data(), wd.data(), want.data());
+      bool withBias = epilogue.front() == "bias";
+      convEpilogue<double>(p, withBias ? bd.data() : nullptr,
+                           *convActivationNamed(epilogue.back() == "bias" ? "none"
+                                                                          : epilogue.back()),
+                           want.data());
+      for (size_t i = 0; i < y.size(); ++i)
+        ASSERT_NEAR(y[i], want[i], 1e-5 * (1 + std::abs(want[i])))
+            << "element " << i << " of " << sh.channels << "->" << sh.out << " groups "
+            << sh.groups << " kernel " << sh.kernel << " epilogue " << epilogue.front() << ","
+            << epilogue.back();
+    }
 }
 
 TEST(Program, ValidateRefusesGemmsWhoseShapesContradictTheirTransposes) {
