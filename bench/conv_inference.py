@@ -7,7 +7,8 @@ same compile with them as kernels, PyTorch eager and Inductor, same run.
         [--size 128] [--calls 5] [--rounds 3] [--threads 2]
 
 Per model, one forward call under torch.no_grad() (the whole Python call),
-medians of --rounds rounds of --calls calls after a warm-up:
+medians of --rounds rounds of --calls calls, the paths interleaved in each
+round, after two warm-up calls each:
 - eager: PyTorch;
 - tilefuse: torch.compile(model, backend="tilefuse"): each convolution's
   bias, inference batch norm (folded into its weight and bias) and
@@ -20,25 +21,64 @@ style encoder) where installed. The largest difference between tilefuse's
 outputs and eager's is printed beside the times.
 """
 import argparse
+import copy
 import os
 import statistics
 import time
 
 import torch
 
-import tilefuse  # noqa: F401 (registers the backend)
+import tilefuse
+import tilefuse._tracing
+import tilefuse.torch_integration
 from conv_models import unet_effnet
 
 
-def timed(call, calls, rounds):
-    call()  # warm-up (compiles)
-    per_round = []
+def timed(paths, calls, rounds):
+    """Median seconds per call of each of `paths` ({name: call}), rounds
+    interleaved (each path timed once per round, in turn) after two
+    warm-up calls each: the first calls of a process pay oneDNN's JIT and
+    the threads' start."""
+    for call in paths.values():
+        call()
+        call()
+    per_round = {name: [] for name in paths}
     for _ in range(rounds):
-        start = time.perf_counter()
-        for _ in range(calls):
-            call()
-        per_round.append((time.perf_counter() - start) / calls)
-    return statistics.median(per_round)
+        for name, call in paths.items():
+            start = time.perf_counter()
+            for _ in range(calls):
+                call()
+            per_round[name].append((time.perf_counter() - start) / calls)
+    return {name: statistics.median(t) for name, t in per_round.items()}
+
+
+# The convolution steps' names of every program compiled since cleared.
+seen = []
+_compile = tilefuse._tracing.Graph.compile
+
+
+def _compile_and_note(self, *args, **kwargs):
+    seen.extend(r["name"] for r in self.fuse("cpu").report())
+    return _compile(self, *args, **kwargs)
+
+
+tilefuse._tracing.Graph.compile = _compile_and_note
+
+
+def with_setting(setting):
+    """The tilefuse backend compiling with TILEFUSE_CONV_EPILOGUES=setting
+    (None: unset). Inference graphs compile within the backend call."""
+    def backend(gm, example_inputs):
+        before = os.environ.pop("TILEFUSE_CONV_EPILOGUES", None)
+        if setting is not None:
+            os.environ["TILEFUSE_CONV_EPILOGUES"] = setting
+        try:
+            return tilefuse.torch_integration.tilefuse_backend(gm, example_inputs)
+        finally:
+            os.environ.pop("TILEFUSE_CONV_EPILOGUES", None)
+            if before is not None:
+                os.environ["TILEFUSE_CONV_EPILOGUES"] = before
+    return backend
 
 
 def models(size):
@@ -77,26 +117,28 @@ def main():
     for name, model in models(args.size):
         with torch.no_grad():
             want = model(x)
-            row = {"eager": timed(lambda: model(x), args.calls, args.rounds)}
-            diff = float("nan")
-            for path, env in (("tilefuse", None), ("kernels", "0")):
-                if env is None:
-                    os.environ.pop("TILEFUSE_CONV_EPILOGUES", None)
-                else:
-                    os.environ["TILEFUSE_CONV_EPILOGUES"] = env
-                torch._dynamo.reset()
-                compiled = torch.compile(model, backend="tilefuse")
-                row[path] = timed(lambda: compiled(x), args.calls, args.rounds)
-                if path == "tilefuse":
-                    diff = (compiled(x) - want).abs().max().item()
-            os.environ.pop("TILEFUSE_CONV_EPILOGUES", None)
-            torch._dynamo.reset()
+            paths = {"eager": model}
+            # Each path compiles its own copy of the model (Dynamo keeps one
+            # compiled graph per module instance), under its setting of
+            # TILEFUSE_CONV_EPILOGUES; the convolutions each program has
+            # are checked to be what the path says.
+            for path, setting in (("tilefuse", None), ("kernels", "0")):
+                compiled = torch.compile(copy.deepcopy(model), backend=with_setting(setting))
+                seen.clear()
+                compiled(x)
+                folded = sum(n == "conv_bias_act" for n in seen)
+                assert (folded > 0) == (setting is None), (path, seen)
+                paths[path] = compiled
+            diff = (paths["tilefuse"](x) - want).abs().max().item()
             try:
-                compiled = torch.compile(model)
-                row["inductor"] = timed(lambda: compiled(x), args.calls, args.rounds)
+                inductor = torch.compile(copy.deepcopy(model))
+                inductor(x)
+                paths["inductor"] = inductor
             except Exception as e:  # noqa: BLE001
                 print(f"  (inductor: {type(e).__name__}: {str(e).splitlines()[0][:100]})")
-                row["inductor"] = float("nan")
+            row = timed({k: (lambda f=f: f(x)) for k, f in paths.items()}, args.calls,
+                        args.rounds)
+            row.setdefault("inductor", float("nan"))
             torch._dynamo.reset()
         ms = {k: v * 1e3 for k, v in row.items()}
         print(f"{name:<12} {ms['eager']:8.1f} {ms['tilefuse']:9.1f} {ms['kernels']:17.1f} "

@@ -501,7 +501,7 @@ LogicalResult tilefuse::fuseFunction(func::FuncOp func, const TargetInfo &target
   if (target.convolutionPadsSymmetrically())
     padConvolutionsSymmetrically(func);
   if (target.convolutionAppliesEpilogues())
-    foldConvolutionEpilogues(func);
+    foldConvolutionEpilogues(func, target);
   // stop_gradient only matters to differentiation, which is done by now.
   SmallVector<StopGradientOp> identities(func.getBody().front().getOps<StopGradientOp>());
   for (StopGradientOp op : identities) {

@@ -34,10 +34,12 @@ void padConvolutionsSymmetrically(mlir::func::FuncOp func);
 /// Every f32 graph.conv of `func` whose output only a chain of per-channel
 /// +, -, *, / (a bias, an inference batch norm) and then relu or silu read
 /// rewritten into one graph.conv_bias_act (the scale folded into the
-/// weight, the shift as its bias): for targets whose convolution library
-/// applies a bias and an activation (TargetInfo::convolutionAppliesEpilogues).
-/// Returns how many were folded; none with TILEFUSE_CONV_EPILOGUES=0.
-int foldConvolutionEpilogues(mlir::func::FuncOp func);
+/// weight, where the weight has at most 1/8 of the output's elements; the
+/// shift as its bias), for the convolutions whose library applies a bias
+/// and an activation faster than a kernel does
+/// (TargetInfo::convolutionAppliesEpilogue). Returns how many were folded;
+/// none with TILEFUSE_CONV_EPILOGUES=0.
+int foldConvolutionEpilogues(mlir::func::FuncOp func, const TargetInfo &target);
 
 /// Groups the primitive graph ops of `func` into graph.fusion kernels (see
 /// FuseOpsPass in Passes.td). With `remarks`, every refused fusion is

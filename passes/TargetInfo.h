@@ -72,10 +72,12 @@ public:
   /// (cuDNN's legacy API takes one padding per dimension; oneDNN two):
   /// fusion then writes the unequal part out (padConvolutionsSymmetrically).
   virtual bool convolutionPadsSymmetrically() const { return false; }
-  /// Whether those convolutions apply a per-channel bias and an activation
-  /// while they write their output (oneDNN's bias and post-ops): fusion
-  /// then folds such epilogues into graph.conv_bias_act
-  /// (foldConvolutionEpilogues) instead of running them as a kernel.
+  /// Whether the library applies a per-channel bias and an activation to
+  /// graph.conv `conv`'s output while it writes it (oneDNN's bias and
+  /// post-ops) faster than a kernel after it: fusion then folds such an
+  /// epilogue into graph.conv_bias_act (foldConvolutionEpilogues).
+  virtual bool convolutionAppliesEpilogue(mlir::Operation *conv) const { return false; }
+  /// Whether it does for any convolution (graph.conv_bias_act runs here).
   virtual bool convolutionAppliesEpilogues() const { return false; }
 
   /// "cpu" or "cuda[:sm_XX]"; null for an unknown name.

@@ -134,13 +134,26 @@ def test_vision_model_trains_like_pytorch(name, path):
                            f"by {worst:.2e} of its channels' spread")
 
 
+def _folds(conv, out_shape):
+    """Whether tilefuse runs `conv`'s epilogue inside oneDNN's call on the
+    CPU (passes/FoldConvolutionEpilogues.cpp, TargetInfo): not for 1x1
+    stride-1 convolutions (plain layouts), and a batch norm's scale (these
+    models' bias-free convolutions are followed by one) only where the
+    weight has at most 1/8 of the output's elements."""
+    pointwise = (conv.groups == 1 and all(k == 1 for k in conv.kernel_size)
+                 and all(s == 1 for s in conv.stride) and all(p == 0 for p in conv.padding))
+    scaled = conv.bias is None
+    return not pointwise and not (scaled and conv.weight.numel() * 8 > out_shape.numel())
+
+
 @pytest.mark.parametrize("name", ["resnet18", "efficientnet_b0"])
 def test_vision_model_inference_runs_batch_norm_inside_the_convolutions(name, compiled_graphs):
-    """Eval mode under torch.no_grad() through the backend: every
-    convolution's batch norm (folded into its weight and bias), bias and
-    relu/silu run inside oneDNN's call (graph.conv_bias_act), and the
-    outputs stay within 1e-5 of PyTorch in float64 (of max|logit|), or no
-    more than 4 times as far from it as PyTorch's float32."""
+    """Eval mode under torch.no_grad() through the backend: a convolution's
+    batch norm (folded into its weight and bias), bias and relu/silu run
+    inside oneDNN's call (graph.conv_bias_act) wherever that pays (_folds),
+    and the outputs stay within 1e-5 of PyTorch in float64 (of
+    max|logit|), or no more than 4 times as far from it as PyTorch's
+    float32."""
     model = make(name).m
     for m in model.modules():  # running statistics as after training
         if isinstance(m, torch.nn.BatchNorm2d):
@@ -148,15 +161,21 @@ def test_vision_model_inference_runs_batch_norm_inside_the_convolutions(name, co
             m.running_var.uniform_(0.5, 2.0)
     model.eval()
     x = batches()[0][0]
+    folds = []
+    hooks = [m.register_forward_hook(lambda m, i, o: folds.append(_folds(m, o)))
+             for m in model.modules() if isinstance(m, torch.nn.Conv2d)]
     torch_integration.stats.reset()
     with torch.no_grad():
-        exact = copy.deepcopy(model).double()(x.double())
         single = model(x)
+        for h in hooks:
+            h.remove()
+        exact = copy.deepcopy(model).double()(x.double())
         got = torch.compile(model, backend="tilefuse")(x)
     assert torch_integration.stats.partitioned == 0 and torch_integration.stats.eager == 0
     scale = exact.abs().max().item()
     err, err32 = ((t.double() - exact).abs().max().item() for t in (got, single))
     assert err <= max(1e-5 * scale, 4 * err32), (err, err32, scale)
     names = [r["name"] for g in compiled_graphs for r in g.fuse("cpu").report()]
-    convs = sum(isinstance(m, torch.nn.Conv2d) for m in model.modules())
-    assert names.count("conv_bias_act") == convs and "conv" not in names, names
+    assert sum(folds) > 0, folds
+    assert names.count("conv_bias_act") == sum(folds), (names, folds)
+    assert names.count("conv") == len(folds) - sum(folds), (names, folds)
