@@ -53,11 +53,13 @@ Rule ruleOf(Operation *op, ArrayRef<std::string> keepFloat32) {
   // Reductions that sum many values, normalizations, exponentials and
   // logarithms, and every loss: rounding there grows with the length of
   // what is summed or with the magnitude of the exponent.
-  // The fused attention kernels compute in f32 (their 16-bit variants are
-  // yet to come).
+  // Attention is GEMM-class too: its products take 16-bit operands with f32
+  // accumulation, and its softmax statistics stay f32 inside the op (the
+  // log-sum-exp it returns is f32).
+  if (llvm::isa<AttentionOp, AttentionGradOp>(op))
+    return Rule::LowPrecision;
   if (llvm::isa<SoftmaxOp, LogSoftmaxOp, LayerNormOp, ExpOp, LogOp, Log1pOp, Expm1Op, PowOp,
-                SqrtOp, RsqrtOp, ReduceSumOp, CrossEntropyOp, NllOp, MseOp, BceOp, AttentionOp,
-                AttentionGradOp>(op))
+                SqrtOp, RsqrtOp, ReduceSumOp, CrossEntropyOp, NllOp, MseOp, BceOp>(op))
     return Rule::Float32;
   return Rule::Follow;
 }
@@ -160,9 +162,17 @@ private:
         target = original;
       break;
     }
+    // Attention's log-sum-exp stays f32 (the op's type rule).
+    if (auto grad = llvm::dyn_cast<AttentionGradOp>(op))
+      llvm::erase(floats, grad.getLogsumexpMutable().getOperandNumber());
     OpBuilder b(op);
     for (unsigned i : floats)
       op->setOperand(i, castTo(b, op->getOperand(i), target));
+    if (auto attention = llvm::dyn_cast<AttentionOp>(op)) {
+      attention.getResult().setType(
+          llvm::cast<RankedTensorType>(withElement(attention.getResult().getType(), target)));
+      return;
+    }
     for (Value r : op->getResults())
       if (getElementTypeOrSelf(r.getType()) == original)
         r.setType(withElement(r.getType(), target));

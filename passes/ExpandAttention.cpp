@@ -14,6 +14,7 @@
 #include "mlir/IR/Builders.h"
 #include "llvm/ADT/STLExtras.h"
 
+#include <functional>
 #include <limits>
 
 using namespace mlir;
@@ -174,7 +175,54 @@ void expand(AttentionGradOp op) {
 
 } // namespace
 
+Operation *tilefuse::widenAttentionOp(Operation *op) {
+  if (!llvm::isa<AttentionOp, AttentionGradOp>(op))
+    return op;
+  Type element = llvm::cast<RankedTensorType>(op->getOperand(0).getType()).getElementType();
+  if (!element.isBF16() && !element.isF16())
+    return op;
+  OpBuilder b(op);
+  Type f32 = b.getF32Type();
+  auto retyped = [&](Type t) { return llvm::cast<RankedTensorType>(t).clone(f32); };
+  // Every 16-bit operand (q, k, v, an additive mask; out and dOut of the
+  // gradient) widened; the log-sum-exp is f32 already.
+  SmallVector<Value> operands;
+  for (Value v : op->getOperands()) {
+    auto t = llvm::dyn_cast<RankedTensorType>(v.getType());
+    operands.push_back(t && t.getElementType() == element
+                           ? b.create<CastOp>(op->getLoc(), retyped(t), v).getResult()
+                           : v);
+  }
+  SmallVector<Type> types;
+  for (Type t : op->getResultTypes())
+    types.push_back(retyped(t));
+  OperationState state(op->getLoc(), op->getName(), operands, types, op->getAttrs());
+  Operation *wide = b.create(state);
+  for (auto [narrow, result] : llvm::zip(op->getResults(), wide->getResults())) {
+    Value back = result;
+    if (llvm::cast<RankedTensorType>(narrow.getType()).getElementType() == element)
+      back = b.create<CastOp>(op->getLoc(), narrow.getType(), result);
+    narrow.replaceAllUsesWith(back);
+  }
+  op->erase();
+  return wide;
+}
+
+void tilefuse::widenAttention(func::FuncOp func, const std::function<bool(Type)> &keeps) {
+  SmallVector<Operation *> ops;
+  func.walk([&](Operation *op) {
+    if (llvm::isa<AttentionOp, AttentionGradOp>(op) &&
+        !keeps(llvm::cast<RankedTensorType>(op->getOperand(0).getType()).getElementType()))
+      ops.push_back(op);
+  });
+  for (Operation *op : ops)
+    widenAttentionOp(op);
+}
+
 void tilefuse::expandAttentionOp(Operation *op) {
+  // 16-bit attention is written out in f32 on the widened operands, its
+  // results rounded once.
+  op = widenAttentionOp(op);
   if (auto a = llvm::dyn_cast<AttentionOp>(op))
     expand(a);
   else if (auto g = llvm::dyn_cast<AttentionGradOp>(op))

@@ -4,6 +4,8 @@
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 
+#include <functional>
+
 namespace tilefuse {
 
 class TargetInfo;
@@ -23,6 +25,14 @@ constexpr size_t kMaxKernelOps = 256;
 void expandAttention(mlir::func::FuncOp func, int64_t keepUpToDim = 0);
 /// The same for one graph.attention or graph.attention_grad (else nothing).
 void expandAttentionOp(mlir::Operation *op);
+/// A 16-bit graph.attention or graph.attention_grad rewritten as the f32
+/// op on its widened operands, its 16-bit results narrowed back (returns
+/// the new op; any other op is returned as is): for targets without
+/// 16-bit kernels, and the written-out form, whose reference is f32 math.
+mlir::Operation *widenAttentionOp(mlir::Operation *op);
+/// widenAttentionOp for every attention op of `func` whose element type
+/// `keeps` refuses (TargetInfo::fusedAttentionTakes).
+void widenAttention(mlir::func::FuncOp func, const std::function<bool(mlir::Type)> &keeps);
 
 /// Every graph.conv / conv_grad_input / conv_grad_weight of `func` padded
 /// unequally on some side rewritten to equal padding, the difference

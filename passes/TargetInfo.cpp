@@ -62,6 +62,8 @@ std::string tilefuse::gemmEpilogueKind(mlir::Operation *op) {
   return "";
 }
 
+bool TargetInfo::fusedAttentionTakes16Bit(mlir::Type) const { return false; }
+
 namespace {
 
 /// The least power of two >= n, at most 2^62 (doubling past it overflows).
@@ -101,6 +103,9 @@ public:
   // Within the 1-2 MiB L2 of a core beside the row itself.
   int64_t rowScratchBytes() const override { return 256 << 10; }
   int64_t fusedAttentionMaxDim() const override { return INT64_MAX; }
+  // bf16 block products through oneDNN (AVX512-BF16/AMX); f16 has no fast
+  // CPU GEMM (as for matmuls, it widens to f32).
+  bool fusedAttentionTakes16Bit(mlir::Type element) const override { return element.isBF16(); }
   bool hasLibraryConvolution() const override { return true; }
   // oneDNN's bias argument and eltwise post-ops (runtime/CpuDnnl.cpp),
   // except on a 1x1 stride-1 convolution: the executor runs it on the

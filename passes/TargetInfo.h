@@ -13,6 +13,7 @@
 
 namespace mlir {
 class Operation;
+class Type;
 } // namespace mlir
 
 namespace tilefuse {
@@ -65,6 +66,10 @@ public:
   /// library steps); fusion writes attention with larger heads out with
   /// matmul, exp and reductions first. 0: no fused kernels.
   virtual int64_t fusedAttentionMaxDim() const = 0;
+  /// Whether those kernels take 16-bit operands of `element` (bf16, f16);
+  /// fusion widens other 16-bit attention to f32 around the op
+  /// (widenAttention).
+  virtual bool fusedAttentionTakes16Bit(mlir::Type element) const;
   /// Whether the runtime runs graph.conv and its gradients (library steps)
   /// for this target.
   virtual bool hasLibraryConvolution() const = 0;

@@ -9,6 +9,13 @@
 // (cpu::sgemmOnThisThread); what is left is elementwise work on a block of
 // scores (exp, row max and sum, rescaling), done by the helpers below.
 //
+// bf16 operands (autocast): the products take bf16 blocks with f32
+// accumulation (oneDNN's bf16 matmul on the task's thread; AVX512-BF16 or
+// AMX where the CPU has them), the probabilities and score gradients
+// rounded to bf16 for their products as PyTorch's flash kernels do; scores,
+// the softmax's statistics, the output rows and the gradients accumulate in
+// f32, rounded to bf16 once at the end.
+//
 // The runtime is built for portable x86-64: left to itself the compiler
 // would use SSE2 and call libm's expf for each of the tens of millions of
 // scores a call has. The helpers are compiled for AVX-512, AVX2 and the
@@ -190,12 +197,70 @@ void softmaxGradient(float *p, const float *dp, int64_t n, float delta) {
     p[j] *= dp[j] - delta;
 }
 
+typedef uint32_t Words __attribute__((vector_size(kLanes * sizeof(uint32_t))));
+typedef uint16_t Halves __attribute__((vector_size(kLanes * sizeof(uint16_t))));
+
+/// dst[n] = scale * src rounded to bf16 (to nearest even, NaN kept quiet:
+/// HostTensor's floatToBF16, a vector at a time).
+TILEFUSE_VECTOR_CLONES
+void roundRowToBf16(const float *src, int64_t n, float scale, uint16_t *dst) {
+  int64_t j = 0;
+  for (; j + kLanes <= n; j += kLanes) {
+    Floats x = load(src + j) * scale;
+    Words bits;
+    std::memcpy(&bits, &x, sizeof bits);
+    Words rounded = (bits + (0x7fffu + ((bits >> 16) & 1u))) >> 16;
+    Words nan = (bits >> 16) | 0x40u;
+    Words out = (bits & 0x7fffffffu) > 0x7f800000u ? nan : rounded;
+    Halves h = __builtin_convertvector(out, Halves);
+    std::memcpy(dst + j, &h, sizeof h);
+  }
+  for (; j < n; ++j)
+    dst[j] = floatToBF16(src[j] * scale);
+}
+
+/// dst[rows x cols] (leading dimension ldd) = scale * src (leading
+/// dimension ld), rounded to bf16.
+void toBf16(const float *src, int64_t rows, int64_t cols, int64_t ld, float scale, uint16_t *dst,
+            int64_t ldd) {
+  for (int64_t r = 0; r < rows; ++r)
+    roundRowToBf16(src + r * ld, cols, scale, dst + r * ldd);
+}
+
+/// C[m x n] (leading dimension ldc) = op(A) op(B), or += with `accumulate`,
+/// for bf16 A and B (f32 accumulation): oneDNN's bf16 matmul on this thread,
+/// else both operands widened for the BLAS.
+void bf16Product(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const uint16_t *a,
+                 int64_t lda, const uint16_t *b, int64_t ldb, float *c, int64_t ldc,
+                 bool accumulate, std::vector<float> &wideA, std::vector<float> &wideB) {
+  if (dnnlBf16GemmSlab(ta, tb, m, n, k, a, lda, b, ldb, c, ldc, accumulate))
+    return;
+  auto widen = [](const uint16_t *x, int64_t rows, int64_t cols, int64_t ld,
+                  std::vector<float> &out) {
+    out.resize(size_t(rows * cols));
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t col = 0; col < cols; ++col)
+        out[size_t(r * cols + col)] = bf16ToFloat(x[r * ld + col]);
+  };
+  int64_t aCols = ta ? m : k, bCols = tb ? k : n;
+  widen(a, ta ? k : m, aCols, lda, wideA);
+  widen(b, tb ? n : k, bCols, ldb, wideB);
+  sgemmOnThisThread(ta, tb, m, n, k, 1.0f, wideA.data(), aCols, wideB.data(), bCols,
+                    accumulate ? 1.0f : 0.0f, c, ldc);
+}
+
 /// Blocks of scores and their gradient, kept per thread: a call's tasks
 /// reuse them, and so do later calls.
 struct BlockScratch {
   std::vector<float> scores, scoreGrads, rowMax, rowSum;
   /// Dropout's factors for a block (0 or 1 / (1 - p)), sized on first use.
   std::vector<float> kept;
+  /// bf16 operands only (sized on first use): a block of probabilities or
+  /// score gradients rounded for a product with a bf16 operand, a block of
+  /// output rows accumulating in f32, and both operands of a product
+  /// widened where oneDNN cannot take them.
+  std::vector<uint16_t> block16;
+  std::vector<float> outRows, wideA, wideB;
   static BlockScratch &forThisThread() {
     thread_local BlockScratch scratch;
     if (scratch.scores.empty()) {
@@ -211,16 +276,25 @@ struct BlockScratch {
 /// The operands' addresses, and the score blocks both passes compute.
 class Attention {
 public:
-  Attention(const AttentionShape &shape, const float *q, const float *k, const float *v,
-            const void *mask)
-      : s(shape), q(q), k(k), v(v), mask(mask), scale(float(shape.scale)),
+  /// `bf16`: q, k, v (and the forward's out, the backward's out and dOut,
+  /// an additive mask) are bf16, else f32; the products then take bf16
+  /// operands with f32 accumulation, everything else stays f32.
+  Attention(const AttentionShape &shape, const void *q, const void *k, const void *v,
+            const void *mask, bool bf16)
+      : s(shape), q(q), k(k), v(v), mask(mask), bf16(bf16), scale(float(shape.scale)),
         group(shape.kvHeads > 0 ? shape.heads / shape.kvHeads : 1) {}
 
   const AttentionShape &s;
-  const float *q, *k, *v;
+  const void *q, *k, *v;
   const void *mask;
+  bool bf16;
   float scale;
   int64_t group; ///< query heads per key/value head
+
+  /// Row `row` of a [rows, dim] operand `x` of this attention's type.
+  template <typename T> static const T *rowOf(const void *x, int64_t row, int64_t dim) {
+    return static_cast<const T *>(x) + row * dim;
+  }
 
   /// Index of query row i of head (b, h) among all query rows.
   int64_t queryRow(int64_t b, int64_t h, int64_t i) const {
@@ -245,8 +319,19 @@ public:
   /// [j0, j0 + n); causality is left to visibleKeys.
   void scores(int64_t b, int64_t h, int64_t i0, int64_t r, int64_t j0, int64_t n,
               float *out) const {
-    const float *qRows = q + queryRow(b, h, i0) * s.headDim;
-    const float *kRows = k + keyRow(b, h, j0) * s.headDim;
+    int64_t qRow = queryRow(b, h, i0), kRow = keyRow(b, h, j0);
+    if (bf16) {
+      BlockScratch &scratch = BlockScratch::forThisThread();
+      bf16Product(false, true, r, n, s.headDim, rowOf<uint16_t>(q, qRow, s.headDim), s.headDim,
+                  rowOf<uint16_t>(k, kRow, s.headDim), s.headDim, out, kKeyBlock, false,
+                  scratch.wideA, scratch.wideB);
+      for (int64_t row = 0; row < r; ++row)
+        scaleRow(out + row * kKeyBlock, n, scale);
+      addMask(b, h, i0, r, j0, n, out);
+      return;
+    }
+    const float *qRows = rowOf<float>(q, qRow, s.headDim);
+    const float *kRows = rowOf<float>(k, kRow, s.headDim);
     // Q K^T has B transposed, where oneDNN's kernels beat OpenBLAS's
     // (bench/results/2026-12-05-f32-gemm-library.md); it takes no alpha,
     // so the scale follows.
@@ -258,13 +343,23 @@ public:
       sgemmOnThisThread(false, true, r, n, s.headDim, scale, qRows, s.headDim, kRows, s.headDim,
                         0.0f, out, kKeyBlock);
     }
+    addMask(b, h, i0, r, j0, n, out);
+  }
+
+  /// The mask applied to a block of scaled scores (see scores).
+  void addMask(int64_t b, int64_t h, int64_t i0, int64_t r, int64_t j0, int64_t n,
+               float *out) const {
     if (s.mask == AttentionMask::None)
       return;
     int64_t maskStart = b * s.maskBatchStride + h * s.maskHeadStride + i0 * s.keys + j0;
     for (int64_t row = 0; row < r; ++row) {
       float *scoreRow = out + row * kKeyBlock;
       int64_t offset = maskStart + row * s.keys;
-      if (s.mask == AttentionMask::Additive) {
+      if (s.mask == AttentionMask::Additive && bf16) {
+        const uint16_t *maskRow = static_cast<const uint16_t *>(mask) + offset;
+        for (int64_t c = 0; c < n; ++c)
+          scoreRow[c] += bf16ToFloat(maskRow[c]);
+      } else if (s.mask == AttentionMask::Additive) {
         const float *maskRow = static_cast<const float *>(mask) + offset;
         for (int64_t c = 0; c < n; ++c)
           scoreRow[c] += maskRow[c];
@@ -292,12 +387,16 @@ public:
   /// where dP = dO V^T; `dV` (the key rows' value gradient), when given,
   /// gets P^T dO first. Returns dS in scratch.scores.
   void scoreGradients(int64_t b, int64_t h, int64_t i0, int64_t r, int64_t j0, int64_t n,
-                      const float *lse, const float *delta, const float *dOut, float *dV,
+                      const float *lse, const float *delta, const void *dOut, float *dV,
                       BlockScratch &scratch) const {
     float *p = scratch.scores.data(), *dP = scratch.scoreGrads.data();
     scores(b, h, i0, r, j0, n, p);
     probabilities(i0, r, j0, n, lse + queryRow(b, h, i0), p);
-    const float *dOutRows = dOut + queryRow(b, h, i0) * s.valueDim;
+    if (bf16) {
+      bf16ScoreGradients(b, h, i0, r, j0, n, delta, dOut, dV, scratch);
+      return;
+    }
+    const float *dOutRows = rowOf<float>(dOut, queryRow(b, h, i0), s.valueDim);
     // With dropout the output reads P * kept: dV takes the dropped
     // probabilities, and dP (the cotangent of P) is dO V^T * kept; dS
     // still multiplies the undropped P.
@@ -311,7 +410,7 @@ public:
     if (dV)
       sgemmOnThisThread(true, false, n, s.valueDim, r, 1.0f, kept ? dP : p, kKeyBlock, dOutRows,
                         s.valueDim, 1.0f, dV, s.valueDim);
-    const float *vRows = v + keyRow(b, h, j0) * s.valueDim;
+    const float *vRows = rowOf<float>(v, keyRow(b, h, j0), s.valueDim);
     if (!dnnlSgemmSlab(false, true, r, n, s.valueDim, dOutRows, s.valueDim, vRows, s.valueDim, dP,
                        kKeyBlock)) // dO V^T: B transposed, as Q K^T
       sgemmOnThisThread(false, true, r, n, s.valueDim, 1.0f, dOutRows, s.valueDim, vRows,
@@ -323,6 +422,54 @@ public:
     const float *rowDelta = delta + queryRow(b, h, i0);
     for (int64_t row = 0; row < r; ++row)
       softmaxGradient(p + row * kKeyBlock, dP + row * kKeyBlock, n, rowDelta[row]);
+  }
+
+  /// scoreGradients' products for bf16 operands, given P in scratch.scores:
+  /// P (dropped) rounded to bf16 for dV += P^T dO, dP = dO V^T.
+  void bf16ScoreGradients(int64_t b, int64_t h, int64_t i0, int64_t r, int64_t j0, int64_t n,
+                          const float *delta, const void *dOut, float *dV,
+                          BlockScratch &scratch) const {
+    float *p = scratch.scores.data(), *dP = scratch.scoreGrads.data();
+    const uint16_t *dOutRows = rowOf<uint16_t>(dOut, queryRow(b, h, i0), s.valueDim);
+    const uint16_t *vRows = rowOf<uint16_t>(v, keyRow(b, h, j0), s.valueDim);
+    const float *kept = s.dropoutP != 0 ? keptFactors(b, h, i0, r, j0, n, scratch) : nullptr;
+    if (dV) {
+      scratch.block16.resize(size_t(kQueryBlock * kKeyBlock));
+      uint16_t *p16 = scratch.block16.data();
+      if (kept) { // the dropped probabilities in dP's block, then rounded
+        for (int64_t row = 0; row < r; ++row)
+          for (int64_t c = 0; c < n; ++c)
+            dP[row * kKeyBlock + c] = p[row * kKeyBlock + c] * kept[row * kKeyBlock + c];
+      }
+      toBf16(kept ? dP : p, r, n, kKeyBlock, 1.0f, p16, kKeyBlock);
+      bf16Product(true, false, n, s.valueDim, r, p16, kKeyBlock, dOutRows, s.valueDim, dV,
+                  s.valueDim, true, scratch.wideA, scratch.wideB);
+    }
+    bf16Product(false, true, r, n, s.valueDim, dOutRows, s.valueDim, vRows, s.valueDim, dP,
+                kKeyBlock, false, scratch.wideA, scratch.wideB);
+    if (kept)
+      for (int64_t row = 0; row < r; ++row)
+        for (int64_t c = 0; c < n; ++c)
+          dP[row * kKeyBlock + c] *= kept[row * kKeyBlock + c];
+    const float *rowDelta = delta + queryRow(b, h, i0);
+    for (int64_t row = 0; row < r; ++row)
+      softmaxGradient(p + row * kKeyBlock, dP + row * kKeyBlock, n, rowDelta[row]);
+  }
+
+  /// dS (scratch.scores, r x n) times the softmax scale, rounded to bf16
+  /// into scratch.block16 for bf16ScoreGradientProduct.
+  void roundScoreGradients(int64_t r, int64_t n, BlockScratch &scratch) const {
+    scratch.block16.resize(size_t(kQueryBlock * kKeyBlock));
+    toBf16(scratch.scores.data(), r, n, kKeyBlock, scale, scratch.block16.data(), kKeyBlock);
+  }
+
+  /// C += (scale dS) op(X) for bf16 X (Q or K rows), the rounded dS (r x n,
+  /// or its transpose with `transposed`) in scratch.block16.
+  void bf16ScoreGradientProduct(bool transposed, int64_t r, int64_t n, const uint16_t *x,
+                                int64_t dim, float *c, BlockScratch &scratch) const {
+    bf16Product(transposed, false, transposed ? n : r, dim, transposed ? r : n,
+                scratch.block16.data(), kKeyBlock, x, dim, c, dim, true, scratch.wideA,
+                scratch.wideB);
   }
 
   /// Dropout's factor for scores [r x n] of rows i0.. and keys j0.. of head
@@ -369,11 +516,15 @@ int64_t minItemsPerRange(double flopsPerItem) {
   return std::max<int64_t>(1, int64_t(1e6 / std::max(1.0, flopsPerItem)));
 }
 
-void forwardBlock(const Attention &a, int64_t b, int64_t h, int64_t i0, float *out, float *lse) {
+void forwardBlock(const Attention &a, int64_t b, int64_t h, int64_t i0, void *out, float *lse) {
   const AttentionShape &s = a.s;
   BlockScratch &scratch = BlockScratch::forThisThread();
   int64_t r = std::min(kQueryBlock, s.queries - i0);
-  float *outRows = out + a.queryRow(b, h, i0) * s.valueDim;
+  // bf16: the rows accumulate in f32 and are rounded once at the end.
+  if (a.bf16)
+    scratch.outRows.resize(size_t(kQueryBlock * s.valueDim));
+  float *outRows = a.bf16 ? scratch.outRows.data()
+                          : static_cast<float *>(out) + a.queryRow(b, h, i0) * s.valueDim;
   float *runningMax = scratch.rowMax.data(), *runningSum = scratch.rowSum.data();
   std::fill(outRows, outRows + r * s.valueDim, 0.0f);
   std::fill(runningMax, runningMax + r, kNegInf);
@@ -410,8 +561,17 @@ void forwardBlock(const Attention &a, int64_t b, int64_t h, int64_t i0, float *o
         for (int64_t c = 0; c < n; ++c)
           p[row * kKeyBlock + c] *= kept[row * kKeyBlock + c];
     }
+    if (a.bf16) { // P rounded to bf16 for its product with V
+      scratch.block16.resize(size_t(kQueryBlock * kKeyBlock));
+      toBf16(p, r, n, kKeyBlock, 1.0f, scratch.block16.data(), kKeyBlock);
+      bf16Product(false, false, r, s.valueDim, n, scratch.block16.data(), kKeyBlock,
+                  Attention::rowOf<uint16_t>(a.v, a.keyRow(b, h, j0), s.valueDim), s.valueDim,
+                  outRows, s.valueDim, true, scratch.wideA, scratch.wideB);
+      continue;
+    }
     sgemmOnThisThread(false, false, r, s.valueDim, n, 1.0f, p, kKeyBlock,
-                      a.v + a.keyRow(b, h, j0) * s.valueDim, s.valueDim, 1.0f, outRows, s.valueDim);
+                      Attention::rowOf<float>(a.v, a.keyRow(b, h, j0), s.valueDim), s.valueDim,
+                      1.0f, outRows, s.valueDim);
   }
   float *lseRows = lse + a.queryRow(b, h, i0);
   for (int64_t row = 0; row < r; ++row) {
@@ -423,19 +583,34 @@ void forwardBlock(const Attention &a, int64_t b, int64_t h, int64_t i0, float *o
     scaleRow(outRows + row * s.valueDim, s.valueDim, 1.0f / runningSum[row]);
     lseRows[row] = runningMax[row] + std::log(runningSum[row]);
   }
+  if (a.bf16) {
+    uint16_t *dst = static_cast<uint16_t *>(out) + a.queryRow(b, h, i0) * s.valueDim;
+    toBf16(outRows, r, s.valueDim, s.valueDim, 1.0f, dst, s.valueDim);
+  }
 }
 
 /// delta = rowsum(dOut * out) for query rows [i0, i0 + r) of head (b, h).
-void rowDeltas(const Attention &a, int64_t b, int64_t h, int64_t i0, int64_t r, const float *out,
-               const float *dOut, float *delta) {
+void rowDeltas(const Attention &a, int64_t b, int64_t h, int64_t i0, int64_t r, const void *out,
+               const void *dOut, float *delta) {
   int64_t first = a.queryRow(b, h, i0), dv = a.s.valueDim;
-  for (int64_t row = first; row < first + r; ++row)
-    delta[row] = dot(dOut + row * dv, out + row * dv, dv);
+  for (int64_t row = first; row < first + r; ++row) {
+    if (!a.bf16) {
+      delta[row] = dot(Attention::rowOf<float>(dOut, row, dv), Attention::rowOf<float>(out, row, dv),
+                       dv);
+      continue;
+    }
+    const uint16_t *x = Attention::rowOf<uint16_t>(dOut, row, dv);
+    const uint16_t *y = Attention::rowOf<uint16_t>(out, row, dv);
+    float sum = 0.0f;
+    for (int64_t d = 0; d < dv; ++d)
+      sum += bf16ToFloat(x[d]) * bf16ToFloat(y[d]);
+    delta[row] = sum;
+  }
 }
 
 /// dQ for a block of query rows (computing their deltas first).
-void queryGradientBlock(const Attention &a, int64_t b, int64_t h, int64_t i0, const float *out,
-                        const float *lse, const float *dOut, float *delta, float *dq) {
+void queryGradientBlock(const Attention &a, int64_t b, int64_t h, int64_t i0, const void *out,
+                        const float *lse, const void *dOut, float *delta, float *dq) {
   const AttentionShape &s = a.s;
   BlockScratch &scratch = BlockScratch::forThisThread();
   int64_t r = std::min(kQueryBlock, s.queries - i0);
@@ -446,8 +621,16 @@ void queryGradientBlock(const Attention &a, int64_t b, int64_t h, int64_t i0, co
   for (int64_t j0 = 0; j0 < keyEnd; j0 += kKeyBlock) {
     int64_t n = std::min(kKeyBlock, keyEnd - j0);
     a.scoreGradients(b, h, i0, r, j0, n, lse, delta, dOut, nullptr, scratch);
+    if (a.bf16) {
+      a.roundScoreGradients(r, n, scratch);
+      a.bf16ScoreGradientProduct(false, r, n,
+                                 Attention::rowOf<uint16_t>(a.k, a.keyRow(b, h, j0), s.headDim),
+                                 s.headDim, dqRows, scratch);
+      continue;
+    }
     sgemmOnThisThread(false, false, r, s.headDim, n, a.scale, scratch.scores.data(), kKeyBlock,
-                      a.k + a.keyRow(b, h, j0) * s.headDim, s.headDim, 1.0f, dqRows, s.headDim);
+                      Attention::rowOf<float>(a.k, a.keyRow(b, h, j0), s.headDim), s.headDim,
+                      1.0f, dqRows, s.headDim);
   }
 }
 
@@ -455,14 +638,13 @@ void queryGradientBlock(const Attention &a, int64_t b, int64_t h, int64_t i0, co
 /// every query head that reads it; with `dq`, also adds the block's share
 /// of those heads' dQ (the caller then owns all of their query rows).
 void keyGradientBlock(const Attention &a, int64_t b, int64_t kvHead, int64_t j0, const float *lse,
-                      const float *dOut, const float *delta, float *dq, float *dk, float *dv) {
+                      const void *dOut, const float *delta, float *dq, float *dk, float *dv) {
   const AttentionShape &s = a.s;
   BlockScratch &scratch = BlockScratch::forThisThread();
   int64_t firstHead = kvHead * a.group;
   int64_t keyRow = a.keyRow(b, firstHead, j0);
   int64_t blockKeys = std::min(kKeyBlock, s.keys - j0);
   float *dkRows = dk + keyRow * s.headDim, *dvRows = dv + keyRow * s.valueDim;
-  const float *kRows = a.k + keyRow * s.headDim;
   for (int64_t h = firstHead; h < firstHead + a.group; ++h)
     for (int64_t i0 = a.firstQuery(j0) / kQueryBlock * kQueryBlock; i0 < s.queries;
          i0 += kQueryBlock) {
@@ -470,8 +652,20 @@ void keyGradientBlock(const Attention &a, int64_t b, int64_t kvHead, int64_t j0,
       // Causal: the keys past the block's last row get nothing from it.
       int64_t n = std::min(blockKeys, a.keyEnd(i0 + r) - j0);
       a.scoreGradients(b, h, i0, r, j0, n, lse, delta, dOut, dvRows, scratch);
+      if (a.bf16) {
+        a.roundScoreGradients(r, n, scratch);
+        a.bf16ScoreGradientProduct(
+            true, r, n, Attention::rowOf<uint16_t>(a.q, a.queryRow(b, h, i0), s.headDim),
+            s.headDim, dkRows, scratch);
+        if (dq)
+          a.bf16ScoreGradientProduct(false, r, n,
+                                     Attention::rowOf<uint16_t>(a.k, keyRow, s.headDim),
+                                     s.headDim, dq + a.queryRow(b, h, i0) * s.headDim, scratch);
+        continue;
+      }
       const float *dS = scratch.scores.data();
-      const float *qRows = a.q + a.queryRow(b, h, i0) * s.headDim;
+      const float *qRows = Attention::rowOf<float>(a.q, a.queryRow(b, h, i0), s.headDim);
+      const float *kRows = Attention::rowOf<float>(a.k, keyRow, s.headDim);
       sgemmOnThisThread(true, false, n, s.headDim, r, a.scale, dS, kKeyBlock, qRows, s.headDim,
                         1.0f, dkRows, s.headDim);
       if (dq)
@@ -483,8 +677,8 @@ void keyGradientBlock(const Attention &a, int64_t b, int64_t kvHead, int64_t j0,
 /// The backward of one key/value head and all the query heads that read
 /// it, on one thread: five products per block pair instead of the two
 /// phases' seven, for grids with enough heads to keep every thread busy.
-void headGroupGradients(const Attention &a, int64_t b, int64_t kvHead, const float *out,
-                        const float *lse, const float *dOut, float *delta, float *dq, float *dk,
+void headGroupGradients(const Attention &a, int64_t b, int64_t kvHead, const void *out,
+                        const float *lse, const void *dOut, float *delta, float *dq, float *dk,
                         float *dv) {
   const AttentionShape &s = a.s;
   int64_t firstHead = kvHead * a.group;
@@ -499,11 +693,8 @@ void headGroupGradients(const Attention &a, int64_t b, int64_t kvHead, const flo
     keyGradientBlock(a, b, kvHead, j0, lse, dOut, delta, dq, dk, dv);
 }
 
-} // namespace
-
-void cpu::attentionForward(const AttentionShape &s, const float *q, const float *k, const float *v,
-                           const void *mask, float *out, float *lse) {
-  Attention a(s, q, k, v, mask);
+void forward(const Attention &a, void *out, float *lse) {
+  const AttentionShape &s = a.s;
   int64_t queryBlocks = blocks(s.queries, kQueryBlock);
   int64_t tasks = s.batch * s.heads * queryBlocks;
   ThreadPool::global().parallelFor(
@@ -515,10 +706,10 @@ void cpu::attentionForward(const AttentionShape &s, const float *q, const float 
       });
 }
 
-void cpu::attentionBackward(const AttentionShape &s, const float *q, const float *k, const float *v,
-                            const void *mask, const float *out, const float *lse, const float *dOut,
-                            float *dq, float *dk, float *dv) {
-  Attention a(s, q, k, v, mask);
+/// The gradients into f32 dq, dk, dv (see attentionBackward).
+void backward(const Attention &a, const void *out, const float *lse, const void *dOut, float *dq,
+              float *dk, float *dv) {
+  const AttentionShape &s = a.s;
   ThreadPool &pool = ThreadPool::global();
   thread_local std::vector<float> deltaStorage;
   deltaStorage.resize(size_t(std::max<int64_t>(0, s.batch * s.heads * s.queries)));
@@ -565,4 +756,59 @@ void cpu::attentionBackward(const AttentionShape &s, const float *q, const float
                                         delta, nullptr, dk, dv);
                      }
                    });
+}
+
+void checkAttentionType(DType dtype) {
+  if (dtype != DType::F32 && dtype != DType::BF16)
+    throw CompileError(std::string("graph.attention: no CPU kernels for ") + dtypeName(dtype) +
+                       " (f32 and bf16; compile the function again: fusion widens f16 "
+                       "attention)");
+}
+
+/// `x` rounded to bf16 into `p`.
+void narrow(const std::vector<float> &x, void *p) {
+  auto *h = static_cast<uint16_t *>(p);
+  ThreadPool::global().parallelFor(int64_t(x.size()), 1 << 16, [&](int64_t first, int64_t end) {
+    for (int64_t i = first; i < end; ++i)
+      h[i] = floatToBF16(x[size_t(i)]);
+  });
+}
+
+} // namespace
+
+void cpu::attentionForward(const AttentionShape &s, const float *q, const float *k, const float *v,
+                           const void *mask, float *out, float *lse) {
+  forward(Attention(s, q, k, v, mask, false), out, lse);
+}
+
+void cpu::attentionBackward(const AttentionShape &s, const float *q, const float *k, const float *v,
+                            const void *mask, const float *out, const float *lse, const float *dOut,
+                            float *dq, float *dk, float *dv) {
+  backward(Attention(s, q, k, v, mask, false), out, lse, dOut, dq, dk, dv);
+}
+
+void cpu::attentionForward(const AttentionShape &s, DType dtype, const void *q, const void *k,
+                           const void *v, const void *mask, void *out, float *lse) {
+  checkAttentionType(dtype);
+  forward(Attention(s, q, k, v, mask, dtype == DType::BF16), out, lse);
+}
+
+void cpu::attentionBackward(const AttentionShape &s, DType dtype, const void *q, const void *k,
+                            const void *v, const void *mask, const void *out, const float *lse,
+                            const void *dOut, void *dq, void *dk, void *dv) {
+  checkAttentionType(dtype);
+  Attention a(s, q, k, v, mask, dtype == DType::BF16);
+  if (dtype == DType::F32) {
+    backward(a, out, lse, dOut, static_cast<float *>(dq), static_cast<float *>(dk),
+             static_cast<float *>(dv));
+    return;
+  }
+  // bf16: the gradients accumulate over blocks in f32 and are rounded once.
+  std::vector<float> dq32(size_t(s.batch * s.heads * s.queries * s.headDim));
+  std::vector<float> dk32(size_t(s.batch * s.kvHeads * s.keys * s.headDim));
+  std::vector<float> dv32(size_t(s.batch * s.kvHeads * s.keys * s.valueDim));
+  backward(a, out, lse, dOut, dq32.data(), dk32.data(), dv32.data());
+  narrow(dq32, dq);
+  narrow(dk32, dk);
+  narrow(dv32, dv);
 }

@@ -12,6 +12,8 @@
 #ifndef TILEFUSE_RUNTIME_CPUATTENTION_H
 #define TILEFUSE_RUNTIME_CPUATTENTION_H
 
+#include "runtime/HostTensor.h"
+
 #include <cstdint>
 
 namespace tilefuse::cpu {
@@ -68,6 +70,16 @@ void attentionForward(const AttentionShape &s, const float *q, const float *k, c
 void attentionBackward(const AttentionShape &s, const float *q, const float *k,
                        const float *v, const void *mask, const float *out, const float *lse,
                        const float *dOut, float *dq, float *dk, float *dv);
+
+/// attentionForward and attentionBackward on buffers of `dtype` (f32 or
+/// bf16: q, k, v, out, dOut, dq, dk, dv, an additive mask; lse is f32
+/// either way). bf16 operands are widened to f32 for the f32 kernels and
+/// the results rounded once.
+void attentionForward(const AttentionShape &s, DType dtype, const void *q, const void *k,
+                      const void *v, const void *mask, void *out, float *lse);
+void attentionBackward(const AttentionShape &s, DType dtype, const void *q, const void *k,
+                       const void *v, const void *mask, const void *out, const float *lse,
+                       const void *dOut, void *dq, void *dk, void *dv);
 
 } // namespace tilefuse::cpu
 

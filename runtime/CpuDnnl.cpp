@@ -64,6 +64,7 @@ struct Dnnl {
   decltype(&dnnl_post_ops_create) postOpsCreate = nullptr;
   decltype(&dnnl_post_ops_destroy) postOpsDestroy = nullptr;
   decltype(&dnnl_post_ops_append_eltwise) postOpsAppendEltwise = nullptr;
+  decltype(&dnnl_post_ops_append_sum) postOpsAppendSum = nullptr;
   decltype(&dnnl_primitive_attr_set_post_ops) attrSetPostOps = nullptr;
   // OpenMP (oneDNN's threading): an f32 slab runs on one thread of
   // tilefuse's pool with a team of one.
@@ -95,9 +96,13 @@ struct Dnnl {
     size_t scratchBytes = 0;
     bool usable = false;
   };
-  using SlabKey = std::tuple<int64_t, int64_t, int64_t, bool, bool, int64_t, int64_t, int64_t>;
+  /// rows, n, k, transposes, leading dimensions, then whether A and B are
+  /// bf16 (else f32) and whether C accumulates (a sum post-op).
+  using SlabKey = std::tuple<int64_t, int64_t, int64_t, bool, bool, int64_t, int64_t, int64_t,
+                             bool, bool>;
   std::map<SlabKey, SlabMatmul> slabs;
   bool f32 = false; ///< the f32 slab path is available
+  bool team = false; ///< a slab can run with an OpenMP team of one
   std::atomic<int64_t> f32Slabs{0}; ///< f32 slabs oneDNN ran
   /// Optional (oneDNN 2.7 and later): f32 primitives keep f32 arithmetic
   /// whatever ONEDNN_DEFAULT_FPMATH_MODE says.
@@ -161,6 +166,8 @@ struct Dnnl {
         reinterpret_cast<decltype(postOpsDestroy)>(dlsym(lib, "dnnl_post_ops_destroy"));
     postOpsAppendEltwise = reinterpret_cast<decltype(postOpsAppendEltwise)>(
         dlsym(lib, "dnnl_post_ops_append_eltwise"));
+    postOpsAppendSum =
+        reinterpret_cast<decltype(postOpsAppendSum)>(dlsym(lib, "dnnl_post_ops_append_sum"));
     attrSetPostOps = reinterpret_cast<decltype(attrSetPostOps)>(
         dlsym(lib, "dnnl_primitive_attr_set_post_ops"));
     attrSetFpmathMode = reinterpret_cast<dnnl_status_t (*)(dnnl_primitive_attr_t, int)>(
@@ -177,7 +184,8 @@ struct Dnnl {
     // Without a way to give a slab a team of one thread, oneDNN's OpenMP
     // threads would compete with the pool's: f32 stays with the BLAS.
     const char *f32Off = std::getenv("TILEFUSE_DNNL_F32");
-    f32 = ompGetMaxThreads && ompSetNumThreads && !(f32Off && std::strcmp(f32Off, "0") == 0);
+    team = ompGetMaxThreads && ompSetNumThreads;
+    f32 = team && !(f32Off && std::strcmp(f32Off, "0") == 0);
   }
 
   /// The f32 matmul of one slab, made on first use (under `mutex`, on a
@@ -187,23 +195,33 @@ struct Dnnl {
     if (it != slabs.end())
       return it->second;
     SlabMatmul &mm = slabs[key];
-    auto [rows, n, k, ta, tb, lda, ldb, ldc] = key;
-    auto desc = [&](dnnl_memory_desc_t &md, int64_t r, int64_t c, int64_t ld, bool transposed) {
+    auto [rows, n, k, ta, tb, lda, ldb, ldc, bf16, accumulate] = key;
+    auto desc = [&](dnnl_memory_desc_t &md, int64_t r, int64_t c, int64_t ld, bool transposed,
+                    dnnl_data_type_t type) {
       dnnl_dims_t dims = {r, c};
       dnnl_dims_t strides = {transposed ? 1 : ld, transposed ? ld : 1};
-      return memoryDescInit(&md, 2, dims, dnnl_f32, strides) == dnnl_success;
+      return memoryDescInit(&md, 2, dims, type, strides) == dnnl_success;
     };
+    dnnl_data_type_t in = bf16 ? dnnl_bf16 : dnnl_f32;
     dnnl_matmul_desc_t op;
     dnnl_primitive_attr_t attr = nullptr;
+    dnnl_post_ops_t sum = nullptr;
     dnnl_primitive_desc_t pd = nullptr;
-    bool ok = desc(mm.a, rows, k, lda, ta) && desc(mm.b, k, n, ldb, tb) &&
-              desc(mm.c, rows, n, ldc, false) &&
+    bool ok = desc(mm.a, rows, k, lda, ta, in) && desc(mm.b, k, n, ldb, tb, in) &&
+              desc(mm.c, rows, n, ldc, false, dnnl_f32) &&
               matmulDescInit(&op, &mm.a, &mm.b, nullptr, &mm.c) == dnnl_success &&
               attrCreate(&attr) == dnnl_success &&
               attrSetScratchpadMode(attr, dnnl_scratchpad_mode_user) == dnnl_success &&
-              (!attrSetFpmathMode ||
-               attrSetFpmathMode(attr, kFpmathStrict) == dnnl_success) &&
-              primitiveDescCreate(&pd, &op, attr, engine, nullptr) == dnnl_success;
+              (!attrSetFpmathMode || bf16 ||
+               attrSetFpmathMode(attr, kFpmathStrict) == dnnl_success);
+    // C += A B: a sum post-op adds what C held.
+    if (ok && accumulate)
+      ok = postOpsCreate && postOpsAppendSum && attrSetPostOps &&
+           postOpsCreate(&sum) == dnnl_success && postOpsAppendSum(sum, 1.f) == dnnl_success &&
+           attrSetPostOps(attr, sum) == dnnl_success;
+    ok = ok && primitiveDescCreate(&pd, &op, attr, engine, nullptr) == dnnl_success;
+    if (sum)
+      postOpsDestroy(sum);
     if (attr)
       attrDestroy(attr);
     if (!ok)
@@ -670,12 +688,11 @@ struct SlabThread {
 
 } // namespace
 
-bool tilefuse::cpu::dnnlSgemmSlab(bool transA, bool transB, int64_t rows, int64_t n, int64_t k,
-                                  const float *a, int64_t lda, const float *b, int64_t ldb,
-                                  float *c, int64_t ldc) {
+namespace {
+/// Runs the slab matmul of `key` on this thread with a team of one (see
+/// dnnlSgemmSlab); false where it is unusable or failed.
+bool runSlab(const Dnnl::SlabKey &key, const void *a, const void *b, float *c) {
   Dnnl &d = Dnnl::get();
-  if (!d.engine || !d.f32 || rows <= 0 || n <= 0 || k <= 0)
-    return false;
   TeamOfOne team(d);
   // A slab runs on a pool thread, where an exception would end the process:
   // running out of memory for this thread's handles leaves it to the BLAS.
@@ -683,7 +700,7 @@ bool tilefuse::cpu::dnnlSgemmSlab(bool transA, bool transB, int64_t rows, int64_
     Dnnl::SlabMatmul *mm;
     {
       std::lock_guard<std::mutex> lock(d.mutex);
-      mm = &d.slabFor({rows, n, k, transA, transB, lda, ldb, ldc});
+      mm = &d.slabFor(key);
     }
     if (!mm->usable)
       return false;
@@ -700,31 +717,57 @@ bool tilefuse::cpu::dnnlSgemmSlab(bool transA, bool transB, int64_t rows, int64_
                 (!mm->scratchBytes || d.memoryCreate(&m.scratch, &mm->scratch, d.engine,
                                                      m.scratchBytes.data()) == dnnl_success);
       if (!m.ready) {
-        mine.memories.erase(mm); // tried again next time; the BLAS runs this one
+        mine.memories.erase(mm); // tried again next time; the caller runs this one
         return false;
       }
     }
-    d.memorySetDataHandle(m.a, const_cast<float *>(a));
-    d.memorySetDataHandle(m.b, const_cast<float *>(b));
+    d.memorySetDataHandle(m.a, const_cast<void *>(a));
+    d.memorySetDataHandle(m.b, const_cast<void *>(b));
     d.memorySetDataHandle(m.c, c);
     dnnl_exec_arg_t args[4] = {{DNNL_ARG_SRC, m.a}, {DNNL_ARG_WEIGHTS, m.b},
                                {DNNL_ARG_DST, m.c}, {DNNL_ARG_SCRATCHPAD, m.scratch}};
     // A slab runs on a pool thread, where an exception cannot be carried
-    // to the caller: a failure leaves the slab to the BLAS, which writes
+    // to the caller: a failure leaves the slab to the caller, which writes
     // all of C again.
-    if (d.primitiveExecute(mm->primitive, mine.stream, m.scratch ? 4 : 3, args) != dnnl_success ||
-        d.streamWait(mine.stream) != dnnl_success)
-      return false;
-    d.f32Slabs.fetch_add(1, std::memory_order_relaxed);
-    return true;
+    return d.primitiveExecute(mm->primitive, mine.stream, m.scratch ? 4 : 3, args) ==
+               dnnl_success &&
+           d.streamWait(mine.stream) == dnnl_success;
   } catch (const std::bad_alloc &) {
     return false;
   }
+}
+} // namespace
+
+bool tilefuse::cpu::dnnlSgemmSlab(bool transA, bool transB, int64_t rows, int64_t n, int64_t k,
+                                  const float *a, int64_t lda, const float *b, int64_t ldb,
+                                  float *c, int64_t ldc) {
+  Dnnl &d = Dnnl::get();
+  if (!d.engine || !d.f32 || rows <= 0 || n <= 0 || k <= 0)
+    return false;
+  if (!runSlab({rows, n, k, transA, transB, lda, ldb, ldc, false, false}, a, b, c))
+    return false;
+  d.f32Slabs.fetch_add(1, std::memory_order_relaxed);
+  return true;
+}
+
+bool tilefuse::cpu::dnnlBf16GemmSlab(bool transA, bool transB, int64_t rows, int64_t n,
+                                     int64_t k, const uint16_t *a, int64_t lda,
+                                     const uint16_t *b, int64_t ldb, float *c, int64_t ldc,
+                                     bool accumulate) {
+  Dnnl &d = Dnnl::get();
+  if (!d.engine || !d.team || rows <= 0 || n <= 0 || k <= 0)
+    return false;
+  return runSlab({rows, n, k, transA, transB, lda, ldb, ldc, true, accumulate}, a, b, c);
 }
 
 #else
 
 bool tilefuse::cpu::dnnlGemm(const Step &, DType, const void *, const void *, void *) {
+  return false;
+}
+
+bool tilefuse::cpu::dnnlBf16GemmSlab(bool, bool, int64_t, int64_t, int64_t, const uint16_t *,
+                                     int64_t, const uint16_t *, int64_t, float *, int64_t, bool) {
   return false;
 }
 

@@ -26,6 +26,15 @@ bool dnnlGemm(const Step &s, DType dtype, const void *a, const void *b, void *c)
 bool dnnlSgemmSlab(bool transA, bool transB, int64_t rows, int64_t n, int64_t k, const float *a,
                    int64_t lda, const float *b, int64_t ldb, float *c, int64_t ldc);
 
+/// The same on this thread for bf16 A and B and an f32 C (f32
+/// accumulation): C = op(A) op(B), or C += op(A) op(B) with `accumulate`.
+/// False when oneDNN is not loaded, cannot give the slab a team of one
+/// thread, has only a reference kernel for the shape, or failed: the
+/// caller then widens the operands.
+bool dnnlBf16GemmSlab(bool transA, bool transB, int64_t rows, int64_t n, int64_t k,
+                      const uint16_t *a, int64_t lda, const uint16_t *b, int64_t ldb, float *c,
+                      int64_t ldc, bool accumulate);
+
 /// Convolution step `p` on `dtype` (f32 or bf16, f32 accumulation) buffers
 /// through oneDNN's convolution primitives (forward, backward data or
 /// backward weights; the steps' plain row-major layouts, reordered to and

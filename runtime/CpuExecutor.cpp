@@ -286,17 +286,18 @@ cpu::AttentionShape attentionShape(const Step &s) {
 void CpuExecutor::runAttention(const Step &s, const std::vector<void *> &at) {
   cpu::AttentionShape shape = attentionShape(s);
   auto f = [&](size_t i) { return static_cast<float *>(at[size_t(s.buffers[i])]); };
+  DType dtype = prog.buffers[size_t(s.buffers[0])].dtype; // f32 or bf16
   AttentionSlots slots = attentionSlots(s);
   if (slots.seed >= 0)
     shape.seed = *static_cast<const uint64_t *>(at[size_t(s.buffers[size_t(slots.seed)])]);
   const void *mask = slots.mask >= 0 ? at[size_t(s.buffers[size_t(slots.mask)])] : nullptr;
   size_t out = slots.firstOutput;
   if (s.kind == Step::Kind::Attention) {
-    cpu::attentionForward(shape, f(0), f(1), f(2), mask, f(out), f(out + 1));
+    cpu::attentionForward(shape, dtype, f(0), f(1), f(2), mask, f(out), f(out + 1));
     return;
   }
-  cpu::attentionBackward(shape, f(0), f(1), f(2), mask, f(3), f(4), f(5), f(out), f(out + 1),
-                         f(out + 2));
+  cpu::attentionBackward(shape, dtype, f(0), f(1), f(2), mask, f(3), f(4), f(5), f(out),
+                         f(out + 1), f(out + 2));
 }
 
 void CpuExecutor::poisonBuffers(const std::vector<int> &dead) {

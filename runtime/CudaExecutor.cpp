@@ -359,6 +359,11 @@ void CudaExecutor::acquire(const std::vector<std::pair<std::string, std::string>
       convWorkspaceBytes = std::max(convWorkspaceBytes, conv->workspaceBytes());
       s.convs[i] = std::move(conv);
     } else if (st.kind == Step::Kind::Attention || st.kind == Step::Kind::AttentionGrad) {
+      if (prog.buffers[size_t(st.buffers[0])].dtype != DType::F32)
+        throw CompileError(st.source + ": the CUDA attention kernels take f32, got " +
+                           dtypeName(prog.buffers[size_t(st.buffers[0])].dtype) +
+                           "; compile the function for the CUDA target (fusion widens 16-bit "
+                           "attention to f32 there)");
       if (!cudaAttentionTiles(st.attention.headDim, st.attention.valueDim))
         throw CompileError(cudaAttentionTooWide(st.source, st.attention.headDim,
                                                 st.attention.valueDim));

@@ -75,9 +75,10 @@ std::vector<int> tilefuse::stepReads(const Step &step) {
   return out;
 }
 
-/// An attention step's buffers against its sizes: f32 q, k, v, out, lse
-/// (and dOut, dq, dk, dv) of exactly the element counts the sizes give, a
-/// mask of one byte (i1) or f32 per score it is read at.
+/// An attention step's buffers against its sizes: q, k, v, out (and dOut,
+/// dq, dk, dv) all f32 or all bf16, an f32 lse, of exactly the element
+/// counts the sizes give, a mask of one byte (i1) or of q's type per score
+/// it is read at.
 /// A convolution step's sizes against themselves (the output-size rule,
 /// the groups) and its three buffers: f32, bf16 or f16 (all one type), of
 /// exactly the element counts the sizes give; a forward one's epilogue and
@@ -158,22 +159,29 @@ static void validateAttention(const Program &p, const Step &s, const std::string
   std::vector<int64_t> outputs = grad ? std::vector<int64_t>{q * a.headDim, kv * a.headDim,
                                                              kv * a.valueDim}
                                       : std::vector<int64_t>{q * a.valueDim, q};
-  auto expect = [&](size_t index, int64_t elements) {
+  // q, k, v (out, dOut) and the results of one type, f32 or bf16; the
+  // log-sum-exp (the forward's second result, the gradient's fifth
+  // operand) f32.
+  DType t = p.buffers[s.buffers[0]].dtype;
+  auto expect = [&](size_t index, int64_t elements, bool statistics) {
     const BufferInfo &b = p.buffers[s.buffers[index]];
-    if (b.dtype != DType::F32 || numElements(b.shape) != elements)
+    DType want = statistics ? DType::F32 : t;
+    if ((t != DType::F32 && t != DType::BF16) || b.dtype != want ||
+        numElements(b.shape) != elements)
       throw CompileError("corrupt program: " + what + " buffer " + std::to_string(index) +
                          " is " + dtypeName(b.dtype) + shapeToString(b.shape) + ", expected " +
-                         std::to_string(elements) + " f32 elements");
+                         std::to_string(elements) + " " +
+                         dtypeName(t == DType::BF16 ? want : DType::F32) + " elements");
   };
   for (size_t i = 0; i < sizes.size(); ++i)
-    expect(i, sizes[i]);
+    expect(i, sizes[i], grad && i == 4);
   for (size_t i = 0; i < outputs.size(); ++i)
-    expect(slots.firstOutput + i, outputs[i]);
+    expect(slots.firstOutput + i, outputs[i], !grad && i == 1);
   if (slots.mask >= 0) {
     const BufferInfo &m = p.buffers[s.buffers[size_t(slots.mask)]];
     int64_t reach = (s.batch - 1) * a.maskBatchStride + (a.heads - 1) * a.maskHeadStride +
                     a.queries * a.keys;
-    if (m.dtype != (a.mask == 1 ? DType::I1 : DType::F32) || a.maskBatchStride < 0 ||
+    if (m.dtype != (a.mask == 1 ? DType::I1 : t) || a.maskBatchStride < 0 ||
         a.maskHeadStride < 0 || numElements(m.shape) < reach)
       throw CompileError("corrupt program: " + what + " mask is " + dtypeName(m.dtype) +
                          shapeToString(m.shape) + ", too small for its strides or of the "

@@ -367,18 +367,20 @@ LogicalResult MatmulOp::inferReturnTypes(MLIRContext *, Loc loc,
 }
 
 namespace {
-/// The checks graph.attention and graph.attention_grad share: f32 q, k, v
-/// of equal rank >= 3 ([B..., H, L, E], [B..., Hk, S, E], [B..., Hk, S,
-/// Ev]), Hk dividing H, and a mask [B'..., H', L, S] whose leading
-/// dimensions are the query's or 1 (i1 or f32).
+/// The checks graph.attention and graph.attention_grad share: q, k, v of
+/// one float type (f32, bf16, f16 or f64) and equal rank >= 3 ([B..., H, L,
+/// E], [B..., Hk, S, E], [B..., Hk, S, Ev]), Hk dividing H, and a mask
+/// [B'..., H', L, S] whose leading dimensions are the query's or 1 (i1 or
+/// the query's type).
 LogicalResult checkAttentionOperands(Loc loc, StringRef name, Value query, Value key,
                                      Value value, Value mask) {
   auto q = tensorType(query), k = tensorType(key), v = tensorType(value);
   Type elem = q.getElementType();
-  if ((!elem.isF32() && !elem.isF64()) || k.getElementType() != elem ||
-      v.getElementType() != elem)
-    return opError(loc, name, "expects query, key and value all f32 (or all f64), got ", q,
-                   ", ", k, " and ", v, "; cast them first");
+  if ((!elem.isF32() && !elem.isF64() && !elem.isBF16() && !elem.isF16()) ||
+      k.getElementType() != elem || v.getElementType() != elem)
+    return opError(loc, name, "expects query, key and value of one type (f32, bf16, f16 or "
+                              "f64), got ",
+                   q, ", ", k, " and ", v, "; cast them first");
   int64_t r = q.getRank();
   if (r < 3 || k.getRank() != r || v.getRank() != r)
     return opError(loc, name, "expects query [..., H, L, E], key [..., Hk, S, E] and value "
@@ -438,6 +440,14 @@ template <typename OpTy> LogicalResult verifyAttentionDropout(OpTy op) {
 LogicalResult AttentionOp::verify() { return verifyAttentionDropout(*this); }
 LogicalResult AttentionGradOp::verify() { return verifyAttentionDropout(*this); }
 
+/// The type of attention's row statistics (the log-sum-exp) for operands
+/// of type `elem`: f32 for 16-bit operands (rounded to 16 bits, a
+/// log-sum-exp of ~10 would be off by ~0.03, the recomputed probabilities
+/// by 3%), else the operands' own.
+static Type attentionStatsType(Type elem) {
+  return elem.isBF16() || elem.isF16() ? Float32Type::get(elem.getContext()) : elem;
+}
+
 LogicalResult AttentionOp::inferReturnTypes(MLIRContext *, Loc loc, Adaptor adaptor,
                                             SmallVectorImpl<Type> &out) {
   if (failed(checkAttentionOperands(loc, getOperationName(), adaptor.getQuery(),
@@ -447,7 +457,8 @@ LogicalResult AttentionOp::inferReturnTypes(MLIRContext *, Loc loc, Adaptor adap
   SmallVector<int64_t> shape(q.getShape());
   shape.back() = v.getShape().back();
   out.push_back(RankedTensorType::get(shape, q.getElementType()));
-  out.push_back(RankedTensorType::get(q.getShape().drop_back(), q.getElementType()));
+  out.push_back(
+      RankedTensorType::get(q.getShape().drop_back(), attentionStatsType(q.getElementType())));
   return success();
 }
 
@@ -461,7 +472,8 @@ LogicalResult AttentionGradOp::inferReturnTypes(MLIRContext *, Loc loc, Adaptor 
   SmallVector<int64_t> outShape(q.getShape());
   outShape.back() = v.getShape().back();
   auto want = RankedTensorType::get(outShape, q.getElementType());
-  auto lseWant = RankedTensorType::get(q.getShape().drop_back(), q.getElementType());
+  auto lseWant =
+      RankedTensorType::get(q.getShape().drop_back(), attentionStatsType(q.getElementType()));
   if (adaptor.getResult().getType() != want || adaptor.getGrad().getType() != want)
     return opError(loc, name, "result ", adaptor.getResult().getType(), " and grad ",
                    adaptor.getGrad().getType(), " must both be ", want);

@@ -437,8 +437,13 @@ def Graph_AttentionOp : Graph_Op<"attention", [InferTypeOpAdaptor, AttrSizedOper
     query row. A row whose scores are all `-inf` gets 0 and a logsumexp of 0.
     Executed by a library kernel that never builds the L x S scores
     (FlashAttention-2): the logsumexp is what `graph.attention_grad` needs.
-    f32 (compiled) or f64 (the reference interpreter); the mask is i1 or of
-    the query's type.
+    f32, bf16 or f16 (compiled) or f64 (the reference interpreter); the
+    mask is i1 or of the query's type. With 16-bit operands the result is
+    of their type and the logsumexp f32: the products take the 16-bit
+    operands with f32 accumulation, the softmax's statistics are f32, and
+    implementations may round the probabilities to 16 bits for the product
+    with `value` (PyTorch's flash kernels do); the reference computes in
+    f32 and rounds the result once.
 
     Dropout (`dropout_p` > 0, with a `seed`): the probabilities are those of
     `graph.dropout(softmax(score), seed, dropout_p, stream)` on the

@@ -5,8 +5,9 @@ for F.scaled_dot_product_attention and the PyTorch importer's SDPA ops.
 The op computes softmax(scale q k^T + mask, causal) v without building the
 L x S scores (FlashAttention-2 on the CPU) and saves each row's
 log-sum-exp for its backward, graph.attention_grad. fused_attention returns
-None where the op cannot take the operands (not f32, an empty sequence,
-heads that neither match nor divide); callers then write the attention out.
+None where the op cannot take the operands (not all f32, bf16 or f16, an
+empty sequence, heads that neither match nor divide); callers then write
+the attention out.
 """
 import os
 
@@ -54,7 +55,7 @@ def prepare(q, k, v, mask=None):
     if os.environ.get("TILEFUSE_FUSED_ATTENTION") == "0":
         return None
     if any(not isinstance(t, Tensor) for t in (q, k, v)) or \
-            not (q.dtype == k.dtype == v.dtype == "f32"):
+            not (q.dtype == k.dtype == v.dtype and q.dtype in ("f32", "bf16", "f16")):
         return None
     if min(q.ndim, k.ndim, v.ndim) < 2 or q.shape[-1] != k.shape[-1] or \
             k.shape[-2] != v.shape[-2] or 0 in q.shape[-2:] or 0 in k.shape[-2:] or \
@@ -121,7 +122,8 @@ def fused_attention_grad(grad, q, k, v, out, lse, mask=None, scale=None, causal=
             tuple(ready[1].shape) != tuple(k.shape) or tuple(ready[2].shape) != tuple(v.shape):
         return None
     mask = ready[3]
-    if out.dtype != "f32" or grad.dtype != "f32" or lse.dtype != "f32":
+    # out and its cotangent of the operands' type, the log-sum-exp f32.
+    if out.dtype != q.dtype or grad.dtype != q.dtype or lse.dtype != "f32":
         return None
     scale = _scale(q, scale)
     tracer = q._tracer

@@ -20,8 +20,18 @@ func.func @head_sizes_differ(%q: tensor<1x2x8x16xf32>, %k: tensor<1x2x8x8xf32>) 
 
 // -----
 
-func.func @sixteen_bit(%q: tensor<1x2x8x16xbf16>) {
-  // expected-error @+2 {{'graph.attention' op expects query, key and value all f32 (or all f64)}}
+func.func @mixed_types(%q: tensor<1x2x8x16xbf16>, %k: tensor<1x2x8x16xf32>) {
+  // expected-error @+2 {{'graph.attention' op expects query, key and value of one type (f32, bf16, f16 or f64), got 'tensor<1x2x8x16xbf16>', 'tensor<1x2x8x16xf32>' and 'tensor<1x2x8x16xf32>'; cast them first}}
+  // expected-error @+1 {{failed to infer returned types}}
+  %o, %l = graph.attention %q, %k, %k {scale = 1.0 : f64} : (tensor<1x2x8x16xbf16>, tensor<1x2x8x16xf32>, tensor<1x2x8x16xf32>) -> (tensor<1x2x8x16xbf16>, tensor<1x2x8xf32>)
+  return
+}
+
+// -----
+
+// 16-bit attention keeps its log-sum-exp f32.
+func.func @sixteen_bit_statistics(%q: tensor<1x2x8x16xbf16>) {
+  // expected-error @+2 {{'graph.attention' op inferred type(s) 'tensor<1x2x8x16xbf16>', 'tensor<1x2x8xf32>' are incompatible with return type(s) of operation 'tensor<1x2x8x16xbf16>', 'tensor<1x2x8xbf16>'}}
   // expected-error @+1 {{failed to infer returned types}}
   %o, %l = graph.attention %q, %q, %q {scale = 1.0 : f64} : (tensor<1x2x8x16xbf16>, tensor<1x2x8x16xbf16>, tensor<1x2x8x16xbf16>) -> (tensor<1x2x8x16xbf16>, tensor<1x2x8xbf16>)
   return

@@ -479,6 +479,20 @@ TEST(Program, ValidateRefusesAttentionStepsThatContradictTheirSizes) {
   q = p;
   q.steps[0].attention.dropoutP = 0; // then the seed is one buffer too many
   refused(q, "has 7 buffers and 2 outputs, expected 6 and 2");
+  // bf16 attention: q, k, v, out and the gradients bf16, the log-sum-exp f32.
+  Program h = p;
+  for (int b : {0, 1, 2, 5, 7, 8, 9})
+    h.buffers[size_t(b)].dtype = DType::BF16;
+  EXPECT_NO_THROW(h.validate());
+  q = h;
+  q.buffers[6].dtype = DType::BF16;
+  refused(q, "buffer 6 is bf16[2, 4, 5], expected 40 f32 elements");
+  q = h;
+  q.buffers[2].dtype = DType::F32; // v of another type than q
+  refused(q, "buffer 2 is f32[2, 2, 7, 6], expected 168 bf16 elements");
+  q = h;
+  q.buffers[0].dtype = q.buffers[1].dtype = q.buffers[2].dtype = DType::F16;
+  refused(q, "buffer 0 is f16[2, 4, 5, 8]");
 }
 
 TEST(Program, ValidateRefusesConvolutionStepsThatContradictTheirSizes) {
