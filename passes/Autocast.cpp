@@ -23,6 +23,9 @@ namespace tilefuse {
 #include "passes/Passes.h.inc"
 } // namespace tilefuse
 
+#include <cstdlib>
+#include <string>
+
 using namespace mlir;
 using namespace tilefuse;
 using namespace tilefuse::graph;
@@ -55,9 +58,12 @@ Rule ruleOf(Operation *op, ArrayRef<std::string> keepFloat32) {
   // what is summed or with the magnitude of the exponent.
   // Attention is GEMM-class too: its products take 16-bit operands with f32
   // accumulation, and its softmax statistics stay f32 inside the op (the
-  // log-sum-exp it returns is f32).
-  if (llvm::isa<AttentionOp, AttentionGradOp>(op))
-    return Rule::LowPrecision;
+  // log-sum-exp it returns is f32). TILEFUSE_ATTENTION_16BIT=0 keeps it f32
+  // (to compare).
+  if (llvm::isa<AttentionOp, AttentionGradOp>(op)) {
+    const char *on = std::getenv("TILEFUSE_ATTENTION_16BIT");
+    return on && std::string(on) == "0" ? Rule::Float32 : Rule::LowPrecision;
+  }
   if (llvm::isa<SoftmaxOp, LogSoftmaxOp, LayerNormOp, ExpOp, LogOp, Log1pOp, Expm1Op, PowOp,
                 SqrtOp, RsqrtOp, ReduceSumOp, CrossEntropyOp, NllOp, MseOp, BceOp>(op))
     return Rule::Float32;

@@ -106,7 +106,7 @@ def test_16bit_attention_and_its_gradients(case, dtype):
         assert err <= bound, f"{name}: max error {err:.3g} (PyTorch {dtype}: {theirs_err:.3g})"
 
 
-def test_autocast_runs_attention_in_bf16():
+def test_autocast_runs_attention_in_bf16(monkeypatch):
     """precision="bf16": attention takes bf16 q, k, v like the matmuls
     around it (its statistics f32), and the step stays within bf16's
     tolerance of the f32 one."""
@@ -127,6 +127,13 @@ def test_autocast_runs_attention_in_bf16():
     got = low.compile("cpu")(x, w)
     for g, t in zip(got, want):
         assert _err(g, np.asarray(t, dtype=np.float64)) <= 3e-2 * float(np.abs(t).max())
+    # TILEFUSE_ATTENTION_16BIT=0 keeps attention f32 under autocast (to
+    # compare), the matmuls still bf16.
+    monkeypatch.setenv("TILEFUSE_ATTENTION_16BIT", "0")
+    fused = graph.autocast("bf16").fuse("cpu").mlir()
+    attention = _attention_lines(fused, "fn_value_and_grad")
+    assert len(attention) == 2 and not any("bf16" in line for line in attention), attention
+    assert "xbf16>" in fused
 
 
 def test_16bit_attention_on_cuda_runs_the_f32_kernels():
