@@ -96,8 +96,10 @@ struct AttentionPattern : OpRewritePattern<MatmulOp> {
         pv.getTransposeRhs())
       return rw.notifyMatchFailure(pv, "not a batched product P V in f32, bf16 or f16");
     // Under autocast the products run in 16 bits and the softmax in f32:
-    // the casts between them are part of the chain (the fused op computes
-    // in f32 and its result is cast back).
+    // the casts between them are part of the chain. The fused op then takes
+    // the 16-bit q, k, v as they are (its scores and statistics f32, as the
+    // chain's softmax), unless TILEFUSE_ATTENTION_16BIT=0 asks for the f32
+    // op between casts (to compare).
     Value probs = pv.getLhs();
     if (auto cast = probs.getDefiningOp<CastOp>(); cast && cast->hasOneUse())
       probs = cast.getOperand();
@@ -210,12 +212,18 @@ struct AttentionPattern : OpRewritePattern<MatmulOp> {
     }
     double dropoutP = dropout ? dropout.getP().convertToDouble() : 0.0;
     Value seed = dropoutP > 0 ? dropout.getSeed() : Value();
+    Value q = qk.getLhs(), v = pv.getRhs();
+    auto elementOf = [](Value x) { return llvm::cast<RankedTensorType>(x.getType()).getElementType(); };
+    const char *sixteen = std::getenv("TILEFUSE_ATTENTION_16BIT");
+    bool narrow = !elem.isF32() && elementOf(q) == elem && elementOf(key) == elem &&
+                  elementOf(v) == elem && !(sixteen && std::string(sixteen) == "0");
+    if (!narrow)
+      q = toF32(q), key = toF32(key), v = toF32(v);
     auto attention = rw.create<AttentionOp>(
-        loc, toF32(qk.getLhs()), toF32(key), toF32(pv.getRhs()), mask, seed,
-        rw.getF64FloatAttr(scale), rw.getBoolAttr(causal), rw.getF64FloatAttr(dropoutP),
-        rw.getI64IntegerAttr(dropout ? dropout.getStream() : 0));
+        loc, q, key, v, mask, seed, rw.getF64FloatAttr(scale), rw.getBoolAttr(causal),
+        rw.getF64FloatAttr(dropoutP), rw.getI64IntegerAttr(dropout ? dropout.getStream() : 0));
     Value out = attention.getResult();
-    if (!elem.isF32())
+    if (out.getType() != type)
       out = rw.create<CastOp>(loc, type, out);
     rw.replaceOp(pv, out);
     return success();

@@ -179,3 +179,35 @@ def test_bf16_attention_with_dropout_drops_what_f32_drops():
         scale = float(np.abs(t).max())
         assert _err(g, np.asarray(t, np.float64)) <= 3e-2 * scale, name
         assert _err(u, np.asarray(t, np.float64)) > 1e-1 * scale, f"{name}: nothing dropped"
+
+
+def test_written_out_attention_under_autocast_fuses_in_bf16(monkeypatch):
+    """Autocast before differentiation (compile_train_step's order): the
+    written-out chain (bf16 products, the softmax in f32 between casts) is
+    recognised as a bf16 attention, not an f32 one between casts; the
+    gradients stay within bf16's tolerance of the f32 step's.
+    TILEFUSE_ATTENTION_16BIT=0 recognises the f32 op (to compare)."""
+    from test_attention import _written_out
+
+    rng = np.random.default_rng(5)
+    q, k, v, w = (rng.standard_normal((2, 3, 40, 16)).astype(np.float32) for _ in range(4))
+    seed = np.int64(3)
+    fn = _written_out(0.0, False)
+
+    def loss(q, k, v, w, seed):
+        return (fn(q, k, v, seed) * w).sum()
+
+    def step():
+        return tilefuse.trace(loss, q, k, v, w, seed).autocast("bf16").value_and_grad(
+            wrt=(0, 1, 2))
+
+    attention = _attention_lines(step().fuse("cpu").mlir(), "loss_value_and_grad")
+    assert len(attention) == 2 and all("xbf16>" in line for line in attention), attention
+    want = tilefuse.trace(loss, q, k, v, w, seed).value_and_grad(wrt=(0, 1, 2)).compile("cpu")(
+        q, k, v, w, seed)
+    got = step().compile("cpu")(q, k, v, w, seed)
+    for name, g, t in zip(("loss", "dq", "dk", "dv"), got, want):
+        assert _err(g, np.asarray(t, np.float64)) <= 3e-2 * float(np.abs(t).max()), name
+    monkeypatch.setenv("TILEFUSE_ATTENTION_16BIT", "0")
+    attention = _attention_lines(step().fuse("cpu").mlir(), "loss_value_and_grad")
+    assert len(attention) == 2 and not any("bf16" in line for line in attention), attention
