@@ -249,6 +249,16 @@ void bf16Product(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const uint16
                     accumulate ? 1.0f : 0.0f, c, ldc);
 }
 
+/// C[m x n] (leading dimension ldc) += op(A) op(B), f32, on this thread:
+/// oneDNN's matmul with a sum post-op where it takes the shape (its JIT
+/// kernels read the operands in place, where OpenBLAS packs them first),
+/// else the BLAS.
+void accumulateProduct(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float *a,
+                       int64_t lda, const float *b, int64_t ldb, float *c, int64_t ldc) {
+  if (!dnnlSgemmSlab(ta, tb, m, n, k, a, lda, b, ldb, c, ldc, /*accumulate=*/true))
+    sgemmOnThisThread(ta, tb, m, n, k, 1.0f, a, lda, b, ldb, 1.0f, c, ldc);
+}
+
 /// Blocks of scores and their gradient, kept per thread: a call's tasks
 /// reuse them, and so do later calls.
 struct BlockScratch {
@@ -261,6 +271,8 @@ struct BlockScratch {
   /// widened where oneDNN cannot take them.
   std::vector<uint16_t> block16;
   std::vector<float> outRows, wideA, wideB;
+  /// A block of query rows times the softmax's scale (f32 scores).
+  std::vector<float> scaledQuery;
   static BlockScratch &forThisThread() {
     thread_local BlockScratch scratch;
     if (scratch.scores.empty()) {
@@ -334,12 +346,15 @@ public:
     const float *kRows = rowOf<float>(k, kRow, s.headDim);
     // Q K^T has B transposed, where oneDNN's kernels beat OpenBLAS's
     // (bench/results/2026-12-05-f32-gemm-library.md); it takes no alpha,
-    // so the scale follows.
-    if (dnnlSgemmSlab(false, true, r, n, s.headDim, qRows, s.headDim, kRows, s.headDim, out,
-                      kKeyBlock)) {
-      for (int64_t row = 0; row < r; ++row)
-        scaleRow(out + row * kKeyBlock, n, scale);
-    } else {
+    // so the scale goes into a copy of the r query rows (r x E products
+    // instead of r x n on the scores: 1/8 of them at E = 64, n = 512).
+    BlockScratch &scratch = BlockScratch::forThisThread();
+    scratch.scaledQuery.resize(size_t(r * s.headDim));
+    float *scaled = scratch.scaledQuery.data();
+    for (int64_t i = 0; i < r * s.headDim; ++i)
+      scaled[i] = qRows[i] * scale;
+    if (!dnnlSgemmSlab(false, true, r, n, s.headDim, scaled, s.headDim, kRows, s.headDim, out,
+                       kKeyBlock)) {
       sgemmOnThisThread(false, true, r, n, s.headDim, scale, qRows, s.headDim, kRows, s.headDim,
                         0.0f, out, kKeyBlock);
     }
@@ -408,8 +423,8 @@ public:
           dP[row * kKeyBlock + c] = p[row * kKeyBlock + c] * kept[row * kKeyBlock + c];
     }
     if (dV)
-      sgemmOnThisThread(true, false, n, s.valueDim, r, 1.0f, kept ? dP : p, kKeyBlock, dOutRows,
-                        s.valueDim, 1.0f, dV, s.valueDim);
+      accumulateProduct(true, false, n, s.valueDim, r, kept ? dP : p, kKeyBlock, dOutRows,
+                        s.valueDim, dV, s.valueDim);
     const float *vRows = rowOf<float>(v, keyRow(b, h, j0), s.valueDim);
     if (!dnnlSgemmSlab(false, true, r, n, s.valueDim, dOutRows, s.valueDim, vRows, s.valueDim, dP,
                        kKeyBlock)) // dO V^T: B transposed, as Q K^T
@@ -569,9 +584,9 @@ void forwardBlock(const Attention &a, int64_t b, int64_t h, int64_t i0, void *ou
                   outRows, s.valueDim, true, scratch.wideA, scratch.wideB);
       continue;
     }
-    sgemmOnThisThread(false, false, r, s.valueDim, n, 1.0f, p, kKeyBlock,
+    accumulateProduct(false, false, r, s.valueDim, n, p, kKeyBlock,
                       Attention::rowOf<float>(a.v, a.keyRow(b, h, j0), s.valueDim), s.valueDim,
-                      1.0f, outRows, s.valueDim);
+                      outRows, s.valueDim);
   }
   float *lseRows = lse + a.queryRow(b, h, i0);
   for (int64_t row = 0; row < r; ++row) {
@@ -628,9 +643,11 @@ void queryGradientBlock(const Attention &a, int64_t b, int64_t h, int64_t i0, co
                                  s.headDim, dqRows, scratch);
       continue;
     }
-    sgemmOnThisThread(false, false, r, s.headDim, n, a.scale, scratch.scores.data(), kKeyBlock,
+    for (int64_t row = 0; row < r; ++row) // the softmax's scale, applied to dS once
+      scaleRow(scratch.scores.data() + row * kKeyBlock, n, a.scale);
+    accumulateProduct(false, false, r, s.headDim, n, scratch.scores.data(), kKeyBlock,
                       Attention::rowOf<float>(a.k, a.keyRow(b, h, j0), s.headDim), s.headDim,
-                      1.0f, dqRows, s.headDim);
+                      dqRows, s.headDim);
   }
 }
 
@@ -663,14 +680,16 @@ void keyGradientBlock(const Attention &a, int64_t b, int64_t kvHead, int64_t j0,
                                      s.headDim, dq + a.queryRow(b, h, i0) * s.headDim, scratch);
         continue;
       }
-      const float *dS = scratch.scores.data();
+      float *dS = scratch.scores.data();
+      for (int64_t row = 0; row < r; ++row) // the softmax's scale, applied to dS once
+        scaleRow(dS + row * kKeyBlock, n, a.scale);
       const float *qRows = Attention::rowOf<float>(a.q, a.queryRow(b, h, i0), s.headDim);
       const float *kRows = Attention::rowOf<float>(a.k, keyRow, s.headDim);
-      sgemmOnThisThread(true, false, n, s.headDim, r, a.scale, dS, kKeyBlock, qRows, s.headDim,
-                        1.0f, dkRows, s.headDim);
+      accumulateProduct(true, false, n, s.headDim, r, dS, kKeyBlock, qRows, s.headDim, dkRows,
+                        s.headDim);
       if (dq)
-        sgemmOnThisThread(false, false, r, s.headDim, n, a.scale, dS, kKeyBlock, kRows, s.headDim,
-                          1.0f, dq + a.queryRow(b, h, i0) * s.headDim, s.headDim);
+        accumulateProduct(false, false, r, s.headDim, n, dS, kKeyBlock, kRows, s.headDim,
+                          dq + a.queryRow(b, h, i0) * s.headDim, s.headDim);
     }
 }
 

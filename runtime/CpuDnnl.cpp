@@ -740,11 +740,11 @@ bool runSlab(const Dnnl::SlabKey &key, const void *a, const void *b, float *c) {
 
 bool tilefuse::cpu::dnnlSgemmSlab(bool transA, bool transB, int64_t rows, int64_t n, int64_t k,
                                   const float *a, int64_t lda, const float *b, int64_t ldb,
-                                  float *c, int64_t ldc) {
+                                  float *c, int64_t ldc, bool accumulate) {
   Dnnl &d = Dnnl::get();
   if (!d.engine || !d.f32 || rows <= 0 || n <= 0 || k <= 0)
     return false;
-  if (!runSlab({rows, n, k, transA, transB, lda, ldb, ldc, false, false}, a, b, c))
+  if (!runSlab({rows, n, k, transA, transB, lda, ldb, ldc, false, accumulate}, a, b, c))
     return false;
   d.f32Slabs.fetch_add(1, std::memory_order_relaxed);
   return true;
@@ -776,7 +776,7 @@ std::string tilefuse::cpu::dnnlStatus() {
 }
 
 bool tilefuse::cpu::dnnlSgemmSlab(bool, bool, int64_t, int64_t, int64_t, const float *, int64_t,
-                                  const float *, int64_t, float *, int64_t) {
+                                  const float *, int64_t, float *, int64_t, bool) {
   return false;
 }
 

@@ -23,8 +23,10 @@ bool dnnlGemm(const Step &s, DType dtype, const void *a, const void *b, void *c)
 /// when oneDNN is not loaded, its f32 path is off (TILEFUSE_DNNL_F32=0), it
 /// has only a reference kernel for the shape, or it failed: the caller then
 /// runs the slab through the BLAS.
+/// `accumulate`: C += op(A) op(B) (a sum post-op) instead.
 bool dnnlSgemmSlab(bool transA, bool transB, int64_t rows, int64_t n, int64_t k, const float *a,
-                   int64_t lda, const float *b, int64_t ldb, float *c, int64_t ldc);
+                   int64_t lda, const float *b, int64_t ldb, float *c, int64_t ldc,
+                   bool accumulate = false);
 
 /// The same on this thread for bf16 A and B and an f32 C (f32
 /// accumulation): C = op(A) op(B), or C += op(A) op(B) with `accumulate`.
