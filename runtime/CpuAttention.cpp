@@ -430,6 +430,14 @@ public:
                        kKeyBlock)) // dO V^T: B transposed, as Q K^T
       sgemmOnThisThread(false, true, r, n, s.valueDim, 1.0f, dOutRows, s.valueDim, vRows,
                         s.valueDim, 0.0f, dP, kKeyBlock);
+    softmaxGradients(b, h, i0, r, n, kept, delta, scratch);
+  }
+
+  /// dS = P * (dP * kept - delta) in scratch.scores, from P there and dO V^T
+  /// in scratch.scoreGrads (kept: dropout's factors, or null).
+  void softmaxGradients(int64_t b, int64_t h, int64_t i0, int64_t r, int64_t n,
+                        const float *kept, const float *delta, BlockScratch &scratch) const {
+    float *p = scratch.scores.data(), *dP = scratch.scoreGrads.data();
     if (kept)
       for (int64_t row = 0; row < r; ++row)
         for (int64_t c = 0; c < n; ++c)
@@ -462,13 +470,7 @@ public:
     }
     bf16Product(false, true, r, n, s.valueDim, dOutRows, s.valueDim, vRows, s.valueDim, dP,
                 kKeyBlock, false, scratch.wideA, scratch.wideB);
-    if (kept)
-      for (int64_t row = 0; row < r; ++row)
-        for (int64_t c = 0; c < n; ++c)
-          dP[row * kKeyBlock + c] *= kept[row * kKeyBlock + c];
-    const float *rowDelta = delta + queryRow(b, h, i0);
-    for (int64_t row = 0; row < r; ++row)
-      softmaxGradient(p + row * kKeyBlock, dP + row * kKeyBlock, n, rowDelta[row]);
+    softmaxGradients(b, h, i0, r, n, kept, delta, scratch);
   }
 
   /// dS (scratch.scores, r x n) times the softmax scale, rounded to bf16
