@@ -289,3 +289,43 @@ def test_from_torch_fuses_attention_with_dropout():
     after = step.state_dict()
     for n, w in twin.items():
         assert max_rel(before[n] - after[n], w.grad) <= 1e-4, n
+
+
+class _CausalBlock(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.qkv = torch.nn.Linear(32, 96)
+        self.proj = torch.nn.Linear(32, 10)
+
+    def forward(self, x, y):
+        b, t, _ = x.shape
+        q, k, v = self.qkv(x).reshape(b, t, 3, 2, 16).permute(2, 0, 3, 1, 4)
+        o = TF.scaled_dot_product_attention(q, k, v, is_causal=True)
+        logits = self.proj(o.transpose(1, 2).reshape(b, t, 32))
+        return TF.cross_entropy(logits.reshape(-1, 10).float(), y.reshape(-1))
+
+
+def test_backend_runs_sdpa_under_bf16_autocast_in_bf16(compiled_graphs):
+    """Under PyTorch's CPU autocast, SDPA's bf16 ops convert to tilefuse's
+    bf16 attention (q, k, v and the result bf16, the log-sum-exp f32),
+    forward and backward, the graphs whole; loss and gradients follow eager
+    autocast within bf16's 1e-2."""
+    import copy
+    torch.manual_seed(0)
+    model = _CausalBlock()
+    twin = copy.deepcopy(model)
+    x, y = torch.randn(2, 64, 32), torch.randint(0, 10, (2, 64))
+    compiled = torch.compile(model, backend="tilefuse")
+    losses = []
+    for run in (compiled, twin):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            loss = run(x, y)
+        loss.backward()
+        losses.append(loss.item())
+    assert_converted_whole(2)
+    assert abs(losses[0] - losses[1]) <= 1e-2 * abs(losses[1]), losses
+    for (name, p), q in zip(model.named_parameters(), twin.parameters()):
+        assert max_rel(p.grad, q.grad) <= 1e-2, name
+    attention = [line for g in compiled_graphs for line in g.fuse("cpu").mlir().splitlines()
+                 if "= graph.attention" in line]
+    assert len(attention) == 2 and all("xbf16>" in line for line in attention), attention
