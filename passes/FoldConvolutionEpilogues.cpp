@@ -12,7 +12,7 @@
 //
 //   y = conv(x, w); z = act(y * s[o] + t[o])   (any chain of +, -, *, / by
 //                                               per-channel values, then
-//                                               relu or silu)
+//                                               silu or nothing)
 //   ->  z = conv_bias_act(x, w * s[o], bias = t, act)
 //
 // The scale multiplies the weight, as PyTorch's inference conv-bn fusion
@@ -52,11 +52,6 @@ namespace {
 /// has at most 1/kScaledWeightShare of the output's elements.
 constexpr int64_t kScaledWeightShare = 8;
 
-bool isZeroSplat(Value v) {
-  auto full = v.getDefiningOp<FullOp>();
-  return full && full.getValue().convertToDouble() == 0.0;
-}
-
 /// Whether `v` (of a convolution's output shape [N, O, Q...]) holds one
 /// value per output channel: a graph.full, or a broadcast of one value or
 /// of O values whose only non-unit dimension lands on dim 1 (a [O],
@@ -93,25 +88,15 @@ Value channelVector(GraphEmitter &e, Value v, int64_t channels) {
 
 /// The activation `v`'s readers apply to it, as graph.conv_bias_act names
 /// it, and the value it yields; ("none", v) where they apply none the
-/// library can, or v has other readers.
+/// library can, or v has other readers. Not relu: oneDNN's vector relu
+/// makes a NaN 0 where relu keeps it (a NaN a user looks for would vanish),
+/// so relu stays a kernel.
 std::pair<StringRef, Value> activationOf(Value v) {
   SmallVector<Operation *> users(v.getUsers().begin(), v.getUsers().end());
-  // relu as max(v, 0)
-  if (users.size() == 1)
-    if (auto m = llvm::dyn_cast<MaximumOp>(users[0]);
-        m && m.getLhs() != m.getRhs() && isZeroSplat(m.getLhs() == v ? m.getRhs() : m.getLhs()))
-      return {"relu", m.getResult()};
   if (users.size() != 2)
     return {"none", v};
   for (size_t i = 0; i < 2; ++i) {
     Operation *first = users[i], *second = users[1 - i];
-    // relu as select(v <= 0, 0, v) (NaN kept, as PyTorch's relu)
-    if (auto le = llvm::dyn_cast<LeOp>(first);
-        le && le->hasOneUse() && le.getLhs() == v && isZeroSplat(le.getRhs()))
-      if (auto sel = llvm::dyn_cast<SelectOp>(second);
-          sel && sel.getOperand(0) == le.getResult() && isZeroSplat(sel.getOperand(1)) &&
-          sel.getOperand(2) == v)
-        return {"relu", sel.getResult()};
     // silu as v * sigmoid(v)
     if (auto sig = llvm::dyn_cast<SigmoidOp>(first); sig && sig->hasOneUse())
       if (auto mul = llvm::dyn_cast<MulOp>(second);

@@ -42,7 +42,7 @@ void widenAttention(mlir::func::FuncOp func, const std::function<bool(mlir::Type
 void padConvolutionsSymmetrically(mlir::func::FuncOp func);
 
 /// Every f32 graph.conv of `func` whose output only a chain of per-channel
-/// +, -, *, / (a bias, an inference batch norm) and then relu or silu read
+/// +, -, *, / (a bias, an inference batch norm) and then silu read
 /// rewritten into one graph.conv_bias_act (the scale folded into the
 /// weight, where the weight has at most 1/8 of the output's elements; the
 /// shift as its bias), for the convolutions whose library applies a bias

@@ -372,14 +372,16 @@ struct Dnnl {
   }
 
   /// Primitive attributes applying `activation` as an eltwise post-op;
-  /// null where this oneDNN lacks post-ops.
+  /// null where this oneDNN lacks post-ops, and for relu: oneDNN's vector
+  /// relu is max(x, 0), which makes a NaN 0 where relu keeps it (the
+  /// caller applies relu after the convolution instead).
   dnnl_primitive_attr_t activationAttr(ConvActivation activation) {
-    if (!postOpsCreate || !postOpsDestroy || !postOpsAppendEltwise || !attrSetPostOps)
+    if (!postOpsCreate || !postOpsDestroy || !postOpsAppendEltwise || !attrSetPostOps ||
+        activation != ConvActivation::Silu)
       return nullptr;
-    // relu's alpha is its negative slope; swish's scales sigmoid's argument.
-    dnnl_alg_kind_t alg = activation == ConvActivation::Relu ? dnnl_eltwise_relu
-                                                             : dnnl_eltwise_swish;
-    float alpha = activation == ConvActivation::Relu ? 0.f : 1.f;
+    // swish's alpha scales sigmoid's argument: x * sigmoid(1 x).
+    dnnl_alg_kind_t alg = dnnl_eltwise_swish;
+    float alpha = 1.f;
     dnnl_primitive_attr_t attr = nullptr;
     dnnl_post_ops_t ops = nullptr;
     bool ok = attrCreate(&attr) == dnnl_success && postOpsCreate(&ops) == dnnl_success &&
