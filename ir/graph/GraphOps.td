@@ -544,8 +544,9 @@ def Graph_ConvBiasActOp : Graph_Op<"conv_bias_act", [InferTypeOpAdaptor]> {
     whose convolution library applies the bias and the activation while it
     writes its output (oneDNN's bias and post-ops): the epilogue costs no
     pass of its own. Inference batch norm reaches it folded: its per-channel
-    scale multiplies the weight, its shift is the bias. Has no VJP:
-    differentiate `graph.conv`.
+    scale multiplies the weight, its shift is the bias. Fusion folds silu
+    only: oneDNN's relu makes a NaN 0, so the CPU applies "relu" after the
+    convolution. Has no VJP: differentiate `graph.conv`.
 
     Example:
     ```mlir
