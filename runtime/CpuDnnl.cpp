@@ -730,7 +730,10 @@ bool runSlab(const Dnnl::SlabKey &key, const void *a, const void *b, float *c) {
                                {DNNL_ARG_DST, m.c}, {DNNL_ARG_SCRATCHPAD, m.scratch}};
     // A slab runs on a pool thread, where an exception cannot be carried
     // to the caller: a failure leaves the slab to the caller, which writes
-    // all of C again.
+    // all of C again. (An accumulating slab, C += A B, that fails after
+    // oneDNN wrote part of C would then add those rows twice; oneDNN fails
+    // a primitive it made and ran before only for want of memory, and the
+    // scratchpad is the caller's, allocated up front.)
     return d.primitiveExecute(mm->primitive, mine.stream, m.scratch ? 4 : 3, args) ==
                dnnl_success &&
            d.streamWait(mine.stream) == dnnl_success;
