@@ -118,7 +118,6 @@ void convReference(ConvDirection direction, const ConvParams &p, const T *a, con
   }
 }
 
-
 /// The activation a convolution library applies after the bias
 /// (graph.conv_bias_act; a Conv step's epilogue names it).
 enum class ConvActivation : int32_t { None, Relu, Silu };
@@ -143,6 +142,20 @@ struct ConvEpilogue {
   bool empty() const { return !bias && activation == ConvActivation::None; }
 };
 
+/// The epilogue of one output plane (`n` values of one image's channel):
+/// *bias (when given) added, then the activation.
+template <typename T>
+void convEpiloguePlane(T *plane, int64_t n, const T *bias, ConvActivation activation) {
+  for (int64_t i = 0; i < n; ++i) {
+    T v = bias ? plane[i] + *bias : plane[i];
+    if (activation == ConvActivation::Relu)
+      v = v <= T(0) ? T(0) : v;
+    else if (activation == ConvActivation::Silu)
+      v = v * (T(1) / (T(1) + std::exp(-v)));
+    plane[i] = v;
+  }
+}
+
 /// graph.conv_bias_act's epilogue over a forward convolution's output:
 /// bias[o] (when given) added to channel o, then the activation, as the
 /// graph ops it replaces define them (relu keeps NaN; silu is
@@ -151,17 +164,9 @@ template <typename T>
 void convEpilogue(const ConvParams &p, const T *bias, ConvActivation activation, T *out) {
   const int64_t plane = p.volume(p.output);
   for (int64_t n = 0; n < p.batch; ++n)
-    for (int64_t o = 0; o < p.outChannels; ++o) {
-      T *row = out + (n * p.outChannels + o) * plane;
-      for (int64_t i = 0; i < plane; ++i) {
-        T v = bias ? row[i] + bias[o] : row[i];
-        if (activation == ConvActivation::Relu)
-          v = v <= T(0) ? T(0) : v;
-        else if (activation == ConvActivation::Silu)
-          v = v * (T(1) / (T(1) + std::exp(-v)));
-        row[i] = v;
-      }
-    }
+    for (int64_t o = 0; o < p.outChannels; ++o)
+      convEpiloguePlane(out + (n * p.outChannels + o) * plane, plane,
+                        bias ? bias + o : nullptr, activation);
 }
 
 } // namespace tilefuse

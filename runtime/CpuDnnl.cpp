@@ -371,21 +371,16 @@ struct Dnnl {
     return pd;
   }
 
-  /// Primitive attributes applying `activation` as an eltwise post-op;
-  /// null where this oneDNN lacks post-ops, and for relu: oneDNN's vector
-  /// relu is max(x, 0), which makes a NaN 0 where relu keeps it (the
-  /// caller applies relu after the convolution instead).
-  dnnl_primitive_attr_t activationAttr(ConvActivation activation) {
-    if (!postOpsCreate || !postOpsDestroy || !postOpsAppendEltwise || !attrSetPostOps ||
-        activation != ConvActivation::Silu)
+  /// Primitive attributes applying silu as an eltwise post-op (swish, whose
+  /// alpha scales sigmoid's argument: x * sigmoid(1 x)); null where this
+  /// oneDNN lacks post-ops.
+  dnnl_primitive_attr_t siluAttr() {
+    if (!postOpsCreate || !postOpsDestroy || !postOpsAppendEltwise || !attrSetPostOps)
       return nullptr;
-    // swish's alpha scales sigmoid's argument: x * sigmoid(1 x).
-    dnnl_alg_kind_t alg = dnnl_eltwise_swish;
-    float alpha = 1.f;
     dnnl_primitive_attr_t attr = nullptr;
     dnnl_post_ops_t ops = nullptr;
     bool ok = attrCreate(&attr) == dnnl_success && postOpsCreate(&ops) == dnnl_success &&
-              postOpsAppendEltwise(ops, 1.f, alg, alpha, 0.f) == dnnl_success &&
+              postOpsAppendEltwise(ops, 1.f, dnnl_eltwise_swish, 1.f, 0.f) == dnnl_success &&
               attrSetPostOps(attr, ops) == dnnl_success &&
               (!attrSetFpmathMode || attrSetFpmathMode(attr, kFpmathStrict) == dnnl_success);
     if (ops)
@@ -454,7 +449,11 @@ struct Dnnl {
       pointwise &= p.kernel[size_t(i)] == 1 && p.stride[size_t(i)] == 1 &&
                    p.padLow[size_t(i)] == 0 && p.padHigh[size_t(i)] == 0;
     // The epilogue: the bias as the primitive's bias argument ([O], plain),
-    // the activation as an eltwise post-op.
+    // silu as an eltwise post-op. Not relu: oneDNN's vector relu is
+    // max(x, 0), which makes a NaN 0 where relu keeps it; the caller applies
+    // relu after the convolution.
+    if (epilogue.activation == ConvActivation::Relu)
+      return conv;
     dnnl_memory_desc_t biasDesc;
     if (withBias) {
       dnnl_dims_t d = {p.outChannels}, strides = {1};
@@ -463,7 +462,7 @@ struct Dnnl {
         return conv;
     }
     dnnl_primitive_attr_t attr = nullptr;
-    if (epilogue.activation != ConvActivation::None && !(attr = activationAttr(epilogue.activation)))
+    if (epilogue.activation == ConvActivation::Silu && !(attr = siluAttr()))
       return conv;
     const dnnl_memory_desc_t *bias = withBias ? &biasDesc : nullptr;
     dnnl_primitive_desc_t pd =

@@ -280,13 +280,10 @@ void cpu::conv(const Step &s, DType dtype, const void *a, const void *b, void *o
     int64_t plane = p.volume(p.output);
     ThreadPool::global().parallelFor(
         p.batch * p.outChannels, 1, [&](int64_t begin, int64_t end) {
-          for (int64_t i = begin; i < end; ++i) {
-            ConvParams one = p;
-            one.batch = 1, one.outChannels = 1;
-            float channelBias = epilogue.bias ? epilogue.bias[i % p.outChannels] : 0.f;
-            convEpilogue<float>(one, epilogue.bias ? &channelBias : nullptr, epilogue.activation,
-                                static_cast<float *>(out) + i * plane);
-          }
+          for (int64_t i = begin; i < end; ++i)
+            convEpiloguePlane(static_cast<float *>(out) + i * plane, plane,
+                              epilogue.bias ? epilogue.bias + i % p.outChannels : nullptr,
+                              epilogue.activation);
         });
     return;
   }
