@@ -60,10 +60,8 @@ Rule ruleOf(Operation *op, ArrayRef<std::string> keepFloat32) {
   // accumulation, and its softmax statistics stay f32 inside the op (the
   // log-sum-exp it returns is f32). TILEFUSE_ATTENTION_16BIT=0 keeps it f32
   // (to compare).
-  if (llvm::isa<AttentionOp, AttentionGradOp>(op)) {
-    const char *on = std::getenv("TILEFUSE_ATTENTION_16BIT");
-    return on && std::string(on) == "0" ? Rule::Float32 : Rule::LowPrecision;
-  }
+  if (llvm::isa<AttentionOp, AttentionGradOp>(op))
+    return autocastsAttention() ? Rule::LowPrecision : Rule::Float32;
   if (llvm::isa<SoftmaxOp, LogSoftmaxOp, LayerNormOp, ExpOp, LogOp, Log1pOp, Expm1Op, PowOp,
                 SqrtOp, RsqrtOp, ReduceSumOp, CrossEntropyOp, NllOp, MseOp, BceOp>(op))
     return Rule::Float32;
@@ -202,6 +200,11 @@ struct AutocastPass : tilefuse::impl::AutocastPassBase<AutocastPass> {
 };
 
 } // namespace
+
+bool tilefuse::autocastsAttention() {
+  const char *on = std::getenv("TILEFUSE_ATTENTION_16BIT");
+  return !(on && std::string(on) == "0");
+}
 
 bool tilefuse::isAutocastDisabled(Location loc) {
   bool off = false;

@@ -16,6 +16,11 @@ inline constexpr llvm::StringLiteral kAutocastOffLocName = "tilefuse.autocast.of
 /// Whether `loc` lies in a `tilefuse.autocast(False)` region.
 bool isAutocastDisabled(mlir::Location loc);
 
+/// Whether autocast runs attention in 16 bits (and written-out attention
+/// under autocast is recognised in 16 bits); TILEFUSE_ATTENTION_16BIT=0
+/// keeps it f32 (to compare).
+bool autocastsAttention();
+
 /// Applies the precision policy `precision` ("fp32": nothing, "bf16",
 /// "fp16") to `func`, a graph of composite ops (see AutocastPass in
 /// Passes.td). `keepFloat32` names op kinds (graph op names without the

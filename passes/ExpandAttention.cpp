@@ -211,8 +211,10 @@ Operation *tilefuse::widenAttentionOp(Operation *op) {
 void tilefuse::widenAttention(func::FuncOp func, const std::function<bool(Type)> &keeps) {
   SmallVector<Operation *> ops;
   func.walk([&](Operation *op) {
-    if (llvm::isa<AttentionOp, AttentionGradOp>(op) &&
-        !keeps(llvm::cast<RankedTensorType>(op->getOperand(0).getType()).getElementType()))
+    if (!llvm::isa<AttentionOp, AttentionGradOp>(op))
+      return;
+    Type element = llvm::cast<RankedTensorType>(op->getOperand(0).getType()).getElementType();
+    if ((element.isBF16() || element.isF16()) && !keeps(element))
       ops.push_back(op);
   });
   for (Operation *op : ops)

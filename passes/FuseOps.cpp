@@ -497,9 +497,7 @@ LogicalResult tilefuse::fuseFunction(func::FuncOp func, const TargetInfo &target
                                      bool remarks) {
   if (failed(verifyGraphFunction(func)))
     return failure();
-  widenAttention(func, [&](Type t) {
-    return !(t.isBF16() || t.isF16()) || target.fusedAttentionTakes16Bit(t);
-  });
+  widenAttention(func, [&](Type t) { return target.fusedAttentionTakes16Bit(t); });
   expandAttention(func, target.fusedAttentionMaxDim());
   if (target.convolutionPadsSymmetrically())
     padConvolutionsSymmetrically(func);

@@ -30,8 +30,8 @@ void expandAttentionOp(mlir::Operation *op);
 /// the new op; any other op is returned as is): for targets without
 /// 16-bit kernels, and the written-out form, whose reference is f32 math.
 mlir::Operation *widenAttentionOp(mlir::Operation *op);
-/// widenAttentionOp for every attention op of `func` whose element type
-/// `keeps` refuses (TargetInfo::fusedAttentionTakes).
+/// widenAttentionOp for every 16-bit attention op of `func` whose element
+/// type `keeps` refuses (TargetInfo::fusedAttentionTakes16Bit).
 void widenAttention(mlir::func::FuncOp func, const std::function<bool(mlir::Type)> &keeps);
 
 /// Every graph.conv / conv_grad_input / conv_grad_weight of `func` padded

@@ -6,6 +6,7 @@
 // backward is graph.attention_grad and no L x S buffer is planned.
 //
 //===----------------------------------------------------------------------===//
+#include "passes/Autocast.h"
 #include "passes/Passes.h"
 
 #include "mlir/IR/Matchers.h"
@@ -214,9 +215,8 @@ struct AttentionPattern : OpRewritePattern<MatmulOp> {
     Value seed = dropoutP > 0 ? dropout.getSeed() : Value();
     Value q = qk.getLhs(), v = pv.getRhs();
     auto elementOf = [](Value x) { return llvm::cast<RankedTensorType>(x.getType()).getElementType(); };
-    const char *sixteen = std::getenv("TILEFUSE_ATTENTION_16BIT");
     bool narrow = !elem.isF32() && elementOf(q) == elem && elementOf(key) == elem &&
-                  elementOf(v) == elem && !(sixteen && std::string(sixteen) == "0");
+                  elementOf(v) == elem && autocastsAttention();
     if (!narrow)
       q = toF32(q), key = toF32(key), v = toF32(v);
     auto attention = rw.create<AttentionOp>(
