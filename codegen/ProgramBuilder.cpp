@@ -529,10 +529,12 @@ private:
     Value q = attention.getQuery(), k = attention.getKey(), v = attention.getValue();
     Value mask = attention.getMask();
     auto qt = llvm::cast<RankedTensorType>(q.getType());
-    if (!qt.getElementType().isF32() && !qt.getElementType().isBF16())
-      return op.emitOpError("runs compiled in f32 or bf16, got ")
-             << qt << "; f64 attention runs in the reference interpreter only, and fusion "
-             << "widens other 16-bit attention to f32 for the target";
+    // Which of these a target's kernels take, fusion decided
+    // (TargetInfo::fusedAttentionTakes16Bit).
+    Type element = qt.getElementType();
+    if (!element.isF32() && !element.isBF16() && !element.isF16())
+      return op.emitOpError("runs compiled in f32, bf16 or f16, got ")
+             << qt << "; f64 attention runs in the reference interpreter only";
     Shape qs = shapeOf(q), ks = shapeOf(k), vs = shapeOf(v);
     size_t r = qs.size();
     Step s;

@@ -16,14 +16,13 @@
 #include "codegen/cpu/CpuObject.h"
 #include "runtime/Artifact.h"
 #include "runtime/CompileProgress.h"
+#include "codegen/cuda/CudaAttention.h"
 #include "codegen/cuda/CudaRenderer.h"
 #ifdef TILEFUSE_HAVE_NVRTC
-#include "codegen/cuda/CudaAttention.h"
 #include "codegen/cuda/CudaLibrary.h"
 #include "codegen/cuda/Nvrtc.h"
 #endif
 #ifdef TILEFUSE_HAVE_CUDA_EXECUTOR
-#include "runtime/CudaAttentionKernels.h"
 #include "runtime/CudaExecutor.h"
 #endif
 #include "frontend/NumericsProbe.h"
@@ -196,7 +195,7 @@ cudaBinaries(const Graph::Impl &g, const Program &program, ModuleOp kernels, con
     shared.unique.push_back(cudaLibrarySource());
   size_t attentionUnit = shared.unique.size();
   if (attention)
-    shared.unique.push_back(cudaAttentionSource());
+    shared.unique.push_back(cudaAttentionSource(cudaAttentionVariants(program)));
   std::vector<CudaBinary> bins = compileCudaUnits(shared.unique, arch);
   std::vector<std::string> symbols = kernelSymbols(program);
   if (reports) {
@@ -470,6 +469,13 @@ std::string Graph::cudaSource(const std::string &target) const {
   return cudaText(*impl_, target, /*units=*/false).front();
 }
 
+std::string Graph::cudaAttentionSource(const std::string &target) const {
+  ProgramAndKernels built = programFor(*impl_, *cudaTarget(target));
+  if (!hasAttentionSteps(built.program))
+    return "";
+  return tilefuse::cudaAttentionSource(cudaAttentionVariants(built.program));
+}
+
 std::vector<CudaKernelReport> Graph::compileCuda(const std::string &target) const {
   ProgramAndKernels built = programFor(*impl_, *cudaTarget(target));
   std::vector<std::string> units = cudaUnits(*impl_, *built.kernels);
@@ -479,7 +485,7 @@ std::vector<CudaKernelReport> Graph::compileCuda(const std::string &target) cons
   // The attention kernels the program launches are reported after its own.
   bool attention = hasAttentionSteps(built.program);
   if (attention)
-    shared.unique.push_back(cudaAttentionSource());
+    shared.unique.push_back(tilefuse::cudaAttentionSource(cudaAttentionVariants(built.program)));
   std::vector<bool> cached;
   std::vector<CudaBinary> bins = compileCudaUnits(shared.unique, arch, &cached);
   std::vector<CudaKernelReport> out;

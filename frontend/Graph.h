@@ -165,6 +165,9 @@ public:
   /// The CUDA C of this graph's kernels for `target` ("cuda:sm_XX"): each
   /// kernel begins with a comment naming the source ops it fuses.
   std::string cudaSource(const std::string &target = "cuda:sm_90") const;
+  /// The CUDA C of the fused attention kernels the program for `target`
+  /// launches (the variants of its attention steps), "" when it has none.
+  std::string cudaAttentionSource(const std::string &target = "cuda:sm_90") const;
   /// Compiles this graph's kernels with NVRTC for `target`'s architecture
   /// (no GPU needed), one translation unit per kernel, in parallel, through
   /// the cubin disk cache (codegen/cuda/Nvrtc.h); returns the per-kernel

@@ -159,6 +159,11 @@ public:
   bool rematerializesReductions() const override { return true; }
   int64_t rowScratchBytes() const override { return 0; }
   int64_t fusedAttentionMaxDim() const override { return kCudaAttentionMaxDim; }
+  // bf16 and f16 tiles widened to f32 as they are loaded
+  // (codegen/cuda/CudaAttention.cpp).
+  bool fusedAttentionTakes16Bit(mlir::Type element) const override {
+    return element.isBF16() || element.isF16();
+  }
   // cuDNN, loaded at run time (runtime/Cudnn.cpp).
   bool hasLibraryConvolution() const override { return true; }
   bool convolutionPadsSymmetrically() const override { return true; }

@@ -3,14 +3,18 @@
 // The contract between the CUDA attention kernels' source (codegen/cuda/
 // CudaAttention.cpp, which instantiates them from this table) and the
 // executor that launches them (runtime/CudaExecutor.cpp): their names, the
-// tiles that size their grids, and their one argument.
+// tiles that size their grids and shared memory, and their one argument.
 //
 //===----------------------------------------------------------------------===//
 #ifndef TILEFUSE_RUNTIME_CUDAATTENTIONKERNELS_H
 #define TILEFUSE_RUNTIME_CUDAATTENTIONKERNELS_H
 
+#include "runtime/Program.h"
+
+#include <algorithm>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace tilefuse {
 
@@ -18,27 +22,31 @@ namespace tilefuse {
 constexpr const char *kCudaAttentionBlob = "tf_attention";
 /// Threads of every attention kernel's block.
 constexpr int kCudaAttentionThreads = 128;
+/// Shared memory a kernel may use without opting in (every GPU since sm_30).
+constexpr int64_t kCudaDefaultSharedBytes = 48 << 10;
 
 /// One instantiation of the kernels, for head and value dimensions up to
 /// `maxDim` (the accumulators of a thread are registers sized at compile
-/// time). Rows x keys are the query rows and keys of one block's tile:
-/// chosen so that the shared-memory tiles stay under the 48 KiB a kernel
-/// gets without opting in, and each query row (forward, dQ) or key (dK, dV)
-/// is owned by kCudaAttentionThreads / rows threads of one warp.
+/// time). Rows x keys are the query rows and keys of one block's tile; each
+/// query row (forward, dQ) or key (dK, dV) is owned by
+/// kCudaAttentionThreads / rows threads of one warp. The tiles live in
+/// dynamic shared memory (cudaAttentionSharedBytes): up to 128 they fit the
+/// 48 KiB every kernel gets; 256 needs more, which the executor opts into.
 struct CudaAttentionTiles {
   int maxDim;
-  int forwardRows, forwardKeys;   ///< tf_attention_forward_dN
-  int keyGradRows, keyGradKeys;   ///< tf_attention_key_grads_dN: dK, dV
-  int queryGradRows, queryGradKeys; ///< tf_attention_query_grads_dN: dQ
+  int forwardRows, forwardKeys;     ///< tf_attention_forward_*: out, lse
+  int keyGradRows, keyGradKeys;     ///< tf_attention_key_grads_*: dK, dV
+  int queryGradRows, queryGradKeys; ///< tf_attention_query_grads_*: dQ
 };
 constexpr CudaAttentionTiles kCudaAttentionTiles[] = {
     {64, 32, 64, 32, 32, 32, 32},
     {128, 32, 32, 16, 16, 16, 16},
+    {256, 16, 32, 16, 16, 16, 16},
 };
 
 /// The largest head (or value) dimension the CUDA kernels take; fusion
 /// writes attention with larger heads out for CUDA.
-constexpr int64_t kCudaAttentionMaxDim = 128;
+constexpr int64_t kCudaAttentionMaxDim = 256;
 
 /// The tiles for head dimension `headDim` and value dimension `valueDim`,
 /// or null past kCudaAttentionMaxDim.
@@ -49,16 +57,74 @@ inline const CudaAttentionTiles *cudaAttentionTiles(int64_t headDim, int64_t val
   return nullptr;
 }
 
-/// "tf_attention_<kernel>_d<maxDim>".
-inline std::string cudaAttentionKernel(const char *kernel, const CudaAttentionTiles &t) {
-  return std::string("tf_attention_") + kernel + "_d" + std::to_string(t.maxDim);
+/// The element types of q, k, v, the outputs and their gradients that the
+/// kernels take (the log-sum-exp is f32 whatever they are); arithmetic is
+/// f32 throughout.
+inline bool cudaAttentionTakes(DType element) {
+  return element == DType::F32 || element == DType::BF16 || element == DType::F16;
+}
+
+/// The kernels one attention step launches: its element type and tiles.
+struct CudaAttentionVariant {
+  DType element;
+  const CudaAttentionTiles *tiles;
+  bool operator==(const CudaAttentionVariant &o) const {
+    return element == o.element && tiles == o.tiles;
+  }
+};
+
+/// The variant of attention step `st` of `program`; tiles null where the
+/// heads are wider than kCudaAttentionMaxDim.
+inline CudaAttentionVariant cudaAttentionVariant(const Program &program, const Step &st) {
+  return {program.buffers[size_t(st.buffers[0])].dtype,
+          cudaAttentionTiles(st.attention.headDim, st.attention.valueDim)};
+}
+
+/// The variants `program`'s attention steps launch, each once, in the
+/// order of first use. Only these are compiled and loaded.
+inline std::vector<CudaAttentionVariant> cudaAttentionVariants(const Program &program) {
+  std::vector<CudaAttentionVariant> out;
+  for (const Step &st : program.steps) {
+    if (st.kind != Step::Kind::Attention && st.kind != Step::Kind::AttentionGrad)
+      continue;
+    CudaAttentionVariant v = cudaAttentionVariant(program, st);
+    if (v.tiles && cudaAttentionTakes(v.element) &&
+        std::find(out.begin(), out.end(), v) == out.end())
+      out.push_back(v);
+  }
+  return out;
+}
+
+/// "tf_attention_<kernel>_<element>_d<maxDim>", e.g.
+/// tf_attention_forward_bf16_d64.
+inline std::string cudaAttentionKernel(const char *kernel, const CudaAttentionVariant &v) {
+  return std::string("tf_attention_") + kernel + "_" + dtypeName(v.element) + "_d" +
+         std::to_string(v.tiles->maxDim);
+}
+
+/// Bytes of dynamic shared memory kernel `kernel` ("forward", "key_grads",
+/// "query_grads") of tiles `t` takes: its layout struct in the kernels'
+/// source (f32 tiles, rows padded by one float against bank conflicts),
+/// which checks at run time that it got at least this much.
+inline int64_t cudaAttentionSharedBytes(const std::string &kernel, const CudaAttentionTiles &t) {
+  const int64_t row = t.maxDim + 1;
+  if (kernel == "forward") // q tile, k or v block, probabilities
+    return 4 * (t.forwardRows * row + t.forwardKeys * row +
+                int64_t(t.forwardRows) * (t.forwardKeys + 1));
+  if (kernel == "key_grads") // k, v, q, dO tiles; P^T, dS^T; lse, delta
+    return 4 * (2 * t.keyGradKeys * row + 2 * t.keyGradRows * row +
+                2 * int64_t(t.keyGradKeys) * (t.keyGradRows + 1) + 2 * t.keyGradRows);
+  // query_grads: q, dO, k, v tiles; dS; lse, delta
+  return 4 * (2 * t.queryGradRows * row + 2 * t.queryGradKeys * row +
+              int64_t(t.queryGradRows) * (t.queryGradKeys + 1) + 2 * t.queryGradRows);
 }
 
 /// The kernels' one argument, passed by value. Every field is 8 bytes, in
 /// the order of TfAttentionArgs in the kernels' source (pointers there).
-/// `mask` is null, one byte per score (maskKind 1) or f32 (2); `seed` is
-/// null without dropout; the forward writes out and lse, the backward
-/// reads them with dOut and writes dq, dk, dv.
+/// q, k, v, mask (additive), out, dOut, dq, dk, dv are of the variant's
+/// element type, lse f32; `mask` is null, one byte per score (maskKind 1)
+/// or additive (2); `seed` is null without dropout; the forward writes out
+/// and lse, the backward reads them with dOut and writes dq, dk, dv.
 struct CudaAttentionArgs {
   uint64_t q, k, v, mask, seed, out, lse, dOut, dq, dk, dv;
   int64_t batch, heads, kvHeads, queries, keys, headDim, valueDim;

@@ -73,6 +73,7 @@ std::string cudaCollectiveUnbound(const std::string &group, int64_t size) {
   X(cuModuleUnload, "cuModuleUnload")                                                             \
   X(cuModuleGetFunction, "cuModuleGetFunction")                                                   \
   X(cuLaunchKernel, "cuLaunchKernel")                                                             \
+  X(cuFuncSetAttribute, "cuFuncSetAttribute")                                                     \
   X(cuStreamBeginCapture, "cuStreamBeginCapture_v2")                                              \
   X(cuStreamEndCapture, "cuStreamEndCapture")                                                     \
   X(cuGraphInstantiateWithFlags, "cuGraphInstantiateWithFlags")                                   \
@@ -359,12 +360,12 @@ void CudaExecutor::acquire(const std::vector<std::pair<std::string, std::string>
       convWorkspaceBytes = std::max(convWorkspaceBytes, conv->workspaceBytes());
       s.convs[i] = std::move(conv);
     } else if (st.kind == Step::Kind::Attention || st.kind == Step::Kind::AttentionGrad) {
-      if (prog.buffers[size_t(st.buffers[0])].dtype != DType::F32)
-        throw CompileError(st.source + ": the CUDA attention kernels take f32, got " +
-                           dtypeName(prog.buffers[size_t(st.buffers[0])].dtype) +
-                           "; compile the function for the CUDA target (fusion widens 16-bit "
-                           "attention to f32 there)");
-      if (!cudaAttentionTiles(st.attention.headDim, st.attention.valueDim))
+      CudaAttentionVariant v = cudaAttentionVariant(prog, st);
+      if (!cudaAttentionTakes(v.element))
+        throw CompileError(st.source + ": the CUDA attention kernels take f32, bf16 or f16, "
+                           "got " + dtypeName(v.element) + "; compile the function for the "
+                           "CUDA target again");
+      if (!v.tiles)
         throw CompileError(cudaAttentionTooWide(st.source, st.attention.headDim,
                                                 st.attention.valueDim));
       needsAttention = true;
@@ -375,11 +376,28 @@ void CudaExecutor::acquire(const std::vector<std::pair<std::string, std::string>
       throw CompileError("CUDA executor: the program has attention steps but no " +
                          std::string(kCudaAttentionBlob) + " cubin");
     CUmodule m = load(kCudaAttentionBlob);
-    for (const CudaAttentionTiles &t : kCudaAttentionTiles)
+    int optIn = 0; // the most shared memory a block may opt into
+    check(a.cuDeviceGetAttribute(&optIn, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN,
+                                 s.device),
+          "reading the device's shared memory per block");
+    for (const CudaAttentionVariant &v : cudaAttentionVariants(prog))
       for (const char *kernel : {"forward", "key_grads", "query_grads"}) {
-        std::string fn = cudaAttentionKernel(kernel, t);
+        std::string fn = cudaAttentionKernel(kernel, v);
         CUfunction f = nullptr;
         check(a.cuModuleGetFunction(&f, m, fn.c_str()), "finding attention kernel " + fn);
+        // Tiles past the default 48 KiB need the kernel's opt-in (once
+        // per function, before its first launch).
+        int64_t bytes = cudaAttentionSharedBytes(kernel, *v.tiles);
+        if (bytes > optIn)
+          throw CompileError("attention kernel " + fn + " needs " + std::to_string(bytes) +
+                             " bytes of shared memory per block; " + s.name + " allows " +
+                             std::to_string(optIn) + ": heads of " +
+                             std::to_string(v.tiles->maxDim) + " do not run on this GPU "
+                             "(compile for its architecture, or run on the CPU)");
+        if (bytes > kCudaDefaultSharedBytes)
+          check(a.cuFuncSetAttribute(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                     int(bytes)),
+                "letting " + fn + " use " + std::to_string(bytes) + " bytes of shared memory");
         s.library[fn] = f;
       }
   }
@@ -715,14 +733,15 @@ void CudaExecutor::setProfiling(bool on) {
 }
 
 namespace {
-/// Launches `f` over `grid` blocks of `threads` with the given arguments.
+/// Launches `f` over `grid` blocks of `threads` with the given arguments
+/// and `sharedBytes` of dynamic shared memory per block.
 void launch(CUfunction f, int64_t grid, int64_t threads, CUstream stream,
-            std::vector<void *> &params, const std::string &what) {
+            std::vector<void *> &params, const std::string &what, int64_t sharedBytes = 0) {
   if (grid < 1 || grid > INT32_MAX)
     throw CompileError("CUDA executor: " + what + " needs " + std::to_string(grid) +
                        " blocks, more than a launch allows");
-  check(api().cuLaunchKernel(f, unsigned(grid), 1, 1, unsigned(threads), 1, 1, 0, stream,
-                             params.data(), nullptr),
+  check(api().cuLaunchKernel(f, unsigned(grid), 1, 1, unsigned(threads), 1, 1,
+                             unsigned(sharedBytes), stream, params.data(), nullptr),
         "launching " + what);
 }
 } // namespace
@@ -732,7 +751,8 @@ void launch(CUfunction f, int64_t grid, int64_t threads, CUstream stream,
 /// then dQ over (batch x heads x query tiles). Sizes were validated at load.
 void CudaExecutor::enqueueAttention(const Step &st) {
   const AttentionParams &p = st.attention;
-  const CudaAttentionTiles &tiles = *cudaAttentionTiles(p.headDim, p.valueDim);
+  const CudaAttentionVariant variant = cudaAttentionVariant(prog, st);
+  const CudaAttentionTiles &tiles = *variant.tiles;
   AttentionSlots slots = attentionSlots(st);
   auto at = [&](size_t slot) { return pointers[st.buffers[slot]]; };
   bool grad = st.kind == Step::Kind::AttentionGrad;
@@ -757,8 +777,9 @@ void CudaExecutor::enqueueAttention(const Step &st) {
   auto run = [&](const char *kernel, int64_t heads, int64_t n, int rows) {
     int64_t grid = st.batch * heads * tilesOf(n, rows);
     if (grid > 0) // nothing to compute or write for empty tensors
-      launch(state->library.at(cudaAttentionKernel(kernel, tiles)), grid,
-             kCudaAttentionThreads, state->stream, params, st.source);
+      launch(state->library.at(cudaAttentionKernel(kernel, variant)), grid,
+             kCudaAttentionThreads, state->stream, params, st.source,
+             cudaAttentionSharedBytes(kernel, tiles));
   };
   if (!grad) {
     run("forward", p.heads, p.queries, tiles.forwardRows);

@@ -159,19 +159,20 @@ static void validateAttention(const Program &p, const Step &s, const std::string
   std::vector<int64_t> outputs = grad ? std::vector<int64_t>{q * a.headDim, kv * a.headDim,
                                                              kv * a.valueDim}
                                       : std::vector<int64_t>{q * a.valueDim, q};
-  // q, k, v (out, dOut) and the results of one type, f32 or bf16; the
-  // log-sum-exp (the forward's second result, the gradient's fifth
-  // operand) f32.
+  // q, k, v (out, dOut) and the results of one type, f32, bf16 or f16
+  // (what an executor's kernels take it checks itself); the log-sum-exp
+  // (the forward's second result, the gradient's fifth operand) f32.
   DType t = p.buffers[s.buffers[0]].dtype;
   auto expect = [&](size_t index, int64_t elements, bool statistics) {
     const BufferInfo &b = p.buffers[s.buffers[index]];
     DType want = statistics ? DType::F32 : t;
-    if ((t != DType::F32 && t != DType::BF16) || b.dtype != want ||
+    if ((t != DType::F32 && t != DType::BF16 && t != DType::F16) || b.dtype != want ||
         numElements(b.shape) != elements)
       throw CompileError("corrupt program: " + what + " buffer " + std::to_string(index) +
                          " is " + dtypeName(b.dtype) + shapeToString(b.shape) + ", expected " +
                          std::to_string(elements) + " " +
-                         dtypeName(t == DType::BF16 ? want : DType::F32) + " elements");
+                         dtypeName(t == DType::BF16 || t == DType::F16 ? want : DType::F32) +
+                         " elements");
   };
   for (size_t i = 0; i < sizes.size(); ++i)
     expect(i, sizes[i], grad && i == 4);

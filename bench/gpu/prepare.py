@@ -43,7 +43,7 @@ def corpus():
     """(name, Graph, args, rtol, atol) of graphs covering every kernel family: pointwise,
     row and column reductions, split full reductions, views, f16, gathers
     and scatter-adds, GEMMs with and without epilogues, Philox dropout, the
-    fused attention kernels forward and backward."""
+    fused attention kernels forward and backward (f32, bf16, f16)."""
     rng = np.random.default_rng(0)
     out = []
     x = rng.standard_normal((37, 129)).astype(np.float32)
@@ -89,7 +89,7 @@ def corpus():
     # backward GEMMs run on the GPU too.
     out.append(("deepfm_grads", g.value_and_grad(wrt=tuple(range(len(p)))), [p, b], RTOL, ATOL))
 
-    # Both instantiations (heads up to 64: causal, grouped heads, odd T;
+    # The f32 kernels (heads up to 64: causal, grouped heads, odd T;
     # up to 128: a bool mask with a fully masked row), with gradients.
     for name, (hk, e, causal) in {"attention_d64_causal_gqa": (2, 64, True),
                                   "attention_d128_masked": (4, 80, False)}.items():
@@ -105,6 +105,25 @@ def corpus():
             return (o * dout).sum(), o
         g = tilefuse.trace(attention, q, k, v, mask).value_and_grad(wrt=(0, 1, 2))
         out.append((name, g, [q, k, v, mask], RTOL, ATOL))
+
+    # The 16-bit kernels: bf16 with heads past 128 (the d256 tiles, which
+    # opt into more than 48 KiB of shared memory) and f16 with grouped
+    # heads. The reference rounds the f32 math on the 16-bit inputs once,
+    # the kernels also round P and dS to 16 bits for their products: the
+    # 16-bit tolerance.
+    for name, (dtype, e, hk) in {"attention_d256_bf16": ("bf16", 200, 2),
+                                 "attention_f16_gqa": ("f16", 64, 1)}.items():
+        q = rng.standard_normal((2, 2, 150, e)).astype(np.float32)
+        k, v = (rng.standard_normal((2, hk, 150, e)).astype(np.float32) for _ in range(2))
+
+        # A loss of positive terms: a sum that cancels to near 0 would hold
+        # the 16-bit output's rounding to an absolute bound.
+        def attention16(q, k, v, dtype=dtype):
+            o = F.scaled_dot_product_attention(q.to(dtype), k.to(dtype), v.to(dtype),
+                                               is_causal=True).to("f32")
+            return (o * o).sum(), o
+        g = tilefuse.trace(attention16, q, k, v).value_and_grad(wrt=(0, 1, 2))
+        out.append((name, g, [q, k, v], 2e-2, 2e-2))
 
     # Convolutions through cuDNN (forward, input and weight gradients; a
     # strided one, a depthwise one) between batch norm, pooling and the

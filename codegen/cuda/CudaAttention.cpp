@@ -18,6 +18,13 @@
 // warp shuffles, and each thread keeps its share of the row's accumulators
 // in registers. The products read their operands from shared memory: no
 // tensor-core MMA yet.
+// q, k, v, the outputs and the gradients are f32, bf16 or f16 in memory;
+// the tiles are widened to f32 as they are loaded and all arithmetic is
+// f32. In 16 bits the probabilities (after dropout) and the score gradients
+// (times the scale) are rounded to 16 bits before their products, as the
+// CPU's bf16 kernels and PyTorch's flash kernels do; the log-sum-exp stays
+// f32. The tiles are dynamic shared memory, so head sizes whose tiles need
+// more than 48 KiB (256) run where the executor opts in.
 //
 //===----------------------------------------------------------------------===//
 #include "codegen/cuda/CudaAttention.h"
@@ -28,21 +35,65 @@ using namespace tilefuse;
 
 namespace {
 constexpr const char *kKernels = R"(
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
 // The kernels' one argument: runtime/CudaAttentionKernels.h's
-// CudaAttentionArgs, field for field.
+// CudaAttentionArgs, field for field. q, k, v, an additive mask, out, dOut,
+// dq, dk and dv are of the kernel's element type T.
 struct TfAttentionArgs {
-  const float *q, *k, *v;
+  const void *q, *k, *v;
   const void *mask;
   const unsigned long long *seed;
-  float *out, *lse;
-  const float *dOut;
-  float *dq, *dk, *dv;
+  void *out;
+  float *lse;
+  const void *dOut;
+  void *dq, *dk, *dv;
   long long batch, heads, kvHeads, queries, keys, headDim, valueDim;
   long long causal, maskKind, maskBatchStride, maskHeadStride, stream;
   double scale, dropoutP;
 };
 
 #define TF_ATTENTION_NEG_INF __int_as_float((int)0xff800000u)
+
+// The tiles are in dynamic shared memory, sized by the launch
+// (cudaAttentionSharedBytes in runtime/CudaAttentionKernels.h): a launch
+// with less than a kernel's layout needs traps instead of running past it.
+#ifndef TF_DYNAMIC_SHARED
+#define TF_DYNAMIC_SHARED(name, bytes)                                                     \
+  extern __shared__ __align__(16) unsigned char name[];                                    \
+  {                                                                                        \
+    unsigned tf_have_;                                                                     \
+    asm volatile("mov.u32 %0, %%dynamic_smem_size;" : "=r"(tf_have_));                     \
+    if (tf_have_ < (unsigned)(bytes))                                                      \
+      __trap();                                                                            \
+  }
+#endif
+#define TF_ATTENTION_SHARED(Layout, name)                                                  \
+  TF_DYNAMIC_SHARED(tf_attention_smem, sizeof(Layout));                                    \
+  Layout &name = *reinterpret_cast<Layout *>(tf_attention_smem)
+
+// Elements in memory (T) and in arithmetic (f32).
+__device__ __forceinline__ float tf_attention_widen(float x) { return x; }
+__device__ __forceinline__ float tf_attention_widen(__nv_bfloat16 x) { return __bfloat162float(x); }
+__device__ __forceinline__ float tf_attention_widen(__half x) { return __half2float(x); }
+template <typename T> struct TfAttentionNarrow;
+template <> struct TfAttentionNarrow<float> {
+  static __device__ __forceinline__ float of(float x) { return x; }
+};
+template <> struct TfAttentionNarrow<__nv_bfloat16> {
+  static __device__ __forceinline__ __nv_bfloat16 of(float x) { return __float2bfloat16_rn(x); }
+};
+template <> struct TfAttentionNarrow<__half> {
+  static __device__ __forceinline__ __half of(float x) { return __float2half_rn(x); }
+};
+template <typename T> __device__ __forceinline__ T tf_attention_narrow(float x) {
+  return TfAttentionNarrow<T>::of(x);
+}
+// x at T's precision: an operand of a 16-bit product (P, dS).
+template <typename T> __device__ __forceinline__ float tf_attention_round(float x) {
+  return tf_attention_widen(tf_attention_narrow<T>(x));
+}
 
 // Philox 4x32-10 word `index % 4` of block `index / 4`: graph.random_uniform's
 // bits (codegen/reference/Philox.h).
@@ -77,6 +128,7 @@ __device__ __forceinline__ float tf_attention_keep(const TfAttentionArgs &a,
 
 // The masked, scaled score of query i and key j of head (b, h) from their
 // dot product: -inf where hidden.
+template <typename T>
 __device__ __forceinline__ float tf_attention_score(const TfAttentionArgs &a, float dot,
                                                     long long b, long long h, long long i,
                                                     long long j) {
@@ -89,22 +141,23 @@ __device__ __forceinline__ float tf_attention_score(const TfAttentionArgs &a, fl
       if (((const unsigned char *)a.mask)[at] == 0)
         return TF_ATTENTION_NEG_INF;
     } else {
-      s += ((const float *)a.mask)[at];
+      s += tf_attention_widen(((const T *)a.mask)[at]);
     }
   }
   return s;
 }
 
 // rows x cols of a row-major matrix with leading dimension `ld` into a
-// shared tile (row stride DMAX + 1 against bank conflicts); zeros past the
-// matrix, so partial tiles compute with zeros.
-template <int DMAX, int ROWS>
-__device__ __forceinline__ void tf_attention_load(float (*tile)[DMAX + 1], const float *src,
+// shared f32 tile (row stride DMAX + 1 against bank conflicts); zeros past
+// the matrix, so partial tiles compute with zeros.
+template <int DMAX, int ROWS, typename T>
+__device__ __forceinline__ void tf_attention_load(float (&tile)[ROWS][DMAX + 1], const T *src,
                                                   long long first, long long rows,
                                                   long long cols) {
   for (int e = threadIdx.x; e < ROWS * DMAX; e += blockDim.x) {
     int r = e / DMAX, d = e % DMAX;
-    tile[r][d] = first + r < rows && d < cols ? src[(first + r) * cols + d] : 0.0f;
+    tile[r][d] = first + r < rows && d < cols ? tf_attention_widen(src[(first + r) * cols + d])
+                                              : 0.0f;
   }
 }
 
@@ -137,21 +190,44 @@ __device__ __forceinline__ TfAttentionQueryTile tf_attention_query_tile(const Tf
   return tile;
 }
 
-template <int DMAX, int BM, int BN>
+// Each kernel's shared memory; cudaAttentionSharedBytes adds up the same.
+template <int DMAX, int BM, int BN> struct TfAttentionForwardShared {
+  float qs[BM][DMAX + 1];
+  float kv[BN][DMAX + 1]; // K, then V, of the key block
+  float ps[BM][BN + 1];
+};
+template <int DMAX, int BM, int BN> struct TfAttentionKeyGradShared {
+  float ks[BN][DMAX + 1], vs[BN][DMAX + 1];
+  float qs[BM][DMAX + 1], dos[BM][DMAX + 1];
+  float pt[BN][BM + 1], dst[BN][BM + 1]; // transposed: a key's row
+  float lses[BM], deltas[BM];
+};
+template <int DMAX, int BM, int BN> struct TfAttentionQueryGradShared {
+  float qs[BM][DMAX + 1], dos[BM][DMAX + 1];
+  float ks[BN][DMAX + 1], vs[BN][DMAX + 1];
+  float dss[BM][BN + 1];
+  float lses[BM], deltas[BM];
+};
+
+template <typename T, int DMAX, int BM, int BN>
 __device__ __forceinline__ void tf_attention_forward(const TfAttentionArgs &a) {
   constexpr int TPR = 128 / BM;  // threads per query row
   constexpr int COLS = BN / TPR; // scores of a row a thread computes per key block
   constexpr int DIMS = DMAX / TPR;
-  __shared__ float qs[BM][DMAX + 1];
-  __shared__ float kv[BN][DMAX + 1]; // K, then V, of the key block
-  __shared__ float ps[BM][BN + 1];
+  using Shared = TfAttentionForwardShared<DMAX, BM, BN>;
+  TF_ATTENTION_SHARED(Shared, sh);
+  auto &qs = sh.qs;
+  auto &kv = sh.kv;
+  auto &ps = sh.ps;
   const int t = threadIdx.x, r = t / TPR, g = t % TPR;
   const TfAttentionQueryTile tile = tf_attention_query_tile<BM>(a);
   const long long bh = tile.bh, i0 = tile.i0, i = i0 + r, b = tile.b, h = tile.h, kvh = tile.kvh;
-  const float *k = a.k + kvh * a.keys * a.headDim, *v = a.v + kvh * a.keys * a.valueDim;
+  const T *k = (const T *)a.k + kvh * a.keys * a.headDim;
+  const T *v = (const T *)a.v + kvh * a.keys * a.valueDim;
   const unsigned long long seed = a.dropoutP > 0 ? *a.seed : 0ull;
   const bool row = i < a.queries;
-  tf_attention_load<DMAX, BM>(qs, a.q + bh * a.queries * a.headDim, i0, a.queries, a.headDim);
+  tf_attention_load<DMAX, BM>(qs, (const T *)a.q + bh * a.queries * a.headDim, i0, a.queries,
+                              a.headDim);
   float m = TF_ATTENTION_NEG_INF, l = 0.0f, acc[DIMS];
 #pragma unroll
   for (int y = 0; y < DIMS; ++y)
@@ -171,7 +247,7 @@ __device__ __forceinline__ void tf_attention_forward(const TfAttentionArgs &a) {
         float dot = 0.0f;
         for (int d = 0; d < a.headDim; ++d)
           dot += qs[r][d] * kv[c][d];
-        s[x] = tf_attention_score(a, dot, b, h, i, j0 + c);
+        s[x] = tf_attention_score<T>(a, dot, b, h, i, j0 + c);
       }
       blockMax = fmaxf(blockMax, s[x]);
     }
@@ -187,7 +263,7 @@ __device__ __forceinline__ void tf_attention_forward(const TfAttentionArgs &a) {
       sum += p; // the softmax's sum is of the probabilities before dropout
       if (a.dropoutP > 0 && p != 0.0f)
         p *= tf_attention_keep(a, seed, b, h, i, j0 + c);
-      ps[r][c] = p;
+      ps[r][c] = tf_attention_round<T>(p);
     }
     l = l * alpha + tf_attention_group_sum<TPR>(sum);
     m = mNew;
@@ -207,17 +283,18 @@ __device__ __forceinline__ void tf_attention_forward(const TfAttentionArgs &a) {
     return;
   // A fully hidden row: output 0 and log-sum-exp 0, as on the CPU.
   const float inv = l > 0.0f ? 1.0f / l : 0.0f;
-  float *out = a.out + (bh * a.queries + i) * a.valueDim;
+  T *out = (T *)a.out + (bh * a.queries + i) * a.valueDim;
 #pragma unroll
   for (int y = 0; y < DIMS; ++y)
     if (g + y * TPR < a.valueDim)
-      out[g + y * TPR] = acc[y] * inv;
+      out[g + y * TPR] = tf_attention_narrow<T>(acc[y] * inv);
   if (g == 0)
     a.lse[bh * a.queries + i] = l > 0.0f ? m + logf(l) : 0.0f;
 }
 
 // dS of score (i, j) and the dropped probability, from the rows q_i, k_j,
 // dO_i and v_j (in shared memory), the row's log-sum-exp and delta.
+template <typename T>
 __device__ __forceinline__ float tf_attention_score_grad(const TfAttentionArgs &a,
                                                          unsigned long long seed, const float *q,
                                                          const float *k, const float *dOut,
@@ -229,7 +306,7 @@ __device__ __forceinline__ float tf_attention_score_grad(const TfAttentionArgs &
     qk += q[d] * k[d];
   for (int d = 0; d < a.valueDim; ++d)
     dov += dOut[d] * v[d];
-  const float s = tf_attention_score(a, qk, b, h, i, j);
+  const float s = tf_attention_score<T>(a, qk, b, h, i, j);
   const float p = s == TF_ATTENTION_NEG_INF ? 0.0f : expf(s - lse);
   float keep = 1.0f;
   if (a.dropoutP > 0 && p != 0.0f)
@@ -240,10 +317,11 @@ __device__ __forceinline__ float tf_attention_score_grad(const TfAttentionArgs &
 
 // The row's log-sum-exp and delta = rowsum(dO * O) of rows [i0, i0 + ROWS)
 // of head bh into lses and deltas (0 past the last row).
-template <int ROWS>
+template <typename T, int ROWS>
 __device__ __forceinline__ void tf_attention_row_terms(const TfAttentionArgs &a, long long bh,
-                                                       long long i0, float *lses,
-                                                       float *deltas) {
+                                                       long long i0, float (&lses)[ROWS],
+                                                       float (&deltas)[ROWS]) {
+  const T *dOut = (const T *)a.dOut, *out = (const T *)a.out;
   for (int r = threadIdx.x; r < ROWS; r += blockDim.x) {
     const long long i = i0 + r;
     float lse = 0.0f, delta = 0.0f;
@@ -251,30 +329,38 @@ __device__ __forceinline__ void tf_attention_row_terms(const TfAttentionArgs &a,
       const long long at = bh * a.queries + i;
       lse = a.lse[at];
       for (long long d = 0; d < a.valueDim; ++d)
-        delta += a.dOut[at * a.valueDim + d] * a.out[at * a.valueDim + d];
+        delta += tf_attention_widen(dOut[at * a.valueDim + d]) *
+                 tf_attention_widen(out[at * a.valueDim + d]);
     }
     lses[r] = lse, deltas[r] = delta;
   }
 }
 
-template <int DMAX, int BM, int BN>
+template <typename T, int DMAX, int BM, int BN>
 __device__ __forceinline__ void tf_attention_key_grads(const TfAttentionArgs &a) {
   constexpr int TPK = 128 / BN;  // threads per key
   constexpr int ROWS = BM / TPK; // query rows of a tile a thread computes
   constexpr int DIMS = DMAX / TPK;
-  __shared__ float ks[BN][DMAX + 1], vs[BN][DMAX + 1];
-  __shared__ float qs[BM][DMAX + 1], dos[BM][DMAX + 1];
-  __shared__ float pt[BN][BM + 1], dst[BN][BM + 1]; // transposed: a key's row
-  __shared__ float lses[BM], deltas[BM];
+  using Shared = TfAttentionKeyGradShared<DMAX, BM, BN>;
+  TF_ATTENTION_SHARED(Shared, sh);
+  auto &ks = sh.ks;
+  auto &vs = sh.vs;
+  auto &qs = sh.qs;
+  auto &dos = sh.dos;
+  auto &pt = sh.pt;
+  auto &dst = sh.dst;
   const int t = threadIdx.x, c = t / TPK, g = t % TPK;
   const long long blocksPerHead = (a.keys + BN - 1) / BN;
   const long long bkv = (long long)blockIdx.x / blocksPerHead;
   const long long j0 = (long long)blockIdx.x % blocksPerHead * BN, j = j0 + c;
   const long long b = bkv / a.kvHeads, group = a.heads / a.kvHeads;
   const unsigned long long seed = a.dropoutP > 0 ? *a.seed : 0ull;
+  const float scale = (float)a.scale;
   const bool key = j < a.keys;
-  tf_attention_load<DMAX, BN>(ks, a.k + bkv * a.keys * a.headDim, j0, a.keys, a.headDim);
-  tf_attention_load<DMAX, BN>(vs, a.v + bkv * a.keys * a.valueDim, j0, a.keys, a.valueDim);
+  tf_attention_load<DMAX, BN>(ks, (const T *)a.k + bkv * a.keys * a.headDim, j0, a.keys,
+                              a.headDim);
+  tf_attention_load<DMAX, BN>(vs, (const T *)a.v + bkv * a.keys * a.valueDim, j0, a.keys,
+                              a.valueDim);
   float dk[DIMS], dv[DIMS];
 #pragma unroll
   for (int y = 0; y < DIMS; ++y)
@@ -285,20 +371,20 @@ __device__ __forceinline__ void tf_attention_key_grads(const TfAttentionArgs &a)
     const long long h = bkv % a.kvHeads * group + hg, bh = b * a.heads + h;
     for (long long i0 = firstTile; i0 < a.queries; i0 += BM) {
       __syncthreads(); // the previous tile is read
-      tf_attention_load<DMAX, BM>(qs, a.q + bh * a.queries * a.headDim, i0, a.queries,
-                                  a.headDim);
-      tf_attention_load<DMAX, BM>(dos, a.dOut + bh * a.queries * a.valueDim, i0, a.queries,
-                                  a.valueDim);
-      tf_attention_row_terms<BM>(a, bh, i0, lses, deltas);
+      tf_attention_load<DMAX, BM>(qs, (const T *)a.q + bh * a.queries * a.headDim, i0,
+                                  a.queries, a.headDim);
+      tf_attention_load<DMAX, BM>(dos, (const T *)a.dOut + bh * a.queries * a.valueDim, i0,
+                                  a.queries, a.valueDim);
+      tf_attention_row_terms<T>(a, bh, i0, sh.lses, sh.deltas);
       __syncthreads();
 #pragma unroll
       for (int x = 0; x < ROWS; ++x) {
         const int r = g + x * TPK;
         float dropped = 0.0f, ds = 0.0f;
         if (key && i0 + r < a.queries)
-          ds = tf_attention_score_grad(a, seed, qs[r], ks[c], dos[r], vs[c], lses[r],
-                                       deltas[r], b, h, i0 + r, j, &dropped);
-        pt[c][r] = dropped, dst[c][r] = ds;
+          ds = tf_attention_score_grad<T>(a, seed, qs[r], ks[c], dos[r], vs[c], sh.lses[r],
+                                          sh.deltas[r], b, h, i0 + r, j, &dropped);
+        pt[c][r] = tf_attention_round<T>(dropped), dst[c][r] = tf_attention_round<T>(ds * scale);
       }
       __syncthreads();
 #pragma unroll
@@ -315,35 +401,41 @@ __device__ __forceinline__ void tf_attention_key_grads(const TfAttentionArgs &a)
   }
   if (!key)
     return;
-  const float scale = (float)a.scale;
+  T *dkOut = (T *)a.dk + (bkv * a.keys + j) * a.headDim;
+  T *dvOut = (T *)a.dv + (bkv * a.keys + j) * a.valueDim;
 #pragma unroll
   for (int y = 0; y < DIMS; ++y) {
     const int d = g + y * TPK;
     if (d < a.headDim)
-      a.dk[(bkv * a.keys + j) * a.headDim + d] = dk[y] * scale;
+      dkOut[d] = tf_attention_narrow<T>(dk[y]);
     if (d < a.valueDim)
-      a.dv[(bkv * a.keys + j) * a.valueDim + d] = dv[y];
+      dvOut[d] = tf_attention_narrow<T>(dv[y]);
   }
 }
 
-template <int DMAX, int BM, int BN>
+template <typename T, int DMAX, int BM, int BN>
 __device__ __forceinline__ void tf_attention_query_grads(const TfAttentionArgs &a) {
   constexpr int TPR = 128 / BM;
   constexpr int COLS = BN / TPR;
   constexpr int DIMS = DMAX / TPR;
-  __shared__ float qs[BM][DMAX + 1], dos[BM][DMAX + 1];
-  __shared__ float ks[BN][DMAX + 1], vs[BN][DMAX + 1];
-  __shared__ float dss[BM][BN + 1];
-  __shared__ float lses[BM], deltas[BM];
+  using Shared = TfAttentionQueryGradShared<DMAX, BM, BN>;
+  TF_ATTENTION_SHARED(Shared, sh);
+  auto &qs = sh.qs;
+  auto &dos = sh.dos;
+  auto &ks = sh.ks;
+  auto &vs = sh.vs;
+  auto &dss = sh.dss;
   const int t = threadIdx.x, r = t / TPR, g = t % TPR;
   const TfAttentionQueryTile tile = tf_attention_query_tile<BM>(a);
   const long long bh = tile.bh, i0 = tile.i0, i = i0 + r, b = tile.b, h = tile.h, kvh = tile.kvh;
   const unsigned long long seed = a.dropoutP > 0 ? *a.seed : 0ull;
+  const float scale = (float)a.scale;
   const bool row = i < a.queries;
-  tf_attention_load<DMAX, BM>(qs, a.q + bh * a.queries * a.headDim, i0, a.queries, a.headDim);
-  tf_attention_load<DMAX, BM>(dos, a.dOut + bh * a.queries * a.valueDim, i0, a.queries,
-                              a.valueDim);
-  tf_attention_row_terms<BM>(a, bh, i0, lses, deltas);
+  tf_attention_load<DMAX, BM>(qs, (const T *)a.q + bh * a.queries * a.headDim, i0, a.queries,
+                              a.headDim);
+  tf_attention_load<DMAX, BM>(dos, (const T *)a.dOut + bh * a.queries * a.valueDim, i0,
+                              a.queries, a.valueDim);
+  tf_attention_row_terms<T>(a, bh, i0, sh.lses, sh.deltas);
   float dq[DIMS];
 #pragma unroll
   for (int y = 0; y < DIMS; ++y)
@@ -351,17 +443,19 @@ __device__ __forceinline__ void tf_attention_query_grads(const TfAttentionArgs &
   const long long keyEnd = a.causal && i0 + BM < a.keys ? i0 + BM : a.keys;
   for (long long j0 = 0; j0 < keyEnd; j0 += BN) {
     __syncthreads(); // the previous block is read (and the row tiles are in)
-    tf_attention_load<DMAX, BN>(ks, a.k + kvh * a.keys * a.headDim, j0, a.keys, a.headDim);
-    tf_attention_load<DMAX, BN>(vs, a.v + kvh * a.keys * a.valueDim, j0, a.keys, a.valueDim);
+    tf_attention_load<DMAX, BN>(ks, (const T *)a.k + kvh * a.keys * a.headDim, j0, a.keys,
+                                a.headDim);
+    tf_attention_load<DMAX, BN>(vs, (const T *)a.v + kvh * a.keys * a.valueDim, j0, a.keys,
+                                a.valueDim);
     __syncthreads();
 #pragma unroll
     for (int x = 0; x < COLS; ++x) {
       const int c = g + x * TPR;
       float ds = 0.0f, dropped = 0.0f;
       if (row && j0 + c < a.keys)
-        ds = tf_attention_score_grad(a, seed, qs[r], ks[c], dos[r], vs[c], lses[r], deltas[r],
-                                     b, h, i, j0 + c, &dropped);
-      dss[r][c] = ds;
+        ds = tf_attention_score_grad<T>(a, seed, qs[r], ks[c], dos[r], vs[c], sh.lses[r],
+                                        sh.deltas[r], b, h, i, j0 + c, &dropped);
+      dss[r][c] = tf_attention_round<T>(ds * scale);
     }
     __syncthreads();
 #pragma unroll
@@ -375,21 +469,35 @@ __device__ __forceinline__ void tf_attention_query_grads(const TfAttentionArgs &
   }
   if (!row)
     return;
-  const float scale = (float)a.scale;
+  T *dqOut = (T *)a.dq + (bh * a.queries + i) * a.headDim;
 #pragma unroll
   for (int y = 0; y < DIMS; ++y)
     if (g + y * TPR < a.headDim)
-      a.dq[(bh * a.queries + i) * a.headDim + g + y * TPR] = dq[y] * scale;
+      dqOut[g + y * TPR] = tf_attention_narrow<T>(dq[y]);
 }
 )";
 
-/// extern "C" kernels instantiating the templates for `t`.
-std::string instantiate(const CudaAttentionTiles &t) {
+/// The CUDA C type of element type `t`.
+const char *cudaElementType(DType t) {
+  switch (t) {
+  case DType::F32: return "float";
+  case DType::BF16: return "__nv_bfloat16";
+  case DType::F16: return "__half";
+  default: break;
+  }
+  throw CompileError(std::string("the CUDA attention kernels take f32, bf16 or f16, not ") +
+                     dtypeName(t));
+}
+
+/// extern "C" kernels instantiating the templates for variant `v`.
+std::string instantiate(const CudaAttentionVariant &v) {
+  const CudaAttentionTiles &t = *v.tiles;
   auto kernel = [&](const char *name, const char *templ, int rows, int keys) {
     return "extern \"C\" __global__ void __launch_bounds__(" +
-           std::to_string(kCudaAttentionThreads) + ") " + cudaAttentionKernel(name, t) +
-           "(TfAttentionArgs a) {\n  " + templ + "<" + std::to_string(t.maxDim) + ", " +
-           std::to_string(rows) + ", " + std::to_string(keys) + ">(a);\n}\n";
+           std::to_string(kCudaAttentionThreads) + ") " + cudaAttentionKernel(name, v) +
+           "(TfAttentionArgs a) {\n  " + templ + "<" + cudaElementType(v.element) + ", " +
+           std::to_string(t.maxDim) + ", " + std::to_string(rows) + ", " +
+           std::to_string(keys) + ">(a);\n}\n";
   };
   return kernel("forward", "tf_attention_forward", t.forwardRows, t.forwardKeys) +
          kernel("key_grads", "tf_attention_key_grads", t.keyGradRows, t.keyGradKeys) +
@@ -397,12 +505,9 @@ std::string instantiate(const CudaAttentionTiles &t) {
 }
 } // namespace
 
-const std::string &tilefuse::cudaAttentionSource() {
-  static const std::string source = [] {
-    std::string s = kKernels;
-    for (const CudaAttentionTiles &t : kCudaAttentionTiles)
-      s += instantiate(t);
-    return s;
-  }();
-  return source;
+std::string tilefuse::cudaAttentionSource(const std::vector<CudaAttentionVariant> &variants) {
+  std::string s = kKernels;
+  for (const CudaAttentionVariant &v : variants)
+    s += instantiate(v);
+  return s;
 }

@@ -3,19 +3,23 @@
 // graph.attention and graph.attention_grad on CUDA: FlashAttention-2's
 // algorithm as CUDA C, the same semantics as runtime/CpuAttention.h. The
 // source is compiled by NVRTC with a program that has attention steps into
-// the kCudaAttentionBlob cubin (runtime/CudaExecutor.h); the executor
+// the kCudaAttentionBlob cubin (runtime/CudaAttentionKernels.h); the executor
 // launches its kernels, so the runtime never compiles anything.
 //
 //===----------------------------------------------------------------------===//
 #ifndef TILEFUSE_CODEGEN_CUDA_CUDAATTENTION_H
 #define TILEFUSE_CODEGEN_CUDA_CUDAATTENTION_H
 
+#include "runtime/CudaAttentionKernels.h"
+
 #include <string>
+#include <vector>
 
 namespace tilefuse {
 
-/// CUDA C defining every kernel of kCudaAttentionKernels.
-const std::string &cudaAttentionSource();
+/// CUDA C defining the three kernels of each of `variants` (a program's
+/// cudaAttentionVariants: only what it launches is compiled).
+std::string cudaAttentionSource(const std::vector<CudaAttentionVariant> &variants);
 
 } // namespace tilefuse
 

@@ -6,7 +6,6 @@
 //===----------------------------------------------------------------------===//
 #include "frontend/Executable.h"
 #ifdef TILEFUSE_HAVE_NVRTC
-#include "codegen/cuda/CudaAttention.h"
 #include "codegen/cuda/CudaLibrary.h"
 #endif
 #include "runtime/Artifact.h"
@@ -137,6 +136,8 @@ PYBIND11_MODULE(_core, m) {
       .def("value_and_grad", &Graph::valueAndGrad, py::arg("wrt"))
       .def("compile", &Graph::compile, py::arg("device") = "cpu")
       .def("cuda_source", &Graph::cudaSource, py::arg("target") = "cuda:sm_90")
+      .def("cuda_attention_source", &Graph::cudaAttentionSource,
+           py::arg("target") = "cuda:sm_90")
       .def("autocast", &Graph::autocast, py::arg("precision"),
            py::arg("keep_fp32") = std::vector<std::string>{})
       .def("memory_plan", [](const Graph &g, const std::string &target) {
@@ -260,8 +261,6 @@ PYBIND11_MODULE(_core, m) {
 #ifdef TILEFUSE_HAVE_NVRTC
   m.def("cuda_library_source", &cudaLibrarySource,
         "CUDA C of the runtime's gather/scatter-add/convert kernels");
-  m.def("cuda_attention_source", &cudaAttentionSource,
-        "CUDA C of the fused attention kernels (forward, dK/dV, dQ)");
 #endif
   m.def("clear_cache", &Graph::clearCompileCache,
         "Empties the cache of compiled graphs; returns how many it held");

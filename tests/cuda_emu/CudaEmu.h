@@ -18,7 +18,10 @@
 //    the prelude) outside every device allocation, or a vector access that
 //    is not aligned to its size;
 //  - an index past a __shared__ array (the harness compiles kernels with
-//    -fsanitize=bounds; the arrays are statics of known size here).
+//    -fsanitize=bounds; the arrays are statics of known size here), or past
+//    an array of a layout placed in dynamic shared memory;
+//  - a kernel whose dynamic shared memory layout (TF_DYNAMIC_SHARED) is
+//    larger than the launch gave it.
 // Not detected: a read of shared memory another thread wrote without a
 // barrier between (the accesses are plain array accesses in the emitted
 // code).
@@ -33,6 +36,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -95,6 +99,9 @@ struct State {
   bool (*inAllocation)(const void *p, size_t bytes) = nullptr;
   void (*body)(void **) = nullptr;
   void **params = nullptr;
+  /// The launch's dynamic shared memory: one block's, blocks run in turn.
+  std::vector<std::max_align_t> dynamicShared;
+  size_t dynamicSharedBytes = 0;
 };
 inline State state;
 
@@ -178,9 +185,25 @@ inline bool consistent(unsigned threads) {
 
 /// Runs `kernel` over `grid` blocks of `threads` threads; params[i] points
 /// at argument i, as cuLaunchKernel takes them. Returns the errors found.
+/// The block's dynamic shared memory for a layout of `bytes`: reported when
+/// the launch gave less (the memory is there, so the run goes on to the
+/// report).
+inline unsigned char *dynamicShared(size_t bytes) {
+  if (bytes > state.dynamicSharedBytes) {
+    fail("its dynamic shared memory layout takes " + std::to_string(bytes) +
+         " bytes; the launch gave " + std::to_string(state.dynamicSharedBytes));
+    // Every thread asks before the block's first barrier, so growing it
+    // here moves nothing another thread holds.
+    size_t words = (bytes + sizeof(std::max_align_t) - 1) / sizeof(std::max_align_t);
+    if (state.dynamicShared.size() < words)
+      state.dynamicShared.resize(words);
+  }
+  return reinterpret_cast<unsigned char *>(state.dynamicShared.data());
+}
+
 template <typename... A>
 std::vector<std::string> launch(void (*kernel)(A...), unsigned grid, unsigned threads,
-                                void **params, unsigned launchBounds) {
+                                unsigned sharedBytes, void **params, unsigned launchBounds) {
   state.errors.clear();
   if (threads == 0 || threads > 1024 || threads > launchBounds) {
     state.errors.push_back("launched with " + std::to_string(threads) +
@@ -190,6 +213,10 @@ std::vector<std::string> launch(void (*kernel)(A...), unsigned grid, unsigned th
   }
   Entry<A...>::kernel = kernel;
   state.body = &Entry<A...>::run;
+  state.dynamicSharedBytes = sharedBytes;
+  state.dynamicShared.assign((sharedBytes + sizeof(std::max_align_t) - 1) /
+                                 sizeof(std::max_align_t),
+                             std::max_align_t{});
   state.params = params;
   gridDim = {grid, 1, 1};
   blockDim = {threads, 1, 1};
@@ -269,6 +296,10 @@ inline double __longlong_as_double(long long i) {
 }
 inline unsigned __umulhi(unsigned a, unsigned b) { return unsigned((uint64_t(a) * b) >> 32); }
 
+// `name`: the block's dynamic shared memory (the launch's sharedMemBytes),
+// which a layout of `bytes` must fit.
+#define TF_DYNAMIC_SHARED(name, bytes) unsigned char *name = tf_emu::dynamicShared(bytes)
+
 // One block runs at a time and its threads only switch at stops, so a
 // read-modify-write is atomic here.
 template <typename T> T atomicCAS(T *p, T compare, T value) {
@@ -290,10 +321,10 @@ template <typename T> T atomicAdd(T *p, T value) {
 /// The driver double's entry points for kernel `name` (appended after the
 /// kernels by the test harness, with the kernel's __launch_bounds__).
 #define TF_EMU_ENTRY(name, bounds)                                                                 \
-  extern "C" int tf_emu_launch_##name(unsigned grid, unsigned threads, void **params,             \
-                                      char *errors, int size) {                                   \
+  extern "C" int tf_emu_launch_##name(unsigned grid, unsigned threads, unsigned sharedBytes,      \
+                                      void **params, char *errors, int size) {                    \
     std::string all;                                                                               \
-    for (const std::string &e : tf_emu::launch(&name, grid, threads, params, bounds))              \
+    for (const std::string &e : tf_emu::launch(&name, grid, threads, sharedBytes, params, bounds)) \
       all += e + "\n";                                                                             \
     std::snprintf(errors, size_t(size), "%s", all.c_str());                                        \
     return int(all.size());                                                                        \

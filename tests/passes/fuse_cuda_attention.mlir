@@ -1,5 +1,5 @@
 // RUN: tilefuse-opt %s --fuse=target=cuda:sm_90 | FileCheck %s
-// The CUDA attention kernels take head and value dimensions up to 128:
+// The CUDA attention kernels take head and value dimensions up to 256:
 // fusion keeps such graph.attention / graph.attention_grad ops as library
 // steps and writes wider ones out (matmul, exp, reductions).
 
@@ -7,20 +7,20 @@
 // CHECK:         graph.attention %
 // CHECK:         graph.attention_grad %
 // CHECK-NOT:     graph.matmul
-func.func @kept(%q: tensor<1x2x16x128xf32>, %v: tensor<1x2x16x64xf32>, %do: tensor<1x2x16x64xf32>) -> (tensor<1x2x16x64xf32>, tensor<1x2x16x128xf32>) {
-  %o, %lse = graph.attention %q, %q, %v {scale = 0.125 : f64, causal = true} : (tensor<1x2x16x128xf32>, tensor<1x2x16x128xf32>, tensor<1x2x16x64xf32>) -> (tensor<1x2x16x64xf32>, tensor<1x2x16xf32>)
-  %dq, %dk, %dv = graph.attention_grad %q, %q, %v, %o, %lse, %do {scale = 0.125 : f64, causal = true} : (tensor<1x2x16x128xf32>, tensor<1x2x16x128xf32>, tensor<1x2x16x64xf32>, tensor<1x2x16x64xf32>, tensor<1x2x16xf32>, tensor<1x2x16x64xf32>) -> (tensor<1x2x16x128xf32>, tensor<1x2x16x128xf32>, tensor<1x2x16x64xf32>)
-  return %o, %dq : tensor<1x2x16x64xf32>, tensor<1x2x16x128xf32>
+func.func @kept(%q: tensor<1x2x16x256xf32>, %v: tensor<1x2x16x64xf32>, %do: tensor<1x2x16x64xf32>) -> (tensor<1x2x16x64xf32>, tensor<1x2x16x256xf32>) {
+  %o, %lse = graph.attention %q, %q, %v {scale = 0.125 : f64, causal = true} : (tensor<1x2x16x256xf32>, tensor<1x2x16x256xf32>, tensor<1x2x16x64xf32>) -> (tensor<1x2x16x64xf32>, tensor<1x2x16xf32>)
+  %dq, %dk, %dv = graph.attention_grad %q, %q, %v, %o, %lse, %do {scale = 0.125 : f64, causal = true} : (tensor<1x2x16x256xf32>, tensor<1x2x16x256xf32>, tensor<1x2x16x64xf32>, tensor<1x2x16x64xf32>, tensor<1x2x16xf32>, tensor<1x2x16x64xf32>) -> (tensor<1x2x16x256xf32>, tensor<1x2x16x256xf32>, tensor<1x2x16x64xf32>)
+  return %o, %dq : tensor<1x2x16x64xf32>, tensor<1x2x16x256xf32>
 }
 
-// A value dimension past 128 is enough to write both ops out.
+// A value dimension past 256 is enough to write both ops out.
 // CHECK-LABEL: func.func @written_out(
 // CHECK-NOT:     graph.attention
 // CHECK:         graph.matmul
 // CHECK-NOT:     graph.attention
 // CHECK:         return
-func.func @written_out(%q: tensor<1x2x16x64xf32>, %v: tensor<1x2x16x136xf32>, %do: tensor<1x2x16x136xf32>) -> (tensor<1x2x16x136xf32>, tensor<1x2x16x64xf32>) {
-  %o, %lse = graph.attention %q, %q, %v {scale = 0.125 : f64} : (tensor<1x2x16x64xf32>, tensor<1x2x16x64xf32>, tensor<1x2x16x136xf32>) -> (tensor<1x2x16x136xf32>, tensor<1x2x16xf32>)
-  %dq, %dk, %dv = graph.attention_grad %q, %q, %v, %o, %lse, %do {scale = 0.125 : f64} : (tensor<1x2x16x64xf32>, tensor<1x2x16x64xf32>, tensor<1x2x16x136xf32>, tensor<1x2x16x136xf32>, tensor<1x2x16xf32>, tensor<1x2x16x136xf32>) -> (tensor<1x2x16x64xf32>, tensor<1x2x16x64xf32>, tensor<1x2x16x136xf32>)
-  return %o, %dq : tensor<1x2x16x136xf32>, tensor<1x2x16x64xf32>
+func.func @written_out(%q: tensor<1x2x16x64xf32>, %v: tensor<1x2x16x264xf32>, %do: tensor<1x2x16x264xf32>) -> (tensor<1x2x16x264xf32>, tensor<1x2x16x64xf32>) {
+  %o, %lse = graph.attention %q, %q, %v {scale = 0.125 : f64} : (tensor<1x2x16x64xf32>, tensor<1x2x16x64xf32>, tensor<1x2x16x264xf32>) -> (tensor<1x2x16x264xf32>, tensor<1x2x16xf32>)
+  %dq, %dk, %dv = graph.attention_grad %q, %q, %v, %o, %lse, %do {scale = 0.125 : f64} : (tensor<1x2x16x64xf32>, tensor<1x2x16x64xf32>, tensor<1x2x16x264xf32>, tensor<1x2x16x264xf32>, tensor<1x2x16xf32>, tensor<1x2x16x264xf32>) -> (tensor<1x2x16x64xf32>, tensor<1x2x16x64xf32>, tensor<1x2x16x264xf32>)
+  return %o, %dq : tensor<1x2x16x264xf32>, tensor<1x2x16x64xf32>
 }

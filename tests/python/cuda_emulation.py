@@ -191,7 +191,7 @@ def emulated_export(graph, workdir):
                                                   os.path.join(workdir, "library.so"),
                                                   library=True)
     if "tf_attention" in names:
-        runtime_sos["tf_attention"] = build_library(tilefuse._core.cuda_attention_source(),
+        runtime_sos["tf_attention"] = build_library(graph._graph.cuda_attention_source("cuda:sm_90"),
                                                     os.path.join(workdir, "attention.so"))
     emu = os.path.join(workdir, "model.emu.tfa")
     with open(emu, "wb") as f:

@@ -201,15 +201,15 @@ def _wider_heads(case, e, ev):
     return case[:5] + (e, ev) + case[7:]
 
 
-# Heads past the CUDA kernels' 128: grouped heads, causal with L > S, fully
+# Heads past the CUDA kernels' 256: grouped heads, causal with L > S, fully
 # masked rows, a broadcast float mask.
-WIDE_CASES = [_wider_heads(CASES[3], 136, 40), _wider_heads(CASES[5], 144, 144),
-              _wider_heads(CASES[6], 40, 160), _wider_heads(CASES[7], 136, 136)]
+WIDE_CASES = [_wider_heads(CASES[3], 264, 40), _wider_heads(CASES[5], 288, 288),
+              _wider_heads(CASES[6], 40, 320), _wider_heads(CASES[7], 264, 264)]
 
 
 @pytest.mark.parametrize("case", WIDE_CASES, ids=_ids)
 def test_heads_past_the_cuda_kernels_are_written_out_for_cuda(case):
-    """The CUDA attention kernels take head and value dimensions up to 128:
+    """The CUDA attention kernels take head and value dimensions up to 256:
     fusion for CUDA writes wider graph.attention and graph.attention_grad out
     again (matmul, exp, reductions). The written-out forward and gradients,
     run by the interpreter, match PyTorch: grouped heads, causal with L > S,

@@ -2,7 +2,8 @@
 f16) q, k, v with an f32 log-sum-exp, from F.scaled_dot_product_attention on
 16-bit tensors and from autocast. On the CPU bf16 runs in the fused kernels
 (16-bit products, f32 accumulation and softmax statistics), f16 is widened
-to f32 around them; the reference is f32 math on the 16-bit inputs.
+to f32 around them; CUDA's kernels take both (test_attention_cuda.py); the
+reference is f32 math on the 16-bit inputs.
 
 Tolerances, against PyTorch in float64 on the same bf16-rounded inputs (and
 cotangent): the output and each gradient within 1e-2 of its largest |value|
@@ -136,19 +137,21 @@ def test_autocast_runs_attention_in_bf16(monkeypatch):
     assert "xbf16>" in fused
 
 
-def test_16bit_attention_on_cuda_runs_the_f32_kernels():
-    """CUDA's attention kernels take f32: fusion for CUDA widens a bf16
-    attention (casts around the f32 op)."""
+@pytest.mark.parametrize("dtype", ["bf16", "f16"])
+def test_16bit_attention_on_cuda_stays_16bit(dtype):
+    """CUDA's attention kernels take bf16 and f16 as they are (their numbers
+    under emulation: test_attention_cuda.py): fusion for CUDA keeps the
+    16-bit ops, with no casts around them."""
     q, k, v, do, m = _inputs(CASES[0])
 
     def fn(q, k, v):
-        out = F.scaled_dot_product_attention(q.to("bf16"), k.to("bf16"), v.to("bf16"),
+        out = F.scaled_dot_product_attention(q.to(dtype), k.to(dtype), v.to(dtype),
                                              is_causal=True)
         return out.to("f32").sum()
 
     fused = tilefuse.trace(fn, q, k, v).value_and_grad(wrt=(0,)).fuse("cuda:sm_90").mlir()
     attention = _attention_lines(fused, "fn_value_and_grad")
-    assert len(attention) == 2 and not any("bf16" in line for line in attention), attention
+    assert len(attention) == 2 and all(f"x{dtype}>" in line for line in attention), attention
 
 
 def test_bf16_attention_with_dropout_drops_what_f32_drops():

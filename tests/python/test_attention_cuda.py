@@ -2,8 +2,12 @@
 without a GPU: each program is compiled for sm_90 (NVRTC builds the
 kernels' cubin), then runs on the CPU under the CUDA execution model
 (tests/cuda_emu) through the real CudaExecutor. Forward and gradients are
-checked against PyTorch in float64 on test_attention.py's odd shapes; ptxas
-must report no spills for sm_80 and sm_90."""
+checked against PyTorch in float64 on test_attention.py's odd shapes, on
+heads past 128 (the d256 kernels, whose tiles take more than the 48 KiB of
+shared memory a kernel gets without opting in: the driver double refuses
+such a launch unless the executor opted in), and in bf16 and f16 against
+test_attention_16bit.py's bounds; ptxas must report no spills for sm_80 and
+sm_90 in any of the kernels."""
 import os
 import sys
 
@@ -17,6 +21,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from cuda_emulation import emulate, unavailable_reason  # noqa: E402
 from test_attention import (CASES, RTOL, _ids, _inputs, _sdpa, _torch_reference,  # noqa: E402
                             _written_out, max_rel)
+import test_attention_16bit as half  # noqa: E402
 
 pytestmark = pytest.mark.skipif(unavailable_reason() is not None,
                                 reason=str(unavailable_reason()))
@@ -31,11 +36,19 @@ def _loss_and_output(fn, dout):
     return loss
 
 
-@pytest.mark.parametrize("case", CASES, ids=_ids)
+# Heads past 128: the d256 kernels (value size != head size, causal with
+# L != S, grouped heads with an additive mask).
+WIDE_CASES = [
+    (1, 2, 2, 21, 37, 160, 200, True, None),
+    (2, 4, 2, 19, 19, 256, 256, False, "float [B,1,L,S]"),
+]
+
+
+@pytest.mark.parametrize("case", CASES + WIDE_CASES, ids=_ids)
 def test_forward_and_gradients_match_pytorch_under_emulation(case, tmp_path):
-    """Odd sizes (no multiple of a tile), head sizes 40/80/128, one query
-    row, grouped heads, value size != head size, causal with L != S, masks
-    broadcast, rows with every key masked (output 0, no gradient)."""
+    """Odd sizes (no multiple of a tile), head sizes 40/80/128/160/256, one
+    query row, grouped heads, value size != head size, causal with L != S,
+    masks broadcast, rows with every key masked (output 0, no gradient)."""
     q, k, v, m = _inputs(case)
     args = [q, k, v] + ([m] if m is not None else [])
     dout = np.random.default_rng(1).standard_normal(
@@ -79,24 +92,78 @@ def test_dropout_drops_what_the_written_out_form_drops(tmp_path):
     assert max_rel(got[1], undropped) > 1e-2, "dropout dropped nothing"
 
 
-def _attention_graph(e, ev):
+HALF_CASES = half.CASES + [(1, 2, 2, 20, 33, 256, 200, True, None)]
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "f16"])
+@pytest.mark.parametrize("case", HALF_CASES,
+                         ids=["causal", "gqa-bool-mask", "one-row-additive", "d256-causal"])
+def test_16bit_kernels_match_pytorch_under_emulation(case, dtype, tmp_path):
+    """bf16/f16 q, k, v, mask and cotangent in memory, f32 arithmetic, P and
+    dS rounded to 16 bits for their products: output and gradients within
+    test_attention_16bit.py's bound (1e-2 of the largest |value|, or twice
+    PyTorch's own 16-bit error) of PyTorch in float64 on the same inputs."""
+    import torch
+    causal, mask_kind = case[7], case[8]
+    torch_dtype = torch.bfloat16 if dtype == "bf16" else torch.float16
+    q, k, v, do, m = half._inputs(case)
+    exact = half._torch(q, k, v, do, m, causal, torch.float64)
+    theirs = half._torch(q, k, v, do, m, causal, torch_dtype)
+
+    def loss(q, k, v, do, *mask):
+        q16, k16, v16 = (t.to(dtype) for t in (q, k, v))
+        attn_mask = None
+        if mask:
+            attn_mask = mask[0] if mask_kind == "bool" else mask[0].to(dtype)
+        out = F.scaled_dot_product_attention(q16, k16, v16, attn_mask=attn_mask,
+                                             is_causal=causal).to("f32")
+        return (out * do).sum(), out
+
+    args = [q, k, v, do] + ([] if m is None else [m])
+    graph = tilefuse.trace(loss, *args).value_and_grad(wrt=(0, 1, 2))
+    attention = half._attention_lines(graph.fuse("cuda:sm_90").mlir(), "loss_value_and_grad")
+    assert len(attention) == 2 and all(f"x{dtype}>" in line for line in attention), attention
+    _, out, dq, dk, dv = emulate(graph, args, str(tmp_path))
+    for name, got, want, torch16 in zip(("out", "dq", "dk", "dv"), (out, dq, dk, dv), exact,
+                                        theirs):
+        err, theirs_err = half._err(got, want), float(np.abs(torch16 - want).max())
+        bound = max(half.TOL * float(np.abs(want).max()), 2 * theirs_err)
+        assert err <= bound, f"{name}: max error {err:.3g} (PyTorch {dtype}: {theirs_err:.3g})"
+
+
+def _every_variant_graph():
+    """One graph with an attention of each element type and head bound:
+    the program compiles and loads all nine variants, each once."""
     rng = np.random.default_rng(0)
-    q = rng.standard_normal((1, 2, 9, e)).astype(np.float32)
-    v = rng.standard_normal((1, 2, 9, ev)).astype(np.float32)
-    dout = rng.standard_normal((1, 2, 9, ev)).astype(np.float32)
-    fn = _loss_and_output(_sdpa(True, None), dout)
-    return tilefuse.trace(fn, q, q, v).value_and_grad(wrt=(0, 1, 2))
+    qs = [rng.standard_normal((1, 2, 9, e)).astype(np.float32) for e in (40, 100, 200)]
+
+    def fn(*qs):
+        total = 0.0
+        for q in qs:
+            for dtype in ("f32", "bf16", "f16"):
+                x = q if dtype == "f32" else q.to(dtype)
+                out = F.scaled_dot_product_attention(x, x, x, is_causal=True)
+                total = total + (out if dtype == "f32" else out.to("f32")).sum()
+        return total
+    return tilefuse.trace(fn, *qs).value_and_grad(wrt=(0, 1, 2))
 
 
 @pytest.mark.parametrize("arch", ARCHS)
 def test_the_kernels_compile_without_spills(arch):
-    """Every instantiation (heads up to 64 and up to 128): NVRTC's resource
-    report, as compile_cuda gives it, names them with no spills."""
-    rows = {r["name"]: r for r in _attention_graph(40, 40)._graph.compile_cuda("cuda:" + arch)}
+    """Every instantiation (f32, bf16, f16; heads up to 64, 128, 256):
+    NVRTC's resource report, as compile_cuda gives it, names them with no
+    spills; a program compiles only the variants it launches."""
+    rows = {r["name"]: r for r in _every_variant_graph()._graph.compile_cuda("cuda:" + arch)}
     kernels = [n for n in rows if n.startswith("tf_attention_")]
-    assert sorted(kernels) == sorted(f"tf_attention_{k}_d{d}" for d in (64, 128)
+    assert sorted(kernels) == sorted(f"tf_attention_{k}_{t}_d{d}" for d in (64, 128, 256)
+                                     for t in ("f32", "bf16", "f16")
                                      for k in ("forward", "key_grads", "query_grads")), rows
     for n in kernels:
         r = rows[n]
         assert r["spill_stores"] == 0 and r["spill_loads"] == 0, (arch, r)
         assert 0 < r["registers"] <= 255, (arch, r)
+    rng = np.random.default_rng(0)
+    q = rng.standard_normal((1, 2, 9, 40)).astype(np.float32)
+    one = tilefuse.trace(lambda q: F.scaled_dot_product_attention(q, q, q).sum(), q)
+    source = one._graph.cuda_attention_source("cuda:" + arch)
+    assert "tf_attention_forward_f32_d64(" in source and "_d128" not in source, source[-600:]

@@ -16,8 +16,8 @@ import tilefuse
 import tilefuse.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from cuda_emulation import (EmulationFailure, build_library, check_emulated,  # noqa: E402
-                            emulate, unavailable_reason)
+from cuda_emulation import (EmulationFailure, _leaves, build_library,  # noqa: E402
+                            check_emulated, emulate, unavailable_reason)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 pytestmark = pytest.mark.skipif(unavailable_reason() is not None,
@@ -38,13 +38,21 @@ def corpus():
 
 CORPUS = ["op_mix", "f16_ops", "mul_kernel_fwd_bwd", "softmax_rows", "column_sums",
           "linear_relu", "gpt2_mini_forward_dropout", "deepfm_grads", "attention_d64_causal_gqa",
-          "attention_d128_masked"]
+          "attention_d128_masked", "attention_d256_bf16", "attention_f16_gqa"]
 
 
 @pytest.mark.parametrize("name", CORPUS)
 def test_gpu_check_corpus_matches_the_interpreter(name, corpus, tmp_path):
+    """Each case passes the GPU check's own comparison (bench/gpu/verify.py,
+    the case's tolerances) against the reference interpreter."""
+    import verify  # bench/gpu, on the path since _gpu_check_corpus
     g, args, rtol, atol = corpus[name]
-    check_emulated(g, args, str(tmp_path), rtol, atol, name=name)
+    got = emulate(g, args, str(tmp_path))
+    want = [np.asarray(w) for w in g._graph.interpret([np.asarray(a) for a in _leaves(args)])]
+    assert len(got) == len(want), (name, len(got), len(want))
+    for i, (x, w) in enumerate(zip(got, want)):
+        ok, ratio = verify.compare(x, w, {"rtol": rtol, "atol": atol})
+        assert ok, f"{name}: result {i} {w.dtype}{list(w.shape)} off by {ratio:.3g}x the allowed"
 
 
 @pytest.mark.parametrize("table_dtype", [np.int32, np.int64])
@@ -90,6 +98,43 @@ def test_a_gpt2_mini_adamw_step_eager_captured_and_replayed(tmp_path):
     check_emulated(g, args, str(tmp_path / "graphs"), 1e-4, 1e-5, repeat=3, name="replayed")
 
 
+def test_a_bf16_gpt2_mini_step_runs_the_16bit_attention_kernels(tmp_path):
+    """precision="bf16" on CUDA: attention (dropout included) runs in the
+    bf16 kernels, not widened, between cuBLASLt's bf16 GEMMs; the step's
+    loss, parameters and optimizer state pass the GPU check's 16-bit
+    comparison (bench/gpu/verify.py, 1e-2) against the interpreter's
+    autocast step."""
+    sys.path.insert(0, os.path.join(ROOT, "bench", "gpu"))
+    import verify
+    from tilefuse import _pytree
+    from tilefuse import workloads as W
+    cfg = W.gpt2_mini_config(n_layer=1, d_model=32, n_head=2, seq=16, vocab=64, batch=2)
+    params, batch = W.gpt2_mini_init(cfg, seed=0), W.gpt2_mini_batch(cfg, seed=1)
+    loss = lambda p, b, s: W.gpt2_mini_loss(p, b, s, cfg, True)  # noqa: E731
+    g = tilefuse.train_step_graph(loss, params, batch,
+                                  tilefuse.optim.AdamW(lr=1e-3, weight_decay=0.01),
+                                  precision="bf16")
+    fused = g.fuse("cuda:sm_90")
+    names = [r["name"] for r in fused.report()]
+    assert names.count("attention") == 1 and names.count("attention_grad") == 1, names
+    attention = [line for line in fused.mlir().splitlines()
+                 if "= graph.attention " in line or "= graph.attention_grad " in line]
+    assert attention and all("xbf16>" in line for line in attention), attention
+    p = [np.asarray(x) for x in _pytree.flatten(params)[0]]
+    b = [np.asarray(x) for x in _pytree.flatten(batch)[0]]
+    rng = np.random.default_rng(5)
+    state = [rng.standard_normal(x.shape).astype(x.dtype) * 1e-2 for x in p]
+    state += [np.abs(rng.standard_normal(x.shape)).astype(x.dtype) * 1e-4 for x in p]
+    args = p + state + b + [np.int64(3), np.int64(7), np.float64(1e-3)]
+    assert [tuple(a.shape) for a in args] == [tuple(s) for _, s in g.inputs]
+    got = emulate(g, args, str(tmp_path))
+    want = [np.asarray(w) for w in g._graph.interpret(args)]
+    assert len(got) == len(want)
+    for i, (x, w) in enumerate(zip(got, want)):
+        ok, ratio = verify.compare(x, w, {"rtol": 1e-2, "atol": 1e-2})
+        assert ok, f"result {i} {w.dtype}{list(w.shape)} off by {ratio:.3g}x the allowed"
+
+
 @pytest.mark.parametrize("mode", ["ddp", "zero3"])
 def test_data_parallel_steps_of_one_rank_run_their_collectives_on_the_gpu(tmp_path, mode):
     """A data-parallel training step compiled for CUDA with a group of one
@@ -118,8 +163,9 @@ def test_data_parallel_steps_of_one_rank_run_their_collectives_on_the_gpu(tmp_pa
     check_emulated(g, args, str(tmp_path / "graphs"), 1e-4, 1e-5, repeat=3, name=mode)
 
 
-def _launch(so, kernel, grid, threads, *buffers):
-    """Runs an emulated kernel directly (no driver): its errors."""
+def _launch(so, kernel, grid, threads, *buffers, shared_bytes=0):
+    """Runs an emulated kernel directly (no driver) with `shared_bytes` of
+    dynamic shared memory: its errors."""
     import ctypes
     lib = ctypes.CDLL(so)
     arrays = [np.ascontiguousarray(b) for b in buffers]
@@ -127,8 +173,9 @@ def _launch(so, kernel, grid, threads, *buffers):
     params = (ctypes.c_void_p * len(pointers))(*[ctypes.addressof(p) for p in pointers])
     errors = ctypes.create_string_buffer(4096)
     launch = getattr(lib, "tf_emu_launch_" + kernel)
-    launch.argtypes = [ctypes.c_uint, ctypes.c_uint, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_int]
-    n = launch(grid, threads, params, errors, len(errors))
+    launch.argtypes = [ctypes.c_uint, ctypes.c_uint, ctypes.c_uint, ctypes.c_void_p,
+                       ctypes.c_char_p, ctypes.c_int]
+    n = launch(grid, threads, shared_bytes, params, errors, len(errors))
     return errors.value.decode() if n else "", arrays
 
 
@@ -146,6 +193,18 @@ extern "C" __global__ void __launch_bounds__(64) good_shuffle(float *x) {
 extern "C" __global__ void __launch_bounds__(64) vector_access(float *x) {
   TF_CHECK_ACCESS(x + 1, 16, 16);
 }
+struct TwoRows {
+  float a[32], b[32];
+};
+extern "C" __global__ void __launch_bounds__(64) dynamic_layout(float *x) {
+  TF_DYNAMIC_SHARED(smem, sizeof(TwoRows));
+  TwoRows &t = *reinterpret_cast<TwoRows *>(smem);
+  if (threadIdx.x < 32)
+    t.a[threadIdx.x] = x[threadIdx.x], t.b[threadIdx.x] = 2 * x[threadIdx.x];
+  __syncthreads();
+  if (threadIdx.x < 32)
+    x[threadIdx.x] = t.a[31 - threadIdx.x] + t.b[threadIdx.x];
+}
 extern "C" __global__ void __launch_bounds__(64) shared_overrun(float *x) {
   __shared__ float partial[32];
   partial[threadIdx.x] = x[threadIdx.x];  // 64 threads, 32 slots
@@ -158,6 +217,18 @@ extern "C" __global__ void __launch_bounds__(64) shared_overrun(float *x) {
 @pytest.fixture(scope="module")
 def bad_kernels(tmp_path_factory):
     return build_library(BAD_KERNELS, str(tmp_path_factory.mktemp("emu") / "bad.so"))
+
+
+def test_dynamic_shared_memory_is_the_blocks_and_must_fit_the_layout(bad_kernels):
+    """A layout in dynamic shared memory is shared by the block's threads;
+    a launch that gives less than the layout takes is reported (on a GPU
+    the kernels trap)."""
+    x = np.arange(64, dtype=np.float32)
+    errors, (y,) = _launch(bad_kernels, "dynamic_layout", 1, 64, x.copy(), shared_bytes=256)
+    assert errors == ""
+    np.testing.assert_array_equal(y[:32], x[31::-1] + 2 * x[:32])
+    errors, _ = _launch(bad_kernels, "dynamic_layout", 1, 64, x.copy(), shared_bytes=128)
+    assert "dynamic shared memory layout takes 256 bytes; the launch gave 128" in errors, errors
 
 
 def test_the_emulator_reports_a_divergent_barrier(bad_kernels):

@@ -402,9 +402,9 @@ TEST_F(FakeCuda, AttentionStepsTheKernelsCannotRunAreRefusedAtLoadWithTheReason)
     }
     return "(loaded)";
   };
-  std::string wide = refusal(attentionProgram(136));
-  EXPECT_NE(wide.find("graph.attention: head dimension 136 and value dimension 136: the CUDA "
-                      "attention kernels take at most 128"),
+  std::string wide = refusal(attentionProgram(264));
+  EXPECT_NE(wide.find("graph.attention: head dimension 264 and value dimension 264: the CUDA "
+                      "attention kernels take at most 256"),
             std::string::npos)
       << wide;
   std::string missing = refusal(attentionProgram(64));

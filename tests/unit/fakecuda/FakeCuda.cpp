@@ -47,7 +47,11 @@ namespace {
 
 using KernelFn = void (*)(const uint64_t *params, unsigned grid, unsigned threads);
 /// An emulated kernel's entry (TF_EMU_ENTRY): runs it, writes its errors.
-using EmuLaunch = int (*)(unsigned grid, unsigned threads, void **params, char *errors, int size);
+using EmuLaunch = int (*)(unsigned grid, unsigned threads, unsigned sharedBytes, void **params,
+                          char *errors, int size);
+/// Dynamic shared memory per block without an opt-in, and the most a
+/// kernel may opt into (an H100's or H200's).
+constexpr unsigned kDefaultSharedBytes = 48 << 10, kOptInSharedBytes = 227 << 10;
 struct Kernel {
   std::string name;
   int params = 0;
@@ -56,6 +60,8 @@ struct Kernel {
   /// An emulated kernel's parameter sizes (a struct by value is more
   /// than 8 bytes); registered kernels take 8-byte parameters only.
   std::vector<int> paramBytes;
+  /// CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES.
+  unsigned maxDynamicShared = kDefaultSharedBytes;
 };
 struct EmuModule {
   void *library = nullptr;
@@ -233,9 +239,10 @@ CUresult CUDAAPI cuDeviceGet(CUdevice *d, int ordinal) {
   return CUDA_SUCCESS;
 }
 CUresult CUDAAPI cuDeviceGetAttribute(int *v, CUdevice_attribute a, CUdevice) {
-  *v = a == CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR ? 9
-       : a == CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR ? 0
-                                                           : 0;
+  *v = a == CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR           ? 9
+       : a == CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR         ? 0
+       : a == CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN ? int(kOptInSharedBytes)
+                                                                   : 0;
   return CUDA_SUCCESS;
 }
 CUresult CUDAAPI cuDeviceGetName(char *name, int len, CUdevice) {
@@ -350,7 +357,7 @@ CUresult CUDAAPI cuModuleGetFunction(CUfunction *f, CUmodule m, const char *name
     if (!launch || !arity || !bytes)
       return CUDA_ERROR_NOT_FOUND;
     Kernel &k = module->kernels[name];
-    k = Kernel{name, arity(), nullptr, launch, {}};
+    k = Kernel{name, arity(), nullptr, launch, {}, kDefaultSharedBytes};
     for (int i = 0; i < k.params; ++i)
       k.paramBytes.push_back(bytes(i));
     *f = reinterpret_cast<CUfunction>(&k);
@@ -362,11 +369,22 @@ CUresult CUDAAPI cuModuleGetFunction(CUfunction *f, CUmodule m, const char *name
   *f = reinterpret_cast<CUfunction>(&it->second);
   return CUDA_SUCCESS;
 }
+// As the driver: more than 48 KiB only after the kernel opted in, and never
+// past the device's opt-in limit.
+CUresult CUDAAPI cuFuncSetAttribute(CUfunction f, CUfunction_attribute attribute, int value) {
+  if (attribute != CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES)
+    return CUDA_ERROR_NOT_SUPPORTED;
+  if (value < 0 || unsigned(value) > kOptInSharedBytes)
+    return CUDA_ERROR_INVALID_VALUE;
+  reinterpret_cast<Kernel *>(f)->maxDynamicShared = unsigned(value);
+  return CUDA_SUCCESS;
+}
 CUresult CUDAAPI cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
-                                unsigned by, unsigned bz, unsigned, CUstream, void **params,
-                                void **) {
+                                unsigned by, unsigned bz, unsigned sharedBytes, CUstream,
+                                void **params, void **) {
   auto *k = reinterpret_cast<Kernel *>(f);
-  if (gy != 1 || gz != 1 || by != 1 || bz != 1 || bx == 0 || bx > 1024 || gx == 0)
+  if (gy != 1 || gz != 1 || by != 1 || bz != 1 || bx == 0 || bx > 1024 || gx == 0 ||
+      sharedBytes > k->maxDynamicShared)
     return CUDA_ERROR_INVALID_VALUE;
   // Parameters are copied at launch (or capture), as the driver does.
   std::vector<uint64_t> values;
@@ -389,11 +407,12 @@ CUresult CUDAAPI cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned
       for (std::vector<uint64_t> &w : copy)
         pointers.push_back(w.data());
       char errors[4096] = {};
-      if (kernel.emu(gx, bx, pointers.data(), errors, int(sizeof errors)) > 0 &&
+      if (kernel.emu(gx, bx, sharedBytes, pointers.data(), errors, int(sizeof errors)) > 0 &&
           fake().launchFailure.empty()) {
         fake().launchFailure = "emulated kernel " + kernel.name + " (grid " +
-                               std::to_string(gx) + ", " + std::to_string(bx) +
-                               " threads): " + errors;
+                               std::to_string(gx) + ", " + std::to_string(bx) + " threads, " +
+                               std::to_string(sharedBytes) + " bytes of shared memory): " +
+                               errors;
         std::fprintf(stderr, "%s", fake().launchFailure.c_str());
       }
     });
