@@ -398,6 +398,33 @@ def optimizer_from_torch(optimizer, module):
                param_groups=groups)
 
 
+def _autograd_function_call(error):
+    """Where `error` is PyTorch's functional transforms refusing a
+    torch.autograd.Function in a capture: the Function's name (or the
+    source line applying it); else None."""
+    import linecache
+    torch = _torch()
+    e, seen = error, set()
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        text = str(e)
+        if "autograd.Function" in text or "custom_function_call" in text:
+            innermost, tb = None, e.__traceback__
+            while tb is not None:
+                cls = tb.tb_frame.f_locals.get("cls")
+                if isinstance(cls, type) and issubclass(cls, torch.autograd.Function) and \
+                        cls is not torch.autograd.Function:
+                    return cls.__qualname__
+                innermost, tb = tb, tb.tb_next
+            if innermost is None:
+                return "(where unknown)"
+            code = innermost.tb_frame.f_code
+            line = linecache.getline(code.co_filename, innermost.tb_lineno).strip()
+            return f"(File \"{code.co_filename}\", line {innermost.tb_lineno}: {line})"
+        e = e.__cause__ or e.__context__
+    return None
+
+
 def from_torch(module, example_inputs, optimizer, loss_fn=None, device="auto", seed=0,
                precision="fp32", memory_budget=None, loss_scale="auto", accumulate=1,
                parallel=None, process_group=None, bucket_bytes=None):
@@ -439,6 +466,15 @@ def from_torch(module, example_inputs, optimizer, loss_fn=None, device="auto", s
     except CompileError:
         raise
     except Exception as e:  # noqa: BLE001 (PyTorch's tracer failing on the inputs)
+        function = _autograd_function_call(e)
+        if function:
+            raise CompileError(
+                f"from_torch: the module applies a torch.autograd.Function {function}, "
+                "whose backward is its own code: from_torch captures the forward pass and "
+                "differentiates it itself, so it cannot follow that backward (nor tell whether "
+                "it is the forward's derivative). Train this model with "
+                "torch.compile(model, backend='tilefuse'), which compiles the Function's "
+                "backward as written") from e
         hint = ""
         if accumulate != 1:
             hint = (f"; with accumulate={accumulate} the example inputs are one micro-batch "

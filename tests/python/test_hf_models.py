@@ -1,6 +1,8 @@
 """HuggingFace transformers models (built from small configs, no weights)
 train through tilefuse as in eager PyTorch: 10 AdamW steps through
-torch.compile(model, backend="tilefuse") and through tilefuse.from_torch,
+torch.compile(model, backend="tilefuse") and through tilefuse.from_torch
+(GPT-2, Llama, BERT, Mistral, Qwen2, RoBERTa, OPT, GPT-NeoX, GPT-J, Phi-3,
+Gemma 2, Falcon, T5, DistilBERT; BLOOM through the backend),
 every graph converted whole (tilefuse.explain lists nothing, the backend's
 stats count no partition and no fallback), the loss within 1e-5 relative
 of eager's at every step.
@@ -66,8 +68,74 @@ def _roberta():
         attention_probs_dropout_prob=0.0, pad_token_id=1, bos_token_id=0, eos_token_id=2))
 
 
+def _opt():  # learned positions with an offset, pre-norm
+    return T.OPTForCausalLM(T.OPTConfig(
+        num_hidden_layers=2, hidden_size=64, num_attention_heads=4, ffn_dim=128,
+        word_embed_proj_dim=64, vocab_size=VOCAB, max_position_embeddings=64, dropout=0.0,
+        attention_dropout=0.0, bos_token_id=0, eos_token_id=0, pad_token_id=0))
+
+
+def _gpt_neox():  # parallel residual, rotary on a quarter of each head
+    return T.GPTNeoXForCausalLM(T.GPTNeoXConfig(
+        num_hidden_layers=2, hidden_size=64, num_attention_heads=4, intermediate_size=128,
+        vocab_size=VOCAB, max_position_embeddings=64, hidden_dropout=0.0, attention_dropout=0.0,
+        bos_token_id=0, eos_token_id=0, pad_token_id=0))
+
+
+def _gptj():  # rotary on interleaved pairs: x[..., ::2] (a strided slice_scatter backward)
+    return T.GPTJForCausalLM(T.GPTJConfig(
+        n_layer=2, n_embd=64, n_head=4, rotary_dim=8, vocab_size=VOCAB, n_positions=64,
+        resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, bos_token_id=0, eos_token_id=0,
+        pad_token_id=0))
+
+
+def _phi3():  # fused qkv and gate-up projections
+    return T.Phi3ForCausalLM(T.Phi3Config(
+        num_hidden_layers=2, hidden_size=64, num_attention_heads=4, num_key_value_heads=2,
+        intermediate_size=128, vocab_size=VOCAB, max_position_embeddings=64, resid_pdrop=0.0,
+        embd_pdrop=0.0, attention_dropout=0.0, bos_token_id=0, eos_token_id=0, pad_token_id=0))
+
+
+def _gemma2():  # logit soft-capping, sliding-window layers, scaled embeddings
+    return T.Gemma2ForCausalLM(T.Gemma2Config(
+        num_hidden_layers=2, hidden_size=64, num_attention_heads=4, num_key_value_heads=2,
+        head_dim=16, intermediate_size=128, vocab_size=VOCAB, max_position_embeddings=64,
+        bos_token_id=0, eos_token_id=0, pad_token_id=0))
+
+
+def _falcon():  # multi-query attention, parallel attention and MLP
+    return T.FalconForCausalLM(T.FalconConfig(
+        num_hidden_layers=2, hidden_size=64, num_attention_heads=4, vocab_size=VOCAB,
+        hidden_dropout=0.0, attention_dropout=0.0, bos_token_id=0, eos_token_id=0,
+        pad_token_id=0))
+
+
+def _t5():  # encoder-decoder, relative position buckets, labels shifted into the decoder
+    return T.T5ForConditionalGeneration(T.T5Config(
+        num_layers=2, num_decoder_layers=2, d_model=64, d_kv=16, num_heads=4, d_ff=128,
+        vocab_size=VOCAB, dropout_rate=0.0, decoder_start_token_id=0, pad_token_id=0,
+        eos_token_id=1))
+
+
+def _distilbert():
+    return T.DistilBertForMaskedLM(T.DistilBertConfig(
+        n_layers=2, dim=64, n_heads=4, hidden_dim=128, vocab_size=VOCAB,
+        max_position_embeddings=64, dropout=0.0, attention_dropout=0.0, pad_token_id=0))
+
+
+def _bloom():  # ALiBi; its GELU is a torch.autograd.Function in training
+    return T.BloomForCausalLM(T.BloomConfig(
+        n_layer=2, hidden_size=64, n_head=4, vocab_size=VOCAB, hidden_dropout=0.0,
+        attention_dropout=0.0, bos_token_id=0, eos_token_id=0, pad_token_id=0))
+
+
 MODELS = {"gpt2": _gpt2, "llama": _llama, "bert": _bert, "mistral": _mistral, "qwen2": _qwen2,
-          "roberta": _roberta}
+          "roberta": _roberta, "opt": _opt, "gpt_neox": _gpt_neox, "gptj": _gptj,
+          "phi3": _phi3, "gemma2": _gemma2, "falcon": _falcon, "t5": _t5,
+          "distilbert": _distilbert}
+# Through the backend only: from_torch refuses a torch.autograd.Function
+# (test_from_torch_refuses_bloom_naming_its_autograd_function).
+BACKEND_ONLY = {"bloom": _bloom}
 
 
 class WithLoss(torch.nn.Module):
@@ -93,7 +161,7 @@ def _inputs(seed):
 
 def _twins(name):
     torch.manual_seed(0)
-    model = WithLoss(MODELS[name]())
+    model = WithLoss({**MODELS, **BACKEND_ONLY}[name]())
     model.train()
     return model, copy.deepcopy(model)
 
@@ -120,7 +188,7 @@ def _check(name, path, got, want):
 pytestmark = pytest.mark.usefixtures("fresh_torch_backend")
 
 
-@pytest.mark.parametrize("name", list(MODELS))
+@pytest.mark.parametrize("name", list(MODELS) + list(BACKEND_ONLY))
 def test_hf_model_trains_through_the_backend_like_eager(name):
     model, twin = _twins(name)
     batches = [_inputs(s) for s in range(STEPS)]
@@ -152,6 +220,20 @@ def test_hf_model_trains_through_from_torch_like_eager(name):
                                torch.optim.AdamW(model.parameters(), lr=1e-3))
     got = [step(*b) for b in batches]
     _check(name, "from_torch", got, want)
+
+
+def test_from_torch_refuses_bloom_naming_its_autograd_function():
+    """BLOOM's training GELU is a torch.autograd.Function with its own
+    backward, which from_torch (it differentiates the captured forward
+    itself) cannot follow: refused, naming the line and the way out (the
+    backend, which trains it like eager above)."""
+    model, _ = _twins("bloom")
+    batch = _inputs(0)
+    with pytest.raises(tilefuse.CompileError) as e:
+        tilefuse.from_torch(model, batch, torch.optim.AdamW(model.parameters(), lr=1e-3))
+    text = str(e.value)
+    assert "torch.autograd.Function" in text and "modeling_bloom.py" in text, text
+    assert "backend='tilefuse'" in text, text
 
 
 def test_gpt2_with_its_attention_dropout_runs_the_fused_kernels_through_from_torch():

@@ -240,3 +240,122 @@ def test_a_tied_head_reads_the_embedding_in_place(monkeypatch):
     assert (stats.compiled, stats.partitioned, stats.eager) == (2, 0, 0), stats
     kernels = [row for fn in compiled for row in fn.report()]
     assert not [r for r in kernels if r.get("ops") == ["graph.transpose"]], kernels
+
+
+@pytest.mark.parametrize("dim, start, end, step", [
+    (2, 0, None, 2), (2, 1, None, 2), (2, 1, 7, 3), (2, 2, 9, 3), (1, 0, 5, 4), (1, -4, None, 2),
+    (0, 1, 2, 5), (2, 0, None, 1)])
+def test_strided_slice_scatter_converts_exactly(dim, start, end, step):
+    """aten.slice_scatter with a step (the backward of x[..., ::2], which
+    GPT-J's and CodeGen's rotary embeddings read): reshapes and
+    concatenations, so values and both gradients equal eager's bit for bit,
+    in one compiled graph each way."""
+    g = torch.Generator().manual_seed(dim * 100 + step)
+    x = torch.randn(3, 5, 9, generator=g, requires_grad=True)
+    n = x.shape[dim]
+    length = len(range(*slice(start, end, step).indices(n)))
+    src_shape = list(x.shape)
+    src_shape[dim] = length
+    src = torch.randn(*src_shape, generator=g, requires_grad=True)
+    w = torch.randn(3, 5, 9, generator=g)
+
+    def fn(x, src):
+        return torch.slice_scatter(x * 2.0, src * 3.0, dim, start, end, step)
+    want = fn(x, src)
+    (want * w).sum().backward()
+    want_grads = (x.grad.clone(), src.grad.clone())
+    x.grad, src.grad = None, None
+    got = torch.compile(fn, backend="tilefuse")(x, src)
+    (got * w).sum().backward()
+    assert torch.equal(got, want)
+    assert torch.equal(x.grad, want_grads[0]) and torch.equal(src.grad, want_grads[1])
+    assert (stats.compiled, stats.partitioned, stats.eager) == (2, 0, 0), stats
+
+
+def test_rotate_every_two_trains_whole():
+    """GPT-J's rotary embedding writes every second feature (x[..., ::2]):
+    its backward's strided slice_scatter converts, so the step is whole in
+    both paths and trains like eager."""
+    class RotateEveryTwo(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = torch.nn.Linear(8, 8)
+
+        def forward(self, x):
+            h = self.lin(x)
+            rotated = torch.stack((-h[..., 1::2], h[..., ::2]), dim=-1).flatten(-2)
+            return (h * 0.5 + rotated).square().mean()
+
+    torch.manual_seed(0)
+    model, x = RotateEveryTwo(), torch.randn(4, 6, 8)
+    twin, third = copy.deepcopy(model), copy.deepcopy(model)
+    assert tilefuse.explain(model, x).ok
+    opt, twin_opt = (torch.optim.SGD(m.parameters(), lr=0.1) for m in (model, twin))
+    step = tilefuse.from_torch(third, (x,), torch.optim.SGD(third.parameters(), lr=0.1))
+    compiled = torch.compile(model, backend="tilefuse")
+    for _ in range(3):
+        twin_opt.zero_grad()
+        want = twin(x)
+        want.backward()
+        twin_opt.step()
+        opt.zero_grad()
+        got = compiled(x)
+        got.backward()
+        opt.step()
+        assert abs(got.item() - want.item()) <= RTOL * abs(want.item())
+        assert abs(step(x) - want.item()) <= RTOL * abs(want.item())
+    assert stats.partitioned == 0 and stats.eager == 0, stats
+
+
+class RoundThrough(torch.autograd.Function):
+    """Rounding with a straight-through gradient: a backward that is not
+    the forward's derivative (that is 0)."""
+
+    @staticmethod
+    def forward(x):
+        return torch.round(x)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        pass
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad
+
+
+class Quantised(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(4, 4)
+
+    def forward(self, x):
+        return RoundThrough.apply(self.lin(x) * 3.0).square().mean()
+
+
+def test_an_autograd_function_is_refused_by_from_torch_and_kept_by_the_backend():
+    """from_torch differentiates the captured forward itself, which would
+    give round's zero gradient where the Function says straight-through:
+    it refuses, naming the Function and the backend, which compiles the
+    Function's own backward and trains like eager."""
+    torch.manual_seed(0)
+    model, x = Quantised(), torch.randn(8, 4)
+    twin, third = copy.deepcopy(model), copy.deepcopy(model)
+    with pytest.raises(CompileError) as e:
+        tilefuse.from_torch(third, (x,), torch.optim.SGD(third.parameters(), lr=0.1))
+    assert "torch.autograd.Function RoundThrough" in str(e.value), str(e.value)
+    assert "backend='tilefuse'" in str(e.value)
+    opt, twin_opt = (torch.optim.SGD(m.parameters(), lr=0.1) for m in (model, twin))
+    compiled = torch.compile(model, backend="tilefuse")
+    for _ in range(3):
+        twin_opt.zero_grad()
+        want = twin(x)
+        want.backward()
+        twin_opt.step()
+        opt.zero_grad()
+        got = compiled(x)
+        got.backward()
+        opt.step()
+        assert abs(got.item() - want.item()) <= RTOL * abs(want.item())
+    for p, q in zip(model.parameters(), twin.parameters()):
+        assert torch.allclose(p, q, rtol=1e-5, atol=1e-6)

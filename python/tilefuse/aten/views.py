@@ -105,14 +105,40 @@ def _slice_scatter(x, src, dim=0, start=None, end=None, step=1):
     start = 0 if start is None else (start + n if start < 0 else start)
     end = n if end is None or end >= sys.maxsize // 2 else (end + n if end < 0 else end)
     start, end = max(0, min(start, n)), max(0, min(end, n))
-    if step != 1:
-        raise UnsupportedOp(aten.slice_scatter, f"step {step}")
+    src = src.to(x.dtype)
+    length = src.shape[dim]
+    if length == 0:
+        return x
+    if step != 1:  # positions start, start + step, ...: src interleaved with x's rest
+        src, end = _interleave(x, src, dim, start, step), min(start + length * step, n)
     parts = []
     if start > 0:
         parts.append(_slice(x, dim, 0, start))
-    parts.append(src.to(x.dtype))
+    parts.append(src)
     if end < n:
         parts.append(_slice(x, dim, end, n))
+    return parts[0] if len(parts) == 1 else cat(parts, dim)
+
+
+def _interleave(x, src, dim, start, step):
+    """x[start : start + len * step] along dim (cut at x's end) with every
+    step-th element, from the first, taken from src (len along dim): the
+    strided slice_scatter's middle part, by reshapes and concatenations
+    only (exact). The whole groups of `step` become [len - 1, step] and
+    take src in column 0; the last group is src's last element and what of
+    x follows it."""
+    n, length = x.shape[dim], src.shape[dim]
+    last = start + (length - 1) * step  # the last replaced position, < n
+    parts = []
+    if length > 1:
+        body = _slice(x, dim, start, last)
+        shape = list(body.shape)
+        grouped = body.reshape(*shape[:dim], length - 1, step, *shape[dim + 1:])
+        head = _slice(src, dim, 0, length - 1).unsqueeze(dim + 1)
+        parts.append(cat([head, _slice(grouped, dim + 1, 1, step)], dim + 1).reshape(*shape))
+    parts.append(_slice(src, dim, length - 1, length))
+    if last + 1 < min(last + step, n):
+        parts.append(_slice(x, dim, last + 1, min(last + step, n)))
     return parts[0] if len(parts) == 1 else cat(parts, dim)
 
 
