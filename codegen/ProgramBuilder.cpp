@@ -227,6 +227,17 @@ private:
         if (fused.getActivation() != "none")
           s.epilogue.push_back(fused.getActivation().str());
       }
+      // The library's workspace, planned like any buffer (live for this
+      // step only).
+      int64_t elementBytes = int64_t(dtypeSize(prog.buffers[size_t(s.buffers[2])].dtype));
+      if (int64_t bytes = target.convolutionWorkspaceBytes(params, elementBytes)) {
+        BufferInfo workspace;
+        workspace.name = "conv_workspace" + std::to_string(prog.buffers.size());
+        workspace.dtype = DType::I1;
+        workspace.shape = {bytes};
+        prog.buffers.push_back(std::move(workspace));
+        s.buffers.push_back(int(prog.buffers.size()) - 1);
+      }
       prog.steps.push_back(s);
       return success();
     }

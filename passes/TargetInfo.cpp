@@ -167,6 +167,10 @@ public:
   // cuDNN, loaded at run time (runtime/Cudnn.cpp).
   bool hasLibraryConvolution() const override { return true; }
   bool convolutionPadsSymmetrically() const override { return true; }
+  int64_t convolutionWorkspaceBytes(const ConvParams &params,
+                                    int64_t elementBytes) const override {
+    return convWorkspaceBudget(params, elementBytes);
+  }
 
 private:
   std::string n;

@@ -7,6 +7,8 @@
 #ifndef TILEFUSE_PASSES_TARGETINFO_H
 #define TILEFUSE_PASSES_TARGETINFO_H
 
+#include "runtime/Conv.h"
+
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -84,6 +86,13 @@ public:
   virtual bool convolutionAppliesEpilogue(mlir::Operation *conv) const { return false; }
   /// Whether it does for any convolution (graph.conv_bias_act runs here).
   virtual bool convolutionAppliesEpilogues() const { return false; }
+  /// Bytes of workspace to plan for a library convolution of `params` on
+  /// elements of `elementBytes` (a buffer of the memory plan, live during
+  /// its step: runtime/Program.h's convWorkspaceSlot); 0: none.
+  virtual int64_t convolutionWorkspaceBytes(const ConvParams &params,
+                                            int64_t elementBytes) const {
+    return 0;
+  }
 
   /// "cpu" or "cuda[:sm_XX]"; null for an unknown name.
   static std::unique_ptr<TargetInfo> get(const std::string &name);

@@ -43,6 +43,17 @@ struct ConvParams {
   }
 };
 
+/// Bytes of workspace the compiler plans for a library convolution of `p`
+/// on elements of `elementBytes` (cuDNN's algorithms: the executor picks
+/// the fastest deterministic one that fits): the largest operand's bytes,
+/// at least 16 MiB and at most 256 MiB. Live only during its step, it
+/// shares the arena with the buffers not live then.
+inline int64_t convWorkspaceBudget(const ConvParams &p, int64_t elementBytes) {
+  int64_t largest = std::max({p.inputElements(), p.weightElements(), p.outputElements()});
+  return std::min<int64_t>(int64_t(256) << 20,
+                           std::max<int64_t>(int64_t(16) << 20, largest * elementBytes));
+}
+
 /// What a convolution step computes from its two operands (a, b):
 ///   Forward:    (input, weight)  -> output
 ///   GradInput:  (dOutput, weight) -> dInput   (a transposed convolution)

@@ -255,11 +255,10 @@ struct CudaExecutor::State {
   CUstream commStream = nullptr;
   std::map<int32_t, std::pair<CUevent, CUevent>> events; ///< ticket -> (fork, join)
   std::vector<std::shared_ptr<nccl::Comm>> comms;        ///< by process group
-  // Convolutions: cuDNN on the main stream, one workspace (in the arena)
-  // as large as the largest step's, since steps run one after another.
+  // Convolutions: cuDNN on the main stream, each step's workspace a
+  // buffer of the memory plan (convWorkspaceSlot).
   std::unique_ptr<cudnn::Handle> dnn;
   std::map<size_t, std::unique_ptr<cudnn::Conv>> convs; ///< by step index
-  uint64_t convWorkspace = 0;
 };
 
 std::string tilefuse::cudaUnavailableReason() { return Api::get().unavailable; }
@@ -350,15 +349,15 @@ void CudaExecutor::acquire(const std::vector<std::pair<std::string, std::string>
     s.kernels.push_back(f);
   }
   bool needsAttention = false;
-  size_t convWorkspaceBytes = 0;
   for (size_t i = 0; i < prog.steps.size(); ++i) {
     const Step &st = prog.steps[i];
     if (isConvolution(st)) {
       if (!s.dnn)
         s.dnn = std::make_unique<cudnn::Handle>(s.stream);
-      auto conv = std::make_unique<cudnn::Conv>(*s.dnn, st, prog.buffers[st.buffers[2]].dtype);
-      convWorkspaceBytes = std::max(convWorkspaceBytes, conv->workspaceBytes());
-      s.convs[i] = std::move(conv);
+      int slot = convWorkspaceSlot(st);
+      size_t limit = slot >= 0 ? prog.buffers[size_t(st.buffers[size_t(slot)])].byteSize() : 0;
+      s.convs[i] =
+          std::make_unique<cudnn::Conv>(*s.dnn, st, prog.buffers[st.buffers[2]].dtype, limit);
     } else if (st.kind == Step::Kind::Attention || st.kind == Step::Kind::AttentionGrad) {
       CudaAttentionVariant v = cudaAttentionVariant(prog, st);
       if (!cudaAttentionTakes(v.element))
@@ -443,8 +442,6 @@ void CudaExecutor::acquire(const std::vector<std::pair<std::string, std::string>
   }
   uint64_t workspace = size;
   size = alignUp(size + kGemmWorkspace);
-  uint64_t convWorkspace = size;
-  size = alignUp(size + convWorkspaceBytes);
   uint64_t errorWord = size;
   size = alignUp(size + 16);
   uint64_t scratchBytes = 0;
@@ -460,7 +457,6 @@ void CudaExecutor::acquire(const std::vector<std::pair<std::string, std::string>
   check(a.cuMemAlloc(&s.arena, size),
         "allocating " + std::to_string(size >> 20) + " MiB of GPU memory for the program");
   s.workspace = s.arena + workspace;
-  s.convWorkspace = s.arena + convWorkspace;
   s.errorWord = s.arena + errorWord;
   s.scratch = s.arena + scratch;
   pointers.resize(prog.buffers.size());
@@ -989,10 +985,13 @@ void CudaExecutor::enqueueSteps(bool timed) {
       break;
     case Step::Kind::Conv:
     case Step::Kind::ConvGradInput:
-    case Step::Kind::ConvGradWeight:
+    case Step::Kind::ConvGradWeight: {
+      int slot = convWorkspaceSlot(st);
       s.convs.at(index)->enqueue(pointers[st.buffers[0]], pointers[st.buffers[1]],
-                                 pointers[st.buffers[2]], s.convWorkspace);
+                                 pointers[st.buffers[2]],
+                                 slot >= 0 ? pointers[st.buffers[size_t(slot)]] : 0);
       break;
+    }
     case Step::Kind::CollectiveStart:
     case Step::Kind::CollectiveWait:
       enqueueCollective(st);

@@ -139,7 +139,7 @@ cudnn::Handle::~Handle() {
     Api::get().destroy(handle);
 }
 
-cudnn::Conv::Conv(const Handle &h, const Step &s, DType dtype)
+cudnn::Conv::Conv(const Handle &h, const Step &s, DType dtype, size_t workspaceLimit)
     : handle(h), source(s.source) {
   Api &a = api();
   const ConvParams &p = s.conv;
@@ -202,7 +202,7 @@ cudnn::Conv::Conv(const Handle &h, const Step &s, DType dtype)
   const abi::AlgoPerf *chosen = nullptr;
   for (bool deterministicOnly : {true, false}) {
     for (int i = 0; i < returned && !chosen; ++i)
-      if (perf[i].status == 0 && perf[i].memory <= kMaxWorkspace &&
+      if (perf[i].status == 0 && perf[i].memory <= workspaceLimit &&
           (!deterministicOnly || perf[i].determinism == abi::kDeterministic))
         chosen = &perf[i];
     if (chosen)
@@ -211,8 +211,8 @@ cudnn::Conv::Conv(const Handle &h, const Step &s, DType dtype)
   if (!chosen)
     throw CompileError(source + ": cuDNN offers no algorithm for this convolution (" +
                        dtypeName(dtype) + ", groups " + std::to_string(p.groups) +
-                       ") within " + std::to_string(kMaxWorkspace >> 20) +
-                       " MiB of workspace; run it on the CPU");
+                       ") within the " + std::to_string(workspaceLimit) +
+                       " bytes of workspace the program planned for it; run it on the CPU");
   algo = chosen->algo;
   check(sizeOf(h.get(), d0, d1, conv, d2, algo, &workspace),
         source + ": sizing the workspace");

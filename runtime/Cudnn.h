@@ -35,20 +35,23 @@ private:
 
 /// One convolution step's descriptors and algorithm, chosen once at load:
 /// cuDNN's heuristics' first deterministic algorithm (the same bits every
-/// step, as the CPU's oneDNN gives) that fits the workspace limit.
+/// step, as the CPU's oneDNN gives) that fits the workspace the program
+/// planned for the step (convWorkspaceSlot; none: an algorithm that needs
+/// no workspace), else its first algorithm that fits.
 class Conv {
 public:
   /// Refuses (CompileError naming `s.source`) what cuDNN cannot run:
   /// unequal padding on the two sides of a dimension, a dtype other than
-  /// f32/f16/bf16/f64, no algorithm.
-  Conv(const Handle &handle, const Step &s, DType dtype);
+  /// f32/f16/bf16/f64, no algorithm within `workspaceLimit` bytes.
+  Conv(const Handle &handle, const Step &s, DType dtype, size_t workspaceLimit);
   ~Conv();
   Conv(const Conv &) = delete;
   Conv &operator=(const Conv &) = delete;
-  /// Bytes of workspace the chosen algorithm needs.
+  /// Bytes of workspace the chosen algorithm uses (at most the limit).
   size_t workspaceBytes() const { return workspace; }
   /// Enqueues the step on the handle's stream: `out` = the convolution of
-  /// device buffers (a, b) in the step's direction (ConvDirection).
+  /// device buffers (a, b) in the step's direction (ConvDirection), with
+  /// the planned workspace at `workspacePtr`.
   void enqueue(uint64_t a, uint64_t b, uint64_t out, uint64_t workspacePtr) const;
 
 private:
@@ -61,9 +64,6 @@ private:
   size_t workspace = 0;
 };
 
-/// The most workspace one convolution may take (algorithms wanting more are
-/// passed over for the next one cuDNN suggests).
-constexpr size_t kMaxWorkspace = size_t(256) << 20;
 
 } // namespace tilefuse::cudnn
 

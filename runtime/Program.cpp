@@ -53,7 +53,20 @@ static bool writesTrailing(const Step &step) {
 static bool writes(const Step &step, size_t i) {
   if (writesTrailing(step))
     return i + size_t(std::max(0, step.outputs)) >= step.buffers.size();
-  return i == writtenIndex(step);
+  return i == writtenIndex(step) || int(i) == convWorkspaceSlot(step);
+}
+
+static bool isConvolutionStep(const Step &step) {
+  return step.kind == Step::Kind::Conv || step.kind == Step::Kind::ConvGradInput ||
+         step.kind == Step::Kind::ConvGradWeight;
+}
+
+int tilefuse::convWorkspaceSlot(const Step &step) {
+  if (!isConvolutionStep(step))
+    return -1;
+  bool bias = std::find(step.epilogue.begin(), step.epilogue.end(), "bias") != step.epilogue.end();
+  size_t slot = bias ? 4 : 3;
+  return step.buffers.size() == slot + 1 ? int(slot) : -1;
 }
 
 AttentionSlots tilefuse::attentionSlots(const Step &step) {
@@ -82,7 +95,7 @@ std::vector<int> tilefuse::stepReads(const Step &step) {
 /// A convolution step's sizes against themselves (the output-size rule,
 /// the groups) and its three buffers: f32, bf16 or f16 (all one type), of
 /// exactly the element counts the sizes give; a forward one's epilogue and
-/// bias (f32 only).
+/// bias (f32 only); a workspace, where there is one, of i1 bytes.
 static void validateConv(const Program &p, const Step &s, const std::string &what) {
   const ConvParams &c = s.conv;
   auto impossible = [&](const std::string &why) {
@@ -103,8 +116,16 @@ static void validateConv(const Program &p, const Step &s, const std::string &wha
     bias |= op == "bias";
   }
   size_t want = bias ? 4 : 3;
-  if (s.buffers.size() != want)
-    impossible(std::to_string(s.buffers.size()) + " buffers, expected " + std::to_string(want));
+  if (s.buffers.size() != want && s.buffers.size() != want + 1)
+    impossible(std::to_string(s.buffers.size()) + " buffers, expected " + std::to_string(want) +
+               " (or a workspace after them)");
+  if (int slot = convWorkspaceSlot(s); slot >= 0) {
+    const BufferInfo &w = p.buffers[s.buffers[size_t(slot)]];
+    if (w.dtype != DType::I1 || w.shape.size() != 1 || w.role != BufferInfo::Role::Intermediate)
+      throw CompileError("corrupt program: " + what + " has a workspace of " +
+                         dtypeName(w.dtype) + shapeToString(w.shape) +
+                         ", expected an intermediate i1 vector (bytes)");
+  }
   if (!s.epilogue.empty() && p.buffers[s.buffers[2]].dtype != DType::F32)
     throw CompileError("corrupt program: " + what + " applies an epilogue to " +
                        dtypeName(p.buffers[s.buffers[2]].dtype) + " results (f32 only)");

@@ -95,7 +95,8 @@ struct Step {
   /// Attention: q, k, v, [mask], [seed], out, lse. AttentionGrad: q, k, v,
   /// out, lse, dOut, [mask], [seed], dq, dk, dv. Conv: input, weight,
   /// out, [bias] (with a "bias" epilogue); ConvGradInput: dOut, weight, dInput; ConvGradWeight: input, dOut,
-  /// dWeight (runtime/Conv.h). CollectiveStart and CollectiveWait: the
+  /// dWeight (runtime/Conv.h); each convolution then optionally its
+  /// workspace (i1 bytes, planned by the compiler: convWorkspaceSlot). CollectiveStart and CollectiveWait: the
   /// buffer all-reduced or broadcast in place, or the input then the
   /// output (reduce-scatter, all-gather); a wait names its start's buffers,
   /// so they stay live (in flight) until it.
@@ -197,6 +198,12 @@ struct AttentionSlots {
   size_t firstOutput = 0;
 };
 AttentionSlots attentionSlots(const Step &step);
+
+/// The index in `step.buffers` of a convolution step's workspace (the last
+/// buffer, after the bias where there is one), or -1 without one. The step
+/// writes it and nothing reads it after, so the plan keeps it for that
+/// step only.
+int convWorkspaceSlot(const Step &step);
 
 /// The buffers `step` reads and the buffers it writes, in step order.
 std::vector<int> stepReads(const Step &step);

@@ -105,3 +105,26 @@ def test_a_small_cnn_training_step_runs_through_cudnn(tmp_path):
     got = emulate(graph, [x, w1, w2, fc], str(tmp_path))
     for name, g, r in zip(("loss", "dx", "dw1", "dw2", "dfc"), got, want):
         assert max_rel(g, r) <= 2e-5, f"{name}: {max_rel(g, r):.2e}"
+
+
+def test_cudnn_workspaces_are_buffers_of_the_memory_plan():
+    """Each CUDA convolution step's cuDNN workspace is planned like any
+    buffer (TargetInfo::convolutionWorkspaceBytes: the largest operand's
+    bytes, 16 to 256 MiB), live during its step only, so the plan's peak
+    counts it and the steps' workspaces share the arena; the CPU plans
+    none (oneDNN's scratch is its own)."""
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((2, 3, 9, 9)).astype(np.float32)
+    w = (rng.standard_normal((4, 3, 3, 3)) * 0.3).astype(np.float32)
+    graph = tilefuse.trace(lambda x, w: (F.conv2d(x, w, padding=1) ** 2).sum(),
+                           x, w).value_and_grad(wrt=(0, 1))
+    plan = graph.memory_plan("cuda:sm_90")
+    spaces = [b for b in plan.buffers if b.name.startswith("conv_workspace")]
+    assert len(spaces) == 3, [b.name for b in plan.buffers]  # forward, dx, dw
+    for b in spaces:
+        assert b.dtype == "i1" and b.bytes == 16 << 20 and b.first == b.last, b
+        assert b.op.startswith("graph.conv"), b
+    assert len({b.offset for b in spaces}) == 1, "one step at a time: one place"
+    assert plan.peak >= 16 << 20
+    assert not [b for b in graph.memory_plan("cpu").buffers
+                if b.name.startswith("conv_workspace")]

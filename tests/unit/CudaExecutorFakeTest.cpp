@@ -15,6 +15,7 @@
 #include "runtime/Artifact.h"
 #include "runtime/CpuExecutor.h"
 #include "runtime/CudaExecutor.h"
+#include "runtime/MemoryPlan.h"
 #include "runtime/Nccl.h"
 #include "tests/unit/CollectivePrograms.h"
 
@@ -582,8 +583,9 @@ TEST_F(FakeCuda, CollectivesWithoutACommunicatorAreRefusedByName) {
 
 /// A convolution's forward, input gradient and weight gradient as three
 /// library steps over arguments x [N, C, *in], w [O, C / groups, *k] and dy
-/// [N, O, *out], with `params` (padding alike on both sides).
-static Program convolutionProgram(const ConvParams &c, DType t) {
+/// [N, O, *out], with `params` (padding alike on both sides), each with a
+/// planned workspace of `workspace` bytes (none for 0).
+static Program convolutionProgram(const ConvParams &c, DType t, int64_t workspace = 4096) {
   Program p;
   auto shape = [&](int64_t a, int64_t b, const std::array<int64_t, 3> &spatial) {
     Shape s = {a, b};
@@ -601,6 +603,9 @@ static Program convolutionProgram(const ConvParams &c, DType t) {
   auto step = [&](Step::Kind kind, std::vector<int> bufs, const char *source) {
     Step s;
     s.kind = kind, s.conv = c, s.buffers = std::move(bufs), s.source = source;
+    if (workspace > 0)
+      s.buffers.push_back(buffer(p, std::string(source) + "_workspace", {workspace},
+                                 BufferInfo::Role::Intermediate, DType::I1));
     p.steps.push_back(s);
   };
   step(Step::Kind::Conv, {x, w, y}, "graph.conv");
@@ -631,15 +636,22 @@ static ConvParams convParams(int spatial, std::array<int64_t, 3> in, std::array<
   return c;
 }
 
+/// A counter of the driver double's cuDNN.
+static int64_t fakeCudnnCount(const char *counter) {
+  auto f = reinterpret_cast<int64_t (*)()>(
+      dlsym(dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD), counter));
+  return f ? f() : -1;
+}
+
 TEST_F(FakeCuda, ConvolutionsRunThroughCudnnAndMatchTheCpuExecutor) {
   // cuDNN's descriptors, directions, operand order and workspace (the
-  // driver double checks each, and runs only the deterministic algorithm
-  // its heuristics offer second) against the CPU executor's oneDNN, for
-  // 2-d (groups, stride, dilation) and 1-d (as 2-d over a height of 1)
-  // convolutions; eager, captured and replayed.
-  auto cudnnConvolutions = reinterpret_cast<int64_t (*)()>(
-      dlsym(dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD), "tf_fake_cudnn_convolutions"));
-  ASSERT_NE(cudnnConvolutions, nullptr);
+  // driver double checks each; its deterministic algorithm, offered
+  // second, needs a workspace, which must be the step's planned buffer)
+  // against the CPU executor's oneDNN, for 2-d (groups, stride, dilation)
+  // and 1-d (as 2-d over a height of 1) convolutions; eager, captured and
+  // replayed.
+  auto cudnnConvolutions = [] { return fakeCudnnCount("tf_fake_cudnn_convolutions"); };
+  ASSERT_GE(cudnnConvolutions(), 0);
   for (const ConvParams &c : {convParams(2, {7, 6, 0}, {3, 3, 0}, 2, 1, 1, 2),
                               convParams(2, {9, 8, 0}, {3, 2, 0}, 1, 2, 2, 1),
                               convParams(1, {11, 0, 0}, {4, 0, 0}, 3, 1, 1, 2)}) {
@@ -657,6 +669,42 @@ TEST_F(FakeCuda, ConvolutionsRunThroughCudnnAndMatchTheCpuExecutor) {
     EXPECT_EQ(cudnnConvolutions() - before, 6) << "two eager calls' and one capture's 3 steps";
     EXPECT_EQ(gpu.graphsCaptured(), 1);
   }
+}
+
+TEST_F(FakeCuda, ConvolutionWorkspacesAreTheMemoryPlansBuffers) {
+  // The workspace of each convolution step is a buffer of the plan (live
+  // during its step only, so the three share memory) and bounds the
+  // algorithm: with room the deterministic algorithm runs in the planned
+  // buffer; without a planned workspace, one that needs none.
+  ConvParams c = convParams(2, {7, 6, 0}, {3, 3, 0}, 2, 1, 1, 2);
+  for (int64_t workspace : {int64_t(4096), int64_t(0)}) {
+    Program p = convolutionProgram(c, DType::F32, workspace);
+    if (workspace > 0) {
+      MemoryPlan plan = planMemory(p, 256);
+      std::vector<uint64_t> offsets;
+      for (const Step &st : p.steps) {
+        int slot = convWorkspaceSlot(st);
+        ASSERT_GE(slot, 0);
+        offsets.push_back(plan.offsets[size_t(st.buffers[size_t(slot)])]);
+      }
+      EXPECT_TRUE(offsets[0] == offsets[1] || offsets[1] == offsets[2] ||
+                  offsets[0] == offsets[2])
+          << "workspaces live one step each share the arena";
+    }
+    std::vector<HostTensor> args = randomArguments(p, DType::F32, 5);
+    std::vector<HostTensor> want = CpuExecutor(p, {}, nullptr).run(args);
+    CudaExecutor gpu(p, {});
+    int64_t before = fakeCudnnCount("tf_fake_cudnn_workspace_convolutions");
+    std::vector<HostTensor> got = gpu.run(args);
+    for (size_t r = 0; r < got.size(); ++r)
+      expectNear(got[r], want[r], 1e-5, p.buffers[p.results[r]].name.c_str());
+    EXPECT_EQ(fakeCudnnCount("tf_fake_cudnn_workspace_convolutions") - before,
+              workspace > 0 ? 3 : 0);
+  }
+  // A workspace buffer that is not i1 bytes is a corrupt program.
+  Program bad = convolutionProgram(c, DType::F32);
+  bad.buffers[size_t(bad.steps[0].buffers[3])].dtype = DType::F32;
+  EXPECT_THROW(bad.validate(), CompileError);
 }
 
 TEST_F(FakeCuda, HalfConvolutionsRunThroughCudnn) {

@@ -565,8 +565,20 @@ TEST(Program, ValidateRefusesConvolutionStepsThatContradictTheirSizes) {
   r.steps[0].epilogue = {"bias", "gelu"};
   refused(r, "has convolution epilogue 'gelu' at position 1");
   r = q;
-  r.steps[0].epilogue = {"relu"}; // the bias buffer is one too many
-  refused(r, "4 buffers, expected 3");
+  r.steps[0].epilogue = {"relu"}; // the bias buffer where a workspace may be
+  refused(r, "has a workspace of f32[8], expected an intermediate i1 vector (bytes)");
+  // A workspace (i1 bytes, after the bias): written by the step, so the
+  // plan keeps it for that step only; one buffer more is refused.
+  r = q;
+  r.buffers.push_back(buffer("workspace", DType::I1, {4096})); // 6
+  r.steps[0].buffers.push_back(6);
+  EXPECT_NO_THROW(r.validate());
+  EXPECT_EQ(convWorkspaceSlot(r.steps[0]), 4);
+  EXPECT_EQ(stepWrites(r.steps[0]), (std::vector<int>{2, 6}));
+  EXPECT_EQ(stepReads(r.steps[0]), (std::vector<int>{0, 1, 5}));
+  EXPECT_EQ(convWorkspaceSlot(q.steps[0]), -1);
+  r.steps[0].buffers.push_back(6);
+  refused(r, "6 buffers, expected 4 (or a workspace after them)");
   r = q;
   r.buffers[5].shape = {4};
   refused(r, "has a bias of f32[4], expected 8 f32 values");

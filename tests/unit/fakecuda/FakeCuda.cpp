@@ -77,6 +77,7 @@ struct Fake {
   std::vector<std::function<void()>> recorded;
   int64_t launches = 0, instantiated = 0, graphLaunches = 0;
   int64_t cudnnConvolutions = 0; ///< convolutions enqueued through cuDNN
+  int64_t cudnnWorkspaceConvolutions = 0; ///< of those, by the algorithm with a workspace
   int64_t liveStreams = 0; ///< created and not yet destroyed
   int64_t contextRefs = 0; ///< primary context retains not yet released
   /// The operand alignment the last cuBLASLt matmul's algorithm was chosen
@@ -893,10 +894,14 @@ abi::Status convolve(tilefuse::ConvDirection dir, const void *alpha, void *da, c
   bool f64 = type == abi::kDouble;
   double one = f64 ? *static_cast<const double *>(alpha) : *static_cast<const float *>(alpha);
   double zero = f64 ? *static_cast<const double *>(beta) : *static_cast<const float *>(beta);
-  if (algo != 0 || one != 1.0 || zero != 0.0)
+  // Algorithm 0 needs kFakeWorkspace bytes of workspace inside one device
+  // allocation (the program's planned buffer); algorithm 1 none.
+  if ((algo != 0 && algo != 1) || one != 1.0 || zero != 0.0)
     return abi::kStatusNotSupported;
-  if (wsBytes < kFakeWorkspace || !inAllocation(ws, kFakeWorkspace))
+  if (algo == 0 && (wsBytes < kFakeWorkspace || !inAllocation(ws, wsBytes)))
     return kBadParam;
+  if (algo == 0)
+    ++fake().cudnnWorkspaceConvolutions;
   cudaDataType t = fromCudnn(type);
   // Operand element counts by direction: (input, weight) -> output,
   // (dOutput, weight) -> dInput, (input, dOutput) -> dWeight.
@@ -929,6 +934,7 @@ abi::Status convolve(tilefuse::ConvDirection dir, const void *alpha, void *da, c
 
 extern "C" {
 int64_t tf_fake_cudnn_convolutions() { return fake().cudnnConvolutions; }
+int64_t tf_fake_cudnn_workspace_convolutions() { return fake().cudnnWorkspaceConvolutions; }
 abi::Status cudnnCreate(abi::Handle *h) {
   *h = new int(0);
   return 0;
