@@ -158,7 +158,11 @@ public:
   int64_t fullReductionSlices() const override { return 512; }
   bool rematerializesReductions() const override { return true; }
   int64_t rowScratchBytes() const override { return 0; }
-  int64_t fusedAttentionMaxDim() const override { return kCudaAttentionMaxDim; }
+  // Heads whose tiles fit the architecture's shared memory (256 from
+  // sm_80 and on sm_70; 128 on sm_75 and before sm_70).
+  int64_t fusedAttentionMaxDim() const override {
+    return cudaAttentionMaxDimFor(cudaSharedOptInBytes(computeCapability()));
+  }
   // bf16 and f16 tiles widened to f32 as they are loaded
   // (codegen/cuda/CudaAttention.cpp).
   bool fusedAttentionTakes16Bit(mlir::Type element) const override {
@@ -173,6 +177,11 @@ public:
   }
 
 private:
+  /// 90 for "cuda" and "cuda:sm_90".
+  int64_t computeCapability() const {
+    size_t at = n.find("sm_");
+    return at == std::string::npos ? 90 : std::stoll(n.substr(at + 3));
+  }
   std::string n;
 };
 

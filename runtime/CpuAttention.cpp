@@ -779,12 +779,16 @@ void backward(const Attention &a, const void *out, const float *lse, const void 
                    });
 }
 
-void checkAttentionType(DType dtype) {
+} // namespace
+
+void cpu::checkAttentionType(DType dtype) {
   if (dtype != DType::F32 && dtype != DType::BF16)
     throw CompileError(std::string("graph.attention: no CPU kernels for ") + dtypeName(dtype) +
                        " (f32 and bf16; compile the function again: fusion widens f16 "
                        "attention)");
 }
+
+namespace {
 
 /// `x` rounded to bf16 into `p`.
 void narrow(const std::vector<float> &x, void *p) {

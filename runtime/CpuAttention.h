@@ -81,6 +81,10 @@ void attentionBackward(const AttentionShape &s, DType dtype, const void *q, cons
                        const void *v, const void *mask, const void *out, const float *lse,
                        const void *dOut, void *dq, void *dk, void *dv);
 
+/// Refuses (CompileError) an element type these kernels do not take (f16:
+/// fusion for the CPU widens it); the executor asks at load.
+void checkAttentionType(DType dtype);
+
 } // namespace tilefuse::cpu
 
 #endif // TILEFUSE_RUNTIME_CPUATTENTION_H

@@ -19,6 +19,9 @@ CpuExecutor::CpuExecutor(Program program, std::vector<CpuKernelFn> fns,
     : prog(std::move(program)), kernels(std::move(fns)),
       keepAlive(std::move(keep)) {
   prog.validate();
+  for (const Step &st : prog.steps)
+    if (st.kind == Step::Kind::Attention || st.kind == Step::Kind::AttentionGrad)
+      cpu::checkAttentionType(prog.buffers[size_t(st.buffers[0])].dtype);
   if (kernels.size() != prog.kernels.size())
     throw CompileError("CPU executor: " + std::to_string(kernels.size()) +
                        " kernel entry points for " +

@@ -45,7 +45,8 @@ constexpr CudaAttentionTiles kCudaAttentionTiles[] = {
 };
 
 /// The largest head (or value) dimension the CUDA kernels take; fusion
-/// writes attention with larger heads out for CUDA.
+/// writes attention with larger heads out for CUDA (and those past
+/// cudaAttentionMaxDimFor's for an architecture with less shared memory).
 constexpr int64_t kCudaAttentionMaxDim = 256;
 
 /// The tiles for head dimension `headDim` and value dimension `valueDim`,
@@ -117,6 +118,34 @@ inline int64_t cudaAttentionSharedBytes(const std::string &kernel, const CudaAtt
   // query_grads: q, dO, k, v tiles; dS; lse, delta
   return 4 * (2 * t.queryGradRows * row + 2 * t.queryGradKeys * row +
               int64_t(t.queryGradRows) * (t.queryGradKeys + 1) + 2 * t.queryGradRows);
+}
+
+/// The most shared memory a block may opt into on compute capability
+/// `sm` (major * 10 + minor; CUDA's per-architecture limits).
+inline int64_t cudaSharedOptInBytes(int64_t sm) {
+  if (sm >= 90)
+    return 227 << 10;
+  if (sm == 80 || sm == 87)
+    return 163 << 10;
+  if (sm == 86 || sm == 89)
+    return 99 << 10;
+  if (sm == 70 || sm == 72)
+    return 96 << 10;
+  if (sm == 75)
+    return 64 << 10;
+  return kCudaDefaultSharedBytes;
+}
+
+/// The largest head dimension whose kernels (all three) fit `optInBytes`
+/// of shared memory per block.
+inline int64_t cudaAttentionMaxDimFor(int64_t optInBytes) {
+  int64_t best = 0;
+  for (const CudaAttentionTiles &t : kCudaAttentionTiles)
+    if (cudaAttentionSharedBytes("forward", t) <= optInBytes &&
+        cudaAttentionSharedBytes("key_grads", t) <= optInBytes &&
+        cudaAttentionSharedBytes("query_grads", t) <= optInBytes)
+      best = std::max<int64_t>(best, t.maxDim);
+  return best;
 }
 
 /// The kernels' one argument, passed by value. Every field is 8 bytes, in

@@ -379,9 +379,20 @@ void CudaExecutor::acquire(const std::vector<std::pair<std::string, std::string>
     check(a.cuDeviceGetAttribute(&optIn, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN,
                                  s.device),
           "reading the device's shared memory per block");
-    for (const CudaAttentionVariant &v : cudaAttentionVariants(prog))
-      for (const char *kernel : {"forward", "key_grads", "query_grads"}) {
+    // The kernels the steps launch (an inference program only forwards,
+    // whose tiles are the smallest), each once.
+    std::set<std::string> launched;
+    for (const Step &st : prog.steps) {
+      if (st.kind != Step::Kind::Attention && st.kind != Step::Kind::AttentionGrad)
+        continue;
+      CudaAttentionVariant v = cudaAttentionVariant(prog, st);
+      std::vector<const char *> kernels = {"forward"};
+      if (st.kind == Step::Kind::AttentionGrad)
+        kernels = {"key_grads", "query_grads"};
+      for (const char *kernel : kernels) {
         std::string fn = cudaAttentionKernel(kernel, v);
+        if (!launched.insert(fn).second)
+          continue;
         CUfunction f = nullptr;
         check(a.cuModuleGetFunction(&f, m, fn.c_str()), "finding attention kernel " + fn);
         // Tiles past the default 48 KiB need the kernel's opt-in (once
@@ -390,15 +401,17 @@ void CudaExecutor::acquire(const std::vector<std::pair<std::string, std::string>
         if (bytes > optIn)
           throw CompileError("attention kernel " + fn + " needs " + std::to_string(bytes) +
                              " bytes of shared memory per block; " + s.name + " allows " +
-                             std::to_string(optIn) + ": heads of " +
-                             std::to_string(v.tiles->maxDim) + " do not run on this GPU "
-                             "(compile for its architecture, or run on the CPU)");
+                             std::to_string(optIn) + ": heads of up to " +
+                             std::to_string(v.tiles->maxDim) + " do not run on this GPU; "
+                             "compile the function for its architecture (cuda:sm_XX, which "
+                             "writes such attention out), or run it on the CPU");
         if (bytes > kCudaDefaultSharedBytes)
           check(a.cuFuncSetAttribute(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
                                      int(bytes)),
                 "letting " + fn + " use " + std::to_string(bytes) + " bytes of shared memory");
         s.library[fn] = f;
       }
+    }
   }
   s.comms.assign(prog.groups.size(), nullptr);
   for (const Step &st : prog.steps)

@@ -1,7 +1,14 @@
 // RUN: tilefuse-opt %s --fuse=target=cuda:sm_90 | FileCheck %s
+// RUN: tilefuse-opt %s --fuse=target=cuda:sm_75 | FileCheck %s --check-prefix=SM75
 // The CUDA attention kernels take head and value dimensions up to 256:
 // fusion keeps such graph.attention / graph.attention_grad ops as library
-// steps and writes wider ones out (matmul, exp, reductions).
+// steps and writes wider ones out (matmul, exp, reductions). The d256
+// gradient kernels' tiles need 68 KiB of shared memory, more than an
+// sm_75 gives a block: there heads past 128 are written out.
+
+// SM75-LABEL: func.func @kept(
+// SM75-NOT:     graph.attention
+// SM75:         graph.matmul
 
 // CHECK-LABEL: func.func @kept(
 // CHECK:         graph.attention %

@@ -359,3 +359,33 @@ def test_an_autograd_function_is_refused_by_from_torch_and_kept_by_the_backend()
         assert abs(got.item() - want.item()) <= RTOL * abs(want.item())
     for p, q in zip(model.parameters(), twin.parameters()):
         assert torch.allclose(p, q, rtol=1e-5, atol=1e-6)
+
+
+class ChannelsLastPool(torch.nn.Module):
+    """ConvNeXt's head: a layer norm over channels through permutes, then
+    adaptive average pooling, whose decomposition restrides its fresh
+    result in place (aten.as_strided_ to channels-last strides)."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 8, 3)
+        self.norm = torch.nn.LayerNorm(8)
+        self.fc = torch.nn.Linear(8, 4)
+
+    def forward(self, x):
+        h = self.norm(self.conv(x).permute(0, 2, 3, 1)).permute(0, 3, 1, 2)
+        return self.fc(torch.nn.functional.adaptive_avg_pool2d(h, 1).flatten(1)).square().mean()
+
+
+def test_an_in_place_restride_of_a_fresh_result_converts_in_from_torch():
+    torch.manual_seed(0)
+    model, x = ChannelsLastPool(), torch.randn(2, 3, 9, 9)
+    twin, third = copy.deepcopy(model), copy.deepcopy(model)
+    opt = torch.optim.SGD(twin.parameters(), lr=0.1)
+    step = tilefuse.from_torch(third, (x,), torch.optim.SGD(third.parameters(), lr=0.1))
+    for _ in range(3):
+        opt.zero_grad()
+        want = twin(x)
+        want.backward()
+        opt.step()
+        assert abs(step(x) - want.item()) <= RTOL * abs(want.item())

@@ -14,6 +14,7 @@
 //===----------------------------------------------------------------------===//
 #include "runtime/Artifact.h"
 #include "runtime/CpuExecutor.h"
+#include "runtime/CudaAttentionKernels.h"
 #include "runtime/CudaExecutor.h"
 #include "runtime/MemoryPlan.h"
 #include "runtime/Nccl.h"
@@ -411,6 +412,54 @@ TEST_F(FakeCuda, AttentionStepsTheKernelsCannotRunAreRefusedAtLoadWithTheReason)
   std::string missing = refusal(attentionProgram(64));
   EXPECT_NE(missing.find("has attention steps but no tf_attention cubin"), std::string::npos)
       << missing;
+}
+
+TEST_F(FakeCuda, WideAttentionTilesOptIntoSharedMemoryOrAreRefusedWhereTheGpuHasTooLittle) {
+  // Heads of up to 256: the gradient kernels' tiles take more than the
+  // 48 KiB a kernel gets without opting in; the forward's too. The
+  // executor opts each launched kernel in to exactly its bytes, and
+  // refuses at load, naming the kernel and the way out, where the device
+  // allows less (an sm_75's 64 KiB).
+  void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+  auto setOptIn = reinterpret_cast<void (*)(unsigned)>(dlsym(lib, "tf_fake_set_shared_opt_in"));
+  auto limitOf = reinterpret_cast<int (*)(const char *)>(
+      dlsym(lib, "tf_fake_dynamic_shared_limit"));
+  ASSERT_TRUE(setOptIn && limitOf);
+  Program p = attentionProgram(200);
+  const CudaAttentionVariant v = cudaAttentionVariant(p, p.steps[0]);
+  ASSERT_EQ(v.tiles->maxDim, 256);
+  std::string forward = cudaAttentionKernel("forward", v);
+  registerFakeKernel(forward.c_str(), 1, &unused);
+  std::vector<std::pair<std::string, std::string>> blobs = fakeCubins(p);
+  blobs.emplace_back(kCudaAttentionBlob, "fake cubin");
+  {
+    CudaExecutor gpu(p, blobs);
+    EXPECT_EQ(limitOf(forward.c_str()), cudaAttentionSharedBytes("forward", *v.tiles));
+  }
+  setOptIn(64 << 10);
+  EXPECT_NO_THROW(CudaExecutor(p, blobs)) << "the forward's 51456 bytes fit 64 KiB";
+  Program grad = p;
+  grad.steps[0].kind = Step::Kind::AttentionGrad; // only what it launches is checked
+  for (const char *k : {"key_grads", "query_grads"})
+    registerFakeKernel(cudaAttentionKernel(k, v).c_str(), 1, &unused);
+  int lse = grad.steps[0].buffers[4], out = grad.steps[0].buffers[3];
+  int dq = buffer(grad, "dq", grad.buffers[size_t(out)].shape);
+  int dk = buffer(grad, "dk", grad.buffers[size_t(out)].shape);
+  int dv = buffer(grad, "dv", grad.buffers[size_t(out)].shape);
+  grad.steps[0].buffers = {0, 0, 0, out, lse, 0, dq, dk, dv};
+  grad.steps[0].outputs = 3;
+  grad.results = {dq};
+  try {
+    CudaExecutor gpu(grad, blobs);
+    ADD_FAILURE() << "loaded";
+  } catch (const CompileError &e) {
+    EXPECT_NE(std::string(e.what()).find("attention kernel tf_attention_key_grads_f32_d256 "
+                                         "needs 68096 bytes of shared memory per block; "),
+              std::string::npos)
+        << e.what();
+  }
+  setOptIn(227 << 10);
+  EXPECT_NO_THROW(CudaExecutor(grad, blobs));
 }
 
 TEST_F(FakeCuda, ArtifactsForAnotherArchitectureOrWithoutCubinsAreRefused) {

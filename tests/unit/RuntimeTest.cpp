@@ -495,6 +495,14 @@ TEST(Program, ValidateRefusesAttentionStepsThatContradictTheirSizes) {
   for (int b : {0, 1, 2, 5, 7, 8, 9})
     q.buffers[size_t(b)].dtype = DType::F16;
   EXPECT_NO_THROW(q.validate());
+  try { // the CPU's kernels take f32 and bf16: refused at load, not mid-run
+    CpuExecutor cpu(q, {}, nullptr);
+    ADD_FAILURE() << "loaded";
+  } catch (const CompileError &e) {
+    EXPECT_NE(std::string(e.what()).find("graph.attention: no CPU kernels for f16"),
+              std::string::npos)
+        << e.what();
+  }
   q.buffers[0].dtype = q.buffers[1].dtype = q.buffers[2].dtype = DType::F64;
   refused(q, "buffer 0 is f64[2, 4, 5, 8]");
 }

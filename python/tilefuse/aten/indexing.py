@@ -521,10 +521,16 @@ def _strided_positions(x, size, stride, storage_offset, op):
     return pos
 
 
-@converts(aten.as_strided.default, aten.as_strided_copy.default)
+@converts(aten.as_strided.default, aten.as_strided_copy.default, aten.as_strided_.default)
 def _as_strided(x, size, stride, storage_offset=None):
-    return _select_positions(x, _strided_positions(x, size, stride, storage_offset,
-                                                   aten.as_strided))
+    """as_strided_ (in place: the tensor itself under new strides, what
+    PyTorch's adaptive_avg_pool2d decomposition leaves on a fresh result)
+    has the same value. Strides that keep every element where it is (they
+    differ only in dims of size 1) are the input itself."""
+    pos = _strided_positions(x, size, stride, storage_offset, aten.as_strided)
+    if tuple(size) == tuple(x.shape) and np.array_equal(pos.ravel(), np.arange(pos.size)):
+        return x
+    return _select_positions(x, pos)
 
 
 @converts(aten.as_strided_scatter.default)

@@ -50,8 +50,10 @@ using KernelFn = void (*)(const uint64_t *params, unsigned grid, unsigned thread
 using EmuLaunch = int (*)(unsigned grid, unsigned threads, unsigned sharedBytes, void **params,
                           char *errors, int size);
 /// Dynamic shared memory per block without an opt-in, and the most a
-/// kernel may opt into (an H100's or H200's).
-constexpr unsigned kDefaultSharedBytes = 48 << 10, kOptInSharedBytes = 227 << 10;
+/// kernel may opt into (an H100's or H200's unless a test sets another:
+/// tf_fake_set_shared_opt_in).
+constexpr unsigned kDefaultSharedBytes = 48 << 10;
+unsigned optInSharedBytes = 227 << 10;
 struct Kernel {
   std::string name;
   int params = 0;
@@ -219,6 +221,13 @@ void tf_fake_register_kernel(const char *name, int params, KernelFn fn) {
   fake().registered[name] = Kernel{name, params, fn};
 }
 int64_t tf_fake_live_streams() { return fake().liveStreams; }
+/// The device's CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN.
+void tf_fake_set_shared_opt_in(unsigned bytes) { optInSharedBytes = bytes; }
+/// Each kernel's CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, by name.
+int tf_fake_dynamic_shared_limit(const char *name) {
+  auto it = fake().registered.find(name);
+  return it == fake().registered.end() ? -1 : int(it->second.maxDynamicShared);
+}
 int64_t tf_fake_context_refs() { return fake().contextRefs; }
 uint32_t tf_fake_last_matmul_alignment() { return fake().lastMatmulAlignment; }
 void tf_fake_counters(int64_t *launches, int64_t *instantiated, int64_t *graphLaunches) {
@@ -242,7 +251,7 @@ CUresult CUDAAPI cuDeviceGet(CUdevice *d, int ordinal) {
 CUresult CUDAAPI cuDeviceGetAttribute(int *v, CUdevice_attribute a, CUdevice) {
   *v = a == CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR           ? 9
        : a == CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR         ? 0
-       : a == CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN ? int(kOptInSharedBytes)
+       : a == CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN ? int(optInSharedBytes)
                                                                    : 0;
   return CUDA_SUCCESS;
 }
@@ -375,7 +384,7 @@ CUresult CUDAAPI cuModuleGetFunction(CUfunction *f, CUmodule m, const char *name
 CUresult CUDAAPI cuFuncSetAttribute(CUfunction f, CUfunction_attribute attribute, int value) {
   if (attribute != CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES)
     return CUDA_ERROR_NOT_SUPPORTED;
-  if (value < 0 || unsigned(value) > kOptInSharedBytes)
+  if (value < 0 || unsigned(value) > optInSharedBytes)
     return CUDA_ERROR_INVALID_VALUE;
   reinterpret_cast<Kernel *>(f)->maxDynamicShared = unsigned(value);
   return CUDA_SUCCESS;
