@@ -3,13 +3,21 @@ PyTorch's window sizes, output sizes, divisors and index choices: the
 functional API (F.max_pool2d, F.avg_pool2d, F.adaptive_avg_pool2d, ...)
 and the PyTorch importer's pooling ops both build on these.
 
-A window's elements are a gather of the input at fixed positions (numpy
-builds the table of positions once; one slot past the input stands for the
-padding, which holds 0 or -inf); pooling reduces over the window; the
-backward ops add back into the same positions (graph.scatter_add). The
-index of a window's maximum is its first, or its last NaN, and a window of
--inf points at its first element inside the input (PyTorch's CPU kernels).
+Windows of a fixed size and stride (max and average pooling, and adaptive
+pooling whose windows are uniform) are strided slices: one per position in
+the window, of the input padded with 0 or -inf by concatenation, each
+[N, C, *out]; pooling folds them elementwise, and the backward places each
+position's share back with the slices' inverse (zeros interleaved and
+padded, then cropped). All of it is views and elementwise ops, so fusion
+makes the forward one kernel and the backward one, with no [out, window]
+buffer. Adaptive windows of varying sizes stay gathers of the input at
+fixed positions (numpy builds the table of positions once; one slot past
+the input stands for the padding), reduced over the window, their backward
+added back into the same positions (graph.scatter_add). The index of a
+window's maximum is its first, or its last NaN, and a window of -inf points
+at its first element inside the input (PyTorch's CPU kernels).
 """
+import itertools
 import math
 
 import numpy as np
@@ -162,6 +170,132 @@ def count_grid(counts):
     return grid.reshape(-1).astype(np.float64)
 
 
+# -- fixed windows as strided slices -------------------------------------------------------
+
+def window_offsets(kernel):
+    """The positions in a window, in PyTorch's scan order (row-major)."""
+    return list(itertools.product(*[range(k) for k in kernel]))
+
+
+def padded_sizes(spatial, kernel, stride, padding, dilation, out):
+    """Per spatial dim: (elements before the input, after it) so every
+    window lies inside; the after part may be negative (windows stop short
+    of the input's end)."""
+    return [(p, (o - 1) * st + dl * (k - 1) + 1 - s - p)
+            for s, k, st, p, dl, o in zip(spatial, kernel, stride, padding, dilation, out)]
+
+
+def window_slices(x, kernel, stride, padding, dilation, out, fill):
+    """[(offset, x's elements at that window position)]: x [N, C, *S]
+    padded with `fill` on every side it needs, then one strided slice
+    [N, C, *out] per window offset."""
+    spatial = list(x.shape[2:])
+    xp = x
+    for i, (low, high) in enumerate(padded_sizes(spatial, kernel, stride, padding, dilation,
+                                                 out)):
+        dim = 2 + i
+        parts = []
+        for size, where_ in ((low, 0), (high, 1)):
+            if size > 0:
+                shape = list(xp.shape)
+                shape[dim] = size
+                parts.append((where_, const(xp, np.full(shape, fill), xp.dtype)))
+        if parts:
+            xp = cat([t for w, t in parts if w == 0] + [xp] + [t for w, t in parts if w == 1],
+                     dim)
+    out_slices = []
+    for offset in window_offsets(kernel):
+        key = [slice(None), slice(None)]
+        for i, k in enumerate(offset):
+            start = k * dilation[i]
+            key.append(slice(start, start + (out[i] - 1) * stride[i] + 1, stride[i]))
+        out_slices.append((offset, xp[tuple(key)]))
+    return out_slices
+
+
+def window_tables(spatial, kernel, stride, padding, dilation, out):
+    """([K, *out] flat position in the spatial plane of each window
+    element, [K, *out] whether it lies inside the input)."""
+    pos, valid = [], []
+    for offset in window_offsets(kernel):
+        coords = [np.arange(o) * st - p + k * dl
+                  for o, st, p, k, dl in zip(out, stride, padding, offset, dilation)]
+        grids = np.meshgrid(*coords, indexing="ij")
+        inside = np.ones(out, bool)
+        flat = np.zeros(out, np.int64)
+        for g, s in zip(grids, spatial):
+            inside &= (g >= 0) & (g < s)
+            flat = flat * s + g
+        pos.append(flat)
+        valid.append(inside)
+    return np.stack(pos), np.stack(valid)
+
+
+def unslice_window(t, offset, x_shape, stride, padding, dilation):
+    """The inverse of window_slices' slice at `offset`: t [N, C, *out] at
+    its elements' positions in zeros of x_shape [N, C, *S] (positions in
+    the padding dropped). Zeros interleaved by reshapes and concatenations,
+    then padded and cropped: views, fused into the consumer."""
+    spatial = list(x_shape[2:])
+    for i, (k, st, p, dl) in enumerate(zip(offset, stride, padding, dilation)):
+        dim = 2 + i
+        m = t.shape[dim]
+        if st > 1:  # [.., m, ..] -> [.., m * st, ..] with st - 1 zeros after each
+            shape = list(t.shape)
+            split = shape[:dim] + [m, 1] + shape[dim + 1:]
+            gap = shape[:dim] + [m, st - 1] + shape[dim + 1:]
+            t = cat([t.reshape(*split), const(t, np.zeros(gap), t.dtype)], dim + 1)
+            t = t.reshape(*(shape[:dim] + [m * st] + shape[dim + 1:]))
+            t = t[tuple([slice(None)] * dim + [slice(0, (m - 1) * st + 1)])]
+        # t's first element sits at padded position k * dl, input position
+        # k * dl - p; crop or pad to [0, S).
+        start = k * dl - p
+        lo, hi = max(0, -start), t.shape[dim]
+        hi = min(hi, spatial[i] - start)
+        if hi <= lo:
+            return const(t, np.zeros(x_shape), t.dtype)
+        t = t[tuple([slice(None)] * dim + [slice(lo, hi)])]
+        before, after = start + lo, spatial[i] - (start + hi)
+        parts = []
+        for size in (before, after):
+            shape = list(t.shape)
+            shape[dim] = size
+            parts.append(const(t, np.zeros(shape), t.dtype) if size > 0 else None)
+        t = cat([q for q in (parts[0], t, parts[1]) if q is not None], dim) \
+            if parts[0] is not None or parts[1] is not None else t
+    return t
+
+
+def window_sum_back(terms, x_shape, kernel, stride, padding, dilation):
+    """The sum of each offset's term [N, C, *out] placed back into zeros of
+    x_shape: the gradient of a window fold."""
+    total = None
+    for offset, t in zip(window_offsets(kernel), terms):
+        placed = unslice_window(t, offset, x_shape, stride, padding, dilation)
+        total = placed if total is None else total + placed
+    return total
+
+
+# Windows of more elements than this stay gathers: a slice per element
+# would make the kernels' bodies as long as the window (a global pool's
+# window is the whole plane).
+MAX_WINDOW_SLICES = 64
+
+
+def sliced(kernel):
+    return int(np.prod(kernel, dtype=np.int64)) <= MAX_WINDOW_SLICES
+
+
+def uniform_windows(spatial, out):
+    """Adaptive pooling's windows as (kernel, stride) where every output
+    cell's window has one size (each spatial size a multiple of its output
+    size) of at most MAX_WINDOW_SLICES elements, else None."""
+    if any(s % o for s, o in zip(spatial, out)):
+        return None
+    kernel = [s // o for s, o in zip(spatial, out)]
+    return (kernel, kernel) if sliced(kernel) else None
+
+
 # -- average pooling ----------------------------------------------------------------------
 
 def avg_divisors(spatial, out, kernel, stride, padding, count_include_pad, divisor_override):
@@ -192,20 +326,46 @@ def avg_setup(x_shape, kernel, stride, padding, count_include_pad, divisor_overr
     return table, divisors
 
 
+def fixed_window(d, kernel, stride, padding, dilation=1):
+    """kernel, stride, padding, dilation as d ints each (stride None or
+    empty: the kernel)."""
+    kernel = expand(kernel, d)
+    stride = expand(stride, d) if stride else kernel
+    return kernel, stride, expand(padding, d), expand(dilation, d)
+
+
 def avg_pool(x, kernel, stride, padding, count_include_pad, divisor_override, out):
-    """x [N, C, *S] average-pooled into [N, C, *out]."""
-    table, divisors = avg_setup(x.shape, kernel, stride, padding, count_include_pad,
-                                divisor_override, out)
-    sums = columns(x, table, 0.0).sum((1,))
-    return planes(sums / const(x, divisors.reshape(-1, 1), x.dtype), x.shape, out)
+    """x [N, C, *S] average-pooled into [N, C, *out]: the window's slices
+    summed (zeros in the padding) over the divisors."""
+    d = x.ndim - 2
+    kernel, stride, padding, dilation = fixed_window(d, kernel, stride, padding)
+    divisors = avg_divisors(list(x.shape[2:]), out, kernel, stride, padding, count_include_pad,
+                            divisor_override)
+    if not sliced(kernel):
+        table = positions(list(x.shape[2:]), strided_coords(out, kernel, stride, padding,
+                                                            dilation))
+        sums = columns(x, table, 0.0).sum((1,))
+        return planes(sums / const(x, divisors.reshape(-1, 1), x.dtype), x.shape, out)
+    total = None
+    for _, s in window_slices(x, kernel, stride, padding, dilation, out, 0.0):
+        total = s if total is None else total + s
+    return total / const(x, divisors.reshape([1, 1] + list(out)), x.dtype)
 
 
 def avg_pool_backward(grad, x_shape, kernel, stride, padding, count_include_pad,
                       divisor_override):
+    d = len(x_shape) - 2
     out = list(grad.shape[2:])
-    table, divisors = avg_setup(x_shape, kernel, stride, padding, count_include_pad,
-                                divisor_override, out)
-    return spread_back(grad, x_shape, table, divisors)
+    kernel, stride, padding, dilation = fixed_window(d, kernel, stride, padding)
+    divisors = avg_divisors(list(x_shape[2:]), out, kernel, stride, padding, count_include_pad,
+                            divisor_override)
+    if not sliced(kernel):
+        table = positions(list(x_shape[2:]), strided_coords(out, kernel, stride, padding,
+                                                            dilation))
+        return spread_back(grad, x_shape, table, divisors)
+    share = grad / const(grad, divisors.reshape([1, 1] + out), grad.dtype)
+    return window_sum_back([share] * len(window_offsets(kernel)), x_shape, kernel, stride,
+                           padding, dilation)
 
 
 def spread_back(grad, x_shape, table, divisors):
@@ -219,12 +379,25 @@ def spread_back(grad, x_shape, table, divisors):
 
 def adaptive_avg_pool(x, out):
     spatial = list(x.shape[2:])
+    if all(o == 1 for o in out):  # the plane's mean: one reduction
+        dims = tuple(range(2, x.ndim))
+        count = float(np.prod(spatial, dtype=np.int64))
+        return x.sum(dims, keepdim=True) / count
+    uniform = uniform_windows(spatial, out)
+    if uniform:
+        return avg_pool(x, uniform[0], uniform[1], 0, True, None, out)
     coords, counts = adaptive_coords(spatial, out)
     sums = columns(x, positions(spatial, coords), 0.0).sum((1,))
     return planes(sums / const(x, count_grid(counts).reshape(-1, 1), x.dtype), x.shape, out)
 
 
 def adaptive_avg_pool_backward(grad, x_shape):
+    if all(o == 1 for o in grad.shape[2:]):  # the plane's mean's: a broadcast
+        count = float(np.prod(x_shape[2:], dtype=np.int64))
+        return (grad / count).expand(*x_shape)
+    uniform = uniform_windows(list(x_shape[2:]), list(grad.shape[2:]))
+    if uniform:
+        return avg_pool_backward(grad, x_shape, uniform[0], uniform[1], 0, True, None)
     coords, counts = adaptive_coords(list(x_shape[2:]), list(grad.shape[2:]))
     return spread_back(grad, x_shape, positions(list(x_shape[2:]), coords), count_grid(counts))
 
@@ -254,14 +427,60 @@ def max_and_index(x, table, out, differentiable=False):
 
 
 def max_pool(x, kernel, stride, padding, dilation, out, differentiable=False):
+    """(values, indices) [N, C, *out]: the window's slices folded in scan
+    order, an element taken where it is inside the input and greater than
+    the best so far or NaN (so the first maximum, or the last NaN; a window
+    of -inf keeps its first element inside the input). The values are the
+    taken slices picked by the index, so a gradient reaches exactly that
+    element (PyTorch's rule; `differentiable` is accepted for the adaptive
+    form's signature)."""
     d = x.ndim - 2
-    kernel = expand(kernel, d)
-    stride = expand(stride, d) if stride else kernel
-    coords = strided_coords(out, kernel, stride, expand(padding, d), expand(dilation, d))
-    return max_and_index(x, positions(list(x.shape[2:]), coords), out, differentiable)
+    kernel, stride, padding, dilation = fixed_window(d, kernel, stride, padding, dilation)
+    if not sliced(kernel):
+        coords = strided_coords(out, kernel, stride, padding, dilation)
+        return max_and_index(x, positions(list(x.shape[2:]), coords), out, differentiable)
+    pos, valid = window_tables(list(x.shape[2:]), kernel, stride, padding, dilation, out)
+    lead = list(x.shape[:2])
+    full = lead + list(out)
+    best = const(x, np.full([1, 1] + list(out), -np.inf), x.dtype).expand(*full)
+    first = np.argmax(valid, axis=0)  # the first position inside the input
+    index = const(x, first.reshape([1, 1] + list(out))).expand(*full)
+    slices = window_slices(x, kernel, stride, padding, dilation, out, -math.inf)
+    for k, (_, s) in enumerate(slices):
+        inside = const(x, valid[k].reshape([1, 1] + list(out)), "i1")
+        take = ((s > best) | (s != s)) & inside
+        best = where(take, s, best)
+        index = where(take, k, index)
+    values = None
+    for k, (_, s) in enumerate(slices):
+        picked = where(index == k, s, 0.0)
+        values = picked if values is None else values + picked
+    flat = None
+    for k in range(len(slices)):
+        at = where(index == k, const(x, pos[k].reshape([1, 1] + list(out))), 0)
+        flat = at if flat is None else flat + at
+    return values, flat
+
+
+def max_pool_backward(grad, x_shape, indices, kernel, stride, padding, dilation):
+    """The gradient of max_pool from its indices (flat positions in each
+    plane): each window's gradient to the element its index names, placed
+    back by the window slices' inverse."""
+    d = len(x_shape) - 2
+    kernel, stride, padding, dilation = fixed_window(d, kernel, stride, padding, dilation)
+    if not sliced(kernel):
+        return scatter_indices(grad, x_shape, indices, d)
+    out = list(grad.shape[2:])
+    pos, _ = window_tables(list(x_shape[2:]), kernel, stride, padding, dilation, out)
+    terms = [where(indices == const(grad, pos[k].reshape([1, 1] + out)), grad, 0.0)
+             for k in range(pos.shape[0])]
+    return window_sum_back(terms, x_shape, kernel, stride, padding, dilation)
 
 
 def adaptive_max_pool(x, out, differentiable=False):
+    uniform = uniform_windows(list(x.shape[2:]), out)
+    if uniform:
+        return max_pool(x, uniform[0], uniform[1], 0, 1, out)
     coords, _ = adaptive_coords(list(x.shape[2:]), out)
     return max_and_index(x, positions(list(x.shape[2:]), coords), out, differentiable)
 

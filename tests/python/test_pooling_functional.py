@@ -190,3 +190,58 @@ def test_pytorch_interpolation_converts_to_constant_taps(compiled_graphs):
     # per dim backward: PyTorch's decompositions gather each corner instead.
     rows = [r["name"] for g in compiled_graphs for r in g.fuse("cpu").report()]
     assert rows.count("gather") == 8 and rows.count("scatter_add") == 8, rows
+
+
+def _steps(graph, target):
+    return [(r["name"], r["kind"]) for r in graph.fuse(target).report()]
+
+
+@pytest.mark.parametrize("target", ["cpu", "cuda:sm_90"])
+@pytest.mark.parametrize("pool", ["max", "avg", "adaptive_avg", "adaptive_max"])
+def test_pooling_and_its_gradient_are_fused_kernels(pool, target):
+    """Fixed windows (and adaptive ones of one size) are strided slices of
+    the padded input folded elementwise: pooling, its gradient and the
+    loss around them compile to kernels only, with no gather or
+    scatter-add and no [out, window] buffer; exact against PyTorch on the
+    same float32 inputs (the fold and its inverse add no rounding beyond
+    the average's one division)."""
+    x = _x((2, 3, 12, 10)).astype(np.float32)
+    fn = {"max": lambda a: F.max_pool2d(a, 3, 2, 1),
+          "avg": lambda a: F.avg_pool2d(a, 3, 2, 1, count_include_pad=False),
+          "adaptive_avg": lambda a: F.adaptive_avg_pool2d(a, (4, 5)),
+          "adaptive_max": lambda a: F.adaptive_max_pool2d(a, (3, 5))}[pool]
+    torch_fn = {"max": lambda t: TF.max_pool2d(t, 3, 2, 1),
+                "avg": lambda t: TF.avg_pool2d(t, 3, 2, 1, count_include_pad=False),
+                "adaptive_avg": lambda t: TF.adaptive_avg_pool2d(t, (4, 5)),
+                "adaptive_max": lambda t: TF.adaptive_max_pool2d(t, (3, 5))}[pool]
+    r = np.random.default_rng(2).standard_normal(
+        tuple(torch_fn(torch.tensor(x)).shape)).astype(np.float32)
+    g = tilefuse.trace(lambda a: (fn(a) * r).sum(), x).value_and_grad(wrt=(0,))
+    steps = _steps(g, target)
+    assert all(kind != "library" for _, kind in steps), steps
+    assert len(steps) <= 4, steps
+    if target == "cpu":
+        loss, grad = g.compile("cpu")(x)
+        t = torch.tensor(x, requires_grad=True)
+        (torch_fn(t) * torch.tensor(r)).sum().backward()
+        np.testing.assert_allclose(grad, t.grad.numpy(), rtol=1e-6, atol=1e-6)
+
+
+def test_large_and_global_windows():
+    """A window of more than 64 elements stays a gather (a slice per
+    element would make kernels as long as the window); a global average
+    pool is the planes' mean, one reduction. Both against PyTorch."""
+    x = _x((2, 3, 12, 11)).astype(np.float32)
+    for fn, torch_fn, library in [
+            (lambda a: F.max_pool2d(a, 9, 3, 4), lambda t: TF.max_pool2d(t, 9, 3, 4), True),
+            (lambda a: F.avg_pool2d(a, 9, 3, 4), lambda t: TF.avg_pool2d(t, 9, 3, 4), True),
+            (lambda a: F.adaptive_avg_pool2d(a, 1), lambda t: TF.adaptive_avg_pool2d(t, 1),
+             False)]:
+        r = np.random.default_rng(2).standard_normal(
+            tuple(torch_fn(torch.tensor(x)).shape)).astype(np.float32)
+        g = tilefuse.trace(lambda a: (fn(a) * r).sum(), x).value_and_grad(wrt=(0,))
+        assert any(kind == "library" for _, kind in _steps(g, "cpu")) == library
+        _, grad = g.compile("cpu")(x)
+        t = torch.tensor(x, requires_grad=True)
+        (torch_fn(t) * torch.tensor(r)).sum().backward()
+        np.testing.assert_allclose(grad, t.grad.numpy(), rtol=1e-6, atol=1e-6)

@@ -97,12 +97,22 @@ def _adaptive_max_pool(x, output_size):
           aten.max_pool3d_with_indices_backward.default)
 def _max_pool_backward(grad, x, kernel_size, stride, padding, dilation, ceil_mode, indices):
     d = _dims(aten.max_pool3d_with_indices_backward.default)
-    return pooling.scatter_indices(grad, x.shape, indices, d)
+    return _fixed_max_pool_backward(grad, x, d, kernel_size, stride, padding, dilation, indices)
+
+
+def _fixed_max_pool_backward(grad, x, d, kernel_size, stride, padding, dilation, indices):
+    xb, unbatched = _batched(x, d)
+    gb, ib = (t.unsqueeze(0) if unbatched else t for t in (grad, indices))
+    return _unbatch(pooling.max_pool_backward(gb, xb.shape, ib, kernel_size, stride, padding,
+                                              dilation), unbatched)
 
 
 @converts(aten.adaptive_max_pool2d_backward.default, aten.adaptive_max_pool3d_backward.default)
 def _adaptive_max_pool_backward(grad, x, indices):
     d = _dims(aten.adaptive_max_pool3d_backward.default)
+    uniform = pooling.uniform_windows(list(x.shape[-d:]), list(grad.shape[-d:]))
+    if uniform:  # windows of one size: the fixed windows' backward
+        return _fixed_max_pool_backward(grad, x, d, uniform[0], uniform[1], 0, 1, indices)
     return pooling.scatter_indices(grad, x.shape, indices, d)
 
 
