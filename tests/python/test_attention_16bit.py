@@ -73,9 +73,10 @@ def _err(got, want):
     return float(np.abs(np.asarray(got, dtype=np.float64) - want).max())
 
 
-@pytest.mark.parametrize("dtype", ["bf16", "f16"])
-@pytest.mark.parametrize("case", CASES, ids=["causal", "gqa-bool-mask", "one-row-additive"])
-def test_16bit_attention_and_its_gradients(case, dtype):
+def case_graph(case, dtype):
+    """(graph, args, PyTorch's float64 and `dtype` references) of case:
+    sum(sdpa(q, k, v, mask) * dO) in `dtype`, the output too, with the
+    gradients of q, k, v; the inputs f32 arrays of 16-bit values."""
     causal, mask_kind = case[7], case[8]
     torch_dtype = torch.bfloat16 if dtype == "bf16" else torch.float16
     q, k, v, do, m = _inputs(case)
@@ -94,17 +95,29 @@ def test_16bit_attention_and_its_gradients(case, dtype):
 
     args = (q, k, v, do) + (() if m is None else (m,))
     graph = tilefuse.trace(loss, *args).value_and_grad(wrt=(0, 1, 2))
+    return graph, args, exact, theirs
+
+
+def check_against_pytorch(results, exact, theirs, dtype):
+    """out, dq, dk, dv within TOL of max|value| of float64, or twice as
+    far as PyTorch's own `dtype` SDPA."""
+    for name, got, want, torch16 in zip(("out", "dq", "dk", "dv"), results, exact, theirs):
+        err, theirs_err = _err(got, want), float(np.abs(torch16 - want).max())
+        bound = max(TOL * float(np.abs(want).max()), 2 * theirs_err)
+        assert err <= bound, f"{name}: max error {err:.3g} (PyTorch {dtype}: {theirs_err:.3g})"
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "f16"])
+@pytest.mark.parametrize("case", CASES, ids=["causal", "gqa-bool-mask", "one-row-additive"])
+def test_16bit_attention_and_its_gradients(case, dtype):
+    graph, args, exact, theirs = case_graph(case, dtype)
     attention = _attention_lines(graph.fuse("cpu").mlir(), "loss_value_and_grad")
     assert len(attention) == 2, attention
     # bf16 runs in the CPU's kernels as it is; f16 is widened to f32 there.
     kept = "bf16" if dtype == "bf16" else "f32"
     assert all(f"x{kept}>" in line and "xf32>" in line for line in attention), attention
     _, out, dq, dk, dv = graph.compile("cpu")(*args)
-    for name, got, want, torch16 in zip(("out", "dq", "dk", "dv"), (out, dq, dk, dv), exact,
-                                        theirs):
-        err, theirs_err = _err(got, want), float(np.abs(torch16 - want).max())
-        bound = max(TOL * float(np.abs(want).max()), 2 * theirs_err)
-        assert err <= bound, f"{name}: max error {err:.3g} (PyTorch {dtype}: {theirs_err:.3g})"
+    check_against_pytorch((out, dq, dk, dv), exact, theirs, dtype)
 
 
 def test_autocast_runs_attention_in_bf16(monkeypatch):

@@ -103,32 +103,11 @@ def test_16bit_kernels_match_pytorch_under_emulation(case, dtype, tmp_path):
     dS rounded to 16 bits for their products: output and gradients within
     test_attention_16bit.py's bound (1e-2 of the largest |value|, or twice
     PyTorch's own 16-bit error) of PyTorch in float64 on the same inputs."""
-    import torch
-    causal, mask_kind = case[7], case[8]
-    torch_dtype = torch.bfloat16 if dtype == "bf16" else torch.float16
-    q, k, v, do, m = half._inputs(case)
-    exact = half._torch(q, k, v, do, m, causal, torch.float64)
-    theirs = half._torch(q, k, v, do, m, causal, torch_dtype)
-
-    def loss(q, k, v, do, *mask):
-        q16, k16, v16 = (t.to(dtype) for t in (q, k, v))
-        attn_mask = None
-        if mask:
-            attn_mask = mask[0] if mask_kind == "bool" else mask[0].to(dtype)
-        out = F.scaled_dot_product_attention(q16, k16, v16, attn_mask=attn_mask,
-                                             is_causal=causal).to("f32")
-        return (out * do).sum(), out
-
-    args = [q, k, v, do] + ([] if m is None else [m])
-    graph = tilefuse.trace(loss, *args).value_and_grad(wrt=(0, 1, 2))
+    graph, args, exact, theirs = half.case_graph(case, dtype)
     attention = half._attention_lines(graph.fuse("cuda:sm_90").mlir(), "loss_value_and_grad")
     assert len(attention) == 2 and all(f"x{dtype}>" in line for line in attention), attention
-    _, out, dq, dk, dv = emulate(graph, args, str(tmp_path))
-    for name, got, want, torch16 in zip(("out", "dq", "dk", "dv"), (out, dq, dk, dv), exact,
-                                        theirs):
-        err, theirs_err = half._err(got, want), float(np.abs(torch16 - want).max())
-        bound = max(half.TOL * float(np.abs(want).max()), 2 * theirs_err)
-        assert err <= bound, f"{name}: max error {err:.3g} (PyTorch {dtype}: {theirs_err:.3g})"
+    _, out, dq, dk, dv = emulate(graph, list(args), str(tmp_path))
+    half.check_against_pytorch((out, dq, dk, dv), exact, theirs, dtype)
 
 
 def _every_variant_graph():

@@ -72,28 +72,36 @@ func.func @f(%b: tensor<10x4x{t}>, %i: tensor<40xi64>, %u: tensor<40x4x{t}>) -> 
     check_emulated(g, (table, ids, upd), str(tmp_path), 0, 0, name="scatter_add")
 
 
-def test_a_gpt2_mini_adamw_step_eager_captured_and_replayed(tmp_path):
-    """A whole training step (forward, backward with the embedding's
-    scatter-add, the causal attention with dropout in the fused attention
-    kernels, AdamW): without CUDA graphs, and captured then replayed."""
+def _gpt2_mini_step(precision):
+    """A one-layer gpt2_mini AdamW step graph of `precision` and its
+    arguments: parameters, optimizer state as after some steps (m, then
+    v >= 0), the batch, seed, step, lr. Its attention runs fused on CUDA."""
     from tilefuse import _pytree
     from tilefuse import workloads as W
     cfg = W.gpt2_mini_config(n_layer=1, d_model=32, n_head=2, seq=16, vocab=64, batch=2)
     params, batch = W.gpt2_mini_init(cfg, seed=0), W.gpt2_mini_batch(cfg, seed=1)
     loss = lambda p, b, s: W.gpt2_mini_loss(p, b, s, cfg, True)  # noqa: E731
     g = tilefuse.train_step_graph(loss, params, batch,
-                                  tilefuse.optim.AdamW(lr=1e-3, weight_decay=0.01))
+                                  tilefuse.optim.AdamW(lr=1e-3, weight_decay=0.01),
+                                  precision=precision)
     names = [r["name"] for r in g.fuse("cuda:sm_90").report()]
     assert names.count("attention") == 1 and names.count("attention_grad") == 1, names
     p = [np.asarray(x) for x in _pytree.flatten(params)[0]]
     b = [np.asarray(x) for x in _pytree.flatten(batch)[0]]
     rng = np.random.default_rng(5)
-    # Optimizer state as after some steps (m, then v >= 0), seed, step, lr.
     state = [rng.standard_normal(x.shape).astype(x.dtype) * 1e-2 for x in p]
     state += [np.abs(rng.standard_normal(x.shape)).astype(x.dtype) * 1e-4 for x in p]
     args = p + state + b + [np.int64(3), np.int64(7), np.float64(1e-3)]
     assert [(str(a.dtype).replace("float", "f").replace("int", "i"), a.shape) for a in args] == \
         [(d, tuple(s)) for d, s in g.inputs]
+    return g, args
+
+
+def test_a_gpt2_mini_adamw_step_eager_captured_and_replayed(tmp_path):
+    """A whole training step (forward, backward with the embedding's
+    scatter-add, the causal attention with dropout in the fused attention
+    kernels, AdamW): without CUDA graphs, and captured then replayed."""
+    g, args = _gpt2_mini_step("fp32")
     check_emulated(g, args, str(tmp_path / "eager"), 1e-4, 1e-5, graphs=False, name="eager")
     check_emulated(g, args, str(tmp_path / "graphs"), 1e-4, 1e-5, repeat=3, name="replayed")
 
@@ -106,27 +114,10 @@ def test_a_bf16_gpt2_mini_step_runs_the_16bit_attention_kernels(tmp_path):
     autocast step."""
     sys.path.insert(0, os.path.join(ROOT, "bench", "gpu"))
     import verify
-    from tilefuse import _pytree
-    from tilefuse import workloads as W
-    cfg = W.gpt2_mini_config(n_layer=1, d_model=32, n_head=2, seq=16, vocab=64, batch=2)
-    params, batch = W.gpt2_mini_init(cfg, seed=0), W.gpt2_mini_batch(cfg, seed=1)
-    loss = lambda p, b, s: W.gpt2_mini_loss(p, b, s, cfg, True)  # noqa: E731
-    g = tilefuse.train_step_graph(loss, params, batch,
-                                  tilefuse.optim.AdamW(lr=1e-3, weight_decay=0.01),
-                                  precision="bf16")
-    fused = g.fuse("cuda:sm_90")
-    names = [r["name"] for r in fused.report()]
-    assert names.count("attention") == 1 and names.count("attention_grad") == 1, names
-    attention = [line for line in fused.mlir().splitlines()
+    g, args = _gpt2_mini_step("bf16")
+    attention = [line for line in g.fuse("cuda:sm_90").mlir().splitlines()
                  if "= graph.attention " in line or "= graph.attention_grad " in line]
     assert attention and all("xbf16>" in line for line in attention), attention
-    p = [np.asarray(x) for x in _pytree.flatten(params)[0]]
-    b = [np.asarray(x) for x in _pytree.flatten(batch)[0]]
-    rng = np.random.default_rng(5)
-    state = [rng.standard_normal(x.shape).astype(x.dtype) * 1e-2 for x in p]
-    state += [np.abs(rng.standard_normal(x.shape)).astype(x.dtype) * 1e-4 for x in p]
-    args = p + state + b + [np.int64(3), np.int64(7), np.float64(1e-3)]
-    assert [tuple(a.shape) for a in args] == [tuple(s) for _, s in g.inputs]
     got = emulate(g, args, str(tmp_path))
     want = [np.asarray(w) for w in g._graph.interpret(args)]
     assert len(got) == len(want)

@@ -242,6 +242,28 @@ def test_a_tied_head_reads_the_embedding_in_place(monkeypatch):
     assert not [r for r in kernels if r.get("ops") == ["graph.transpose"]], kernels
 
 
+def _sgd_like_eager(model, x, steps=3, also=None):
+    """`steps` SGD steps of `model` through the backend against an eager
+    twin, losses within RTOL; `also(x)`, a from_torch step of a third
+    copy, alike."""
+    twin = copy.deepcopy(model)
+    opt, twin_opt = (torch.optim.SGD(m.parameters(), lr=0.1) for m in (model, twin))
+    compiled = torch.compile(model, backend="tilefuse")
+    for _ in range(steps):
+        twin_opt.zero_grad()
+        want = twin(x)
+        want.backward()
+        twin_opt.step()
+        opt.zero_grad()
+        got = compiled(x)
+        got.backward()
+        opt.step()
+        assert abs(got.item() - want.item()) <= RTOL * abs(want.item())
+        if also is not None:
+            assert abs(also(x) - want.item()) <= RTOL * abs(want.item())
+    return twin
+
+
 @pytest.mark.parametrize("dim, start, end, step", [
     (2, 0, None, 2), (2, 1, None, 2), (2, 1, 7, 3), (2, 2, 9, 3), (1, 0, 5, 4), (1, -4, None, 2),
     (0, 1, 2, 5), (2, 0, None, 1)])
@@ -288,22 +310,10 @@ def test_rotate_every_two_trains_whole():
 
     torch.manual_seed(0)
     model, x = RotateEveryTwo(), torch.randn(4, 6, 8)
-    twin, third = copy.deepcopy(model), copy.deepcopy(model)
+    third = copy.deepcopy(model)
     assert tilefuse.explain(model, x).ok
-    opt, twin_opt = (torch.optim.SGD(m.parameters(), lr=0.1) for m in (model, twin))
     step = tilefuse.from_torch(third, (x,), torch.optim.SGD(third.parameters(), lr=0.1))
-    compiled = torch.compile(model, backend="tilefuse")
-    for _ in range(3):
-        twin_opt.zero_grad()
-        want = twin(x)
-        want.backward()
-        twin_opt.step()
-        opt.zero_grad()
-        got = compiled(x)
-        got.backward()
-        opt.step()
-        assert abs(got.item() - want.item()) <= RTOL * abs(want.item())
-        assert abs(step(x) - want.item()) <= RTOL * abs(want.item())
+    _sgd_like_eager(model, x, also=step)
     assert stats.partitioned == 0 and stats.eager == 0, stats
 
 
@@ -340,23 +350,12 @@ def test_an_autograd_function_is_refused_by_from_torch_and_kept_by_the_backend()
     Function's own backward and trains like eager."""
     torch.manual_seed(0)
     model, x = Quantised(), torch.randn(8, 4)
-    twin, third = copy.deepcopy(model), copy.deepcopy(model)
+    third = copy.deepcopy(model)
     with pytest.raises(CompileError) as e:
         tilefuse.from_torch(third, (x,), torch.optim.SGD(third.parameters(), lr=0.1))
     assert "torch.autograd.Function RoundThrough" in str(e.value), str(e.value)
     assert "backend='tilefuse'" in str(e.value)
-    opt, twin_opt = (torch.optim.SGD(m.parameters(), lr=0.1) for m in (model, twin))
-    compiled = torch.compile(model, backend="tilefuse")
-    for _ in range(3):
-        twin_opt.zero_grad()
-        want = twin(x)
-        want.backward()
-        twin_opt.step()
-        opt.zero_grad()
-        got = compiled(x)
-        got.backward()
-        opt.step()
-        assert abs(got.item() - want.item()) <= RTOL * abs(want.item())
+    twin = _sgd_like_eager(model, x)
     for p, q in zip(model.parameters(), twin.parameters()):
         assert torch.allclose(p, q, rtol=1e-5, atol=1e-6)
 
@@ -380,12 +379,6 @@ class ChannelsLastPool(torch.nn.Module):
 def test_an_in_place_restride_of_a_fresh_result_converts_in_from_torch():
     torch.manual_seed(0)
     model, x = ChannelsLastPool(), torch.randn(2, 3, 9, 9)
-    twin, third = copy.deepcopy(model), copy.deepcopy(model)
-    opt = torch.optim.SGD(twin.parameters(), lr=0.1)
+    third = copy.deepcopy(model)
     step = tilefuse.from_torch(third, (x,), torch.optim.SGD(third.parameters(), lr=0.1))
-    for _ in range(3):
-        opt.zero_grad()
-        want = twin(x)
-        want.backward()
-        opt.step()
-        assert abs(step(x) - want.item()) <= RTOL * abs(want.item())
+    _sgd_like_eager(model, x, also=step)
