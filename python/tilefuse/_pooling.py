@@ -255,15 +255,18 @@ def unslice_window(t, offset, x_shape, stride, padding, dilation):
         if hi <= lo:
             return const(t, np.zeros(x_shape), t.dtype)
         t = t[tuple([slice(None)] * dim + [slice(lo, hi)])]
-        before, after = start + lo, spatial[i] - (start + hi)
-        parts = []
-        for size in (before, after):
-            shape = list(t.shape)
-            shape[dim] = size
-            parts.append(const(t, np.zeros(shape), t.dtype) if size > 0 else None)
-        t = cat([q for q in (parts[0], t, parts[1]) if q is not None], dim) \
-            if parts[0] is not None or parts[1] is not None else t
+        t = _zero_pad(t, dim, start + lo, spatial[i] - (start + hi))
     return t
+
+
+def _zero_pad(t, dim, before, after):
+    """t with `before` and `after` zeros around it along dim."""
+    def zeros(size):
+        shape = list(t.shape)
+        shape[dim] = size
+        return const(t, np.zeros(shape), t.dtype)
+    parts = ([zeros(before)] if before > 0 else []) + [t] + ([zeros(after)] if after > 0 else [])
+    return cat(parts, dim) if len(parts) > 1 else t
 
 
 def window_sum_back(terms, x_shape, kernel, stride, padding, dilation):
@@ -313,17 +316,9 @@ def avg_divisors(spatial, out, kernel, stride, padding, count_include_pad, divis
     return count_grid(sizes)
 
 
-def avg_setup(x_shape, kernel, stride, padding, count_include_pad, divisor_override, out):
-    """(window positions, divisors) of average pooling into `out`."""
-    d = len(x_shape) - 2
-    kernel = expand(kernel, d)
-    stride = expand(stride, d) if stride else kernel
-    padding = expand(padding, d)
-    spatial = list(x_shape[2:])
-    table = positions(spatial, strided_coords(out, kernel, stride, padding, [1] * d))
-    divisors = avg_divisors(spatial, out, kernel, stride, padding, count_include_pad,
-                            divisor_override)
-    return table, divisors
+def gathered_window(spatial, kernel, stride, padding, dilation, out):
+    """The [Ot, K] position table of fixed windows too large to slice."""
+    return positions(spatial, strided_coords(out, kernel, stride, padding, dilation))
 
 
 def fixed_window(d, kernel, stride, padding, dilation=1):
@@ -342,8 +337,7 @@ def avg_pool(x, kernel, stride, padding, count_include_pad, divisor_override, ou
     divisors = avg_divisors(list(x.shape[2:]), out, kernel, stride, padding, count_include_pad,
                             divisor_override)
     if not sliced(kernel):
-        table = positions(list(x.shape[2:]), strided_coords(out, kernel, stride, padding,
-                                                            dilation))
+        table = gathered_window(list(x.shape[2:]), kernel, stride, padding, dilation, out)
         sums = columns(x, table, 0.0).sum((1,))
         return planes(sums / const(x, divisors.reshape(-1, 1), x.dtype), x.shape, out)
     total = None
@@ -360,8 +354,7 @@ def avg_pool_backward(grad, x_shape, kernel, stride, padding, count_include_pad,
     divisors = avg_divisors(list(x_shape[2:]), out, kernel, stride, padding, count_include_pad,
                             divisor_override)
     if not sliced(kernel):
-        table = positions(list(x_shape[2:]), strided_coords(out, kernel, stride, padding,
-                                                            dilation))
+        table = gathered_window(list(x_shape[2:]), kernel, stride, padding, dilation, out)
         return spread_back(grad, x_shape, table, divisors)
     share = grad / const(grad, divisors.reshape([1, 1] + out), grad.dtype)
     return window_sum_back([share] * len(window_offsets(kernel)), x_shape, kernel, stride,
@@ -437,8 +430,8 @@ def max_pool(x, kernel, stride, padding, dilation, out, differentiable=False):
     d = x.ndim - 2
     kernel, stride, padding, dilation = fixed_window(d, kernel, stride, padding, dilation)
     if not sliced(kernel):
-        coords = strided_coords(out, kernel, stride, padding, dilation)
-        return max_and_index(x, positions(list(x.shape[2:]), coords), out, differentiable)
+        table = gathered_window(list(x.shape[2:]), kernel, stride, padding, dilation, out)
+        return max_and_index(x, table, out, differentiable)
     pos, valid = window_tables(list(x.shape[2:]), kernel, stride, padding, dilation, out)
     lead = list(x.shape[:2])
     full = lead + list(out)
