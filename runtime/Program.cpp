@@ -56,13 +56,8 @@ static bool writes(const Step &step, size_t i) {
   return i == writtenIndex(step) || int(i) == convWorkspaceSlot(step);
 }
 
-static bool isConvolutionStep(const Step &step) {
-  return step.kind == Step::Kind::Conv || step.kind == Step::Kind::ConvGradInput ||
-         step.kind == Step::Kind::ConvGradWeight;
-}
-
 int tilefuse::convWorkspaceSlot(const Step &step) {
-  if (!isConvolutionStep(step))
+  if (!isConvolution(step))
     return -1;
   bool bias = std::find(step.epilogue.begin(), step.epilogue.end(), "bias") != step.epilogue.end();
   size_t slot = bias ? 4 : 3;
