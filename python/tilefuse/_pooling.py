@@ -444,9 +444,11 @@ def max_pool(x, kernel, stride, padding, dilation, out, differentiable=False):
         take = ((s > best) | (s != s)) & inside
         best = where(take, s, best)
         index = where(take, k, index)
+    # The others add -0.0, which leaves every value as it is (a -0.0
+    # maximum included; +0.0 would turn it into +0.0).
     values = None
     for k, (_, s) in enumerate(slices):
-        picked = where(index == k, s, 0.0)
+        picked = where(index == k, s, -0.0)
         values = picked if values is None else values + picked
     flat = None
     for k in range(len(slices)):

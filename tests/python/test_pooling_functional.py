@@ -245,3 +245,14 @@ def test_large_and_global_windows():
         t = torch.tensor(x, requires_grad=True)
         (torch_fn(t) * torch.tensor(r)).sum().backward()
         np.testing.assert_allclose(grad, t.grad.numpy(), rtol=1e-6, atol=1e-6)
+
+
+def test_a_negative_zero_maximum_keeps_its_sign():
+    """max_pool2d of a window whose maximum is -0.0 gives -0.0, as
+    PyTorch's (the picked value is not summed with +0.0)."""
+    x = -np.abs(_x((1, 2, 4, 4))).astype(np.float32)
+    x[0, :, :2, :2] = -0.0
+    got = tilefuse.compile(lambda a: F.max_pool2d(a, 2), x, device="cpu")(x)
+    want = TF.max_pool2d(torch.tensor(x), 2).numpy()
+    np.testing.assert_array_equal(np.signbit(got), np.signbit(want))
+    np.testing.assert_array_equal(got, want)
