@@ -392,11 +392,18 @@ private:
     SmallVector<int> slots =
         slotBuffers(reductions, name, column ? Shape{slices, keptElements} : Shape{slices});
     Step partial = splitStep(ks->first, fusion, name + " (partial)", slots);
-    partial.outputs = int(slots.size());
     Step combine = splitStep(ks->second, fusion, name + " (combine)", slots);
+    // A full reduction's partial kernel stores its domain-sized results.
+    SmallVector<unsigned> early;
+    if (!column)
+      early = partialKernelResults(fusion);
+    for (unsigned i : early)
+      partial.buffers.push_back(result(*fusion, i));
+    partial.outputs = int(slots.size() + early.size());
     for (unsigned i = 0; i < fusion.getNumResults(); ++i)
-      combine.buffers.push_back(result(*fusion, i));
-    combine.outputs = int(fusion.getNumResults());
+      if (!llvm::is_contained(early, i))
+        combine.buffers.push_back(result(*fusion, i));
+    combine.outputs = int(fusion.getNumResults() - early.size());
     // The combine kernel covers only the slots, not the domain.
     ProgramKernel &c = prog.kernels[combine.kernel];
     c.elementsPerProgram = std::max<int64_t>(1, slices * keptElements / std::max<int64_t>(1, c.grid));

@@ -147,43 +147,50 @@ Value ReverseBuilder::unslice(Value g, ArrayRef<int64_t> start,
   };
   if (GraphEmitter::typeOf(g).getNumElements() == 0)
     return zeros(SmallVector<int64_t>(operandShape));
+  // Along each dim, g's element o goes to position start + s*o = s*(a + o)
+  // + r (a = start / s, r = start % s): g shifted by a zeros, then each
+  // element put at place r of a group of s (r zeros before it, s-1-r
+  // after), then cut or padded to n. The groups start at position 0 of the
+  // operand, as the kernel's blocks do: lanes along this dim then read g
+  // at (l / s), a contiguous load spread over the lanes, not a gather.
+  auto padAlong = [&](Value v, size_t d, int64_t before, int64_t after) {
+    SmallVector<Value> parts;
+    SmallVector<int64_t> shape = shapeOf(v);
+    if (before > 0) {
+      shape[d] = before;
+      parts.push_back(zeros(shape));
+    }
+    parts.push_back(v);
+    if (after > 0) {
+      shape[d] = after;
+      parts.push_back(zeros(shape));
+    }
+    return parts.size() == 1 ? v : e.concat(parts, d);
+  };
   for (size_t d = 0; d < operandShape.size(); ++d) {
-    SmallVector<int64_t> shape = shapeOf(g);
-    int64_t m = shape[d], n = operandShape[d], s = stride[d];
+    int64_t n = operandShape[d], s = stride[d];
+    int64_t a = start[d] / s, r = start[d] % s;
     if (s > 1) {
-      // Interleave s-1 zeros after each element: [.., m, 1, ..] ++ zeros
-      // [.., m, s-1, ..] along a new axis, then merge to m*s.
+      g = padAlong(g, d, a, 0);
+      SmallVector<int64_t> shape = shapeOf(g);
+      int64_t m = shape[d];
       SmallVector<int64_t> split(shape);
       split[d] = 1;
       split.insert(split.begin() + d, m);
-      Value col = e.reshape(g, split);
-      SmallVector<int64_t> gap(split);
-      gap[d + 1] = s - 1;
-      Value spread = e.concat({col, zeros(gap)}, d + 1);
+      g = padAlong(e.reshape(g, split), d + 1, r, s - 1 - r);
       shape[d] = m * s;
-      g = e.reshape(spread, shape);
-      int64_t keep = std::min(m * s, n - start[d]);
-      if (keep < m * s) {
-        SmallVector<int64_t> lo(shape.size(), 0), hi(shape), st(shape.size(), 1);
-        hi[d] = keep;
-        g = e.slice(g, lo, hi, st);
-        shape[d] = keep;
-      }
+      g = e.reshape(g, shape);
+    } else {
+      g = padAlong(g, d, start[d], 0);
     }
-    SmallVector<Value> parts;
-    if (start[d] > 0) {
-      SmallVector<int64_t> before(shape);
-      before[d] = start[d];
-      parts.push_back(zeros(before));
+    SmallVector<int64_t> shape = shapeOf(g);
+    if (shape[d] > n) {
+      SmallVector<int64_t> lo(shape.size(), 0), hi(shape), st(shape.size(), 1);
+      hi[d] = n;
+      g = e.slice(g, lo, hi, st);
+    } else {
+      g = padAlong(g, d, 0, n - shape[d]);
     }
-    parts.push_back(g);
-    int64_t after = n - start[d] - shape[d];
-    if (after > 0) {
-      SmallVector<int64_t> tail(shape);
-      tail[d] = after;
-      parts.push_back(zeros(tail));
-    }
-    g = e.concat(parts, d);
   }
   return g;
 }

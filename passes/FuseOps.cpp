@@ -64,7 +64,7 @@ public:
         continue;
       }
       if (!needsMaterializing(&op) && depth <= kMaxRecomputeDepth &&
-          (isView(&op) || scalarOfLeaves ||
+          (isView(&op) || isPadding(&op) || scalarOfLeaves ||
            (isCheapToRecompute(&op) && ofLeaves))) {
         recomputed.insert(&op);
         recomputeDepths[&op] = depth;

@@ -107,6 +107,14 @@ bool fusion::isView(Operation *op) {
   return llvm::isa<BroadcastInDimOp, ReshapeOp, TransposeOp, SliceOp>(op);
 }
 
+bool fusion::isPadding(Operation *op) {
+  auto concat = llvm::dyn_cast<ConcatOp>(op);
+  return concat && llvm::count_if(concat.getInputs(), [](Value v) {
+                     Operation *def = v.getDefiningOp();
+                     return !def || !isGenerator(def);
+                   }) <= 1;
+}
+
 bool fusion::needsMaterializing(Operation *op) {
   return llvm::any_of(op->getUsers(), [](Operation *user) {
     return isLibraryCall(user) || !llvm::isa<GraphDialect>(user->getDialect());

@@ -31,6 +31,9 @@ bool isCheapToRecompute(mlir::Operation *op);
 bool isIndexRemap(mlir::Operation *op);
 /// Index remaps that a consumer kernel can apply while reading its input.
 bool isView(mlir::Operation *op);
+/// A concatenation of one value with constants (a padding, zeros
+/// interleaved): like a view, read through by its readers, no kernel.
+bool isPadding(mlir::Operation *op);
 /// A value must exist in memory when a library call or the return reads it.
 bool needsMaterializing(mlir::Operation *op);
 

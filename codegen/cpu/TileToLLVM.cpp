@@ -221,6 +221,11 @@ Value laneMask(OpBuilder &b, Location loc, Value limit, int64_t n) {
   return b.create<arith::CmpIOp>(loc, arith::CmpIPredicate::slt,
                                  laneNumbers(b, loc, n), splatOf(b, loc, limit, n));
 }
+/// Lanes at or above `first`.
+Value lanesFrom(OpBuilder &b, Location loc, Value first, int64_t n) {
+  return b.create<arith::CmpIOp>(loc, arith::CmpIPredicate::sge,
+                                 laneNumbers(b, loc, n), splatOf(b, loc, first, n));
+}
 /// Element pointers of lanes `offset + l * stride`.
 Value lanePointers(OpBuilder &b, Location loc, Value base, Type element,
                    Value offsets, int64_t n) {
@@ -246,6 +251,72 @@ Value zeroOf(OpBuilder &b, Location loc, VectorType t) {
   return b.create<arith::ConstantOp>(loc, b.getZeroAttr(t));
 }
 
+/// A load whose lanes repeat each element `div` times (lane l at
+/// offset + (l / div) * stride): where `div` divides the block and the
+/// elements it reads span at most a block, one (masked) contiguous load of
+/// that span and a shuffle spreading it over the lanes; otherwise a gather.
+Value spreadLoad(ConversionPatternRewriter &rewriter, Location loc, tile::LoadOp op, Value base,
+                 Value mask, bool unmasked) {
+  auto vt = llvm::cast<VectorType>(op.getType());
+  Type element = vt.getElementType();
+  int64_t n = vt.getNumElements(), div = op.getDiv(), stride = op.getStride();
+  auto ptrTy = LLVM::LLVMPointerType::get(rewriter.getContext());
+  Value zero = zeroOf(rewriter, loc, vt);
+  auto c = [&](int64_t k) { return rewriter.create<arith::ConstantIntOp>(loc, k, 64); };
+  int64_t m = n % div == 0 ? n / div : 0; // distinct elements of a block
+  int64_t span = (m - 1) * stride + 1;   // elements from the first to the last
+  if (!m || span > n) {
+    Value l = laneNumbers(rewriter, loc, n);
+    Value offsets = rewriter.create<arith::MulIOp>(
+        loc, rewriter.create<arith::DivUIOp>(loc, l, splatOf(rewriter, loc, c(div), n)),
+        splatOf(rewriter, loc, c(stride), n));
+    offsets = rewriter.create<arith::AddIOp>(loc, splatOf(rewriter, loc, op.getOffset(), n),
+                                             offsets);
+    Value ptrs = lanePointers(rewriter, loc, base, element, offsets, n);
+    return rewriter.create<LLVM::masked_gather>(
+        loc, vt, ptrs, mask, ValueRange{zero}, rewriter.getI32IntegerAttr(alignmentOf(element)));
+  }
+  // Contiguous elements: exactly the m distinct ones, or (stride > 1) a
+  // block covering the span, the ones between them read and dropped.
+  int64_t width = stride == 1 ? m : n;
+  auto packedType = VectorType::get({width}, element);
+  Value p = rewriter.create<LLVM::GEPOp>(loc, ptrTy, element, base, ValueRange{op.getOffset()});
+  Value packed;
+  if (unmasked && span == width) {
+    packed = rewriter.create<LLVM::LoadOp>(loc, packedType, p, alignmentOf(element));
+  } else {
+    // Elements from the first active lane's to the last one's:
+    // [first / div * stride, (ceil(limit / div) - 1) * stride + 1), within the span.
+    Value upper = c(span);
+    if (!unmasked) {
+      Value lastGroup = rewriter.create<arith::DivSIOp>(
+          loc, rewriter.create<arith::AddIOp>(loc, op.getLimit(), c(div - 1)), c(div));
+      Value end = rewriter.create<arith::AddIOp>(
+          loc, rewriter.create<arith::MulIOp>(loc, rewriter.create<arith::SubIOp>(loc, lastGroup, c(1)),
+                                              c(stride)),
+          c(1));
+      upper = rewriter.create<arith::MinSIOp>(loc, end, upper);
+    }
+    Value packedMask = laneMask(rewriter, loc, upper, width);
+    if (Value first = op.getFirst())
+      packedMask = rewriter.create<arith::AndIOp>(
+          loc, packedMask,
+          lanesFrom(rewriter, loc,
+                    rewriter.create<arith::MulIOp>(
+                        loc, rewriter.create<arith::DivSIOp>(loc, first, c(div)), c(stride)),
+                    width));
+    packed = rewriter.create<LLVM::MaskedLoadOp>(loc, packedType, p, packedMask,
+                                                 ValueRange{zeroOf(rewriter, loc, packedType)},
+                                                 alignmentOf(element));
+  }
+  SmallVector<int32_t> spread(n);
+  for (int64_t l = 0; l < n; ++l)
+    spread[l] = int32_t(l / div * stride);
+  Value result = rewriter.create<LLVM::ShuffleVectorOp>(loc, packed, packed, spread);
+  // Lanes outside [first, limit) are zero, as for every load.
+  return unmasked ? result : rewriter.create<arith::SelectOp>(loc, mask, result, zero);
+}
+
 struct LoadLowering : ConvertOpToLLVMPattern<tile::LoadOp> {
   using ConvertOpToLLVMPattern::ConvertOpToLLVMPattern;
   LogicalResult matchAndRewrite(tile::LoadOp op, OpAdaptor a,
@@ -256,12 +327,19 @@ struct LoadLowering : ConvertOpToLLVMPattern<tile::LoadOp> {
     int64_t n = vt.getNumElements();
     auto ptrTy = LLVM::LLVMPointerType::get(getContext());
     Value mask = laneMask(rewriter, loc, op.getLimit(), n);
+    Value first = a.getFirst();
+    if (first)
+      mask = rewriter.create<arith::AndIOp>(loc, mask, lanesFrom(rewriter, loc, first, n));
+    bool unmasked = !first && fullBlock(op.getLimit(), n);
+    int64_t div = op.getDiv();
     Value result;
-    if (op.getStride() == 0) {
+    if (div > 1 && op.getStride() != 0) {
+      result = spreadLoad(rewriter, loc, op, a.getPtr(), mask, unmasked);
+    } else if (op.getStride() == 0) {
       Value p = rewriter.create<LLVM::GEPOp>(loc, ptrTy, element, a.getPtr(), ValueRange{op.getOffset()});
       Value s = rewriter.create<LLVM::LoadOp>(loc, element, p);
       result = splatOf(rewriter, loc, s, n);
-    } else if (op.getStride() == 1 && fullBlock(op.getLimit(), n)) {
+    } else if (op.getStride() == 1 && unmasked) {
       Value p = rewriter.create<LLVM::GEPOp>(loc, ptrTy, element, a.getPtr(), ValueRange{op.getOffset()});
       result = rewriter.create<LLVM::LoadOp>(loc, vt, p, alignmentOf(element));
     } else if (op.getStride() == 1) {

@@ -95,6 +95,21 @@ __device__ __forceinline__ void tf_load(T (&out)[V], const T *__restrict__ p, lo
     }
   }
 }
+// Lanes l0..l0+V-1 at p[base + (lane / D) * S], only lanes in [first, limit)
+// (tile.load with a first lane or a lane divisor): one access per lane.
+template <typename T, int V, long long S, long long D>
+__device__ __forceinline__ void tf_load_lanes(T (&out)[V], const T *__restrict__ p, long long base,
+                                              long long first, long long limit) {
+  long long l0 = (long long)threadIdx.x * V;
+#pragma unroll
+  for (int j = 0; j < V; ++j) {
+    long long l = l0 + j;
+    bool on = l >= first && l < limit;
+    const T *a = p + base + (l / D) * S;
+    if (on) TF_CHECK_ACCESS(a, sizeof(T), 1);
+    out[j] = on ? *a : (T)0;
+  }
+}
 template <typename T, int V, long long S>
 __device__ __forceinline__ void tf_store(const T (&in)[V], T *__restrict__ p, long long base,
                                          long long limit) {
@@ -316,11 +331,26 @@ LogicalResult Renderer::op(Operation &o, int indent) {
     FailureOr<std::string> t = cType(ld.getType(), &o);
     if (failed(t))
       return failure();
+    std::string v = name(ld.getResult());
+    std::string first = ld.getFirst() ? in(3) : std::string("0");
+    if ((ld.getFirst() || ld.getDiv() != 1) && lanes == 1)
+      return assign(o, indent,
+                    "(long long)threadIdx.x >= " + first + " && (long long)threadIdx.x < " +
+                        in(2) + " ? " + in(0) + "[" + in(1) + " + (long long)threadIdx.x / " +
+                        std::to_string(ld.getDiv()) + "ll * " + std::to_string(ld.getStride()) +
+                        "ll] : (" + *t + ")0");
+    if (ld.getFirst() || ld.getDiv() != 1) {
+      line(indent, *t + " " + v + "[" + std::to_string(lanes) + "];");
+      line(indent, "tf_load_lanes<" + *t + ", " + std::to_string(lanes) + ", " +
+                       std::to_string(ld.getStride()) + ", " + std::to_string(ld.getDiv()) +
+                       ">(" + v + ", " + in(0) + ", " + in(1) + ", " + first + ", " + in(2) +
+                       ");");
+      return success();
+    }
     if (lanes == 1)
       return assign(o, indent, "threadIdx.x < " + in(2) + " ? " + in(0) + "[" + in(1) +
                                    " + (long long)threadIdx.x * " +
                                    std::to_string(ld.getStride()) + "ll] : (" + *t + ")0");
-    std::string v = name(ld.getResult());
     line(indent, *t + " " + v + "[" + std::to_string(lanes) + "];");
     line(indent, "tf_load<" + *t + ", " + std::to_string(lanes) + ", " +
                      std::to_string(ld.getStride()) + ">(" + v + ", " + in(0) + ", " + in(1) +

@@ -27,7 +27,7 @@ using namespace tilefuse::graph;
 using namespace tilefuse::tilegen;
 
 
-bool KernelEmitter::readsReduction(Value v) {
+bool tilegen::readsReduction(Value v) {
   llvm::DenseSet<Value> seen;
   SmallVector<Value> work = {v};
   while (!work.empty()) {
@@ -174,7 +174,7 @@ LogicalResult KernelEmitter::emitProgram(const KeptSpace &ks, ArrayRef<Coords> p
     Value at;
     if (!columnSums.empty()) {
       const Coords &c = blocks.front();
-      if (laneDim != int64_t(domain.size()) - 1 || c[laneDim].coef != 1 || c[laneDim].vec)
+      if (laneDim != int64_t(domain.size()) - 1 || c[laneDim].coef != 1 || !c[laneDim].isLinear())
         return fusion.emitOpError("internal error: column sums in a kernel whose lanes do not "
                                   "run along its rows");
       at = c[laneDim].scalar;

@@ -35,16 +35,24 @@ lowerFusionToTile(graph::FusionOp fusion, mlir::ModuleOp module,
 llvm::SmallVector<std::pair<unsigned, unsigned>> inPlaceCandidates(graph::FusionOp fusion);
 
 /// The reductions of `fusion` when it is a full reduction worth splitting
-/// in two kernels: every result is one value, every reduction (sum, max,
-/// min) folds the whole domain and reads no other reduction's result.
-/// Empty otherwise.
+/// in two kernels: every result is one value, or (beside one reduction)
+/// domain-sized and computed without a reduction's result; every reduction
+/// (sum, max, min) folds the whole domain and reads no other reduction's
+/// result. Empty otherwise.
 llvm::SmallVector<mlir::Operation *> splittableReductions(graph::FusionOp fusion);
+
+/// The results of a split full reduction its partial kernel stores (the
+/// domain-sized ones, at the elements its walk reads); the combine kernel
+/// stores the others.
+llvm::SmallVector<unsigned> partialKernelResults(graph::FusionOp fusion);
 
 /// A split full reduction: a partial kernel of `chunks` programs, each
 /// folding one slice of the domain into one slot per reduction (buffers of
-/// the reduction's compute type, passed after the inputs), and a combine
-/// kernel (inputs, slots, results) that folds the slots and computes the
-/// results. One program would otherwise stream the whole domain alone.
+/// the reduction's compute type, passed after the inputs) and storing the
+/// partialKernelResults of its slice (passed after the slots), and a
+/// combine kernel (inputs, slots, the other results) that folds the slots
+/// and computes the results. One program would otherwise stream the whole
+/// domain alone.
 mlir::FailureOr<std::pair<mlir::func::FuncOp, mlir::func::FuncOp>>
 lowerSplitReduction(graph::FusionOp fusion, llvm::ArrayRef<mlir::Operation *> reductions,
                     int64_t chunks, mlir::ModuleOp module, const TargetInfo &target,

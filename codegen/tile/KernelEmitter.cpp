@@ -137,8 +137,13 @@ Value KernelEmitter::lanes() {
 
 Value KernelEmitter::activeMask() {
   assert(activeLimit && "lanes used outside a block loop");
-  return b.create<arith::CmpIOp>(loc, arith::CmpIPredicate::slt, lanes(),
-                                 splat(activeLimit));
+  Value mask = b.create<arith::CmpIOp>(loc, arith::CmpIPredicate::slt, lanes(),
+                                       splat(activeLimit));
+  if (activeFirst)
+    mask = b.create<arith::AndIOp>(
+        loc, mask, b.create<arith::CmpIOp>(loc, arith::CmpIPredicate::sge, lanes(),
+                                           splat(activeFirst)));
+  return mask;
 }
 
 Value KernelEmitter::lanesLeft(int64_t n, Value start) {
@@ -153,6 +158,8 @@ Value KernelEmitter::coordVector(const Coord &c) {
   Value v = splat(c.scalar);
   if (c.coef != 0) {
     Value l = lanes();
+    if (c.div != 1)
+      l = b.create<arith::DivUIOp>(loc, l, splat(cst(c.div)));
     if (c.coef != 1)
       l = b.create<arith::MulIOp>(loc, l, splat(cst(c.coef)));
     v = b.create<arith::AddIOp>(loc, v, l);
@@ -161,17 +168,26 @@ Value KernelEmitter::coordVector(const Coord &c) {
 }
 
 Coord KernelEmitter::add(const Coord &x, const Coord &y) {
-  if (x.vec || y.vec)
+  // Two lane terms repeating at different rates have no affine sum.
+  if (x.vec || y.vec || (x.coef && y.coef && x.div != y.div))
     return {Value(), 0,
             b.create<arith::AddIOp>(loc, coordVector(x), coordVector(y)), 1};
-  return {addS(x.scalar, y.scalar), x.coef + y.coef, {}, gcd(x.align, y.align)};
+  int64_t coef = x.coef + y.coef;
+  return {addS(x.scalar, y.scalar), coef, {}, gcd(x.align, y.align),
+          coef == 0 ? 1 : (x.coef ? x.div : y.div)};
 }
 
 Coord KernelEmitter::scale(const Coord &x, int64_t k) {
   if (x.vec)
     return {Value(), 0, b.create<arith::MulIOp>(loc, x.vec, splat(cst(k))), 1};
   int64_t al = x.align >= kAligned ? kAligned : x.align * k;
-  return {mulS(x.scalar, k), x.coef * k, {}, k == 0 ? kAligned : al};
+  return {mulS(x.scalar, k), x.coef * k, {}, k == 0 ? kAligned : al,
+          k == 0 || x.coef == 0 ? 1 : x.div};
+}
+
+/// Whether two coordinates are the same values (same SSA values and lanes).
+static bool sameCoord(const Coord &x, const Coord &y) {
+  return x.scalar == y.scalar && x.coef == y.coef && x.vec == y.vec && x.div == y.div;
 }
 
 Coord KernelEmitter::linearize(const Coords &c, ArrayRef<int64_t> shape) {
@@ -179,9 +195,9 @@ Coord KernelEmitter::linearize(const Coords &c, ArrayRef<int64_t> shape) {
   // same shape: the original (affine) index, so a contiguous access stays
   // one block load or store instead of a gather.
   for (const Delinearized &d : delinearized)
-    if (ArrayRef<int64_t>(d.shape) == shape && c.size() == d.vecs.size() &&
+    if (ArrayRef<int64_t>(d.shape) == shape && c.size() == d.coords.size() &&
         llvm::all_of(llvm::seq<size_t>(0, c.size()),
-                     [&](size_t i) { return c[i].vec && c[i].vec == d.vecs[i]; }))
+                     [&](size_t i) { return sameCoord(c[i], d.coords[i]); }))
       return d.lin;
   auto st = rowMajorStrides(shape);
   Coord lin = constCoord(0);
@@ -195,9 +211,13 @@ Coords KernelEmitter::delinearize(const Coord &lin, ArrayRef<int64_t> shape) {
   if (shape.empty())
     return out;
   int64_t inner = shape.back();
+  // The block's lanes take `distinct` indices (each repeated `div` times);
+  // they lie in one innermost row when the row is a whole number of them
+  // and the first is where one starts.
+  int64_t distinct = block % lin.div == 0 ? block / lin.div : 0;
   bool sameRow = lin.isScalar() ||
-                 (lin.isAffine() && lin.coef == 1 && inner % block == 0 &&
-                  lin.align % block == 0);
+                 (lin.isAffine() && lin.coef == 1 && distinct && inner % distinct == 0 &&
+                  lin.align % distinct == 0);
   if (sameRow) {
     Value rest = lin.scalar;
     for (int64_t d = int64_t(shape.size()) - 1; d >= 0; --d) {
@@ -206,7 +226,24 @@ Coords KernelEmitter::delinearize(const Coord &lin, ArrayRef<int64_t> shape) {
       rest = divS(rest, shape[d]);
     }
     out.back().coef = lin.coef;
+    out.back().div = lin.coef ? lin.div : 1;
     out.back().align = lin.coef ? gcd(lin.align, inner) : out.back().align;
+    return out;
+  }
+  if (lin.isLinear() && lin.coef == 1 && shape.size() >= 2 && inner < block &&
+      block % inner == 0 && lin.align % inner == 0) {
+    // Rows shorter than the block, the block starting at a row: lane l is
+    // at column l % inner of row scalar / inner + l / inner. The rows are
+    // one index repeated `inner` times, so a load of the rows' elements is
+    // contiguous (the inverse of a strided slice, nearest upsampling).
+    Value rows = constOf(lin.scalar) ? cst(*constOf(lin.scalar) / inner)
+                                     : b.create<arith::DivSIOp>(loc, lin.scalar, cst(inner))
+                                           .getResult();
+    Coord outer{rows, 1, {}, lin.align >= kAligned ? kAligned : lin.align / inner, inner};
+    Coords rowCoords = delinearize(outer, shape.drop_back());
+    std::copy(rowCoords.begin(), rowCoords.end(), out.begin());
+    out.back() = {Value(), 0, b.create<arith::RemUIOp>(loc, lanes(), splat(cst(inner))), 1};
+    delinearized.push_back({SmallVector<int64_t>(shape), out, lin});
     return out;
   }
   Value rest = coordVector(lin);
@@ -215,12 +252,8 @@ Coords KernelEmitter::delinearize(const Coord &lin, ArrayRef<int64_t> shape) {
     out[d] = {Value(), 0, b.create<arith::RemUIOp>(loc, rest, n), 1};
     rest = b.create<arith::DivUIOp>(loc, rest, n);
   }
-  if (lin.isAffine()) {
-    Delinearized record{SmallVector<int64_t>(shape), {}, lin};
-    for (const Coord &x : out)
-      record.vecs.push_back(x.vec);
-    delinearized.push_back(std::move(record));
-  }
+  if (lin.isAffine())
+    delinearized.push_back({SmallVector<int64_t>(shape), out, lin});
   return out;
 }
 
@@ -236,7 +269,7 @@ KernelEmitter::Key KernelEmitter::keyOf(Value v, const Coords &c) {
   std::string k;
   for (const Coord &x : c) {
     k += std::to_string(reinterpret_cast<uintptr_t>(x.scalar.getAsOpaquePointer()));
-    k += ':' + std::to_string(x.coef) + ':';
+    k += ':' + std::to_string(x.coef) + '/' + std::to_string(x.div) + ':';
     k += std::to_string(reinterpret_cast<uintptr_t>(x.vec.getAsOpaquePointer()));
     k += ';';
   }
@@ -350,9 +383,45 @@ KernelEmitter::viewSource(Operation *op, const Coords &c) {
     auto in = shapeOf(rs.getOperand());
     if (squeezed(in) == squeezed(resultShape))
       return std::make_pair(rs.getOperand(), matchUnitDims(c, resultShape, in));
+    if (std::optional<Coords> kept = reshapeAlongRows(c, resultShape, in))
+      return std::make_pair(rs.getOperand(), std::move(*kept));
     return std::make_pair(rs.getOperand(), delinearize(linearize(c, resultShape), in));
   }
   return std::nullopt;
+}
+
+std::optional<Coords> KernelEmitter::reshapeAlongRows(const Coords &c, ArrayRef<int64_t> from,
+                                                      ArrayRef<int64_t> to) {
+  if (from.empty() || to.empty() ||
+      !llvm::all_of(ArrayRef<Coord>(c).drop_back(), [](const Coord &x) { return x.isScalar(); }))
+    return std::nullopt;
+  const Coord &last = c.back();
+  int64_t row = from.back();
+  // The leading dimensions (one index each) are remapped as numbers.
+  Coord lead = linearize(Coords(c.begin(), c.end() - 1), from.drop_back());
+  if (to.back() == row) {
+    // The rows stay rows: the lanes' coordinate along them is kept
+    // whatever it is.
+    Coords out = delinearize(lead, to.drop_back());
+    out.push_back(last);
+    return out;
+  }
+  int64_t s = to.back();
+  if (to.size() < 2 || to[to.size() - 2] * s != row || !last.isLinear() || last.coef != 1 ||
+      s <= 1 || s >= block || block % s != 0 || last.align % s != 0)
+    return std::nullopt;
+  // Each row split into groups of s, the lanes running along a row from a
+  // group's start: lane l is at element l % s of group scalar / s + l / s.
+  // Lanes past the row's end are inactive, so this holds however long the
+  // row is (unlike delinearize, which must keep every lane in one row).
+  Value groups = constOf(last.scalar)
+                     ? cst(*constOf(last.scalar) / s)
+                     : b.create<arith::DivSIOp>(loc, last.scalar, cst(s)).getResult();
+  Coords out = delinearize(lead, to.drop_back(2));
+  out.push_back({groups, 1, {}, last.align >= kAligned ? kAligned : last.align / s, s});
+  out.push_back({Value(), 0, b.create<arith::RemUIOp>(loc, lanes(), splat(cst(s))), 1});
+  delinearized.push_back({SmallVector<int64_t>(to), out, linearize(c, from)});
+  return out;
 }
 
 FailureOr<Value> KernelEmitter::compute(Value v, const Coords &c) {
@@ -369,31 +438,39 @@ FailureOr<Value> KernelEmitter::compute(Value v, const Coords &c) {
 
 Value KernelEmitter::offsetOf(const Coords &c, ArrayRef<int64_t> shape,
                               int64_t &stride, Value &vecOffsets,
-                              int64_t *align) {
+                              int64_t *align, int64_t *div) {
   Coord lin = linearize(c, shape);
-  if (lin.vec) {
-    vecOffsets = lin.vec;
+  if (lin.vec || (lin.div != 1 && !div)) {
+    vecOffsets = coordVector(lin);
     stride = 0;
     return Value();
   }
   stride = lin.coef;
   if (align)
     *align = lin.align;
+  if (div)
+    *div = lin.div;
   return lin.scalar;
 }
 
 FailureOr<Value> KernelEmitter::load(BlockArgument arg, const Coords &c) {
   Value ptr = argPointers.lookup(arg);
   Type dt = dtypeOf(arg), st = storageType(dt);
-  int64_t stride = 0;
+  int64_t stride = 0, div = 1;
   Value vecOffsets;
-  Value offset = offsetOf(c, shapeOf(arg), stride, vecOffsets);
+  Value offset = offsetOf(c, shapeOf(arg), stride, vecOffsets, nullptr, &div);
   Value raw;
   if (!vecOffsets && stride == 0) {
+    // Lanes below activeFirst may lie before the input; an index that no
+    // active lane shares can be anywhere: kept inside the buffer.
+    if (activeFirst)
+      offset = b.create<arith::MinSIOp>(
+          loc, b.create<arith::MaxSIOp>(loc, offset, cst(0)), cst(numel(shapeOf(arg)) - 1));
     raw = b.create<tile::LoadScalarOp>(loc, st, ptr, offset);
   } else if (!vecOffsets) {
     raw = b.create<tile::LoadOp>(loc, vecType(st), ptr, offset, activeLimit,
-                                 b.getI64IntegerAttr(stride));
+                                 b.getI64IntegerAttr(stride), activeFirst,
+                                 b.getI64IntegerAttr(div));
   } else {
     raw = b.create<tile::GatherOp>(loc, vecType(st), ptr, vecOffsets, activeMask());
   }
@@ -707,13 +784,10 @@ std::optional<Value> KernelEmitter::loadRowScratch(Value v, const Coords &c) {
   if (it == rowScratch.end() || !it->second.filled || !rowStart)
     return std::nullopt;
   const Coords &stored = it->second.stored;
-  auto same = [](const Coord &x, const Coord &y) {
-    return x.scalar == y.scalar && x.coef == y.coef && x.vec == y.vec;
-  };
   for (size_t d = 0; d < c.size(); ++d) {
     bool match = int64_t(d) == rowDim
-                     ? c[d].scalar == rowStart && c[d].coef == 1 && !c[d].vec
-                     : same(c[d], stored[d]);
+                     ? c[d].scalar == rowStart && c[d].coef == 1 && c[d].isLinear()
+                     : sameCoord(c[d], stored[d]);
     if (!match)
       return std::nullopt;
   }

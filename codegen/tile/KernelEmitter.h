@@ -85,20 +85,29 @@ mlir::Type storageType(mlir::Type dtype);
 mlir::Type computeType(mlir::Type dtype);
 
 /// Index of one dimension for the lanes of the current block: lane `l` is
-/// at `scalar + l * coef`, unless `vec` holds one index per lane.
+/// at `scalar + (l / div) * coef`, unless `vec` holds one index per lane.
+/// A `div` above 1 (each index repeated for `div` lanes) comes from lanes
+/// running along a dimension of `div` elements inside a reshape: the
+/// inverse of a strided slice, nearest upsampling. Loads read it as a
+/// contiguous block spread over the lanes, not as a gather.
 struct Coord {
   mlir::Value scalar;
   int64_t coef = 0;
   mlir::Value vec;
   /// A number known to divide `scalar` (for reshapes that keep lanes in one row).
   int64_t align = 1;
+  int64_t div = 1;
   bool isScalar() const { return !vec && coef == 0; }
   bool isAffine() const { return !vec; }
+  /// Lane l at scalar + l * coef: one index per lane, evenly spaced.
+  bool isLinear() const { return !vec && div == 1; }
 };
 using Coords = llvm::SmallVector<Coord>;
 
 /// The ops a kernel reduces with (each gets a loop over reduced dimensions).
 bool isReductionOp(mlir::Operation *op);
+/// Whether `v` (a value of a fusion's body) reads a reduction's result.
+bool readsReduction(mlir::Value v);
 /// Ops that read every operand at the coordinates they write: lowered by
 /// the elementwise family or as a cast.
 bool readsOperandsInPlace(mlir::Operation *op);
@@ -148,7 +157,7 @@ public:
   mlir::Value splat(mlir::Value scalar);
   mlir::Value toBlock(mlir::Value v);
   mlir::Value lanes();
-  /// Lanes below the number of valid lanes of the current block.
+  /// Lanes in [activeFirst, activeLimit) of the current block.
   mlir::Value activeMask();
   /// The active limit of a block starting at `start` (a multiple of the
   /// block) in a range of `n`: the block itself when every block is full,
@@ -169,10 +178,10 @@ public:
   void scatterIndex(mlir::Value linear, llvm::ArrayRef<int64_t> dims,
                     llvm::ArrayRef<int64_t> sizes, Coords &into);
 
-  /// Affine indices delinearize turned into per-lane coordinates.
+  /// Affine indices delinearize turned into per-lane or repeated coordinates.
   struct Delinearized {
     llvm::SmallVector<int64_t> shape;
-    llvm::SmallVector<mlir::Value> vecs;
+    Coords coords;
     Coord lin;
   };
   llvm::SmallVector<Delinearized> delinearized;
@@ -182,14 +191,15 @@ public:
   Key keyOf(mlir::Value v, const Coords &c);
   struct Scope {
     KernelEmitter &e;
-    mlir::Value savedLimit, savedRowStart;
+    mlir::Value savedLimit, savedFirst, savedRowStart;
     explicit Scope(KernelEmitter &e)
-        : e(e), savedLimit(e.activeLimit), savedRowStart(e.rowStart) {
+        : e(e), savedLimit(e.activeLimit), savedFirst(e.activeFirst), savedRowStart(e.rowStart) {
       e.memo.emplace_back();
     }
     ~Scope() {
       e.memo.pop_back();
       e.activeLimit = savedLimit;
+      e.activeFirst = savedFirst;
       e.rowStart = savedRowStart;
     }
   };
@@ -228,6 +238,12 @@ public:
   /// Computes, bottom-up, the operands of `root` reached through ops that
   /// read their operands at the same coordinates `c`.
   mlir::LogicalResult computeOperandChains(mlir::Operation *root, const Coords &c);
+  /// Coordinates in `to` of a reshape's result coordinates `c` (shape
+  /// `from`) when the reshape keeps the rows (the innermost dimension) or
+  /// splits each row into groups, the lanes running along the rows; nullopt
+  /// otherwise (delinearize of the linear index then).
+  std::optional<Coords> reshapeAlongRows(const Coords &c, llvm::ArrayRef<int64_t> from,
+                                         llvm::ArrayRef<int64_t> to);
   /// The operand a view reads and the coordinates it reads it at.
   std::optional<std::pair<mlir::Value, Coords>> viewSource(mlir::Operation *op, const Coords &c);
   mlir::FailureOr<mlir::Value> compute(mlir::Value v, const Coords &c);
@@ -241,8 +257,6 @@ public:
   /// Stores results `outputs` (full size) at domain coordinates `c`, all
   /// computed before any is stored.
   mlir::LogicalResult storeDomainOutputs(llvm::ArrayRef<unsigned> outputs, const Coords &c);
-  /// Whether `v` (a value of the fusion's body) reads a reduction's result.
-  bool readsReduction(mlir::Value v);
   /// Block `j` of `operand` along dimension `dim` (of `n` elements) at
   /// `coords`, as a block; the active limit becomes the lanes in the row.
   mlir::FailureOr<mlir::Value> rowBlock(mlir::Value operand, Coords coords, int64_t dim,
@@ -263,9 +277,11 @@ public:
   /// Stores result `output` at `c`: `computed` when given, else computed here.
   mlir::LogicalResult store(unsigned output, const Coords &c, mlir::Value computed = {});
   /// Element offset of lane 0 (or per-lane offsets in `vecOffsets`); `align`
-  /// receives a number of elements known to divide it.
+  /// receives a number of elements known to divide it. With `div`, lanes
+  /// may repeat each offset (lane l at offset + (l / *div) * stride);
+  /// without it they are returned per lane.
   mlir::Value offsetOf(const Coords &c, llvm::ArrayRef<int64_t> shape, int64_t &stride,
-                       mlir::Value &vecOffsets, int64_t *align = nullptr);
+                       mlir::Value &vecOffsets, int64_t *align = nullptr, int64_t *div = nullptr);
   /// Coordinates of a value of `shape` from coordinates `from` of a shape
   /// with the same non-unit dimensions.
   Coords matchUnitDims(const Coords &from, llvm::ArrayRef<int64_t> fromShape,
@@ -332,6 +348,9 @@ public:
   std::map<int64_t, mlir::Value> intConstants;
   mlir::Value laneIds;
   mlir::Value activeLimit;
+  /// Lanes below this one read no memory (null: none); set where a block
+  /// starts before the input it reads (concat's later inputs).
+  mlir::Value activeFirst;
   std::vector<std::map<Key, mlir::Value>> memo;
   llvm::DenseMap<mlir::Value, mlir::Value> argPointers; // block argument -> kernel argument
   llvm::SmallVector<mlir::Value> outputPointers;

@@ -108,6 +108,16 @@ static FailureOr<Value> reduction(KernelEmitter &e, Operation *op, const Coords 
           FailureOr<Value> v = e.rowBlock(operand, cc, laneDim, n, j);
           if (failed(v))
             return failure();
+          if (op == e.earlyStoresIn && split) {
+            // A split full reduction's walk stores the domain-sized
+            // results at the block it just read (each block is in one
+            // slice).
+            Coords bc = cc;
+            bc[laneDim] = {e.rowStart, 1, {}, block};
+            if (failed(e.storeDomainOutputs(e.earlyOutputs, bc)))
+              return failure();
+            storedEarly = true;
+          }
           Value x = *v;
           if (laneDim == e.rowDim && outerCount == 1 && !split && e.storeRowScratch(operand, cc, x))
             filling = operand;
@@ -151,8 +161,8 @@ static FailureOr<Value> reduction(KernelEmitter &e, Operation *op, const Coords 
       &acc);
   if (failed(ok))
     return failure();
-  // Only a walk with the lanes in the result stored them (not one along
-  // the reduced dimension, whose blocks are no elements of the results).
+  // A walk stored them where lanes are in the result, or in a partial
+  // kernel along the reduced dimension (whose blocks are the domain's).
   if (storedEarly)
     e.earlyStored = true;
   if (filling)

@@ -317,7 +317,7 @@ static FailureOr<Value> random(KernelEmitter &e, Operation *operation, const Coo
 
   Value bits;
   int64_t lanes = lin.isScalar() ? 0 : block;
-  if (lanes && lin.isAffine() && lin.coef == 1 && lin.align % 4 == 0 && block % 4 == 0 &&
+  if (lanes && lin.isLinear() && lin.coef == 1 && lin.align % 4 == 0 && block % 4 == 0 &&
       target.shufflesLanes()) {
     // Contiguous lanes starting at a multiple of 4: four neighbours share a
     // counter, so run Philox once per counter and interleave its words
@@ -370,7 +370,7 @@ static std::optional<Value> concatOfWholeBlocks(KernelEmitter &e, ConcatOp op, c
   // Lanes run along the concatenated dimension from a block-aligned start,
   // and every input starts at a multiple of the block: each block lies in
   // one input.
-  if (x.vec || x.coef != 1 || !e.activeLimit || x.align % block != 0)
+  if (!x.isLinear() || x.coef != 1 || !e.activeLimit || x.align % block != 0)
     return std::nullopt;
   for (Value in : op.getInputs())
     if (shapeOf(in)[dim] % block != 0)
@@ -406,6 +406,62 @@ static std::optional<Value> concatOfWholeBlocks(KernelEmitter &e, ConcatOp op, c
   return result;
 }
 
+/// concat() where lanes run along the concatenated dimension in order
+/// (lane l at scalar + (l / div) * coef, coef > 0): each input's lanes are
+/// a range [first, limit) of the block. Every input is computed at its
+/// unclamped coordinates with its loads confined to its range, so a block
+/// straddling inputs (a padding) reads each contiguously; the inputs are
+/// selected lane by lane. nullopt for other coordinates.
+static std::optional<FailureOr<Value>> concatOfLaneRanges(KernelEmitter &e, ConcatOp op,
+                                                          const Coords &c) {
+  OpBuilder &b = e.b;
+  Location loc = e.loc;
+  int64_t dim = op.getDim();
+  const Coord &x = c[dim];
+  if (x.vec || x.coef <= 0 || !e.activeLimit)
+    return std::nullopt;
+  // ceil(max(a, 0) / coef) * div, at most a block: the first lane whose
+  // index reaches a.
+  auto firstLaneAt = [&](Value a) {
+    Value up = b.create<arith::AddIOp>(loc, b.create<arith::MaxSIOp>(loc, a, e.cst(0)),
+                                       e.cst(x.coef - 1));
+    Value lane = e.mulS(b.create<arith::DivSIOp>(loc, up, e.cst(x.coef)), x.div);
+    return b.create<arith::MinSIOp>(loc, lane, e.cst(e.block)).getResult();
+  };
+  Value result;
+  int64_t offset = 0;
+  for (Value in : op.getInputs()) {
+    int64_t n = shapeOf(in)[dim];
+    Value rel = b.create<arith::SubIOp>(loc, x.scalar, e.cst(offset));
+    // Lanes whose index rel + (l / div) * coef lies in [0, n).
+    Value lo = firstLaneAt(b.create<arith::SubIOp>(loc, e.cst(0), rel));
+    Value hi = firstLaneAt(b.create<arith::SubIOp>(loc, e.cst(n), rel));
+    Coords cc = c;
+    cc[dim] = {rel, x.coef, {}, gcd(x.align, offset == 0 ? kAligned : offset), x.div};
+    FailureOr<Value> v = failure();
+    {
+      KernelEmitter::Scope scope(e);
+      e.activeLimit = b.create<arith::MinSIOp>(loc, e.activeLimit, hi);
+      e.activeFirst = e.activeFirst ? b.create<arith::MaxSIOp>(loc, e.activeFirst, lo).getResult()
+                                    : lo;
+      v = e.value(in, cc);
+    }
+    if (failed(v))
+      return failure();
+    Value vv = e.toBlock(*v);
+    if (!result) {
+      result = vv;
+    } else {
+      Value inside = b.create<arith::AndIOp>(
+          loc, b.create<arith::CmpIOp>(loc, arith::CmpIPredicate::sge, e.lanes(), e.splat(lo)),
+          b.create<arith::CmpIOp>(loc, arith::CmpIPredicate::slt, e.lanes(), e.splat(hi)));
+      result = b.create<arith::SelectOp>(loc, inside, vv, result);
+    }
+    offset += n;
+  }
+  return FailureOr<Value>(result);
+}
+
 /// Every input read at a clamped coordinate, the right one selected.
 static FailureOr<Value> concat(KernelEmitter &e, Operation *operation, const Coords &c) {
   auto op = llvm::cast<ConcatOp>(operation);
@@ -415,13 +471,21 @@ static FailureOr<Value> concat(KernelEmitter &e, Operation *operation, const Coo
   const Coord &x = c[dim];
   if (std::optional<Value> whole = concatOfWholeBlocks(e, op, c))
     return *whole;
+  if (std::optional<FailureOr<Value>> ranges = concatOfLaneRanges(e, op, c))
+    return *ranges;
   Value result;
   int64_t offset = 0;
   for (Value in : op.getInputs()) {
     int64_t n = shapeOf(in)[dim];
     Coords cc = c;
     Value inRange;
-    if (x.isScalar()) {
+    if (n == 1 && !x.isScalar()) {
+      // An input one element wide is read at index 0 by every lane that
+      // selects it (interleaving along a new dimension): no gather.
+      cc[dim] = e.constCoord(0);
+      inRange = b.create<arith::CmpIOp>(loc, arith::CmpIPredicate::eq, e.coordVector(x),
+                                        e.splat(e.cst(offset)));
+    } else if (x.isScalar()) {
       Value rel = b.create<arith::SubIOp>(loc, x.scalar, e.cst(offset));
       Value lo = b.create<arith::MaxSIOp>(loc, rel, e.cst(0));
       cc[dim] = {b.create<arith::MinSIOp>(loc, lo, e.cst(n - 1)), 0, {}, 1};

@@ -26,16 +26,31 @@ using namespace tilefuse::tilegen;
 
 
 // --- split full reductions ----------------------------------------------------
+/// The results the combine kernel of a split full reduction stores.
+static SmallVector<unsigned> combineKernelResults(FusionOp fusion) {
+  SmallVector<unsigned> partial = partialKernelResults(fusion), out;
+  for (unsigned i = 0; i < fusion.getNumResults(); ++i)
+    if (!llvm::is_contained(partial, i))
+      out.push_back(i);
+  return out;
+}
+
 
 /// Split full reductions (see lowerSplitReduction): the programs of the
 /// partial kernel each reduce one of `n` slices into the buffers after
-/// the outputs.
+/// the inputs, and store the domain-sized results of their slice as the
+/// reduction's walk reads it.
 static LogicalResult emitPartial(KernelEmitter &e, int64_t n, ArrayRef<Operation *> reductions) {
   OpBuilder &b = e.b;
   Location loc = e.loc;
   FusionOp fusion = e.fusion;
   func::FuncOp kernel = e.kernel;
-  e.bindArguments(0, /*partial=*/true);
+  SmallVector<unsigned> stored = partialKernelResults(fusion);
+  e.bindArguments(reductions.size(), /*partial=*/stored.empty(), &stored);
+  if (!stored.empty()) {
+    e.earlyStoresIn = reductions.front();
+    e.earlyOutputs = stored;
+  }
   Block &entry = kernel.getBody().front();
   unsigned firstSlot = fusion.getBody().front().getNumArguments();
   kernel->setAttr(tile::kGridAttr, b.getI64IntegerAttr(n));
@@ -47,6 +62,9 @@ static LogicalResult emitPartial(KernelEmitter &e, int64_t n, ArrayRef<Operation
       return failure();
     b.create<tile::StoreScalarOp>(loc, *v, entry.getArgument(firstSlot + k), e.chunkId);
   }
+  if (!stored.empty() && !e.earlyStored)
+    return fusion.emitOpError("internal error: a split reduction's walk did not store its "
+                              "domain-sized results");
   return success();
 }
 
@@ -57,7 +75,8 @@ static LogicalResult emitCombine(KernelEmitter &e, int64_t n, ArrayRef<Operation
   Location loc = e.loc;
   FusionOp fusion = e.fusion;
   func::FuncOp kernel = e.kernel;
-  e.bindArguments(reductions.size());
+  SmallVector<unsigned> results = combineKernelResults(fusion);
+  e.bindArguments(reductions.size(), /*partial=*/false, &results);
   Block &entry = kernel.getBody().front();
   unsigned firstSlot = fusion.getBody().front().getNumArguments();
   kernel->setAttr(tile::kGridAttr, b.getI64IntegerAttr(1));
@@ -73,7 +92,7 @@ static LogicalResult emitCombine(KernelEmitter &e, int64_t n, ArrayRef<Operation
     e.memo.back()[e.keyOf(op->getResult(0), e.unitCoords(op->getResult(0)))] = total;
   }
   Operation *yield = fusion.getBody().front().getTerminator();
-  for (unsigned i = 0; i < yield->getNumOperands(); ++i)
+  for (unsigned i : results)
     if (failed(e.store(i, e.unitCoords(yield->getOperand(i)))))
       return failure();
   return success();
@@ -455,9 +474,15 @@ SmallVector<Operation *> tilefuse::splittableReductions(FusionOp fusion) {
       elements < (int64_t(1) << 18))
     return none;
   Block &body = fusion.getBody().front();
-  for (Value v : body.getTerminator()->getOperands())
-    if (numel(shapeOf(v)) != 1)
+  // Domain-sized results are stored by the walk of the one reduction.
+  bool domainResults = false;
+  for (Value v : body.getTerminator()->getOperands()) {
+    if (numel(shapeOf(v)) == 1)
+      continue;
+    if (numel(shapeOf(v)) != elements || readsReduction(v))
       return none;
+    domainResults = true;
+  }
   // Every reduction folds the whole domain.
   auto accept = [&](Operation &op) {
     return numel(shapeOf(op.getResult(0))) == 1 &&
@@ -465,8 +490,23 @@ SmallVector<Operation *> tilefuse::splittableReductions(FusionOp fusion) {
   };
   if (!independentReductions(body, accept, reductions))
     return none;
+  // Stored beside one walk only: a second reduction's walk would read
+  // elements after the first stored there, and its shape must be the domain.
+  if (domainResults &&
+      (reductions.size() != 1 ||
+       ArrayRef<int64_t>(shapeOf(reductions[0]->getOperand(0))) != domain))
+    return none;
   return reductions.empty() ? none : reductions;
 }
+
+SmallVector<unsigned> tilefuse::partialKernelResults(FusionOp fusion) {
+  SmallVector<unsigned> out;
+  for (auto [i, v] : llvm::enumerate(fusion.getBody().front().getTerminator()->getOperands()))
+    if (numel(shapeOf(v)) != 1)
+      out.push_back(i);
+  return out;
+}
+
 
 namespace {
 /// The partial and combine kernels of a split reduction: `column` splits
@@ -482,7 +522,19 @@ lowerSplit(FusionOp fusion, ArrayRef<Operation *> reductions, int64_t chunks, Mo
   SmallVector<Type> partialArgs = pointersTo(fusion.getInputs());
   partialArgs.append(pointersTo(reduced, /*compute=*/true)); // the slots
   SmallVector<Type> combineArgs(partialArgs);
-  combineArgs.append(pointersTo(fusion.getResults()));
+  // A full reduction's partial kernel stores the domain-sized results.
+  auto resultsAt = [&](ArrayRef<unsigned> indices) {
+    SmallVector<Value> values;
+    for (unsigned i : indices)
+      values.push_back(fusion.getResult(i));
+    return pointersTo(values);
+  };
+  if (column) {
+    combineArgs.append(pointersTo(fusion.getResults()));
+  } else {
+    partialArgs.append(resultsAt(partialKernelResults(fusion)));
+    combineArgs.append(resultsAt(combineKernelResults(fusion)));
+  }
   int64_t block = target.blockSize(fusion.getDomain().back(), /*rowReduction=*/!column);
   int64_t combineBlock = column ? block : chunks;
   func::FuncOp partial =

@@ -51,6 +51,8 @@ Type elementOf(Type t) {
 LogicalResult LoadOp::verify() {
   if (int64_t(getStride()) < 0)
     return emitOpError() << "stride " << int64_t(getStride()) << " is negative";
+  if (int64_t(getDiv()) < 1)
+    return emitOpError() << "div " << int64_t(getDiv()) << " must be at least 1";
   return checkElement(*this, getPtr().getType().getPointee(),
                       elementOf(getType()));
 }

@@ -80,19 +80,34 @@ def Tile_LanesOp : Tile_Op<"lanes", [Pure]> {
 def Tile_LoadOp : Tile_Op<"load", [MemoryEffects<[MemRead]>]> {
   let summary = "masked, strided load of a block";
   let description = [{
-    Lane `l` reads element `offset + l * stride` when `l < limit`; other
-    lanes are zero and touch no memory. `stride` 0 broadcasts one element,
-    1 is a contiguous (vector) load.
+    Lane `l` reads element `offset + (l / div) * stride` when
+    `first <= l < limit` (`first` is 0 when absent, `div` 1); other lanes are
+    zero and touch no memory. `stride` 0 broadcasts one element, 1 is a
+    contiguous (vector) load. A `div` above 1 repeats each element for `div`
+    consecutive lanes (the inverse of a strided slice, nearest upsampling):
+    a contiguous load of `B / div` elements spread over the block, not a
+    gather. A `first` above 0 keeps the lanes below it off memory (a block
+    that starts before its input, as a concatenation's second input does).
     ```mlir
     %v = tile.load %p[%off], %limit {stride = 1 : i64} : !tile.ptr<f32> -> vector<16xf32>
+    %w = tile.load %p[%off], %limit from %first {div = 2 : i64, stride = 1 : i64} : !tile.ptr<f32> -> vector<16xf32>
     ```
   }];
   let arguments = (ins Tile_PtrType:$ptr, I64:$offset, I64:$limit,
-                       I64Attr:$stride);
+                       I64Attr:$stride, Optional<I64>:$first,
+                       DefaultValuedAttr<I64Attr, "1">:$div);
   let results = (outs Tile_Block:$result);
   let assemblyFormat = [{
-    $ptr `[` $offset `]` `,` $limit attr-dict `:` qualified(type($ptr)) `->` type($result)
+    $ptr `[` $offset `]` `,` $limit (`from` $first^)? attr-dict `:` qualified(type($ptr)) `->` type($result)
   }];
+  let builders = [
+    // The plain form: every lane from 0 below `limit`, one element each.
+    OpBuilder<(ins "::mlir::Type":$result, "::mlir::Value":$ptr, "::mlir::Value":$offset,
+                   "::mlir::Value":$limit, "::mlir::IntegerAttr":$stride), [{
+      build($_builder, $_state, result, ptr, offset, limit, stride, ::mlir::Value(),
+            $_builder.getI64IntegerAttr(1));
+    }]>
+  ];
   let hasVerifier = 1;
 }
 

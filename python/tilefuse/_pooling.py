@@ -7,10 +7,11 @@ Windows of a fixed size and stride (max and average pooling, and adaptive
 pooling whose windows are uniform) are strided slices: one per position in
 the window, of the input padded with 0 or -inf by concatenation, each
 [N, C, *out]; pooling folds them elementwise, and the backward places each
-position's share back with the slices' inverse (zeros interleaved and
-padded, then cropped). All of it is views and elementwise ops, so fusion
-makes the forward one kernel and the backward one, with no [out, window]
-buffer. Adaptive windows of varying sizes stay gathers of the input at
+position's share back with the slices' inverse (grouped by phase: the
+terms landing on positions of one residue modulo the stride are summed
+shifted, the phases interleaved once). All of it is views and elementwise
+ops, so fusion makes the forward one kernel and the backward one, with no
+[out, window] buffer. Adaptive windows of varying sizes stay gathers of the input at
 fixed positions (numpy builds the table of positions once; one slot past
 the input stands for the padding), reduced over the window, their backward
 added back into the same positions (graph.scatter_add). The index of a
@@ -231,34 +232,6 @@ def window_tables(spatial, kernel, stride, padding, dilation, out):
     return np.stack(pos), np.stack(valid)
 
 
-def unslice_window(t, offset, x_shape, stride, padding, dilation):
-    """The inverse of window_slices' slice at `offset`: t [N, C, *out] at
-    its elements' positions in zeros of x_shape [N, C, *S] (positions in
-    the padding dropped). Zeros interleaved by reshapes and concatenations,
-    then padded and cropped: views, fused into the consumer."""
-    spatial = list(x_shape[2:])
-    for i, (k, st, p, dl) in enumerate(zip(offset, stride, padding, dilation)):
-        dim = 2 + i
-        m = t.shape[dim]
-        if st > 1:  # [.., m, ..] -> [.., m * st, ..] with st - 1 zeros after each
-            shape = list(t.shape)
-            split = shape[:dim] + [m, 1] + shape[dim + 1:]
-            gap = shape[:dim] + [m, st - 1] + shape[dim + 1:]
-            t = cat([t.reshape(*split), const(t, np.zeros(gap), t.dtype)], dim + 1)
-            t = t.reshape(*(shape[:dim] + [m * st] + shape[dim + 1:]))
-            t = t[tuple([slice(None)] * dim + [slice(0, (m - 1) * st + 1)])]
-        # t's first element sits at padded position k * dl, input position
-        # k * dl - p; crop or pad to [0, S).
-        start = k * dl - p
-        lo, hi = max(0, -start), t.shape[dim]
-        hi = min(hi, spatial[i] - start)
-        if hi <= lo:
-            return const(t, np.zeros(x_shape), t.dtype)
-        t = t[tuple([slice(None)] * dim + [slice(lo, hi)])]
-        t = _zero_pad(t, dim, start + lo, spatial[i] - (start + hi))
-    return t
-
-
 def _zero_pad(t, dim, before, after):
     """t with `before` and `after` zeros around it along dim."""
     def zeros(size):
@@ -271,12 +244,70 @@ def _zero_pad(t, dim, before, after):
 
 def window_sum_back(terms, x_shape, kernel, stride, padding, dilation):
     """The sum of each offset's term [N, C, *out] placed back into zeros of
-    x_shape: the gradient of a window fold."""
-    total = None
+    x_shape: the gradient of a window fold.
+
+    Grouped by phase: along a dim of stride s, input position h = s*q + r
+    receives offset k's term exactly when (k*dl - p) % s == r, from output
+    o = q - (k*dl - p) // s. So each phase r is a sum of the terms shifted
+    by a constant ([N, C, *Q], Q = ceil(S / s)), and the phases are
+    interleaved once per dim: lanes along the innermost dim read every
+    term at q = w // s, a contiguous load spread over the lanes."""
+    spatial = list(x_shape[2:])
+    d = len(spatial)
+    rows = [-(-n // st) for n, st in zip(spatial, stride)]
+    phases = {}
     for offset, t in zip(window_offsets(kernel), terms):
-        placed = unslice_window(t, offset, x_shape, stride, padding, dilation)
-        total = placed if total is None else total + placed
-    return total
+        phase = []
+        for i, (k, st, p, dl) in enumerate(zip(offset, stride, padding, dilation)):
+            start = k * dl - p
+            phase.append(start % st)
+            t = _shift(t, 2 + i, start // st, rows[i])
+            if t is None:
+                break
+        if t is not None:
+            key = tuple(phase)
+            phases[key] = t if key not in phases else phases[key] + t
+    like = terms[0]
+    for i in reversed(range(d)):  # innermost first: keys lose their last residue
+        dim, st = 2 + i, stride[i]
+        merged = {}
+        for prefix in itertools.product(*[range(s) for s in stride[:i]]):
+            parts = [phases.get(prefix + (r,)) for r in range(st)]
+            if all(part is None for part in parts):
+                continue
+            shape = list(next(part for part in parts if part is not None).shape)
+            parts = [part if part is not None else const(like, np.zeros(shape), like.dtype)
+                     for part in parts]
+            merged[prefix] = _interleave_phases(parts, dim, spatial[i])
+        phases = merged
+    return phases.get((), const(like, np.zeros(x_shape), like.dtype))
+
+
+def _shift(t, dim, shift, size):
+    """t's element o along dim at o + shift in zeros of `size` elements
+    there; None when nothing of t lands inside."""
+    m = t.shape[dim]
+    lo, hi = max(0, -shift), min(m, size - shift)
+    if hi <= lo:
+        return None
+    key = [slice(None)] * dim
+    t = t[tuple(key + [slice(lo, hi)])] if (lo, hi) != (0, m) else t
+    return _zero_pad(t, dim, shift + lo, size - (shift + hi))
+
+
+def _interleave_phases(parts, dim, size):
+    """[.., Q, ..] phases r = 0..s-1 along dim -> [.., size, ..]: element
+    s*q + r from phase r (s*Q cropped to size)."""
+    if len(parts) == 1:
+        t = parts[0]
+    else:
+        shape = list(parts[0].shape)
+        split = shape[:dim + 1] + [1] + shape[dim + 1:]
+        t = cat([part.reshape(*split) for part in parts], dim + 1)
+        t = t.reshape(*(shape[:dim] + [shape[dim] * len(parts)] + shape[dim + 1:]))
+    if t.shape[dim] != size:
+        t = t[tuple([slice(None)] * dim + [slice(0, size)])]
+    return t
 
 
 # Windows of more elements than this stay gathers: a slice per element

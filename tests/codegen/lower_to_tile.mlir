@@ -229,7 +229,9 @@ func.func @colsum(%x: tensor<8192x96xf32>, %w: tensor<96xf32>) -> tensor<96xf32>
 // A concat along the lanes whose inputs each span whole blocks: every
 // block lies in one input, so each input is read contiguously where it is,
 // with its loads masked off (limit 0) outside its own blocks, and the block
-// picks its input whole. Inputs that split blocks clamp and gather instead.
+// picks its input whole. Where inputs split blocks, each input's lanes are
+// a range [from, limit) of the block: its loads stay contiguous, confined
+// to that range, and the lanes pick their input.
 // CHECK-LABEL: func.func @concat_blocks_kernel0
 // CHECK-NOT:     tile.gather
 // CHECK:         %[[IN0:.+]] = arith.andi %{{.+}}, %{{.+}} : i1
@@ -241,7 +243,13 @@ func.func @colsum(%x: tensor<8192x96xf32>, %w: tensor<96xf32>) -> tensor<96xf32>
 // CHECK:         %[[V:.+]] = arith.select %[[IN1]], %[[B]], %[[A]] : vector<64xf32>
 // CHECK:         tile.store %[[V]], %arg2
 // CHECK-LABEL: func.func @concat_unaligned_kernel0
-// CHECK-COUNT-2: tile.gather
+// CHECK-NOT:     tile.gather
+// CHECK:         %[[A:.+]] = tile.load %arg0[%{{.+}}], %{{.+}} from %{{.+}} {stride = 1 : i64}
+// CHECK:         %[[B:.+]] = tile.load %arg1[%{{.+}}], %{{.+}} from %[[FROM:.+]] {stride = 1 : i64}
+// CHECK:         %[[LANES:.+]] = vector.splat %[[FROM]]
+// CHECK:         %[[IN1:.+]] = arith.andi
+// CHECK:         arith.select %[[IN1]], %[[B]], %[[A]] : vector<64xi1>, vector<64xf32>
+// CHECK-NOT:     tile.gather
 func.func @concat_blocks(%a: tensor<64x128xf32>, %b: tensor<64x128xf32>) -> tensor<64x256xf32> {
   %c = graph.concat %a, %b {dim = 1 : i64} : (tensor<64x128xf32>, tensor<64x128xf32>) -> tensor<64x256xf32>
   return %c : tensor<64x256xf32>
@@ -249,6 +257,26 @@ func.func @concat_blocks(%a: tensor<64x128xf32>, %b: tensor<64x128xf32>) -> tens
 func.func @concat_unaligned(%a: tensor<64x100xf32>, %b: tensor<64x156xf32>) -> tensor<64x256xf32> {
   %c = graph.concat %a, %b {dim = 1 : i64} : (tensor<64x100xf32>, tensor<64x156xf32>) -> tensor<64x256xf32>
   return %c : tensor<64x256xf32>
+}
+
+// Interleaving with zeros (the inverse of a stride-2 slice: reshape to
+// [.., 13, 1], concatenate zeros, reshape to [.., 26]): lane l reads
+// element l / 2 of the row, one load of half a block spread over the
+// lanes (div = 2), and the lanes' parity picks the zeros. No gather.
+// CHECK-LABEL: func.func @interleave_zeros_kernel0
+// CHECK-NOT:     tile.gather
+// CHECK:         %[[HALF:.+]] = tile.load %arg0[%{{.+}}], %c26_i64 {div = 2 : i64, stride = 1 : i64}
+// CHECK:         arith.select %{{.+}}, %{{.+}}, %[[HALF]]
+// CHECK-NOT:     tile.gather
+// CUDA-LABEL: func.func @interleave_zeros_kernel0
+// CUDA:         tile.load %arg0[%{{.+}}], %{{.+}} {div = 2 : i64, stride = 1 : i64}
+func.func @interleave_zeros(%a: tensor<8x13xf32>) -> tensor<8x26xf32> {
+  %r = graph.reshape %a : (tensor<8x13xf32>) -> tensor<8x13x1xf32>
+  %z = graph.full 0.0 : tensor<8x13x1xf32>
+  %c = graph.concat %r, %z {dim = 2 : i64} : (tensor<8x13x1xf32>, tensor<8x13x1xf32>) -> tensor<8x13x2xf32>
+  %o = graph.reshape %c : (tensor<8x13x2xf32>) -> tensor<8x26xf32>
+  %e = graph.exp %o : tensor<8x26xf32>
+  return %e : tensor<8x26xf32>
 }
 
 // A column kernel whose full-size result reads no reduction: the one walk

@@ -18,6 +18,14 @@ func.func @negative_stride(%p: !tile.ptr<f32>, %i: i64) {
 
 // -----
 
+func.func @zero_div(%p: !tile.ptr<f32>, %i: i64) {
+  // expected-error @+1 {{'tile.load' op div 0 must be at least 1}}
+  %v = tile.load %p[%i], %i from %i {div = 0 : i64, stride = 1 : i64} : !tile.ptr<f32> -> vector<16xf32>
+  return
+}
+
+// -----
+
 func.func @broadcast_store(%p: !tile.ptr<f32>, %i: i64, %v: vector<8xf32>) {
   // expected-error @+1 {{'tile.store' op stride 0 would store several lanes to one element}}
   tile.store %v, %p[%i], %i {stride = 0 : i64} : vector<8xf32>, !tile.ptr<f32>

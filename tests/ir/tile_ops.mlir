@@ -50,3 +50,43 @@ func.func @all_ops(%p: !tile.ptr<f32>, %b: !tile.ptr<i8>, %o: !tile.ptr<f32>) at
   tile.store %v, %row[%pid], %c16 {stride = 1 : i64} : vector<16xf32>, !tile.ptr<f32>
   return
 }
+
+// A load from a first lane (a concatenation's later input) and one that
+// repeats each element for two lanes (the inverse of a stride-2 slice):
+// on the CPU, masked loads; the repeated one reads half a block and
+// spreads it with a shuffle, no gather.
+// CHECK-LABEL: func.func @ranged_loads(
+// CHECK: tile.load %arg0[%{{.*}}], %{{.*}} from %{{.*}} {stride = 1 : i64} : !tile.ptr<f32> -> vector<16xf32>
+// CHECK: tile.load %arg0[%{{.*}}], %{{.*}} {div = 2 : i64, stride = 1 : i64} : !tile.ptr<f32> -> vector<16xf32>
+// CHECK: tile.load %arg0[%{{.*}}], %{{.*}} from %{{.*}} {div = 4 : i64, stride = 1 : i64} : !tile.ptr<f32> -> vector<16xf32>
+// CHECK: tile.load %arg0[%{{.*}}], %{{.*}} {div = 2 : i64, stride = 2 : i64} : !tile.ptr<f32> -> vector<16xf32>
+// CHECK: tile.load %arg0[%{{.*}}], %{{.*}} {div = 2 : i64, stride = 3 : i64} : !tile.ptr<f32> -> vector<16xf32>
+// LLVM-LABEL: llvm.func @ranged_loads(
+// LLVM: llvm.intr.masked.load %{{.*}} : (!llvm.ptr, vector<16xi1>, vector<16xf32>) -> vector<16xf32>
+// LLVM: llvm.load %{{.*}} {alignment = 4 : i64} : !llvm.ptr -> vector<8xf32>
+// LLVM: llvm.shufflevector %{{.*}} [0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7] : vector<8xf32>
+// LLVM: llvm.intr.masked.load %{{.*}} : (!llvm.ptr, vector<4xi1>, vector<4xf32>) -> vector<4xf32>
+// LLVM: llvm.shufflevector %{{.*}} [0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3] : vector<4xf32>
+// Stride 2, each element twice: the 15 elements from the first to the
+// last, read as one masked block, every other one spread.
+// LLVM: llvm.intr.masked.load %{{.*}} : (!llvm.ptr, vector<16xi1>, vector<16xf32>) -> vector<16xf32>
+// LLVM: llvm.shufflevector %{{.*}} [0, 0, 2, 2, 4, 4, 6, 6, 8, 8, 10, 10, 12, 12, 14, 14] : vector<16xf32>
+// Stride 3: 22 elements, more than a block: a gather.
+// LLVM: llvm.intr.masked.gather
+func.func @ranged_loads(%p: !tile.ptr<f32>, %o: !tile.ptr<f32>) attributes {tile.kernel, tile.grid = 4 : i64, tile.block = 16 : i64} {
+  %pid = tile.program_id : i64
+  %c16 = arith.constant 16 : i64
+  %c3 = arith.constant 3 : i64
+  %off = arith.muli %pid, %c16 : i64
+  %a = tile.load %p[%off], %c16 from %c3 {stride = 1 : i64} : !tile.ptr<f32> -> vector<16xf32>
+  %b = tile.load %p[%off], %c16 {div = 2 : i64, stride = 1 : i64} : !tile.ptr<f32> -> vector<16xf32>
+  %c = tile.load %p[%off], %c16 from %c3 {div = 4 : i64, stride = 1 : i64} : !tile.ptr<f32> -> vector<16xf32>
+  %e = tile.load %p[%off], %c16 {div = 2 : i64, stride = 2 : i64} : !tile.ptr<f32> -> vector<16xf32>
+  %d = tile.load %p[%off], %c16 {div = 2 : i64, stride = 3 : i64} : !tile.ptr<f32> -> vector<16xf32>
+  %ab = arith.addf %a, %b : vector<16xf32>
+  %cd = arith.addf %c, %d : vector<16xf32>
+  %abe = arith.addf %ab, %e : vector<16xf32>
+  %s = arith.addf %abe, %cd : vector<16xf32>
+  tile.store %s, %o[%off], %c16 {stride = 1 : i64} : vector<16xf32>, !tile.ptr<f32>
+  return
+}
