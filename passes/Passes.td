@@ -87,7 +87,8 @@ def FuseOpsPass : Pass<"fuse", "mlir::ModuleOp"> {
     or need a result across program instances; `remarks=true` reports each
     refusal with its reason. matmul, gather and scatter_add stay library
     calls, unless the target applies an elementwise epilogue in the GEMM.
-    Constants and fills are recomputed inside every kernel that uses them.
+    Constants and fills are recomputed inside every kernel that uses them,
+    and so are views and paddings (a value concatenated with constants).
   }];
   let options = [
     Option<"target", "target", "std::string", /*default=*/"\"cpu\"",

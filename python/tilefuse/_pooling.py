@@ -323,11 +323,47 @@ def sliced(kernel):
 def uniform_windows(spatial, out):
     """Adaptive pooling's windows as (kernel, stride) where every output
     cell's window has one size (each spatial size a multiple of its output
-    size) of at most MAX_WINDOW_SLICES elements, else None."""
+    size), else None."""
     if any(s % o for s, o in zip(spatial, out)):
         return None
     kernel = [s // o for s, o in zip(spatial, out)]
-    return (kernel, kernel) if sliced(kernel) else None
+    return kernel, kernel
+
+
+def tiles(spatial, kernel, stride, padding, dilation, out):
+    """Whether the windows tile the input (stride = kernel, no padding or
+    dilation, every window inside): each window is then a block of a
+    reshape of the input, and a large one needs neither slices nor gathers."""
+    return (list(kernel) == list(stride) and not any(padding) and all(dl == 1 for dl in dilation)
+            and all(o * k <= n for o, k, n in zip(out, kernel, spatial)))
+
+
+def _tiled(x, kernel, out):
+    """x [N, C, *S] -> [N, C, *out, *kernel]: each window's elements in the
+    last dims (the part of S past the windows cropped)."""
+    d = len(kernel)
+    spatial = list(x.shape[2:])
+    if any(o * k != n for o, k, n in zip(out, kernel, spatial)):
+        x = x[tuple([slice(None)] * 2 + [slice(0, o * k) for o, k in zip(out, kernel)])]
+    split = list(x.shape[:2])
+    for o, k in zip(out, kernel):
+        split += [o, k]
+    x = x.reshape(*split)
+    return x.permute(0, 1, *[2 + 2 * i for i in range(d)], *[3 + 2 * i for i in range(d)])
+
+
+def _untiled(t, x_shape, kernel):
+    """The inverse of _tiled for t [N, C, *out, *kernel] (zeros where the
+    windows left the input)."""
+    d = len(kernel)
+    out = list(t.shape[2:2 + d])
+    perm = [0, 1]
+    for i in range(d):
+        perm += [2 + i, 2 + d + i]
+    t = t.permute(*perm).reshape(*(list(x_shape[:2]) + [o * k for o, k in zip(out, kernel)]))
+    for i, (o, k, n) in enumerate(zip(out, kernel, x_shape[2:])):
+        t = _zero_pad(t, 2 + i, 0, n - o * k)
+    return t
 
 
 # -- average pooling ----------------------------------------------------------------------
@@ -367,6 +403,9 @@ def avg_pool(x, kernel, stride, padding, count_include_pad, divisor_override, ou
     kernel, stride, padding, dilation = fixed_window(d, kernel, stride, padding)
     divisors = avg_divisors(list(x.shape[2:]), out, kernel, stride, padding, count_include_pad,
                             divisor_override)
+    if not sliced(kernel) and tiles(list(x.shape[2:]), kernel, stride, padding, dilation, out):
+        dims = tuple(range(2 + d, 2 + 2 * d))
+        return _tiled(x, kernel, out).sum(dims) / float(divisors[0])
     if not sliced(kernel):
         table = gathered_window(list(x.shape[2:]), kernel, stride, padding, dilation, out)
         sums = columns(x, table, 0.0).sum((1,))
@@ -384,6 +423,9 @@ def avg_pool_backward(grad, x_shape, kernel, stride, padding, count_include_pad,
     kernel, stride, padding, dilation = fixed_window(d, kernel, stride, padding)
     divisors = avg_divisors(list(x_shape[2:]), out, kernel, stride, padding, count_include_pad,
                             divisor_override)
+    if not sliced(kernel) and tiles(list(x_shape[2:]), kernel, stride, padding, dilation, out):
+        share = (grad / float(divisors[0])).reshape(*(list(grad.shape) + [1] * d))
+        return _untiled(share.expand(*(list(grad.shape) + kernel)), x_shape, kernel)
     if not sliced(kernel):
         table = gathered_window(list(x_shape[2:]), kernel, stride, padding, dilation, out)
         return spread_back(grad, x_shape, table, divisors)
@@ -506,7 +548,7 @@ def max_pool_backward(grad, x_shape, indices, kernel, stride, padding, dilation)
 def adaptive_max_pool(x, out, differentiable=False):
     uniform = uniform_windows(list(x.shape[2:]), out)
     if uniform:
-        return max_pool(x, uniform[0], uniform[1], 0, 1, out)
+        return max_pool(x, uniform[0], uniform[1], 0, 1, out, differentiable)
     coords, _ = adaptive_coords(list(x.shape[2:]), out)
     return max_and_index(x, positions(list(x.shape[2:]), coords), out, differentiable)
 

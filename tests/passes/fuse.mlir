@@ -136,3 +136,24 @@ func.func @returned_reshape(%x: tensor<4x8x16xf32>, %w: tensor<16x16xf32>) -> (t
   %a = graph.matmul %r, %w : (tensor<32x16xf32>, tensor<16x16xf32>) -> tensor<32x16xf32>
   return %a, %r : tensor<32x16xf32>, tensor<32x16xf32>
 }
+
+// Paddings (a value concatenated with constants: zeros around a kernel's
+// result, zeros interleaved along a new dimension) are read through like
+// views: the add's kernel reads exp's result through both paddings, no
+// kernel of their own.
+// CHECK-LABEL: func.func @padding_of_a_kernel_result(
+// CHECK:         graph.fusion "{{.*}}kind = "pointwise"{{.*}}(tensor<4x8xf32>) -> tensor<4x8xf32>
+// CHECK:         graph.fusion "{{.*}}kind = "pointwise"{{.*}}(tensor<4x8xf32>, tensor<4x20xf32>) -> tensor<4x20xf32>
+// CHECK-NOT:     graph.fusion "
+// CHECK:         return
+func.func @padding_of_a_kernel_result(%x: tensor<4x8xf32>, %y: tensor<4x20xf32>) -> tensor<4x20xf32> {
+  %e = graph.exp %x : tensor<4x8xf32>
+  %z = graph.full 0.0 : tensor<4x2xf32>
+  %p = graph.concat %z, %e {dim = 1 : i64} : (tensor<4x2xf32>, tensor<4x8xf32>) -> tensor<4x10xf32>
+  %r = graph.reshape %p : (tensor<4x10xf32>) -> tensor<4x10x1xf32>
+  %w = graph.full 0.0 : tensor<4x10x1xf32>
+  %q = graph.concat %r, %w {dim = 2 : i64} : (tensor<4x10x1xf32>, tensor<4x10x1xf32>) -> tensor<4x10x2xf32>
+  %s = graph.reshape %q : (tensor<4x10x2xf32>) -> tensor<4x20xf32>
+  %o = graph.add %s, %y : tensor<4x20xf32>
+  return %o : tensor<4x20xf32>
+}

@@ -256,3 +256,38 @@ def test_a_negative_zero_maximum_keeps_its_sign():
     want = TF.max_pool2d(torch.tensor(x), 2).numpy()
     np.testing.assert_array_equal(np.signbit(got), np.signbit(want))
     np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("fn,torch_fn,shape", [
+    (lambda a: F.adaptive_avg_pool2d(a, 7), lambda t: TF.adaptive_avg_pool2d(t, 7),
+     (2, 3, 112, 112)),
+    (lambda a: F.avg_pool2d(a, 10), lambda t: TF.avg_pool2d(t, 10), (2, 3, 45, 47)),
+    (lambda a: F.avg_pool2d(a, (9, 8), divisor_override=5),
+     lambda t: TF.avg_pool2d(t, (9, 8), divisor_override=5), (1, 2, 27, 33)),
+    (lambda a: F.avg_pool3d(a, 5), lambda t: TF.avg_pool3d(t, 5), (1, 2, 10, 11, 12)),
+], ids=["adaptive_7_of_112", "cropped", "divisor_override", "3d"])
+def test_large_windows_that_tile_the_input_are_reductions(fn, torch_fn, shape):
+    """Windows of more than 64 elements that tile the input (stride =
+    kernel, no padding) are blocks of a reshape: the pool is one reduction
+    and its gradient a broadcast, no gather or scatter-add (a tail past the
+    last window gets zeros). Against PyTorch in float64, and compiled."""
+    x = _x(shape)
+    _check(fn, torch_fn, x, "tiled windows")
+    x32 = x.astype(np.float32)
+    r = np.random.default_rng(2).standard_normal(
+        tuple(torch_fn(torch.tensor(x32)).shape)).astype(np.float32)
+    g = tilefuse.trace(lambda a: (fn(a) * r).sum(), x32).value_and_grad(wrt=(0,))
+    assert all(kind != "library" for _, kind in _steps(g, "cpu")), _steps(g, "cpu")
+    _, grad = g.compile("cpu")(x32)
+    t = torch.tensor(x32, requires_grad=True)
+    (torch_fn(t) * torch.tensor(r)).sum().backward()
+    np.testing.assert_allclose(grad, t.grad.numpy(), rtol=1e-6, atol=1e-6)
+
+
+def test_large_uniform_adaptive_max_pool_keeps_pytorchs_gradient():
+    """Adaptive max pooling with large uniform windows stays a gather, and
+    its gradient goes to the element the index names (ties: the first)."""
+    x = np.zeros((1, 2, 32, 32))
+    x[0, 0, 3, 4] = x[0, 0, 5, 6] = 1.0  # a tie in one window
+    _check(lambda a: F.adaptive_max_pool2d(a, 2), lambda t: TF.adaptive_max_pool2d(t, 2), x,
+           "adaptive max, large windows")
