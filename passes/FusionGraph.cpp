@@ -109,10 +109,24 @@ bool fusion::isView(Operation *op) {
 
 bool fusion::isPadding(Operation *op) {
   auto concat = llvm::dyn_cast<ConcatOp>(op);
-  return concat && llvm::count_if(concat.getInputs(), [](Value v) {
-                     Operation *def = v.getDefiningOp();
-                     return !def || !isGenerator(def);
-                   }) <= 1;
+  if (!concat)
+    return false;
+  // The one value the non-constant inputs are views of (an input, or the
+  // operand its chain of views starts from).
+  Value source;
+  for (Value v : concat.getInputs()) {
+    Operation *def = v.getDefiningOp();
+    if (def && isGenerator(def))
+      continue;
+    while (def && isView(def)) {
+      v = def->getOperand(0);
+      def = v.getDefiningOp();
+    }
+    if (source && v != source)
+      return false;
+    source = v;
+  }
+  return true;
 }
 
 bool fusion::needsMaterializing(Operation *op) {

@@ -31,8 +31,9 @@ bool isCheapToRecompute(mlir::Operation *op);
 bool isIndexRemap(mlir::Operation *op);
 /// Index remaps that a consumer kernel can apply while reading its input.
 bool isView(mlir::Operation *op);
-/// A concatenation of one value with constants (a padding, zeros
-/// interleaved): like a view, read through by its readers, no kernel.
+/// A concatenation of constants and views of one value (a padding, zeros
+/// interleaved, edges replicated): like a view, read through by its
+/// readers, no kernel.
 bool isPadding(mlir::Operation *op);
 /// A value must exist in memory when a library call or the return reads it.
 bool needsMaterializing(mlir::Operation *op);

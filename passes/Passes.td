@@ -88,7 +88,8 @@ def FuseOpsPass : Pass<"fuse", "mlir::ModuleOp"> {
     refusal with its reason. matmul, gather and scatter_add stay library
     calls, unless the target applies an elementwise epilogue in the GEMM.
     Constants and fills are recomputed inside every kernel that uses them,
-    and so are views and paddings (a value concatenated with constants).
+    and so are views and paddings (views of one value concatenated with
+    constants or with each other).
   }];
   let options = [
     Option<"target", "target", "std::string", /*default=*/"\"cpu\"",

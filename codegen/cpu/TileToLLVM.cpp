@@ -251,10 +251,11 @@ Value zeroOf(OpBuilder &b, Location loc, VectorType t) {
   return b.create<arith::ConstantOp>(loc, b.getZeroAttr(t));
 }
 
-/// A load whose lanes repeat each element `div` times (lane l at
-/// offset + (l / div) * stride): where `div` divides the block and the
-/// elements it reads span at most a block, one (masked) contiguous load of
-/// that span and a shuffle spreading it over the lanes; otherwise a gather.
+/// A load whose lanes repeat each element `div` times or skip elements
+/// (lane l at offset + (l / div) * stride): where `div` divides the block
+/// and the elements it reads span at most four blocks, one (masked)
+/// contiguous load of that span and a shuffle picking the lanes' elements;
+/// otherwise a gather.
 Value spreadLoad(ConversionPatternRewriter &rewriter, Location loc, tile::LoadOp op, Value base,
                  Value mask, bool unmasked) {
   auto vt = llvm::cast<VectorType>(op.getType());
@@ -265,7 +266,7 @@ Value spreadLoad(ConversionPatternRewriter &rewriter, Location loc, tile::LoadOp
   auto c = [&](int64_t k) { return rewriter.create<arith::ConstantIntOp>(loc, k, 64); };
   int64_t m = n % div == 0 ? n / div : 0; // distinct elements of a block
   int64_t span = (m - 1) * stride + 1;   // elements from the first to the last
-  if (!m || span > n) {
+  if (!m || span > 4 * n) {
     Value l = laneNumbers(rewriter, loc, n);
     Value offsets = rewriter.create<arith::MulIOp>(
         loc, rewriter.create<arith::DivUIOp>(loc, l, splatOf(rewriter, loc, c(div), n)),
@@ -276,9 +277,9 @@ Value spreadLoad(ConversionPatternRewriter &rewriter, Location loc, tile::LoadOp
     return rewriter.create<LLVM::masked_gather>(
         loc, vt, ptrs, mask, ValueRange{zero}, rewriter.getI32IntegerAttr(alignmentOf(element)));
   }
-  // Contiguous elements: exactly the m distinct ones, or (stride > 1) a
-  // block covering the span, the ones between them read and dropped.
-  int64_t width = stride == 1 ? m : n;
+  // Contiguous elements: exactly the m distinct ones, or (stride > 1)
+  // whole blocks covering the span, the ones between them read and dropped.
+  int64_t width = stride == 1 ? m : (span + n - 1) / n * n;
   auto packedType = VectorType::get({width}, element);
   Value p = rewriter.create<LLVM::GEPOp>(loc, ptrTy, element, base, ValueRange{op.getOffset()});
   Value packed;
@@ -333,7 +334,7 @@ struct LoadLowering : ConvertOpToLLVMPattern<tile::LoadOp> {
     bool unmasked = !first && fullBlock(op.getLimit(), n);
     int64_t div = op.getDiv();
     Value result;
-    if (div > 1 && op.getStride() != 0) {
+    if ((div > 1 && op.getStride() != 0) || (op.getStride() > 1 && op.getStride() <= 4)) {
       result = spreadLoad(rewriter, loc, op, a.getPtr(), mask, unmasked);
     } else if (op.getStride() == 0) {
       Value p = rewriter.create<LLVM::GEPOp>(loc, ptrTy, element, a.getPtr(), ValueRange{op.getOffset()});

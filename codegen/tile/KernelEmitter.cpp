@@ -392,6 +392,19 @@ KernelEmitter::viewSource(Operation *op, const Coords &c) {
 
 std::optional<Coords> KernelEmitter::reshapeAlongRows(const Coords &c, ArrayRef<int64_t> from,
                                                       ArrayRef<int64_t> to) {
+  if (from.size() >= 2 && to.size() >= 1 && from[from.size() - 2] * from.back() == to.back() &&
+      c.back().isScalar() && c[c.size() - 2].isAffine() &&
+      llvm::all_of(ArrayRef<Coord>(c).drop_back(2), [](const Coord &x) { return x.isScalar(); })) {
+    // Groups of s merged into rows, the lanes running along the groups and
+    // one element of each taken (a phase of an interleaving): lane l is at
+    // element group * s + k of the row, a strided load. Lanes past the
+    // groups' end are inactive, so no lane leaves its row.
+    int64_t s = from.back();
+    Coord lead = linearize(Coords(c.begin(), c.end() - 2), from.drop_back(2));
+    Coords out = delinearize(lead, to.drop_back());
+    out.push_back(add(scale(c[c.size() - 2], s), c.back()));
+    return out;
+  }
   if (from.empty() || to.empty() ||
       !llvm::all_of(ArrayRef<Coord>(c).drop_back(), [](const Coord &x) { return x.isScalar(); }))
     return std::nullopt;

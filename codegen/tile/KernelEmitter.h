@@ -239,9 +239,10 @@ public:
   /// read their operands at the same coordinates `c`.
   mlir::LogicalResult computeOperandChains(mlir::Operation *root, const Coords &c);
   /// Coordinates in `to` of a reshape's result coordinates `c` (shape
-  /// `from`) when the reshape keeps the rows (the innermost dimension) or
-  /// splits each row into groups, the lanes running along the rows; nullopt
-  /// otherwise (delinearize of the linear index then).
+  /// `from`) when the reshape keeps the rows (the innermost dimension),
+  /// splits each row into groups, or merges groups into rows, the lanes
+  /// running along the rows or groups; nullopt otherwise (delinearize of
+  /// the linear index then).
   std::optional<Coords> reshapeAlongRows(const Coords &c, llvm::ArrayRef<int64_t> from,
                                          llvm::ArrayRef<int64_t> to);
   /// The operand a view reads and the coordinates it reads it at.

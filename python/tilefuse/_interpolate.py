@@ -5,7 +5,13 @@ Every mode but area is separable: along each spatial dim, output element o
 is a weighted sum of a few input elements (taps) whose indices and weights
 depend only on the sizes, so numpy computes them once and the graph does a
 gather of the taps ([O, taps] rows of the dim moved to the front) times the
-weights, summed; the gradient is the gather's (a scatter-add). The source
+weights, summed; the gradient is the gather's (a scatter-add). Upsampling
+by a whole number s whose taps are shifts of the input in each phase
+(output s*q + r reads input q + offset, but at the clipped edges: nearest,
+linear and cubic at align_corners=False) is instead a weighted sum of
+shifted views per phase, the phases interleaved, with exactly the taps and
+weights of the gather: no gather, and its gradient (autodiff's, or
+_spread_by_phases for PyTorch's backward ops) no scatter-add. The source
 coordinates follow PyTorch's CPU kernels, in the precision they use (float
 for f32/bf16/f16 inputs, double for f64), so indices agree exactly at
 fractional scales. Area is adaptive average pooling.
@@ -16,7 +22,7 @@ import numpy as np
 
 from . import _pooling as pooling
 from ._core import CompileError
-from ._tracing import Tensor
+from ._tracing import Tensor, cat
 
 _LINEAR_DIMS = {"linear": 1, "bilinear": 2, "bicubic": 2, "trilinear": 3}
 _MODES = ("nearest", "nearest-exact", "area") + tuple(_LINEAR_DIMS)
@@ -124,8 +130,84 @@ def _moved_to_front(x, dim):
     return rows, rest, back
 
 
+def _runs(col):
+    """[(first, end, start)]: col[q] = start + (q - first) for q in [first,
+    end) -- the rows of one tap column of a phase as runs of consecutive
+    input elements."""
+    runs, first = [], 0
+    for q in range(1, len(col) + 1):
+        if q == len(col) or col[q] != col[q - 1] + 1:
+            runs.append((first, q, int(col[first])))
+            first = q
+    return runs
+
+
+# A phase's tap column that is more than this many runs of consecutive input
+# elements is no shift of the input (not whole-number upsampling).
+_MAX_RUNS = 5
+
+
+def _phases(idx, weights, size_in):
+    """Whole-number upsampling (O = s * n, s > 1) whose taps are shifts of
+    the input in each phase: output s*q + r reads idx[s*q + r, t], which for
+    every (r, t) is a few runs of consecutive input elements (the middle
+    one, clipped ends). Returns (s, [[runs per tap] per phase], [weights
+    [n, taps] or None per phase]), else None."""
+    size_out, taps = idx.shape
+    if size_out % size_in or size_out == size_in:
+        return None
+    s, q = size_out // size_in, np.arange(size_in)
+    columns, phase_weights = [], []
+    for r in range(s):
+        rows = idx[q * s + r]
+        runs = [_runs(rows[:, t]) for t in range(taps)]
+        if any(len(rr) > _MAX_RUNS for rr in runs):
+            return None
+        columns.append(runs)
+        phase_weights.append(None if weights is None else weights[q * s + r])
+    return s, columns, phase_weights
+
+
+def _rows(x, dim, runs):
+    """x's elements along dim at the runs' positions, in order: slices of x
+    concatenated (views of one value: no gather, no kernel of its own)."""
+    pieces = [x[tuple([slice(None)] * dim + [slice(start, start + end - first)])]
+              for first, end, start in runs]
+    return pieces[0] if len(pieces) == 1 else cat(pieces, dim)
+
+
+def _resample_by_phases(x, dim, phases):
+    """_resample_dim for whole-number upsampling: each phase r (outputs
+    s*q + r) is a weighted sum of x's rows at its taps (shifted views), and
+    the phases are interleaved: the lanes read x spread, no gather."""
+    s, columns, phase_weights = phases
+    n = x.shape[dim]
+    parts = []
+    for runs, w in zip(columns, phase_weights):
+        y = None
+        for t, tap in enumerate(runs):
+            term = _rows(x, dim, tap)
+            if w is not None:
+                wt = w[:, t].astype(np.float64)
+                if np.all(wt == wt[0]):
+                    term = term * float(wt[0]) if wt[0] != 1 else term
+                else:
+                    shape = [1] * x.ndim
+                    shape[dim] = n
+                    term = term * pooling.const(x, wt.reshape(shape), x.dtype)
+            y = term if y is None else y + term
+        parts.append(y)
+    shape = list(x.shape)
+    split = shape[:dim + 1] + [1] + shape[dim + 1:]
+    y = cat([part.reshape(*split) for part in parts], dim + 1)
+    return y.reshape(*(shape[:dim] + [n * s] + shape[dim + 1:]))
+
+
 def _resample_dim(x, dim, idx, weights):
     """x with dim `dim` replaced by sum_t x[idx[:, t]] * weights[:, t]."""
+    phases = _phases(idx, weights, x.shape[dim])
+    if phases is not None:
+        return _resample_by_phases(x, dim, phases)
     rows, rest, back = _moved_to_front(x, dim)
     picked = pooling._gather(rows, pooling.const(x, idx))        # [O, taps, rest]
     if weights is None:
@@ -136,9 +218,37 @@ def _resample_dim(x, dim, idx, weights):
     return y.permute(*back)
 
 
+def _spread_by_phases(g, dim, phases, size):
+    """_spread_dim for whole-number upsampling: each phase's rows of g
+    (a strided slice), times each tap's weights, added back at the tap's
+    runs of input rows (placed by zero padding): no scatter-add."""
+    s, columns, phase_weights = phases
+    total = None
+    for r, (runs, w) in enumerate(zip(columns, phase_weights)):
+        g_r = g[tuple([slice(None)] * dim + [slice(r, None, s)])]
+        for t, tap in enumerate(runs):
+            term = g_r
+            if w is not None:
+                wt = w[:, t].astype(np.float64)
+                if np.all(wt == wt[0]):
+                    term = term * float(wt[0]) if wt[0] != 1 else term
+                else:
+                    shape = [1] * g.ndim
+                    shape[dim] = size
+                    term = term * pooling.const(g, wt.reshape(shape), g.dtype)
+            for first, end, start in tap:
+                piece = term[tuple([slice(None)] * dim + [slice(first, end)])]
+                piece = pooling._zero_pad(piece, dim, start, size - start - (end - first))
+                total = piece if total is None else total + piece
+    return total
+
+
 def _spread_dim(g, dim, idx, weights, size):
     """The gradient of _resample_dim: g's dim `dim` (one row per output
     element) added back, times each tap's weight, into `size` rows."""
+    phases = _phases(idx, weights, size)
+    if phases is not None:
+        return _spread_by_phases(g, dim, phases, size)
     rows, rest, back = _moved_to_front(g, dim)
     o, taps = idx.shape
     updates = rows.unsqueeze(1)                                  # [O, 1, rest]

@@ -60,7 +60,8 @@ func.func @all_ops(%p: !tile.ptr<f32>, %b: !tile.ptr<i8>, %o: !tile.ptr<f32>) at
 // CHECK: tile.load %arg0[%{{.*}}], %{{.*}} {div = 2 : i64, stride = 1 : i64} : !tile.ptr<f32> -> vector<16xf32>
 // CHECK: tile.load %arg0[%{{.*}}], %{{.*}} from %{{.*}} {div = 4 : i64, stride = 1 : i64} : !tile.ptr<f32> -> vector<16xf32>
 // CHECK: tile.load %arg0[%{{.*}}], %{{.*}} {div = 2 : i64, stride = 2 : i64} : !tile.ptr<f32> -> vector<16xf32>
-// CHECK: tile.load %arg0[%{{.*}}], %{{.*}} {div = 2 : i64, stride = 3 : i64} : !tile.ptr<f32> -> vector<16xf32>
+// CHECK: tile.load %arg0[%{{.*}}], %{{.*}} {stride = 2 : i64} : !tile.ptr<f32> -> vector<16xf32>
+// CHECK: tile.load %arg0[%{{.*}}], %{{.*}} {div = 2 : i64, stride = 10 : i64} : !tile.ptr<f32> -> vector<16xf32>
 // LLVM-LABEL: llvm.func @ranged_loads(
 // LLVM: llvm.intr.masked.load %{{.*}} : (!llvm.ptr, vector<16xi1>, vector<16xf32>) -> vector<16xf32>
 // LLVM: llvm.load %{{.*}} {alignment = 4 : i64} : !llvm.ptr -> vector<8xf32>
@@ -71,7 +72,10 @@ func.func @all_ops(%p: !tile.ptr<f32>, %b: !tile.ptr<i8>, %o: !tile.ptr<f32>) at
 // last, read as one masked block, every other one spread.
 // LLVM: llvm.intr.masked.load %{{.*}} : (!llvm.ptr, vector<16xi1>, vector<16xf32>) -> vector<16xf32>
 // LLVM: llvm.shufflevector %{{.*}} [0, 0, 2, 2, 4, 4, 6, 6, 8, 8, 10, 10, 12, 12, 14, 14] : vector<16xf32>
-// Stride 3: 22 elements, more than a block: a gather.
+// Stride 2 alone: the 31 elements as two blocks, every other one picked.
+// LLVM: llvm.intr.masked.load %{{.*}} : (!llvm.ptr, vector<32xi1>, vector<32xf32>) -> vector<32xf32>
+// LLVM: llvm.shufflevector %{{.*}} [0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30] : vector<32xf32>
+// Stride 10: 71 elements, more than four blocks: a gather.
 // LLVM: llvm.intr.masked.gather
 func.func @ranged_loads(%p: !tile.ptr<f32>, %o: !tile.ptr<f32>) attributes {tile.kernel, tile.grid = 4 : i64, tile.block = 16 : i64} {
   %pid = tile.program_id : i64
@@ -82,10 +86,12 @@ func.func @ranged_loads(%p: !tile.ptr<f32>, %o: !tile.ptr<f32>) attributes {tile
   %b = tile.load %p[%off], %c16 {div = 2 : i64, stride = 1 : i64} : !tile.ptr<f32> -> vector<16xf32>
   %c = tile.load %p[%off], %c16 from %c3 {div = 4 : i64, stride = 1 : i64} : !tile.ptr<f32> -> vector<16xf32>
   %e = tile.load %p[%off], %c16 {div = 2 : i64, stride = 2 : i64} : !tile.ptr<f32> -> vector<16xf32>
-  %d = tile.load %p[%off], %c16 {div = 2 : i64, stride = 3 : i64} : !tile.ptr<f32> -> vector<16xf32>
+  %f = tile.load %p[%off], %c16 {stride = 2 : i64} : !tile.ptr<f32> -> vector<16xf32>
+  %d = tile.load %p[%off], %c16 {div = 2 : i64, stride = 10 : i64} : !tile.ptr<f32> -> vector<16xf32>
   %ab = arith.addf %a, %b : vector<16xf32>
   %cd = arith.addf %c, %d : vector<16xf32>
-  %abe = arith.addf %ab, %e : vector<16xf32>
+  %ef = arith.addf %e, %f : vector<16xf32>
+  %abe = arith.addf %ab, %ef : vector<16xf32>
   %s = arith.addf %abe, %cd : vector<16xf32>
   tile.store %s, %o[%off], %c16 {stride = 1 : i64} : vector<16xf32>, !tile.ptr<f32>
   return

@@ -157,6 +157,29 @@ def test_max_pool_gradient_reads_without_gathers_and_splits_its_loss():
     assert partial and partial[0]["grid"] > 1, rows.keys()
 
 
+@pytest.mark.parametrize("mode", ["nearest", "bilinear", "bicubic"])
+def test_whole_number_upsampling_reads_without_gathers(mode):
+    """F.interpolate by 2 (align_corners=False): per output phase a weighted
+    sum of shifted views of the input, the phases interleaved; its gradient
+    (autodiff's) strided slices of the output's gradient placed back by
+    padding. Values and gradients as PyTorch's, no gather or scatter-add."""
+    torch = pytest.importorskip("torch")
+    x = _rand(2, 3, 17, 64)
+    r = _rand(2, 3, 34, 128, seed=1)
+    kw = dict(scale_factor=2, mode=mode) if mode == "nearest" else \
+        dict(scale_factor=2, mode=mode, align_corners=False)
+    g = tilefuse.trace(lambda a: (F.interpolate(a, **kw) * r).sum(), x).value_and_grad(wrt=(0,))
+    compiled = g.compile("cpu")
+    loss, grad = compiled(x)
+    t = torch.tensor(x, requires_grad=True)
+    want = (torch.nn.functional.interpolate(t, **kw) * torch.tensor(r)).sum()
+    want.backward()
+    np.testing.assert_allclose(loss, want.item(), rtol=1e-5)
+    np.testing.assert_allclose(grad, t.grad.numpy(), rtol=1e-5, atol=1e-5)
+    assert "tile.gather" not in compiled.tile_ir
+    assert all(row["kind"] != "library" for row in compiled.report())
+
+
 def test_full_reduction_beside_domain_results_is_split():
     """value_and_grad of sum(tanh(a) * a): the loss and the gradient come
     from one walk of `a`; the walk is split over programs, each storing the
