@@ -188,7 +188,8 @@ const SmallVector<FusionGraph::Read> &FusionGraph::readsOfValue(Value v) {
                                             shapeOf(def->getResult(0)));
       // A buffer view (a reshape of leading dimensions) keeps every
       // element's linear index: no remap.
-      bool remaps = isView(def) && !unitReshape && !bufferViews.contains(def);
+      // A padding reads its value at other indices, as a view does.
+      bool remaps = (isView(def) || isPadding(def)) && !unitReshape && !bufferViews.contains(def);
       for (Value operand : def->getOperands())
         for (Read r : readsOfValue(operand)) {
           r.viaOps = true;

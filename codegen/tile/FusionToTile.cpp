@@ -224,6 +224,7 @@ LogicalResult KernelEmitter::emitProgram(const KeptSpace &ks, ArrayRef<Coords> p
                          for (Coords &c2 : rows)
                            c2[laneDim] = {start, 1, {}, block};
                          activeLimit = lanesLeft(n, start);
+                         activeFirst = Value();
                          rowStart = start;
                          return storeAll(rows);
                        });

@@ -503,7 +503,10 @@ FailureOr<Value> KernelEmitter::rowBlock(Value operand, Coords coords, int64_t d
                                          Value j) {
   Value start = mulS(j, block);
   coords[dim] = {start, 1, {}, block};
+  // A new block of lanes, all of them from the first (a concat's input
+  // range belongs to the block it was set for).
   activeLimit = lanesLeft(n, start);
+  activeFirst = Value();
   rowStart = start;
   FailureOr<Value> v = value(operand, coords);
   if (failed(v))
@@ -696,6 +699,7 @@ Coords KernelEmitter::keptDomainCoords(const KeptSpace &k, Value pid) {
   if (k.flat) {
     Value start = mulS(pid, block);
     activeLimit = lanesLeft(k.elements, start);
+    activeFirst = Value();
     return delinearize({start, 1, {}, block}, k.domain);
   }
   Coords dc(rank);
@@ -704,6 +708,7 @@ Coords KernelEmitter::keptDomainCoords(const KeptSpace &k, Value pid) {
     Value start = mulS(remS(pid, k.blocksPerRow), block);
     dc[k.laneDim] = {start, 1, {}, block};
     activeLimit = lanesLeft(k.domain[k.laneDim], start);
+    activeFirst = Value();
   }
   return dc;
 }

@@ -67,6 +67,7 @@ static LogicalResult emitRowsWithColumnPartials(KernelEmitter &e, int64_t n,
                      [&](Value j, ValueRange, SmallVectorImpl<Value> &) -> LogicalResult {
                        Value start = e.mulS(j, block);
                        e.activeLimit = e.lanesLeft(columns, start);
+                       e.activeFirst = Value();
                        return body(start);
                      });
   };

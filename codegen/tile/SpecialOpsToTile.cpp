@@ -327,7 +327,7 @@ static FailureOr<Value> random(KernelEmitter &e, Operation *operation, const Coo
     for (int64_t i = 0; i < g; ++i)
       ids[i] = i;
     Value counters = b.create<arith::AddIOp>(
-        loc, spread(e.divS(lin.scalar, 4), g),
+        loc, spread(b.create<arith::DivSIOp>(loc, lin.scalar, e.cst(4)), g),
         b.create<arith::ConstantOp>(
             loc, DenseElementsAttr::get(VectorType::get({g}, i64), ArrayRef<int64_t>(ids))));
     auto w = philox(counters, g);
@@ -442,8 +442,13 @@ static std::optional<FailureOr<Value>> concatOfLaneRanges(KernelEmitter &e, Conc
     {
       KernelEmitter::Scope scope(e);
       e.activeLimit = b.create<arith::MinSIOp>(loc, e.activeLimit, hi);
-      e.activeFirst = e.activeFirst ? b.create<arith::MaxSIOp>(loc, e.activeFirst, lo).getResult()
-                                    : lo;
+      // The first input starts at lane 0 unless an enclosing range starts
+      // later (coordinates are never below 0 at an active lane): its loads
+      // keep their plain (unmasked where full) form.
+      if (offset != 0 || e.activeFirst)
+        e.activeFirst = e.activeFirst
+                            ? b.create<arith::MaxSIOp>(loc, e.activeFirst, lo).getResult()
+                            : lo;
       v = e.value(in, cc);
     }
     if (failed(v))

@@ -230,8 +230,9 @@ func.func @colsum(%x: tensor<8192x96xf32>, %w: tensor<96xf32>) -> tensor<96xf32>
 // block lies in one input, so each input is read contiguously where it is,
 // with its loads masked off (limit 0) outside its own blocks, and the block
 // picks its input whole. Where inputs split blocks, each input's lanes are
-// a range [from, limit) of the block: its loads stay contiguous, confined
-// to that range, and the lanes pick their input.
+// a range [from, limit) of the block (the first input's from lane 0): its
+// loads stay contiguous, confined to that range, and the lanes pick their
+// input.
 // CHECK-LABEL: func.func @concat_blocks_kernel0
 // CHECK-NOT:     tile.gather
 // CHECK:         %[[IN0:.+]] = arith.andi %{{.+}}, %{{.+}} : i1
@@ -244,7 +245,7 @@ func.func @colsum(%x: tensor<8192x96xf32>, %w: tensor<96xf32>) -> tensor<96xf32>
 // CHECK:         tile.store %[[V]], %arg2
 // CHECK-LABEL: func.func @concat_unaligned_kernel0
 // CHECK-NOT:     tile.gather
-// CHECK:         %[[A:.+]] = tile.load %arg0[%{{.+}}], %{{.+}} from %{{.+}} {stride = 1 : i64}
+// CHECK:         %[[A:.+]] = tile.load %arg0[%{{.+}}], %{{.+}} {stride = 1 : i64}
 // CHECK:         %[[B:.+]] = tile.load %arg1[%{{.+}}], %{{.+}} from %[[FROM:.+]] {stride = 1 : i64}
 // CHECK:         %[[LANES:.+]] = vector.splat %[[FROM]]
 // CHECK:         %[[IN1:.+]] = arith.andi

@@ -157,3 +157,21 @@ func.func @padding_of_a_kernel_result(%x: tensor<4x8xf32>, %y: tensor<4x20xf32>)
   %o = graph.add %s, %y : tensor<4x20xf32>
   return %o : tensor<4x20xf32>
 }
+
+// A padding of a row's result read across the rows (column j reads row j's
+// sum) is an index remap like a slice: the multiply does not join the row
+// kernel (it would recompute every row's sum per lane, and could write x
+// while other programs still read it).
+// CHECK-LABEL: func.func @padded_row_result_read_across_rows(
+// CHECK:         graph.fusion "{{.*}}kind = "reduction"
+// CHECK:         graph.fusion "{{.*}}kind = "pointwise"
+// CHECK-NOT:     graph.fusion "
+// CHECK:         return
+func.func @padded_row_result_read_across_rows(%x: tensor<4x8xf32>) -> tensor<4x8xf32> {
+  %r = graph.reduce_sum %x {dims = array<i64: 1>} : (tensor<4x8xf32>) -> tensor<4xf32>
+  %z = graph.full 0.0 : tensor<4xf32>
+  %p = graph.concat %r, %z {dim = 0 : i64} : (tensor<4xf32>, tensor<4xf32>) -> tensor<8xf32>
+  %b = graph.broadcast_in_dim %p {dims = array<i64: 1>} : (tensor<8xf32>) -> tensor<4x8xf32>
+  %q = graph.mul %x, %b : tensor<4x8xf32>
+  return %q : tensor<4x8xf32>
+}

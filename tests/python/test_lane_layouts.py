@@ -96,13 +96,17 @@ def test_moves_are_exact_and_read_without_gathers(name, fn, ref, shape, layout):
 
 
 def _grad_of_slices(x):
-    return (x[:, 1::2] ** 2).sum() + (x[:, 2::3] * 3.0).sum()
+    # Starts below and above the stride: the gradient's groups are shifted
+    # by start // stride groups (zeros ahead of a spread value), the
+    # element put at place start % stride of its group.
+    return (x[:, 1::2] ** 2).sum() + (x[:, 2::3] * 3.0).sum() + (x[:, 5::2] * x[:, 5::2]).sum()
 
 
 def _grad_of_slices_np(x):
     g = np.zeros_like(x, np.float64)
     g[:, 1::2] += 2.0 * x[:, 1::2]
     g[:, 2::3] += 3.0
+    g[:, 5::2] += 2.0 * x[:, 5::2]
     return g
 
 
@@ -121,7 +125,7 @@ def _grad_of_2d_slices_np(x):
     (_grad_of_slices, _grad_of_slices_np, (6, 129)),
     (_grad_of_slices, _grad_of_slices_np, (700, 400)),
     (_grad_of_2d_slices, _grad_of_2d_slices_np, (2, 3, 17, 130)),
-], ids=["odd_starts", "split_reduction", "two_dims"])
+], ids=["odd_starts", "large", "two_dims"])
 def test_gradients_of_strided_slices(fn, ref, shape):
     """A strided slice's gradient interleaves zeros; its groups start at
     the operand's first element, so the lanes read the slice's gradient at

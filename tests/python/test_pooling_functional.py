@@ -293,3 +293,10 @@ def test_large_uniform_adaptive_max_pool_keeps_pytorchs_gradient():
     x[0, 0, 3, 4] = x[0, 0, 5, 6] = 1.0  # a tie in one window
     _check(lambda a: F.adaptive_max_pool2d(a, 2), lambda t: TF.adaptive_max_pool2d(t, 2), x,
            "adaptive max, large windows")
+    x32 = x.astype(np.float32)
+    g = tilefuse.trace(lambda a: F.adaptive_max_pool2d(a, 2).sum(), x32).value_and_grad(
+        wrt=(0,))
+    _, grad = g.compile("cpu")(x32)
+    t = torch.tensor(x32, requires_grad=True)
+    TF.adaptive_max_pool2d(t, 2).sum().backward()
+    np.testing.assert_array_equal(grad, t.grad.numpy())
