@@ -176,6 +176,20 @@ def _rows(x, dim, runs):
     return pieces[0] if len(pieces) == 1 else cat(pieces, dim)
 
 
+def _weighted(t, dim, w, tap):
+    """t (one row per phase element along dim) times the phase's weights
+    of tap `tap` (w [n, taps], or None: 1): one number where they are all
+    equal, else a constant along dim."""
+    if w is None:
+        return t
+    wt = w[:, tap].astype(np.float64)
+    if np.all(wt == wt[0]):
+        return t * float(wt[0]) if wt[0] != 1 else t
+    shape = [1] * t.ndim
+    shape[dim] = len(wt)
+    return t * pooling.const(t, wt.reshape(shape), t.dtype)
+
+
 def _resample_by_phases(x, dim, phases):
     """_resample_dim for whole-number upsampling: each phase r (outputs
     s*q + r) is a weighted sum of x's rows at its taps (shifted views), and
@@ -186,15 +200,7 @@ def _resample_by_phases(x, dim, phases):
     for runs, w in zip(columns, phase_weights):
         y = None
         for t, tap in enumerate(runs):
-            term = _rows(x, dim, tap)
-            if w is not None:
-                wt = w[:, t].astype(np.float64)
-                if np.all(wt == wt[0]):
-                    term = term * float(wt[0]) if wt[0] != 1 else term
-                else:
-                    shape = [1] * x.ndim
-                    shape[dim] = n
-                    term = term * pooling.const(x, wt.reshape(shape), x.dtype)
+            term = _weighted(_rows(x, dim, tap), dim, w, t)
             y = term if y is None else y + term
         parts.append(y)
     shape = list(x.shape)
@@ -227,15 +233,7 @@ def _spread_by_phases(g, dim, phases, size):
     for r, (runs, w) in enumerate(zip(columns, phase_weights)):
         g_r = g[tuple([slice(None)] * dim + [slice(r, None, s)])]
         for t, tap in enumerate(runs):
-            term = g_r
-            if w is not None:
-                wt = w[:, t].astype(np.float64)
-                if np.all(wt == wt[0]):
-                    term = term * float(wt[0]) if wt[0] != 1 else term
-                else:
-                    shape = [1] * g.ndim
-                    shape[dim] = size
-                    term = term * pooling.const(g, wt.reshape(shape), g.dtype)
+            term = _weighted(g_r, dim, w, t)
             for first, end, start in tap:
                 piece = term[tuple([slice(None)] * dim + [slice(first, end)])]
                 piece = pooling._zero_pad(piece, dim, start, size - start - (end - first))
