@@ -185,6 +185,10 @@ Coord KernelEmitter::scale(const Coord &x, int64_t k) {
           k == 0 || x.coef == 0 ? 1 : x.div};
 }
 
+/// Whether a scalar known to be a multiple of `align` is one of `k`
+/// (kAligned: the scalar is 0).
+static bool multipleOf(int64_t align, int64_t k) { return align >= kAligned || align % k == 0; }
+
 /// Whether two coordinates are the same values (same SSA values and lanes).
 static bool sameCoord(const Coord &x, const Coord &y) {
   return x.scalar == y.scalar && x.coef == y.coef && x.vec == y.vec && x.div == y.div;
@@ -231,7 +235,7 @@ Coords KernelEmitter::delinearize(const Coord &lin, ArrayRef<int64_t> shape) {
     return out;
   }
   if (lin.isLinear() && lin.coef == 1 && shape.size() >= 2 && inner < block &&
-      block % inner == 0 && lin.align % inner == 0) {
+      block % inner == 0 && multipleOf(lin.align, inner)) {
     // Rows shorter than the block, the block starting at a row: lane l is
     // at column l % inner of row scalar / inner + l / inner. The rows are
     // one index repeated `inner` times, so a load of the rows' elements is
@@ -421,7 +425,7 @@ std::optional<Coords> KernelEmitter::reshapeAlongRows(const Coords &c, ArrayRef<
   }
   int64_t s = to.back();
   if (to.size() < 2 || to[to.size() - 2] * s != row || !last.isLinear() || last.coef != 1 ||
-      s <= 1 || s >= block || block % s != 0 || last.align % s != 0)
+      s <= 1 || s >= block || block % s != 0 || !multipleOf(last.align, s))
     return std::nullopt;
   // Each row split into groups of s, the lanes running along a row from a
   // group's start: lane l is at element l % s of group scalar / s + l / s.
