@@ -1,48 +1,47 @@
-"""Sorting and searching: sort (and argsort), searchsorted and bucketize.
+"""Sorting and searching: sort (and argsort), topk, kthvalue, histc,
+searchsorted and bucketize.
 
-Both compare every element with every other of its row (n^2 comparisons
-per row of n), so rows of more than MAX_ROW elements, or more than
-MAX_COMPARISONS comparisons in all, run in PyTorch.
+Sorting compares every element with every other of its row (n^2
+comparisons per row of n), so rows of more than MAX_ROW elements, or more
+than MAX_COMPARISONS comparisons in all, run in PyTorch.
 
 sort follows PyTorch's order: NaN above everything (last ascending, first
 descending), -0.0 equal to 0.0, equal elements in their original order.
-That is what a stable sort gives and what PyTorch's CPU kernel gives for
-rows of up to 16 elements (its insertion sort); a longer row sorted with
-stable=False may order equal elements otherwise, so its indices convert
-only where nothing reads them (the values are the same either way).
-topk, kthvalue, median and mode choose among equal elements by their
-selection algorithms' internals and run in PyTorch.
+That is what a stable sort gives, and one of the orders PyTorch allows
+with stable=False, which leaves the order of equal elements unspecified
+(its CPU kernel keeps it for rows of up to 16 elements, its insertion
+sort, and not always beyond: a program whose result depends on which of
+two equal elements comes first may differ there; one that uses the
+sorted values, or the permutation and its inverse as mixture-of-experts
+routing does, does not).
+topk and kthvalue take the same order: among equal elements the earlier
+one is picked first (PyTorch's selection leaves that unspecified too).
+
+histc counts with PyTorch's bin edges (torch.linspace of the given range
+in the input's dtype), each element in the bin whose edges hold it, the
+range's top in the last bin.
 
 searchsorted counts, per value, the sorted row's elements before it: those
 not >= it (not > it with right=True), which is the position PyTorch's
 binary search finds (NaN included) when the row is sorted.
 """
-import operator
-
 import numpy as np
+import torch
 
 from .._tracing import where
-from . import UnsupportedOp, aten, converts, importer
+from . import UnsupportedOp, _real_values, aten, converts, importer
 from .indexing import _along, _flat, _rows_gather
 
 MAX_ROW = 4096
 MAX_COMPARISONS = 1 << 24
-INSERTION_SORT_LIMIT = 16  # PyTorch's CPU sort orders ties stably up to here
+_TORCH_FLOATS = {"f32": torch.float32, "f64": torch.float64, "bf16": torch.bfloat16,
+                 "f16": torch.float16}
 
 
 def _check_size(op, rows, n, m):
     if n > MAX_ROW or m > MAX_ROW or rows * n * m > MAX_COMPARISONS:
         raise UnsupportedOp(op, f"{rows} rows of {n} x {m} comparisons (at most {MAX_ROW} per "
                                 f"row and {MAX_COMPARISONS} in all)")
-
-
-def _indices_read(node):
-    """Whether anything reads output 1 (the indices) of a (values,
-    indices) node."""
-    for user in node.users:
-        if user.target is not operator.getitem or user.args[1] == 1:
-            return True
-    return False
 
 
 def _last(x, dim):
@@ -53,20 +52,10 @@ def _last(x, dim):
     return x.permute(*perm), list(np.argsort(perm))
 
 
-def _sorted(x, dim, descending, stable, op):
-    """(values, indices) of x sorted along dim."""
-    if x.ndim == 0:
-        return x, importer().constant(np.zeros(()), "i64")
-    dim %= x.ndim
-    n = x.shape[dim]
-    rows = x.numel() // max(n, 1)
-    if n > INSERTION_SORT_LIMIT and not stable and _indices_read(importer().node):
-        raise UnsupportedOp(op, f"stable=False over {n} elements: PyTorch's order of equal "
-                                "elements is its sort's own")
-    _check_size(op, rows, n, n)
-    if n <= 1:
-        return x, importer().constant(np.zeros(x.shape), "i64")
-    xl, back = _last(x, dim)
+def _ranks(xl, descending):
+    """Each element's position in its (last-dim) row sorted stably: the
+    number of elements ordered before it."""
+    n = xl.shape[-1]
     a = xl.unsqueeze(-1)          # element i  [.., i, 1]
     b = xl.unsqueeze(-2)          # element j  [.., 1, j]
     nan_a, nan_b = a != a, b != b
@@ -76,25 +65,89 @@ def _sorted(x, dim, descending, stable, op):
         before = (b < a) | (nan_a & ~nan_b)
     same = (a == b) | (nan_a & nan_b)
     earlier = importer().constant(np.tril(np.ones((n, n), bool), -1), "i1")  # j < i
-    ahead = where(before, True, same & earlier)
-    rank = ahead.to("i64").sum((-1,))                       # [.., i]
-    positions = importer().constant(np.arange(n), "i64")
+    return where(before, True, same & earlier).to("i64").sum((-1,))     # [.., i]
+
+
+def _leading(xl, descending, wanted):
+    """(values, indices) of the elements at sorted positions `wanted` (a
+    numpy array) of each last-dim row of xl in stable sorted order."""
+    n = xl.shape[-1]
+    rank = _ranks(xl, descending)
+    positions = importer().constant(wanted, "i64")
     hit = rank.unsqueeze(-2) == positions.unsqueeze(-1)     # [.., r, i]
     order = where(hit, importer().constant(np.arange(n), "i64"), 0).sum((-1,))  # [.., r]
-    values = _rows_gather(_flat(xl), _along(xl.shape, xl.ndim - 1, order))
+    return _rows_gather(_flat(xl), _along(xl.shape, xl.ndim - 1, order)), order
+
+
+def _selected(x, dim, descending, wanted, op):
+    """(values, indices) of the elements at sorted positions `wanted` (a
+    numpy array) along dim of x in stable sorted order, dim kept where it
+    was."""
+    if x.ndim == 0:
+        return x, importer().constant(np.zeros(()), "i64")
+    dim %= x.ndim
+    n = x.shape[dim]
+    _check_size(op, x.numel() // max(n, 1), n, n)
+    if n <= 1 and len(wanted) == n:
+        return x, importer().constant(np.zeros(x.shape), "i64")
+    xl, back = _last(x, dim)
+    values, order = _leading(xl, descending, wanted)
     if back is not None:
         values, order = values.permute(*back), order.permute(*back)
     return values, order
 
 
+def _sorted(x, dim, descending, op):
+    """(values, indices) of x sorted stably along dim."""
+    return _selected(x, dim, descending, np.arange(x.shape[dim % x.ndim] if x.ndim else 1), op)
+
+
 @converts(aten.sort.default)
 def _sort(x, dim=-1, descending=False):
-    return _sorted(x, dim, descending, False, aten.sort)
+    return _sorted(x, dim, descending, aten.sort)
 
 
 @converts(aten.sort.stable)
 def _sort_stable(x, stable=None, dim=-1, descending=False):
-    return _sorted(x, dim, descending, bool(stable), aten.sort)
+    return _sorted(x, dim, descending, aten.sort)
+
+
+@converts(aten.topk.default)
+def _topk(x, k, dim=-1, largest=True, sorted=True):
+    """The k largest (smallest) along dim, in sorted order whatever
+    `sorted` says (PyTorch leaves the order unspecified with False)."""
+    return _selected(x, dim, largest, np.arange(k), aten.topk)
+
+
+@converts(aten.kthvalue.default)
+def _kthvalue(x, k, dim=-1, keepdim=False):
+    """The k-th smallest along dim (NaN above everything) and its index."""
+    if x.ndim == 0:
+        return x, importer().constant(np.zeros(()), "i64")
+    d = dim % x.ndim
+    values, order = _selected(x, d, False, np.array([k - 1]), aten.kthvalue)
+    return (values, order) if keepdim else (values.squeeze(d), order.squeeze(d))
+
+
+@converts(aten.histc.default)
+def _histc(x, bins=100, min=0, max=0):
+    """Counts of x's elements in `bins` equal bins over [min, max], in x's
+    dtype; elements outside the range (and NaN) are not counted."""
+    if min == max:
+        raise UnsupportedOp(aten.histc, "min == max takes the range from the data; pass the "
+                                        "range (min < max)")
+    if min > max:
+        raise UnsupportedOp(aten.histc, f"min {min} > max {max}")
+    with _real_values():  # also where the caller traces under a fake-tensor mode
+        edges = torch.linspace(min, max, bins + 1, dtype=_TORCH_FLOATS[x.dtype]).double().numpy()
+    _check_size(aten.histc, 1, x.numel(), bins + 1)
+    lower = importer().constant(edges[:-1], x.dtype)
+    upper = importer().constant(edges[1:], x.dtype)
+    top = np.zeros(bins, bool)
+    top[-1] = True
+    v = _flat(x).unsqueeze(-1)                               # [n, 1]
+    inside = (v >= lower) & ((v < upper) | (importer().constant(top, "i1") & (v <= upper)))
+    return inside.to(x.dtype).sum((0,))
 
 
 def _search(seq, values, right, op, dtype):
