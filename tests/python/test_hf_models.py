@@ -2,7 +2,8 @@
 train through tilefuse as in eager PyTorch: 10 AdamW steps through
 torch.compile(model, backend="tilefuse") and through tilefuse.from_torch
 (GPT-2, Llama, BERT, Mistral, Qwen2, RoBERTa, OPT, GPT-NeoX, GPT-J, Phi-3,
-Gemma 2, Falcon, T5, DistilBERT; BLOOM through the backend),
+Gemma 2, Falcon, T5, DistilBERT, and the mixtures of experts Mixtral and
+Qwen2-MoE; BLOOM through the backend),
 every graph converted whole (tilefuse.explain lists nothing, the backend's
 stats count no partition and no fallback), the loss within 1e-5 relative
 of eager's at every step.
@@ -129,10 +130,25 @@ def _bloom():  # ALiBi; its GELU is a torch.autograd.Function in training
         attention_dropout=0.0, bos_token_id=0, eos_token_id=0, pad_token_id=0))
 
 
+def _mixtral():  # mixture of experts: top-2 of 4 routing, sort, histc, grouped GEMMs
+    return T.MixtralForCausalLM(T.MixtralConfig(
+        num_hidden_layers=2, hidden_size=64, num_attention_heads=4, num_key_value_heads=2,
+        intermediate_size=128, num_local_experts=4, num_experts_per_tok=2, vocab_size=VOCAB,
+        max_position_embeddings=64, bos_token_id=0, eos_token_id=0, pad_token_id=0))
+
+
+def _qwen2_moe():  # routed experts beside a gated shared expert
+    return T.Qwen2MoeForCausalLM(T.Qwen2MoeConfig(
+        num_hidden_layers=2, hidden_size=64, num_attention_heads=4, num_key_value_heads=2,
+        intermediate_size=128, moe_intermediate_size=32, shared_expert_intermediate_size=64,
+        num_experts=4, num_experts_per_tok=2, vocab_size=VOCAB, max_position_embeddings=64,
+        bos_token_id=0, eos_token_id=0, pad_token_id=0))
+
+
 MODELS = {"gpt2": _gpt2, "llama": _llama, "bert": _bert, "mistral": _mistral, "qwen2": _qwen2,
           "roberta": _roberta, "opt": _opt, "gpt_neox": _gpt_neox, "gptj": _gptj,
           "phi3": _phi3, "gemma2": _gemma2, "falcon": _falcon, "t5": _t5,
-          "distilbert": _distilbert}
+          "distilbert": _distilbert, "mixtral": _mixtral, "qwen2_moe": _qwen2_moe}
 # Through the backend only: from_torch refuses a torch.autograd.Function
 # (test_from_torch_refuses_bloom_naming_its_autograd_function).
 BACKEND_ONLY = {"bloom": _bloom}

@@ -17,25 +17,22 @@ routing does, does not).
 topk and kthvalue take the same order: among equal elements the earlier
 one is picked first (PyTorch's selection leaves that unspecified too).
 
-histc counts with PyTorch's bin edges (torch.linspace of the given range
-in the input's dtype), each element in the bin whose edges hold it, the
-range's top in the last bin.
+histc places each element in PyTorch's bin: the integer part of
+(x - min) * bins / (max - min) computed in the input's dtype, the range's
+top in the last bin.
 
 searchsorted counts, per value, the sorted row's elements before it: those
 not >= it (not > it with right=True), which is the position PyTorch's
 binary search finds (NaN included) when the row is sorted.
 """
 import numpy as np
-import torch
 
 from .._tracing import where
-from . import UnsupportedOp, _real_values, aten, converts, importer
+from . import UnsupportedOp, aten, converts, importer
 from .indexing import _along, _flat, _rows_gather
 
 MAX_ROW = 4096
 MAX_COMPARISONS = 1 << 24
-_TORCH_FLOATS = {"f32": torch.float32, "f64": torch.float64, "bf16": torch.bfloat16,
-                 "f16": torch.float16}
 
 
 def _check_size(op, rows, n, m):
@@ -138,16 +135,23 @@ def _histc(x, bins=100, min=0, max=0):
                                         "range (min < max)")
     if min > max:
         raise UnsupportedOp(aten.histc, f"min {min} > max {max}")
-    with _real_values():  # also where the caller traces under a fake-tensor mode
-        edges = torch.linspace(min, max, bins + 1, dtype=_TORCH_FLOATS[x.dtype]).double().numpy()
-    _check_size(aten.histc, 1, x.numel(), bins + 1)
-    lower = importer().constant(edges[:-1], x.dtype)
-    upper = importer().constant(edges[1:], x.dtype)
+    if x.dtype not in ("f32", "f64"):
+        raise UnsupportedOp(aten.histc, f"{x.dtype} input (PyTorch rounds each step of the bin "
+                                        "arithmetic to it): f32 and f64 convert")
+    _check_size(aten.histc, 1, x.numel(), bins)
+    width = np.dtype(np.float32 if x.dtype == "f32" else np.float64).type
+    lo, hi = width(min), width(max)
+    v = _flat(x).unsqueeze(-1)                                       # [n, 1]
+    # PyTorch's bin, in x's dtype and in its order: trunc((x - lo) * bins / (hi - lo)),
+    # the range's top in the last bin.
+    at = (v - importer().constant(lo, x.dtype)) * importer().constant(width(bins), x.dtype) \
+        / importer().constant(width(hi - lo), x.dtype)
+    first = importer().constant(np.arange(bins, dtype=lo.dtype), x.dtype)   # [bins]
     top = np.zeros(bins, bool)
     top[-1] = True
-    v = _flat(x).unsqueeze(-1)                               # [n, 1]
-    inside = (v >= lower) & ((v < upper) | (importer().constant(top, "i1") & (v <= upper)))
-    return inside.to(x.dtype).sum((0,))
+    inside = (v >= importer().constant(lo, x.dtype)) & (v <= importer().constant(hi, x.dtype))
+    hit = inside & (at >= first) & ((at < first + 1) | importer().constant(top, "i1"))
+    return hit.to(x.dtype).sum((0,))
 
 
 def _search(seq, values, right, op, dtype):
