@@ -39,6 +39,13 @@ def _randn_like(x, dtype=None, layout=None, device=None, pin_memory=None, memory
     return _standard_normal(x.shape, _dtype_of(dtype, x.dtype))
 
 
+@converts(aten.uniform.default)
+def _uniform(x, low=0.0, high=1.0, generator=None):
+    """U[low, high) of x's shape and dtype (x's values are not read)."""
+    u = importer().uniform(x.shape, "f32")
+    return (u * (high - low) + low).to(x.dtype) if (low, high) != (0.0, 1.0) else u.to(x.dtype)
+
+
 @converts(aten.bernoulli.p, aten.bernoulli_.float)
 def _bernoulli(x, p=0.5, generator=None):
     return (importer().uniform(x.shape, "f32") < p).to(x.dtype)
@@ -54,7 +61,7 @@ def _native_dropout(x, p, train):
     return where(keep, x * (1.0 / (1.0 - p)), 0.0).to(x.dtype), keep
 
 
-RANDOM_OPS = (aten.rand.default, aten.randn.default, aten.rand_like.default,
+RANDOM_OPS = (aten.rand.default, aten.randn.default, aten.rand_like.default, aten.uniform.default,
               aten.randn_like.default, aten.bernoulli.p, aten.bernoulli_.float,
               aten.native_dropout.default, attention_with_dropout._opoverload)
 
