@@ -191,6 +191,8 @@ private:
       prog.steps.push_back(s);
       return success();
     }
+    if (llvm::isa<graph::GroupedMatmulOp, graph::GroupedMatmulWeightGradOp>(op))
+      return groupedGemm(&op);
     if (auto sa = llvm::dyn_cast<graph::ScatterAddOp>(op)) {
       Step s;
       s.kind = Step::Kind::ScatterAdd;
@@ -663,6 +665,27 @@ private:
     s.source = "graph.collective_wait (" + s.source + ")";
     prog.steps.push_back(s);
     buffers[wait.getResult()] = bufferOf(wait.getPending());
+    return success();
+  }
+
+  /// graph.grouped_matmul and its weights' gradient: one library step
+  /// that reads the groups' offsets when it runs.
+  LogicalResult groupedGemm(Operation *op) {
+    auto lhs = llvm::cast<RankedTensorType>(op->getOperand(0).getType());
+    auto other = llvm::cast<RankedTensorType>(op->getOperand(1).getType());
+    auto result = llvm::cast<RankedTensorType>(op->getResult(0).getType());
+    bool weightGrad = llvm::isa<graph::GroupedMatmulWeightGradOp>(op);
+    Step s;
+    s.kind = Step::Kind::GroupedGemm;
+    s.source = op->getName().getStringRef().str();
+    s.batch = llvm::cast<RankedTensorType>(op->getOperand(2).getType()).getDimSize(0);
+    s.m = lhs.getDimSize(0);
+    s.k = lhs.getDimSize(1);
+    s.n = weightGrad ? other.getDimSize(1) : result.getDimSize(1);
+    s.transposeA = weightGrad;
+    s.buffers = {bufferOf(op->getOperand(0)), bufferOf(op->getOperand(1)),
+                 bufferOf(op->getOperand(2)), this->result(*op)};
+    prog.steps.push_back(s);
     return success();
   }
 

@@ -592,6 +592,16 @@ ValueId Tracer::gather(ValueId table, ValueId indices) {
   return impl_->put(impl_->create<GatherOp>(t.getType(), {t, i}));
 }
 
+ValueId Tracer::groupedMatmul(ValueId lhs, ValueId rhs, ValueId offsets) {
+  Value a = impl_->get(lhs), b = impl_->get(rhs), o = impl_->get(offsets);
+  return impl_->put(impl_->create<GroupedMatmulOp>(a.getType(), {a, b, o}));
+}
+
+ValueId Tracer::groupedMatmulWeightGrad(ValueId lhs, ValueId grad, ValueId offsets) {
+  Value a = impl_->get(lhs), g = impl_->get(grad), o = impl_->get(offsets);
+  return impl_->put(impl_->create<GroupedMatmulWeightGradOp>(a.getType(), {a, g, o}));
+}
+
 ValueId Tracer::conv(const std::string &kind, ValueId aId, ValueId bId, const Shape &strides,
                      const Shape &padLow, const Shape &padHigh, const Shape &dilation,
                      int64_t groups, const Shape &size) {

@@ -82,6 +82,12 @@ public:
   ValueId matmulTransposed(ValueId a, ValueId b, bool transposeA,
                            bool transposeB);
   ValueId gather(ValueId table, ValueId indices);
+  /// graph.grouped_matmul: rows [S, K] times their group's [G, K, N]
+  /// matrix, the groups ending at `offsets` [G].
+  ValueId groupedMatmul(ValueId lhs, ValueId rhs, ValueId offsets);
+  /// graph.grouped_matmul_weight_grad: per group, its rows of lhs [S, K]
+  /// transposed times its rows of grad [S, N] -> [G, K, N].
+  ValueId groupedMatmulWeightGrad(ValueId lhs, ValueId grad, ValueId offsets);
   /// graph.conv (`kind` "conv") of input a and weight b, or its gradient
   /// ops: "grad_input" (a the output's cotangent, b the weight, `size` the
   /// input's spatial size) and "grad_weight" (a the input, b the output's

@@ -351,6 +351,26 @@ LogicalResult ReverseBuilder::visit(Operation *op, Value g) {
         accumulate(a, ta ? e.matmul(b, g, tb, true) : e.matmul(g, b, false, !tb));
         accumulate(b, tb ? e.matmul(g, a, true, ta) : e.matmul(a, g, !ta, false));
       })
+      // Bilinear in the rows and the groups' matrices, like matmul: row r's
+      // cotangent is g[r] times its group's matrix transposed, the
+      // matrices' the grouped products of the rows with g.
+      .Case([&](GroupedMatmulOp o) {
+        Value x = o.getLhs(), w = o.getRhs(), offsets = o.getOffsets();
+        if (needsCotangent(x))
+          accumulate(x, e.builder().create<GroupedMatmulOp>(
+                            e.location(), g, e.transpose(w, {0, 2, 1}), offsets));
+        if (needsCotangent(w))
+          accumulate(w, e.builder().create<GroupedMatmulWeightGradOp>(e.location(), x, g,
+                                                                      offsets));
+      })
+      .Case([&](GroupedMatmulWeightGradOp o) {
+        Value x = o.getLhs(), gy = o.getGrad(), offsets = o.getOffsets();
+        if (needsCotangent(x))
+          accumulate(x, e.builder().create<GroupedMatmulOp>(
+                            e.location(), gy, e.transpose(g, {0, 2, 1}), offsets));
+        if (needsCotangent(gy))
+          accumulate(gy, e.builder().create<GroupedMatmulOp>(e.location(), x, g, offsets));
+      })
       .Case([&](RecomputeBarrierOp o) { accumulate(o.getOperand(), g); })
       // A convolution is linear in each operand: its input's cotangent is
       // the transposed convolution of g, its weight's the correlation of

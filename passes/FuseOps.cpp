@@ -102,8 +102,9 @@ private:
     return llvm::all_of(op->getUsers(), [](Operation *user) {
       return llvm::isa<GraphDialect>(user->getDialect()) &&
              (!isLibraryCall(user) ||
-              llvm::isa<MatmulOp, AttentionOp, AttentionGradOp, ConvOp, ConvBiasActOp,
-                        ConvGradInputOp, ConvGradWeightOp>(user));
+              llvm::isa<MatmulOp, GroupedMatmulOp, GroupedMatmulWeightGradOp, AttentionOp,
+                        AttentionGradOp, ConvOp, ConvBiasActOp, ConvGradInputOp,
+                        ConvGradWeightOp>(user));
     });
   }
 
@@ -499,6 +500,8 @@ LogicalResult tilefuse::fuseFunction(func::FuncOp func, const TargetInfo &target
     return failure();
   widenAttention(func, [&](Type t) { return target.fusedAttentionTakes16Bit(t); });
   expandAttention(func, target.fusedAttentionMaxDim());
+  if (!target.hasGroupedGemm())
+    expandGroupedMatmuls(func);
   if (target.convolutionPadsSymmetrically())
     padConvolutionsSymmetrically(func);
   if (target.convolutionAppliesEpilogues())

@@ -34,6 +34,11 @@ mlir::Operation *widenAttentionOp(mlir::Operation *op);
 /// type `keeps` refuses (TargetInfo::fusedAttentionTakes16Bit).
 void widenAttention(mlir::func::FuncOp func, const std::function<bool(mlir::Type)> &keeps);
 
+/// Every graph.grouped_matmul and grouped_matmul_weight_grad of `func`
+/// written as one dense GEMM each (for targets without a grouped GEMM
+/// step: TargetInfo::hasGroupedGemm).
+void expandGroupedMatmuls(mlir::func::FuncOp func);
+
 /// Every graph.conv / conv_grad_input / conv_grad_weight of `func` padded
 /// unequally on some side rewritten to equal padding, the difference
 /// concatenated to the input as zeros (and cut from an input's gradient):

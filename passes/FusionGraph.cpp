@@ -24,8 +24,9 @@ bool fusion::isLibraryCall(Operation *op) {
   // after its `after` value, in the backward pass.
   // Collectives are barriers: their bytes are in flight between start and
   // wait, so no kernel may take either.
-  return llvm::isa<MatmulOp, GatherOp, ScatterAddOp, AttentionOp, AttentionGradOp, ConvOp,
-                   ConvBiasActOp, ConvGradInputOp, ConvGradWeightOp, RecomputeBarrierOp, CollectiveWaitOp>(op) ||
+  return llvm::isa<MatmulOp, GroupedMatmulOp, GroupedMatmulWeightGradOp, GatherOp, ScatterAddOp,
+                   AttentionOp, AttentionGradOp, ConvOp, ConvBiasActOp, ConvGradInputOp,
+                   ConvGradWeightOp, RecomputeBarrierOp, CollectiveWaitOp>(op) ||
          isCollectiveStart(op);
 }
 bool fusion::isReduction(Operation *op) {

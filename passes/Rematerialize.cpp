@@ -102,8 +102,9 @@ int64_t livePeak(Block &block) {
 int64_t traffic(Block &block) {
   int64_t total = 0;
   for (Operation &op : block.without_terminator())
-    if (llvm::isa<FusionOp, MatmulOp, GatherOp, ScatterAddOp, AttentionOp, AttentionGradOp,
-                  ConvOp, ConvBiasActOp, ConvGradInputOp, ConvGradWeightOp>(op)) {
+    if (llvm::isa<FusionOp, MatmulOp, GroupedMatmulOp, GroupedMatmulWeightGradOp, GatherOp,
+                  ScatterAddOp, AttentionOp, AttentionGradOp, ConvOp, ConvBiasActOp,
+                  ConvGradInputOp, ConvGradWeightOp>(op)) {
       for (Value v : op.getOperands())
         total += bytesOf(v);
       for (Value v : op.getResults())

@@ -106,6 +106,7 @@ public:
   // bf16 block products through oneDNN (AVX512-BF16/AMX); f16 has no fast
   // CPU GEMM (as for matmuls, it widens to f32).
   bool fusedAttentionTakes16Bit(mlir::Type element) const override { return element.isBF16(); }
+  bool hasGroupedGemm() const override { return true; }
   bool hasLibraryConvolution() const override { return true; }
   // oneDNN's bias argument and eltwise post-ops (runtime/CpuDnnl.cpp),
   // except on a 1x1 stride-1 convolution: the executor runs it on the
@@ -169,6 +170,9 @@ public:
     return element.isBF16() || element.isF16();
   }
   // cuDNN, loaded at run time (runtime/Cudnn.cpp).
+  // A grouped GEMM's sizes are data: the host would read them mid-step,
+  // which no captured CUDA graph can do.
+  bool hasGroupedGemm() const override { return false; }
   bool hasLibraryConvolution() const override { return true; }
   bool convolutionPadsSymmetrically() const override { return true; }
   int64_t convolutionWorkspaceBytes(const ConvParams &params,

@@ -72,6 +72,10 @@ public:
   /// fusion widens other 16-bit attention to f32 around the op
   /// (widenAttention).
   virtual bool fusedAttentionTakes16Bit(mlir::Type element) const;
+  /// Whether the runtime runs graph.grouped_matmul and its weights'
+  /// gradient as a grouped GEMM step (one GEMM per group, sizes read when
+  /// it runs); else fusion writes them as dense GEMMs (expandGroupedMatmuls).
+  virtual bool hasGroupedGemm() const = 0;
   /// Whether the runtime runs graph.conv and its gradients (library steps)
   /// for this target.
   virtual bool hasLibraryConvolution() const = 0;

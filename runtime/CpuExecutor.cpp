@@ -231,6 +231,11 @@ void CpuExecutor::runSteps() {
       cpu::gemm(s, prog.buffers[s.buffers[2]].dtype, pointers[s.buffers[0]],
                 pointers[s.buffers[1]], pointers[s.buffers[2]]);
       break;
+    case Step::Kind::GroupedGemm:
+      cpu::groupedGemm(s, prog.buffers[s.buffers[0]].dtype, prog.buffers[s.buffers[2]].dtype,
+                       pointers[s.buffers[0]], pointers[s.buffers[1]], pointers[s.buffers[2]],
+                       pointers[s.buffers[3]]);
+      break;
     case Step::Kind::Gather:
       cpu::gather(prog.buffers[s.buffers[0]], prog.buffers[s.buffers[1]],
                   pointers[s.buffers[0]], pointers[s.buffers[1]],

@@ -2,6 +2,7 @@
 #include "runtime/CpuLibrary.h"
 
 #include "runtime/CpuDnnl.h"
+#include "runtime/GroupedGemm.h"
 #include "runtime/ThreadPool.h"
 
 #include <cstring>
@@ -254,6 +255,37 @@ void cpu::gemm(const Step &s, DType dtype, const void *a, const void *b, void *c
   default:
     throw CompileError(std::string("graph.matmul: no CPU GEMM for ") + dtypeName(dtype));
   }
+}
+
+void cpu::groupedGemm(const Step &s, DType dtype, DType offsetType, const void *a,
+                      const void *b, const void *offsets, void *c) {
+  size_t bytes = dtypeSize(dtype);
+  auto at = [&](const void *p, int64_t elements) {
+    return static_cast<const char *>(p) + size_t(elements) * bytes;
+  };
+  auto *out = static_cast<char *>(c);
+  int64_t covered = 0;
+  auto ranges = groupRowRanges(offsets, offsetType, s.batch, s.m);
+  for (int64_t g = 0; g < int64_t(ranges.size()); ++g) {
+    auto [begin, end] = ranges[size_t(g)];
+    int64_t rows = end - begin;
+    Step one = s;
+    one.batch = 1;
+    if (s.transposeA) { // c[g] [k, n] = a[rows]^T [k, rows] b[rows] [rows, n]
+      one.m = s.k, one.k = rows;
+      if (rows == 0)
+        std::memset(out + size_t(g * s.k * s.n) * bytes, 0, size_t(s.k * s.n) * bytes);
+      else
+        gemm(one, dtype, at(a, begin * s.k), at(b, begin * s.n),
+             out + size_t(g * s.k * s.n) * bytes);
+    } else if (rows > 0) { // c[rows] = a[rows] [rows, k] b[g] [k, n]
+      one.m = rows;
+      gemm(one, dtype, at(a, begin * s.k), at(b, g * s.k * s.n), out + size_t(begin * s.n) * bytes);
+    }
+    covered = end;
+  }
+  if (!s.transposeA) // rows past the last group belong to none
+    std::memset(out + size_t(covered * s.n) * bytes, 0, size_t((s.m - covered) * s.n) * bytes);
 }
 
 void cpu::conv(const Step &s, DType dtype, const void *a, const void *b, void *out,

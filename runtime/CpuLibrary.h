@@ -15,6 +15,11 @@ namespace tilefuse::cpu {
 
 /// c = op(a) * op(b), batched; f32 and f64 natively, f16/bf16 through f32.
 void gemm(const Step &s, DType dtype, const void *a, const void *b, void *c);
+/// Grouped GEMM step `s` (Step::Kind::GroupedGemm): one GEMM per group
+/// of rows, the groups read from `offsets` (runtime/GroupedGemm.h); rows
+/// in no group, and empty groups' weight gradients, are 0.
+void groupedGemm(const Step &s, DType dtype, DType offsetType, const void *a, const void *b,
+                 const void *offsets, void *c);
 /// Convolution step `s` (Conv, ConvGradInput or ConvGradWeight) on buffers
 /// of `dtype`: oneDNN for f32 and bf16; f16 (and bf16 where oneDNN cannot)
 /// widened to f32 and the result rounded once; the reference loops where

@@ -423,6 +423,15 @@ void CudaExecutor::acquire(const std::vector<std::pair<std::string, std::string>
       check(a.cuEventCreate(&fork, CU_EVENT_DISABLE_TIMING), "creating an event");
       check(a.cuEventCreate(&join, CU_EVENT_DISABLE_TIMING), "creating an event");
     }
+  for (const Step &st : prog.steps)
+    if (st.kind == Step::Kind::GroupedGemm)
+      // Its groups' sizes are data the host would have to read mid-step
+      // (no CUDA graph could hold that): fusion for CUDA writes grouped
+      // products as dense ones, so only a CPU program has this step.
+      throw CompileError("CUDA executor: " + st.source +
+                         " is a grouped GEMM step, which runs on the CPU only; compile the "
+                         "program for the CUDA target (it writes grouped products as dense "
+                         "ones)");
   bool needsLibrary = std::any_of(prog.steps.begin(), prog.steps.end(), [](const Step &st) {
     return st.kind == Step::Kind::Gather || st.kind == Step::Kind::ScatterAdd;
   });
@@ -1009,6 +1018,8 @@ void CudaExecutor::enqueueSteps(bool timed) {
     case Step::Kind::CollectiveWait:
       enqueueCollective(st);
       break;
+    case Step::Kind::GroupedGemm: // refused at load
+      throw CompileError("CUDA executor: " + st.source + " is a CPU-only grouped GEMM step");
     }
     if (!poison.empty())
       poisonBuffers(poison[index]);

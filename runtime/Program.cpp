@@ -22,6 +22,7 @@ static size_t writtenIndex(const Step &step) {
   case Step::Kind::Gemm: return 2;
   case Step::Kind::Gather: return 2;
   case Step::Kind::ScatterAdd: return 3;
+  case Step::Kind::GroupedGemm: return 3;
   case Step::Kind::Copy: return 1;
   case Step::Kind::Conv:
   case Step::Kind::ConvGradInput:
@@ -399,6 +400,7 @@ void Program::validate() const {
     case Step::Kind::Gemm: want = 3; break;
     case Step::Kind::Gather: want = 3; break;
     case Step::Kind::ScatterAdd: want = 4; break;
+    case Step::Kind::GroupedGemm: want = 4; break;
     case Step::Kind::Copy: want = 2; break;
     case Step::Kind::Attention:
     case Step::Kind::AttentionGrad:
@@ -456,6 +458,24 @@ void Program::validate() const {
                            shapeToString(updates.shape) + " by " + dtypeName(ids.dtype) +
                            shapeToString(ids.shape) + " into " + dtypeName(base.dtype) +
                            shapeToString(base.shape));
+    }
+    if (s.kind == Step::Kind::GroupedGemm) {
+      const BufferInfo &a = buffers[s.buffers[0]], &b = buffers[s.buffers[1]],
+                       &offsets = buffers[s.buffers[2]], &c = buffers[s.buffers[3]];
+      int64_t weights = s.batch * s.k * s.n;
+      bool sized = s.batch >= 1 && s.m >= 0 && s.k >= 0 && s.n >= 0 &&
+                   numElements(a.shape) == s.m * s.k &&
+                   numElements(b.shape) == (s.transposeA ? s.m * s.n : weights) &&
+                   numElements(c.shape) == (s.transposeA ? weights : s.m * s.n) &&
+                   numElements(offsets.shape) == s.batch;
+      if (!sized || !isIndex(offsets.dtype) || !isFloatDType(a.dtype) || b.dtype != a.dtype ||
+          c.dtype != a.dtype || s.transposeB)
+        throw CompileError("corrupt program: " + what + " multiplies " + dtypeName(a.dtype) +
+                           shapeToString(a.shape) + " by " + dtypeName(b.dtype) +
+                           shapeToString(b.shape) + " in " + std::to_string(s.batch) +
+                           " groups by " + dtypeName(offsets.dtype) +
+                           shapeToString(offsets.shape) + " offsets into " +
+                           dtypeName(c.dtype) + shapeToString(c.shape));
     }
     if (s.kind == Step::Kind::Copy &&
         buffers[s.buffers[0]].byteSize() != buffers[s.buffers[1]].byteSize())

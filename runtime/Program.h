@@ -87,7 +87,7 @@ struct CollectiveParams {
 struct Step {
   enum class Kind {
     Kernel, Gemm, Gather, ScatterAdd, Copy, Attention, AttentionGrad,
-    Conv, ConvGradInput, ConvGradWeight, CollectiveStart, CollectiveWait
+    Conv, ConvGradInput, ConvGradWeight, CollectiveStart, CollectiveWait, GroupedGemm
   };
   Kind kind = Kind::Kernel;
   /// Kernel: inputs then outputs. Gemm: a, b, c. Gather: table, indices,
@@ -99,7 +99,11 @@ struct Step {
   /// workspace (i1 bytes, planned by the compiler: convWorkspaceSlot). CollectiveStart and CollectiveWait: the
   /// buffer all-reduced or broadcast in place, or the input then the
   /// output (reduce-scatter, all-gather); a wait names its start's buffers,
-  /// so they stay live (in flight) until it.
+  /// so they stay live (in flight) until it. GroupedGemm: a, b, offsets, c
+  /// (runtime/GroupedGemm.h: `batch` groups of the `m` rows of a [m, k];
+  /// c[rows of g] = a[rows of g] b[g], b [batch, k, n], c [m, n]; with
+  /// transposeA the weights' gradient: c[g] = a[rows of g]^T b[rows of g],
+  /// b [m, n], c [batch, k, n]).
   std::vector<int> buffers;
   /// Kernel and attention steps: how many of `buffers`, at the end, it
   /// writes (the rest it reads). The other kinds write one buffer, fixed by

@@ -240,7 +240,7 @@ Program tilefuse::deserializeProgram(const std::string &bytes) {
   for (uint32_t i = 0; i < ns; ++i) {
     Step s;
     uint8_t kind = r.get<uint8_t>("a step kind");
-    if (kind > uint8_t(Step::Kind::CollectiveWait))
+    if (kind > uint8_t(Step::Kind::GroupedGemm))
       throw CompileError("corrupt program: step " + std::to_string(i) + " has kind " +
                          std::to_string(kind));
     s.kind = Step::Kind(kind);

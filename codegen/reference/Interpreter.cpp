@@ -163,6 +163,14 @@ public:
           return ref::matmul(get(o.getLhs()), get(o.getRhs()),
                              o.getTransposeLhs(), o.getTransposeRhs());
         })
+        .Case([&](GroupedMatmulOp o) {
+          return ref::groupedMatmul(get(o.getLhs()), get(o.getRhs()), get(o.getOffsets()),
+                                    /*weightGrad=*/false);
+        })
+        .Case([&](GroupedMatmulWeightGradOp o) {
+          return ref::groupedMatmul(get(o.getLhs()), get(o.getGrad()), get(o.getOffsets()),
+                                    /*weightGrad=*/true);
+        })
         .Case<ConvOp, ConvGradInputOp, ConvGradWeightOp>([&](Operation *o) {
           auto [direction, params] = *convParamsOf(o);
           RefTensor out = RefTensor::make(dtypeOf(o->getResult(0).getType()),

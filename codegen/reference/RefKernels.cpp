@@ -7,6 +7,7 @@
 #include "codegen/reference/RefKernels.h"
 
 #include "codegen/reference/Philox.h"
+#include "runtime/GroupedGemm.h"
 
 #include <algorithm>
 #include <cmath>
@@ -453,6 +454,36 @@ RefTensor matmul(const RefTensor &a, const RefTensor &b, bool transposeA,
   return out;
 }
 
+
+RefTensor groupedMatmul(const RefTensor &a, const RefTensor &b, const RefTensor &offsets,
+                        bool weightGrad) {
+  int64_t rows = a.shape[0], k = a.shape[1], groups = offsets.size();
+  int64_t n = b.shape.back();
+  Shape shape = weightGrad ? Shape{groups, k, n} : Shape{rows, n};
+  RefTensor out = RefTensor::make(a.dtype, shape); // zeros: rows in no group, empty groups
+  auto ranges = groupRowRanges(offsets.i.data(), DType::I64, groups, rows);
+  for (int64_t g = 0; g < groups; ++g) {
+    auto [begin, end] = ranges[size_t(g)];
+    if (weightGrad) {
+      for (int64_t p = 0; p < k; ++p)
+        for (int64_t j = 0; j < n; ++j) {
+          double acc = 0;
+          for (int64_t r = begin; r < end; ++r)
+            acc += a.f[size_t(r * k + p)] * b.f[size_t(r * n + j)];
+          out.f[size_t((g * k + p) * n + j)] = roundToDType(acc, a.dtype);
+        }
+      continue;
+    }
+    for (int64_t r = begin; r < end; ++r)
+      for (int64_t j = 0; j < n; ++j) {
+        double acc = 0;
+        for (int64_t p = 0; p < k; ++p)
+          acc += a.f[size_t(r * k + p)] * b.f[size_t((g * k + p) * n + j)];
+        out.f[size_t(r * n + j)] = roundToDType(acc, a.dtype);
+      }
+  }
+  return out;
+}
 
 RefTensor gather(const RefTensor &table, const RefTensor &indices, const std::string &what) {
   int64_t rows = table.shape[0];

@@ -53,6 +53,11 @@ RefTensor reduce(ReduceKind kind, const RefTensor &a,
 RefTensor argmax(const RefTensor &a, int64_t dim, bool keepdim);
 RefTensor matmul(const RefTensor &a, const RefTensor &b, bool transposeA,
                  bool transposeB);
+/// graph.grouped_matmul (weightGrad false: a [S, K], b [G, K, N] -> [S, N])
+/// and graph.grouped_matmul_weight_grad (a [S, K], b [S, N] -> [G, K, N]),
+/// the groups of runtime/GroupedGemm.h.
+RefTensor groupedMatmul(const RefTensor &a, const RefTensor &b, const RefTensor &offsets,
+                        bool weightGrad);
 /// `what` names the op whose indices these are, in errors.
 RefTensor gather(const RefTensor &table, const RefTensor &indices,
                  const std::string &what = "graph.gather");

@@ -486,6 +486,57 @@ LogicalResult AttentionGradOp::inferReturnTypes(MLIRContext *, Loc loc, Adaptor 
   return success();
 }
 
+/// The shared checks of the grouped products: 2-D lhs, one offset per
+/// group, one element type.
+static LogicalResult verifyGroupedOperands(Loc loc, StringRef name, RankedTensorType lhs,
+                                           RankedTensorType other, RankedTensorType offsets,
+                                           int64_t groups) {
+  if (lhs.getRank() != 2)
+    return opError(loc, name, "lhs must be [S, K], got ", lhs);
+  if (offsets.getRank() != 1 || offsets.getDimSize(0) != groups)
+    return opError(loc, name, "offsets ", offsets, " must be [", groups,
+                   "] (one end offset per group)");
+  if (other.getElementType() != lhs.getElementType())
+    return opError(loc, name, "operands ", lhs, " and ", other,
+                   " must have the same element type");
+  return success();
+}
+
+LogicalResult GroupedMatmulOp::inferReturnTypes(MLIRContext *, Loc loc, Adaptor adaptor,
+                                                SmallVectorImpl<Type> &out) {
+  auto lhs = tensorType(adaptor.getLhs()), rhs = tensorType(adaptor.getRhs());
+  auto offsets = tensorType(adaptor.getOffsets());
+  if (rhs.getRank() != 3)
+    return opError(loc, getOperationName(), "rhs must be [G, K, N], got ", rhs);
+  if (failed(verifyGroupedOperands(loc, getOperationName(), lhs, rhs, offsets,
+                                   rhs.getDimSize(0))))
+    return failure();
+  if (lhs.getDimSize(1) != rhs.getDimSize(1))
+    return opError(loc, getOperationName(), "lhs ", lhs, " and rhs ", rhs,
+                   " must agree on K (lhs dim 1, rhs dim 1)");
+  out.push_back(RankedTensorType::get({lhs.getDimSize(0), rhs.getDimSize(2)},
+                                      lhs.getElementType()));
+  return success();
+}
+
+LogicalResult GroupedMatmulWeightGradOp::inferReturnTypes(MLIRContext *, Loc loc,
+                                                          Adaptor adaptor,
+                                                          SmallVectorImpl<Type> &out) {
+  auto lhs = tensorType(adaptor.getLhs()), grad = tensorType(adaptor.getGrad());
+  auto offsets = tensorType(adaptor.getOffsets());
+  if (offsets.getRank() != 1)
+    return opError(loc, getOperationName(), "offsets must be [G], got ", offsets);
+  if (failed(verifyGroupedOperands(loc, getOperationName(), lhs, grad, offsets,
+                                   offsets.getDimSize(0))))
+    return failure();
+  if (grad.getRank() != 2 || grad.getDimSize(0) != lhs.getDimSize(0))
+    return opError(loc, getOperationName(), "grad must be [S, N] with the lhs's S = ",
+                   lhs.getDimSize(0), ", got ", grad);
+  out.push_back(RankedTensorType::get(
+      {offsets.getDimSize(0), lhs.getDimSize(1), grad.getDimSize(1)}, lhs.getElementType()));
+  return success();
+}
+
 LogicalResult GatherOp::inferReturnTypes(MLIRContext *, Loc loc,
                                          Adaptor adaptor,
                                          SmallVectorImpl<Type> &out) {

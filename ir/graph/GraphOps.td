@@ -422,6 +422,48 @@ def Graph_MatmulOp : Graph_Op<"matmul", [InferTypeOpAdaptor]> {
   let hasFolder = 1;
 }
 
+def Graph_GroupedMatmulOp : Graph_Op<"grouped_matmul", [InferTypeOpAdaptor]> {
+  let summary = "rows times their group's matrix (mixture-of-experts layers)";
+  let description = [{
+    `lhs: [S, K]`, `rhs: [G, K, N]`, `offsets: [G]` (i32 or i64) -> `[S, N]`.
+    The rows are sorted by group: group g holds rows `[offsets[g-1],
+    offsets[g])` (`offsets[-1]` = 0), and `result[r] = lhs[r] @ rhs[g]` for
+    its rows. Rows in no group (past the last offset, or where offsets
+    decrease) are 0; offsets are clamped to `[0, S]`. The groups' sizes are
+    data: a library step reads the offsets when it runs and multiplies
+    each group's rows (one GEMM per group, no work for rows in no group).
+    Same floating-point element type for lhs, rhs and the result.
+
+    Example:
+    ```mlir
+    %r = graph.grouped_matmul %x, %w, %offs : (tensor<16x8xf32>, tensor<4x8x12xf32>, tensor<4xi32>) -> tensor<16x12xf32>
+    ```
+  }];
+  let arguments = (ins Graph_FloatTensor:$lhs, Graph_FloatTensor:$rhs,
+                       Graph_IndexTensor:$offsets);
+  let results = (outs Graph_FloatTensor:$result);
+  let assemblyFormat = "$lhs `,` $rhs `,` $offsets attr-dict `:` functional-type(operands, results)";
+}
+
+def Graph_GroupedMatmulWeightGradOp : Graph_Op<"grouped_matmul_weight_grad", [InferTypeOpAdaptor]> {
+  let summary = "per group, its rows of lhs transposed times its rows of grad";
+  let description = [{
+    `lhs: [S, K]`, `grad: [S, N]`, `offsets: [G]` -> `[G, K, N]`,
+    `result[g] = lhs[rows of g]^T @ grad[rows of g]` with the groups of
+    `graph.grouped_matmul` (an empty group gives 0): the gradient of
+    grouped_matmul with respect to its rhs.
+
+    Example:
+    ```mlir
+    %dw = graph.grouped_matmul_weight_grad %x, %dy, %offs : (tensor<16x8xf32>, tensor<16x12xf32>, tensor<4xi32>) -> tensor<4x8x12xf32>
+    ```
+  }];
+  let arguments = (ins Graph_FloatTensor:$lhs, Graph_FloatTensor:$grad,
+                       Graph_IndexTensor:$offsets);
+  let results = (outs Graph_FloatTensor:$result);
+  let assemblyFormat = "$lhs `,` $grad `,` $offsets attr-dict `:` functional-type(operands, results)";
+}
+
 def Graph_AttentionOp : Graph_Op<"attention", [InferTypeOpAdaptor, AttrSizedOperandSegments]> {
   let summary = "fused scaled dot-product attention (an anchor op, like matmul)";
   let description = [{

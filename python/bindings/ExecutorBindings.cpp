@@ -483,6 +483,13 @@ py::list tilefuse::python::programKernels(const Program &p) {
       row["shape"] = py::make_tuple(s.batch, s.m, s.n, s.k);
       row["ops"] = std::vector<std::string>{s.source};
       break;
+    case Step::Kind::GroupedGemm:
+      row["name"] = s.transposeA ? "grouped_gemm_weight_grad" : "grouped_gemm";
+      row["kind"] = "library";
+      // (groups, rows, n, k), as a GEMM's (batch, m, n, k)
+      row["shape"] = py::make_tuple(s.batch, s.m, s.n, s.k);
+      row["ops"] = std::vector<std::string>{s.source};
+      break;
     case Step::Kind::Attention:
     case Step::Kind::AttentionGrad: {
       const AttentionParams &a = s.attention;

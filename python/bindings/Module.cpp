@@ -300,6 +300,8 @@ PYBIND11_MODULE(_core, m) {
       .def("matmul", &Tracer::matmul)
       .def("matmul_transposed", &Tracer::matmulTransposed)
       .def("gather", &Tracer::gather)
+      .def("grouped_matmul", &Tracer::groupedMatmul)
+      .def("grouped_matmul_weight_grad", &Tracer::groupedMatmulWeightGrad)
       .def("conv", &Tracer::conv, py::arg("kind"), py::arg("a"), py::arg("b"),
            py::arg("strides"), py::arg("padding_low"), py::arg("padding_high"),
            py::arg("dilation"), py::arg("groups"), py::arg("size") = Shape{})

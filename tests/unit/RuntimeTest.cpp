@@ -683,6 +683,78 @@ TEST(Program, ValidateRefusesGemmsWhoseShapesContradictTheirTransposes) {
   EXPECT_NO_THROW(p.validate());
 }
 
+/// A grouped GEMM program: rows a [6, 2] by groups of w [3, 2, 2] (forward,
+/// c [6, 2]) or the weights' gradient (a [6, 2], b [6, 2] -> c [3, 2, 2]).
+Program groupedGemmProgram(bool weightGrad, DType offsets) {
+  Program p;
+  p.buffers = {buffer("a", DType::F32, {6, 2}, BufferInfo::Role::Argument),       // 0
+               buffer("b", DType::F32, weightGrad ? Shape{6, 2} : Shape{3, 2, 2},
+                      BufferInfo::Role::Argument),                                 // 1
+               buffer("offsets", offsets, {3}, BufferInfo::Role::Argument),       // 2
+               buffer("c", DType::F32, weightGrad ? Shape{3, 2, 2} : Shape{6, 2})}; // 3
+  p.arguments = {0, 1, 2};
+  p.results = {3};
+  Step g;
+  g.kind = Step::Kind::GroupedGemm;
+  g.batch = 3, g.m = 6, g.k = 2, g.n = 2, g.transposeA = weightGrad;
+  g.buffers = {0, 1, 2, 3};
+  g.source = weightGrad ? "graph.grouped_matmul_weight_grad" : "graph.grouped_matmul";
+  p.steps = {g};
+  return p;
+}
+
+TEST(CpuLibrary, GroupedGemmsFollowTheGroupsOfTheirOffsets) {
+  // Rows 0-1 in group 0, group 1 empty, rows 2-4 in group 2, row 5 in none.
+  HostTensor a = f32({6, 2}, {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12});
+  HostTensor w = f32({3, 2, 2}, {1, 0, 0, 1, /**/ 5, 5, 5, 5, /**/ 0, 1, 1, 0});
+  for (DType type : {DType::I32, DType::I64})
+    for (std::vector<int64_t> ends : {std::vector<int64_t>{2, 2, 5},
+                                      // unsorted and out of range: the same groups
+                                      std::vector<int64_t>{5, 2, 2}, {-4, 2, 5}}) {
+      HostTensor offsets(type, {3});
+      for (int g = 0; g < 3; ++g)
+        offsets.setInt(g, ends[size_t(g)]);
+      bool clampedFirst = ends[0] < 0; // group 0 ends at 0: rows 0-1 go to group 1
+      CpuExecutor forward(groupedGemmProgram(false, type), {}, nullptr);
+      HostTensor c = forward.run({a, w, offsets})[0];
+      std::vector<float> want = clampedFirst
+                                    ? std::vector<float>{15, 15, 35, 35, 6, 5, 8, 7, 10, 9, 0, 0}
+                                    : std::vector<float>{1, 2, 3, 4, 6, 5, 8, 7, 10, 9, 0, 0};
+      for (int i = 0; i < 12; ++i)
+        EXPECT_EQ(c.getDouble(i), want[size_t(i)]) << "element " << i;
+
+      HostTensor dy = f32({6, 2}, {1, 0, 0, 1, 1, 1, 2, 0, 0, 2, 3, 3});
+      CpuExecutor backward(groupedGemmProgram(true, type), {}, nullptr);
+      HostTensor dw = backward.run({a, dy, offsets})[0];
+      // group 2 = rows 2-4: a^T dy = [[5+14+0, 5+0+18], [6+16+0, 6+0+20]]
+      std::vector<float> wantDw =
+          clampedFirst ? std::vector<float>{0, 0, 0, 0, 1, 3, 2, 4, 19, 23, 22, 26}
+                       : std::vector<float>{1, 3, 2, 4, 0, 0, 0, 0, 19, 23, 22, 26};
+      for (int i = 0; i < 12; ++i)
+        EXPECT_EQ(dw.getDouble(i), wantDw[size_t(i)]) << "weight gradient element " << i;
+    }
+}
+
+TEST(Program, ValidateRefusesGroupedGemmsThatContradictTheirSizes) {
+  EXPECT_NO_THROW(groupedGemmProgram(false, DType::I32).validate());
+  EXPECT_NO_THROW(groupedGemmProgram(true, DType::I64).validate());
+  auto refuses = [](Program p, const std::string &what) {
+    try {
+      p.validate();
+      ADD_FAILURE() << what << " was accepted";
+    } catch (const CompileError &e) {
+      EXPECT_NE(std::string(e.what()).find(" groups by "), std::string::npos) << e.what();
+    }
+  };
+  Program groups = groupedGemmProgram(false, DType::I32);
+  groups.steps[0].batch = 2;
+  refuses(groups, "two groups over three offsets");
+  refuses(groupedGemmProgram(false, DType::F32), "float offsets");
+  Program wide = groupedGemmProgram(false, DType::I32);
+  wide.steps[0].n = 3;
+  refuses(wide, "an n the buffers do not have");
+}
+
 TEST(Program, KernelSymbolsBindKernelsToTheirSteps) {
   Program p;
   p.buffers = {buffer("x", DType::F32, {4, 3}, BufferInfo::Role::Argument),

@@ -46,30 +46,27 @@ def _add_scaled(bias, prod, beta, alpha):
 #
 # Rows sorted by group, group g's rows [offs[g-1], offs[g]) (offs[-1] = 0)
 # multiplied by group g's matrix; rows past the last offset belong to no
-# group and come out 0. The groups' sizes are data, so the product is
-# written with static shapes: each row's K inputs are placed in its
-# group's block of an [S, G*K] matrix (zeros elsewhere), multiplied by the
-# G matrices stacked into [G*K, N]. One GEMM, G times the work of the
-# grouped rows; autodiff of it gives the grouped gradients (the weights'
-# the transposed placed rows times the output gradient).
+# group and come out 0. graph.grouped_matmul (and its weights' gradient)
+# reads the offsets when it runs: one GEMM per group on the CPU.
 
-def _placed_rows(x, offs, groups):
-    """x [S, K] with each row moved into its group's block of [S, G*K]."""
-    rows, k = x.shape
-    r = importer().constant(np.arange(rows), "i64").unsqueeze(-1)          # [S, 1]
-    group = (offs.to("i64").unsqueeze(0) <= r).to("i64").sum((-1,))       # [S]
-    mine = group.unsqueeze(-1) == importer().constant(np.arange(groups), "i64")  # [S, G]
-    return where(mine.unsqueeze(-1), x.unsqueeze(-2), 0).reshape(rows, groups * k)
-
-
-def _grouped_rows(x, w, offs, op):
-    """Rows of x [S, K] times their group's w[g] [K, N]."""
+def _check_grouped(x, w, offs, op):
     if x.ndim != 2 or w.ndim != 3 or offs is None or offs.ndim != 1 or offs.shape[0] != w.shape[0]:
         raise UnsupportedOp(op, f"input {list(x.shape)}, weights {list(w.shape)}, offsets "
                                 f"{None if offs is None else list(offs.shape)}: the form "
                                 "[S, K] x [G, K, N] with [G] offsets converts")
-    groups, k, n = w.shape
-    return _placed_rows(x, offs, groups) @ w.reshape(groups * k, n)
+    if offs.dtype not in ("i32", "i64"):
+        raise UnsupportedOp(op, f"{offs.dtype} offsets (i32 or i64 convert)")
+
+
+def _grouped_rows(x, w, offs, op):
+    """Rows of x [S, K] times their group's w[g] [K, N]."""
+    _check_grouped(x, w, offs, op)
+    return x._wrap(x._tracer.grouped_matmul(x._id, w._id, offs._id))
+
+
+def _grouped_weight_grad(x, grad, offs):
+    """Per group g, x[rows of g]^T @ grad[rows of g]: [G, K, N]."""
+    return x._wrap(x._tracer.grouped_matmul_weight_grad(x._id, grad._id, offs._id))
 
 
 @converts(aten._grouped_mm.default)
@@ -81,10 +78,8 @@ def _grouped_mm(a, b, offs=None, bias=None, out_dtype=None):
         raise UnsupportedOp(aten._grouped_mm, "a bias")
     if offs is None and a.ndim == 3 and b.ndim == 3:
         out = a @ b
-    elif a.ndim == 2 and b.ndim == 2 and offs is not None:
-        groups = offs.shape[0]
-        placed = _placed_rows(a.transpose(0, 1), offs, groups)       # [S, G*M]
-        out = (placed.transpose(0, 1) @ b).reshape(groups, a.shape[0], b.shape[1])
+    elif a.ndim == 2 and b.ndim == 2 and offs is not None and offs.ndim == 1:
+        out = _grouped_weight_grad(a.transpose(0, 1), b, offs)
     else:
         out = _grouped_rows(a, b, offs, aten._grouped_mm)
     return out if out_dtype is None else out.to(importer().result_dtype())
@@ -100,10 +95,7 @@ def _transformers_grouped_mm(x, w, offs):
 def _transformers_grouped_mm_backward(x, w, offs, grad):
     """(input gradient, weights' gradient) of transformers' grouped GEMM."""
     op = "transformers.grouped_mm_fallback_backward"
-    grad_x = _grouped_rows(grad, w.transpose(1, 2), offs, op)
-    groups, k, n = w.shape
-    grad_w = (_placed_rows(x, offs, groups).transpose(0, 1) @ grad).reshape(groups, k, n)
-    return grad_x, grad_w
+    return _grouped_rows(grad, w.transpose(1, 2), offs, op), _grouped_weight_grad(x, grad, offs)
 
 
 @converts(aten._trilinear.default)
