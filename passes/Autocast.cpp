@@ -47,7 +47,7 @@ Rule ruleOf(Operation *op, ArrayRef<std::string> keepFloat32) {
       return Rule::Float32;
   if (isAutocastDisabled(op->getLoc()))
     return Rule::Float32;
-  if (llvm::isa<MatmulOp, LinearOp>(op))
+  if (llvm::isa<MatmulOp, LinearOp, GroupedMatmulOp, GroupedMatmulWeightGradOp>(op))
     return Rule::LowPrecision;
   // Convolutions are GEMM-class too: oneDNN's bf16 convolutions
   // accumulate in f32 (f16 ones are widened to f32 on the CPU).
