@@ -2,14 +2,17 @@
 """A GPT-2-style nn.Module's training step four ways, same run, CPU.
 
     PYTHONPATH=build/python python3 bench/torch_step.py [--steps 20] [--rounds 3] [--threads 2]
-        [--model gpt2_mini|hf-gpt2-small]
+        [--model gpt2_mini|hf-gpt2-small|hf-mixtral]
 
 The model (gpt2_mini: tests/python/torch_zoo.py's GPT at gpt2_mini's sizes:
 vocab 1024, seq 128, d 128, 4 heads, 2 layers, batch 4, tied LM head,
 dropout 0; hf-gpt2-small: HuggingFace transformers' GPT2LMHeadModel at GPT-2
 small's shape, 12 layers, d 768, 12 heads, vocab 50257, seq 512, batch 2,
-dropout 0, its own loss, SDPA attention) and AdamW (lr 1e-3, decay 0.1 on
-2-d weights, 0 on the rest), from the same parameters and batch:
+dropout 0, its own loss, SDPA attention; hf-mixtral: transformers'
+MixtralForCausalLM, 2 layers, d 512, 8 heads (4 key/value heads), 8
+experts of width 1024, top-2 routing, vocab 1024, seq 256, batch 2, its own
+loss) and AdamW (lr 1e-3, decay 0.1 on 2-d weights, 0 on the rest), from
+the same parameters and batch:
 
 - eager: PyTorch forward, backward, torch.optim.AdamW (foreach);
 - inductor: torch.compile(model) (forward and backward by Inductor), the
@@ -17,7 +20,9 @@ dropout 0, its own loss, SDPA attention) and AdamW (lr 1e-3, decay 0.1 on
 - backend=tilefuse: torch.compile(model, backend="tilefuse"), the same
   optimizer step;
 - from_torch: tilefuse.from_torch(model, inputs, optimizer): the whole step
-  (forward, backward, AdamW) as one compiled tilefuse step.
+  (forward, backward, AdamW) as one compiled tilefuse step;
+- from_torch dense (hf-mixtral only): the same with TILEFUSE_GROUPED_GEMM=0,
+  every grouped expert product written as one dense GEMM over all experts.
 
 Per path: the cold compile (first call, compile included) and the median
 step time over --rounds rounds of --steps steps, taken in turn so noise
@@ -66,7 +71,8 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--skip-inductor", action="store_true",
                     help="leave out torch.compile's default backend (its cold compile is slow)")
-    ap.add_argument("--model", default="gpt2_mini", choices=["gpt2_mini", "hf-gpt2-small"])
+    ap.add_argument("--model", default="gpt2_mini",
+                    choices=["gpt2_mini", "hf-gpt2-small", "hf-mixtral"])
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     os.environ.setdefault("OMP_NUM_THREADS", str(args.threads))
@@ -78,6 +84,24 @@ def main():
         make = GPT
         inputs = GPT.make_inputs(1)
         title = "GPT-2-style step (gpt2_mini sizes)"
+    elif args.model == "hf-mixtral":
+        import transformers
+
+        class HFMixtral(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.m = transformers.MixtralForCausalLM(transformers.MixtralConfig(
+                    num_hidden_layers=2, hidden_size=512, num_attention_heads=8,
+                    num_key_value_heads=4, intermediate_size=1024, num_local_experts=8,
+                    num_experts_per_tok=2, vocab_size=1024, max_position_embeddings=256,
+                    bos_token_id=0, eos_token_id=0, pad_token_id=0))
+
+            def forward(self, ids):
+                return self.m(input_ids=ids, labels=ids).loss
+        make = HFMixtral
+        inputs = (torch.randint(0, 1024, (2, 256), generator=torch.Generator().manual_seed(1)),)
+        title = ("HF MixtralForCausalLM step (2 layers, d 512, 8 experts of 1024, top-2, "
+                 "seq 256, batch 2)")
     else:
         import transformers
 
@@ -118,6 +142,16 @@ def main():
     step(*inputs)
     cold["from_torch"] = time.perf_counter() - t
     steps["from_torch"] = lambda: step(*inputs)
+    if args.model == "hf-mixtral":
+        os.environ["TILEFUSE_GROUPED_GEMM"] = "0"  # part of the compile's key
+        model = fresh()
+        t = time.perf_counter()
+        dense = tilefuse.from_torch(model, inputs, torch.optim.AdamW(groups(model), lr=1e-3),
+                                    device="cpu")
+        dense(*inputs)
+        cold["from_torch dense"] = time.perf_counter() - t
+        del os.environ["TILEFUSE_GROUPED_GEMM"]
+        steps["from_torch dense"] = lambda: dense(*inputs)
 
     samples = {k: [] for k in steps}
     for _ in range(args.rounds):

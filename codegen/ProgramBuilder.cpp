@@ -683,6 +683,8 @@ private:
     s.k = lhs.getDimSize(1);
     s.n = weightGrad ? other.getDimSize(1) : result.getDimSize(1);
     s.transposeA = weightGrad;
+    if (auto mm = llvm::dyn_cast<graph::GroupedMatmulOp>(op))
+      s.transposeB = mm.getTransposeRhs();
     s.buffers = {bufferOf(op->getOperand(0)), bufferOf(op->getOperand(1)),
                  bufferOf(op->getOperand(2)), this->result(*op)};
     prog.steps.push_back(s);

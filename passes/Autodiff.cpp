@@ -354,22 +354,25 @@ LogicalResult ReverseBuilder::visit(Operation *op, Value g) {
       // Bilinear in the rows and the groups' matrices, like matmul: row r's
       // cotangent is g[r] times its group's matrix transposed, the
       // matrices' the grouped products of the rows with g.
+      // (With the matrices stored transposed, [G, N, K], the same with the
+      // flag flipped and the weight gradient's operands swapped.)
       .Case([&](GroupedMatmulOp o) {
         Value x = o.getLhs(), w = o.getRhs(), offsets = o.getOffsets();
+        bool t = o.getTransposeRhs();
         if (needsCotangent(x))
-          accumulate(x, e.builder().create<GroupedMatmulOp>(
-                            e.location(), g, e.transpose(w, {0, 2, 1}), offsets));
+          accumulate(x, e.builder().create<GroupedMatmulOp>(e.location(), g, w, offsets, !t));
         if (needsCotangent(w))
-          accumulate(w, e.builder().create<GroupedMatmulWeightGradOp>(e.location(), x, g,
-                                                                      offsets));
+          accumulate(w, e.builder().create<GroupedMatmulWeightGradOp>(
+                            e.location(), t ? g : x, t ? x : g, offsets));
       })
       .Case([&](GroupedMatmulWeightGradOp o) {
         Value x = o.getLhs(), gy = o.getGrad(), offsets = o.getOffsets();
         if (needsCotangent(x))
-          accumulate(x, e.builder().create<GroupedMatmulOp>(
-                            e.location(), gy, e.transpose(g, {0, 2, 1}), offsets));
+          accumulate(x, e.builder().create<GroupedMatmulOp>(e.location(), gy, g, offsets,
+                                                            /*transpose_rhs=*/true));
         if (needsCotangent(gy))
-          accumulate(gy, e.builder().create<GroupedMatmulOp>(e.location(), x, g, offsets));
+          accumulate(gy, e.builder().create<GroupedMatmulOp>(e.location(), x, g, offsets,
+                                                             /*transpose_rhs=*/false));
       })
       .Case([&](RecomputeBarrierOp o) { accumulate(o.getOperand(), g); })
       // A convolution is linear in each operand: its input's cotangent is

@@ -54,8 +54,9 @@ void tilefuse::expandGroupedMatmuls(func::FuncOp func) {
     Value placed = placedRows(e, op->getOperand(0), op->getOperand(2));
     Value dense;
     if (auto mm = llvm::dyn_cast<GroupedMatmulOp>(op)) {
-      auto w = shapeOf(mm.getRhs()); // [G, K, N]
-      dense = e.matmul(placed, e.reshape(mm.getRhs(), {w[0] * w[1], w[2]}), false, false);
+      Value rhs = mm.getTransposeRhs() ? e.transpose(mm.getRhs(), {0, 2, 1}) : mm.getRhs();
+      auto w = shapeOf(rhs); // [G, K, N]
+      dense = e.matmul(placed, e.reshape(rhs, {w[0] * w[1], w[2]}), false, false);
     } else {
       auto out = shapeOf(op->getResult(0)); // [G, K, N]
       dense = e.reshape(e.matmul(placed, op->getOperand(1), true, false), out);

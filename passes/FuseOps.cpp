@@ -20,6 +20,7 @@
 #include "mlir/IR/IRMapping.h"
 #include "llvm/ADT/SetVector.h"
 
+#include <cstdlib>
 #include <functional>
 #include <queue>
 
@@ -500,7 +501,10 @@ LogicalResult tilefuse::fuseFunction(func::FuncOp func, const TargetInfo &target
     return failure();
   widenAttention(func, [&](Type t) { return target.fusedAttentionTakes16Bit(t); });
   expandAttention(func, target.fusedAttentionMaxDim());
-  if (!target.hasGroupedGemm())
+  // TILEFUSE_GROUPED_GEMM=0 writes grouped products densely here too (to
+  // compare).
+  const char *grouped = std::getenv("TILEFUSE_GROUPED_GEMM");
+  if (!target.hasGroupedGemm() || (grouped && std::string(grouped) == "0"))
     expandGroupedMatmuls(func);
   if (target.convolutionPadsSymmetrically())
     padConvolutionsSymmetrically(func);

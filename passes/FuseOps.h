@@ -36,7 +36,7 @@ void widenAttention(mlir::func::FuncOp func, const std::function<bool(mlir::Type
 
 /// Every graph.grouped_matmul and grouped_matmul_weight_grad of `func`
 /// written as one dense GEMM each (for targets without a grouped GEMM
-/// step: TargetInfo::hasGroupedGemm).
+/// step: TargetInfo::hasGroupedGemm; everywhere with TILEFUSE_GROUPED_GEMM=0).
 void expandGroupedMatmuls(mlir::func::FuncOp func);
 
 /// Every graph.conv / conv_grad_input / conv_grad_weight of `func` padded

@@ -174,6 +174,21 @@ void FusionGraph::producers(Value v, llvm::SmallSetVector<unsigned, 4> &out) {
     out.insert(groupOf.lookup(r.producer));
 }
 
+/// The result dimensions broadcast `b` expands: those no operand dimension
+/// maps to, and those an operand dimension of 1 maps to.
+static SmallVector<int64_t, 4> expandedDims(BroadcastInDimOp b) {
+  ArrayRef<int64_t> in = llvm::cast<RankedTensorType>(b.getOperand().getType()).getShape();
+  ArrayRef<int64_t> out = llvm::cast<RankedTensorType>(b.getType()).getShape();
+  ArrayRef<int64_t> dims = b.getDims();
+  SmallVector<int64_t, 4> expanded;
+  for (int64_t d = 0; d < int64_t(out.size()); ++d) {
+    auto at = llvm::find(dims, d);
+    if (at == dims.end() || (in[size_t(at - dims.begin())] == 1 && out[size_t(d)] != 1))
+      expanded.push_back(d);
+  }
+  return expanded;
+}
+
 const SmallVector<FusionGraph::Read> &FusionGraph::readsOfValue(Value v) {
   auto it = readCache.find(v);
   if (it != readCache.end())
@@ -191,12 +206,20 @@ const SmallVector<FusionGraph::Read> &FusionGraph::readsOfValue(Value v) {
       // element's linear index: no remap.
       // A padding reads its value at other indices, as a view does.
       bool remaps = (isView(def) || isPadding(def)) && !unitReshape && !bufferViews.contains(def);
+      bool movesDims = llvm::isa<ReshapeOp>(def) &&
+                       shapeOf(def->getOperand(0)).size() != shapeOf(def->getResult(0)).size();
       for (Value operand : def->getOperands())
         for (Read r : readsOfValue(operand)) {
           r.viaOps = true;
+          if (movesDims && !r.broadcastDims.empty())
+            r.broadcastDims = {-1};
           if (remaps) {
             r.remapped = true;
             r.broadcastOnly &= llvm::isa<BroadcastInDimOp>(def);
+            if (auto b = llvm::dyn_cast<BroadcastInDimOp>(def))
+              for (int64_t d : expandedDims(b))
+                if (!llvm::is_contained(r.broadcastDims, d))
+                  r.broadcastDims.push_back(d);
           }
           merge(reads, r);
         }
@@ -209,6 +232,9 @@ void FusionGraph::merge(SmallVectorImpl<Read> &reads, const Read &r) {
   for (Read &existing : reads)
     if (existing.producer == r.producer) {
       existing.viaOps |= r.viaOps;
+      for (int64_t d : r.broadcastDims)
+        if (!llvm::is_contained(existing.broadcastDims, d))
+          existing.broadcastDims.push_back(d);
       if (r.remapped) {
         existing.broadcastOnly =
             (existing.remapped ? existing.broadcastOnly : true) &&

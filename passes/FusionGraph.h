@@ -112,6 +112,11 @@ public:
     bool viaOps = false;        ///< some path goes through recomputed ops
     bool remapped = false;      ///< some path reads it at another index
     bool broadcastOnly = true;  ///< every remapping path is a broadcast
+    /// The dimensions (of the reading op's shape) those broadcasts expand;
+    /// -1: a position unknown (a reshape after the broadcast moved them).
+    /// A row's reduction result read back across its row expands only the
+    /// reduced dimensions.
+    llvm::SmallVector<int64_t, 4> broadcastDims;
   };
   /// The reads of value `v`, memoised: recomputed chains share operands, so
   /// walking every path would be exponential.

@@ -52,7 +52,12 @@ bool FusionRules::canJoin(unsigned g, Operation *op, ArrayRef<Read> reads,
     viaOps |= read.viaOps;
     if (read.remapped) {
       broadcastRead = true;
-      broadcastOnly &= read.broadcastOnly;
+      // Across the row only: a broadcast along a kept dimension reads
+      // other rows' results (each lane would recompute a whole row).
+      broadcastOnly &= read.broadcastOnly &&
+                       llvm::all_of(read.broadcastDims, [&](int64_t d) {
+                         return llvm::is_contained(group.domain.reduced, d);
+                       });
     }
   }
   if (group.library)
@@ -333,7 +338,10 @@ bool FusionRules::canAbsorb(unsigned a, unsigned b, ArrayRef<unsigned> bDeps, st
     for (const Read &read : readsOf(op))
       if (groupOf.lookup(read.producer) == a && read.remapped &&
           (!read.broadcastOnly ||
-           numel(shapeOf(read.producer->getResult(0))) == numel(ga.domain.shape))) {
+           numel(shapeOf(read.producer->getResult(0))) == numel(ga.domain.shape) ||
+           llvm::any_of(read.broadcastDims, [&](int64_t d) {
+             return !llvm::is_contained(ga.domain.reduced, d);
+           }))) {
         why = "it reads the row kernel's values at other elements than their own (only row "
               "results broadcast along their rows can be read so)";
         return false;

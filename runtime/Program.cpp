@@ -469,7 +469,7 @@ void Program::validate() const {
                    numElements(c.shape) == (s.transposeA ? weights : s.m * s.n) &&
                    numElements(offsets.shape) == s.batch;
       if (!sized || !isIndex(offsets.dtype) || !isFloatDType(a.dtype) || b.dtype != a.dtype ||
-          c.dtype != a.dtype || s.transposeB)
+          c.dtype != a.dtype || (s.transposeA && s.transposeB))
         throw CompileError("corrupt program: " + what + " multiplies " + dtypeName(a.dtype) +
                            shapeToString(a.shape) + " by " + dtypeName(b.dtype) +
                            shapeToString(b.shape) + " in " + std::to_string(s.batch) +

@@ -101,7 +101,8 @@ struct Step {
   /// output (reduce-scatter, all-gather); a wait names its start's buffers,
   /// so they stay live (in flight) until it. GroupedGemm: a, b, offsets, c
   /// (runtime/GroupedGemm.h: `batch` groups of the `m` rows of a [m, k];
-  /// c[rows of g] = a[rows of g] b[g], b [batch, k, n], c [m, n]; with
+  /// c[rows of g] = a[rows of g] op(b[g]), b [batch, k, n] ([batch, n, k]
+  /// with transposeB), c [m, n]; with
   /// transposeA the weights' gradient: c[g] = a[rows of g]^T b[rows of g],
   /// b [m, n], c [batch, k, n]).
   std::vector<int> buffers;

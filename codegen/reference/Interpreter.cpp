@@ -165,7 +165,7 @@ public:
         })
         .Case([&](GroupedMatmulOp o) {
           return ref::groupedMatmul(get(o.getLhs()), get(o.getRhs()), get(o.getOffsets()),
-                                    /*weightGrad=*/false);
+                                    /*weightGrad=*/false, o.getTransposeRhs());
         })
         .Case([&](GroupedMatmulWeightGradOp o) {
           return ref::groupedMatmul(get(o.getLhs()), get(o.getGrad()), get(o.getOffsets()),

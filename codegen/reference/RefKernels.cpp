@@ -456,9 +456,9 @@ RefTensor matmul(const RefTensor &a, const RefTensor &b, bool transposeA,
 
 
 RefTensor groupedMatmul(const RefTensor &a, const RefTensor &b, const RefTensor &offsets,
-                        bool weightGrad) {
+                        bool weightGrad, bool transposeB) {
   int64_t rows = a.shape[0], k = a.shape[1], groups = offsets.size();
-  int64_t n = b.shape.back();
+  int64_t n = transposeB ? b.shape[1] : b.shape.back();
   Shape shape = weightGrad ? Shape{groups, k, n} : Shape{rows, n};
   RefTensor out = RefTensor::make(a.dtype, shape); // zeros: rows in no group, empty groups
   auto ranges = groupRowRanges(offsets.i.data(), DType::I64, groups, rows);
@@ -478,7 +478,8 @@ RefTensor groupedMatmul(const RefTensor &a, const RefTensor &b, const RefTensor 
       for (int64_t j = 0; j < n; ++j) {
         double acc = 0;
         for (int64_t p = 0; p < k; ++p)
-          acc += a.f[size_t(r * k + p)] * b.f[size_t((g * k + p) * n + j)];
+          acc += a.f[size_t(r * k + p)] *
+                 b.f[size_t(transposeB ? (g * n + j) * k + p : (g * k + p) * n + j)];
         out.f[size_t(r * n + j)] = roundToDType(acc, a.dtype);
       }
   }

@@ -57,7 +57,7 @@ RefTensor matmul(const RefTensor &a, const RefTensor &b, bool transposeA,
 /// and graph.grouped_matmul_weight_grad (a [S, K], b [S, N] -> [G, K, N]),
 /// the groups of runtime/GroupedGemm.h.
 RefTensor groupedMatmul(const RefTensor &a, const RefTensor &b, const RefTensor &offsets,
-                        bool weightGrad);
+                        bool weightGrad, bool transposeB = false);
 /// `what` names the op whose indices these are, in errors.
 RefTensor gather(const RefTensor &table, const RefTensor &indices,
                  const std::string &what = "graph.gather");

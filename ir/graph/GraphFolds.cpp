@@ -155,6 +155,17 @@ bool swapsLastTwo(TransposeOp t) {
 }
 } // namespace
 
+OpFoldResult GroupedMatmulOp::fold(FoldAdaptor) {
+  // The groups' GEMMs read the matrices transposed where they are (a
+  // mixture-of-experts layer's weights are stored [G, N, K]).
+  auto t = getRhs().getDefiningOp<TransposeOp>();
+  if (!t || !swapsLastTwo(t))
+    return {};
+  getRhsMutable().assign(t.getOperand());
+  setTransposeRhs(!getTransposeRhs());
+  return getResult();
+}
+
 OpFoldResult MatmulOp::fold(FoldAdaptor) {
   // The GEMM reads the operand transposed where it is: no kernel writes a
   // transposed copy (attention's q @ k^T, gradients' x^T @ dy).

@@ -506,16 +506,18 @@ LogicalResult GroupedMatmulOp::inferReturnTypes(MLIRContext *, Loc loc, Adaptor 
                                                 SmallVectorImpl<Type> &out) {
   auto lhs = tensorType(adaptor.getLhs()), rhs = tensorType(adaptor.getRhs());
   auto offsets = tensorType(adaptor.getOffsets());
+  bool transposed = adaptor.getTransposeRhs();
   if (rhs.getRank() != 3)
-    return opError(loc, getOperationName(), "rhs must be [G, K, N], got ", rhs);
+    return opError(loc, getOperationName(), "rhs must be ",
+                   transposed ? "[G, N, K] (transpose_rhs)" : "[G, K, N]", ", got ", rhs);
   if (failed(verifyGroupedOperands(loc, getOperationName(), lhs, rhs, offsets,
                                    rhs.getDimSize(0))))
     return failure();
-  if (lhs.getDimSize(1) != rhs.getDimSize(1))
+  int64_t k = rhs.getDimSize(transposed ? 2 : 1), n = rhs.getDimSize(transposed ? 1 : 2);
+  if (lhs.getDimSize(1) != k)
     return opError(loc, getOperationName(), "lhs ", lhs, " and rhs ", rhs,
-                   " must agree on K (lhs dim 1, rhs dim 1)");
-  out.push_back(RankedTensorType::get({lhs.getDimSize(0), rhs.getDimSize(2)},
-                                      lhs.getElementType()));
+                   " must agree on K (lhs dim 1, rhs dim ", transposed ? 2 : 1, ")");
+  out.push_back(RankedTensorType::get({lhs.getDimSize(0), n}, lhs.getElementType()));
   return success();
 }
 

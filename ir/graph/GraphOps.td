@@ -425,7 +425,8 @@ def Graph_MatmulOp : Graph_Op<"matmul", [InferTypeOpAdaptor]> {
 def Graph_GroupedMatmulOp : Graph_Op<"grouped_matmul", [InferTypeOpAdaptor]> {
   let summary = "rows times their group's matrix (mixture-of-experts layers)";
   let description = [{
-    `lhs: [S, K]`, `rhs: [G, K, N]`, `offsets: [G]` (i32 or i64) -> `[S, N]`.
+    `lhs: [S, K]`, `rhs: [G, K, N]` (`[G, N, K]` with `transpose_rhs`),
+    `offsets: [G]` (i32 or i64) -> `[S, N]`.
     The rows are sorted by group: group g holds rows `[offsets[g-1],
     offsets[g])` (`offsets[-1]` = 0), and `result[r] = lhs[r] @ rhs[g]` for
     its rows. Rows in no group (past the last offset, or where offsets
@@ -440,9 +441,12 @@ def Graph_GroupedMatmulOp : Graph_Op<"grouped_matmul", [InferTypeOpAdaptor]> {
     ```
   }];
   let arguments = (ins Graph_FloatTensor:$lhs, Graph_FloatTensor:$rhs,
-                       Graph_IndexTensor:$offsets);
+                       Graph_IndexTensor:$offsets,
+                       DefaultValuedAttr<BoolAttr, "false">:$transpose_rhs);
   let results = (outs Graph_FloatTensor:$result);
   let assemblyFormat = "$lhs `,` $rhs `,` $offsets attr-dict `:` functional-type(operands, results)";
+  // A transposed rhs is read in place with the flag flipped.
+  let hasFolder = 1;
 }
 
 def Graph_GroupedMatmulWeightGradOp : Graph_Op<"grouped_matmul_weight_grad", [InferTypeOpAdaptor]> {

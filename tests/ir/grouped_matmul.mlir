@@ -1,6 +1,7 @@
-// RUN: tilefuse-opt %s -split-input-file -verify-diagnostics | FileCheck %s
+// RUN: tilefuse-opt %s -split-input-file -verify-diagnostics -canonicalize | FileCheck %s
 // graph.grouped_matmul and its weights' gradient: the printed form with
-// the inferred types, and every shape error a user can hit.
+// the inferred types, the transposed rhs folded into the op, and every
+// shape error a user can hit.
 
 // CHECK-LABEL: func.func @forms(
 // CHECK:         graph.grouped_matmul %arg0, %arg1, %arg2 : (tensor<16x8xf32>, tensor<4x8x12xf32>, tensor<4xi32>) -> tensor<16x12xf32>
@@ -9,6 +10,18 @@ func.func @forms(%x: tensor<16x8xf32>, %w: tensor<4x8x12xf32>, %o: tensor<4xi32>
   %y = graph.grouped_matmul %x, %w, %o : (tensor<16x8xf32>, tensor<4x8x12xf32>, tensor<4xi32>) -> tensor<16x12xf32>
   %dw = graph.grouped_matmul_weight_grad %x, %dy, %o : (tensor<16x8xf32>, tensor<16x12xf32>, tensor<4xi32>) -> tensor<4x8x12xf32>
   return %y, %dw : tensor<16x12xf32>, tensor<4x8x12xf32>
+}
+
+// -----
+
+// A transposed rhs is read in place: transpose_rhs, [G, N, K].
+// CHECK-LABEL: func.func @transposed(
+// CHECK-NEXT:    %0 = graph.grouped_matmul %arg0, %arg1, %arg2 {transpose_rhs = true} : (tensor<16x8xf32>, tensor<4x12x8xf32>, tensor<4xi32>) -> tensor<16x12xf32>
+// CHECK-NEXT:    return %0
+func.func @transposed(%x: tensor<16x8xf32>, %w: tensor<4x12x8xf32>, %o: tensor<4xi32>) -> tensor<16x12xf32> {
+  %t = graph.transpose %w {perm = array<i64: 0, 2, 1>} : (tensor<4x12x8xf32>) -> tensor<4x8x12xf32>
+  %y = graph.grouped_matmul %x, %t, %o : (tensor<16x8xf32>, tensor<4x8x12xf32>, tensor<4xi32>) -> tensor<16x12xf32>
+  return %y : tensor<16x12xf32>
 }
 
 // -----

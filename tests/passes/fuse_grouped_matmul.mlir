@@ -1,17 +1,18 @@
 // RUN: tilefuse-opt %s "--autodiff=function=moe wrt=0,1" --fuse | FileCheck %s
 // RUN: tilefuse-opt %s "--autodiff=function=moe wrt=0,1" --fuse=target=cuda:sm_90 | FileCheck %s --check-prefix=CUDA
 // A grouped product and its gradients: the rows' cotangent is the grouped
-// product with the groups' matrices transposed, the matrices' the grouped
-// weight gradient. The CPU runs them as grouped GEMM steps (library calls
+// product with the groups' matrices read transposed (in place: no kernel
+// writes a transposed copy), the matrices' the grouped weight gradient. The CPU runs them as grouped GEMM steps (library calls
 // between kernels); CUDA has no such step and gets one dense GEMM each,
 // every row placed in its group's block (G times the work).
 
 // CHECK-LABEL: func.func @moe(
 // CHECK:         graph.grouped_matmul %arg0, %arg1, %arg2
 // CHECK:         graph.fusion
-// CHECK-DAG:     graph.grouped_matmul {{.*}}, %arg2 : (tensor<16x12xf32>, tensor<4x12x8xf32>, tensor<4xi32>) -> tensor<16x8xf32>
+// CHECK-DAG:     graph.grouped_matmul {{.*}}, %arg1, %arg2 {transpose_rhs = true} : (tensor<16x12xf32>, tensor<4x8x12xf32>, tensor<4xi32>) -> tensor<16x8xf32>
 // CHECK-DAG:     graph.grouped_matmul_weight_grad %arg0, {{.*}}, %arg2 : (tensor<16x8xf32>, tensor<16x12xf32>, tensor<4xi32>) -> tensor<4x8x12xf32>
 // CHECK-NOT:     graph.matmul
+// CHECK-NOT:     graph.transpose
 
 // CUDA-LABEL: func.func @moe(
 // CUDA-NOT:     graph.grouped_matmul

@@ -106,6 +106,34 @@ def test_gradients_match_finite_differences(name):
                     [x, np.tanh(x[:, :3]), offsets], rng, wrt=[0, 1])
 
 
+def grouped_stored_transposed(x, wt, offsets):
+    """The weights stored [G, N, K] (a mixture-of-experts layer's), read
+    transposed in place."""
+    return grouped(x, wt.transpose(1, 2), offsets)
+
+
+def test_weights_stored_transposed_are_read_in_place():
+    x, w, dy, offsets = _inputs("unsorted", seed=6)
+    wt = np.ascontiguousarray(w.transpose(0, 2, 1))
+    want = _numpy_grouped(x, w, offsets)
+    x32, wt32 = x.astype(np.float32), wt.astype(np.float32)
+    fn = tilefuse.compile(grouped_stored_transposed, x32, wt32, offsets, device="cpu")
+    _close(fn(x32, wt32, offsets), want, "transposed weights")
+    assert [r["name"] for r in fn.report()] == ["grouped_gemm"], fn.report()
+    check_gradients("grouped_matmul, weights stored transposed",
+                    lambda x, wt, o: grouped_stored_transposed(x, wt, o).tanh(),
+                    [x, wt, offsets], np.random.default_rng(7), wrt=[0, 1])
+    g = tilefuse.trace(lambda x, wt, o: (grouped_stored_transposed(x, wt, o).tanh()).sum(),
+                       x32, wt32, offsets).value_and_grad(wrt=(0, 1))
+    ref = tilefuse.trace(lambda x, wt, o: (grouped_stored_transposed(x, wt, o).tanh()).sum(),
+                         x, wt, offsets).value_and_grad(wrt=(0, 1)).interpret(x, wt, offsets)
+    compiled = g.compile(device="cpu")
+    for got, want_, what in zip(compiled(x32, wt32, offsets), ref, ("loss", "d/dx", "d/dwt")):
+        _close(got, np.asarray(want_), what)
+    assert not any("transpose" in " ".join(r["ops"]) for r in compiled.report()), \
+        compiled.report()
+
+
 def _loss(x, w, o):
     return (grouped(x, w, o).tanh() * grouped(x, w, o)).sum()
 
