@@ -135,23 +135,20 @@ def main():
         fn(*inputs)
         cold[name] = time.perf_counter() - t
         steps[name] = (lambda f: lambda: f(*inputs))(fn)
-    model = fresh()
-    t = time.perf_counter()
-    step = tilefuse.from_torch(model, inputs, torch.optim.AdamW(groups(model), lr=1e-3),
-                               device="cpu")
-    step(*inputs)
-    cold["from_torch"] = time.perf_counter() - t
-    steps["from_torch"] = lambda: step(*inputs)
-    if args.model == "hf-mixtral":
-        os.environ["TILEFUSE_GROUPED_GEMM"] = "0"  # part of the compile's key
+    def from_torch_path(name):
         model = fresh()
         t = time.perf_counter()
-        dense = tilefuse.from_torch(model, inputs, torch.optim.AdamW(groups(model), lr=1e-3),
-                                    device="cpu")
-        dense(*inputs)
-        cold["from_torch dense"] = time.perf_counter() - t
+        step = tilefuse.from_torch(model, inputs, torch.optim.AdamW(groups(model), lr=1e-3),
+                                   device="cpu")
+        step(*inputs)
+        cold[name] = time.perf_counter() - t
+        steps[name] = lambda: step(*inputs)
+
+    from_torch_path("from_torch")
+    if args.model == "hf-mixtral":
+        os.environ["TILEFUSE_GROUPED_GEMM"] = "0"  # part of the compile's key
+        from_torch_path("from_torch dense")
         del os.environ["TILEFUSE_GROUPED_GEMM"]
-        steps["from_torch dense"] = lambda: dense(*inputs)
 
     samples = {k: [] for k in steps}
     for _ in range(args.rounds):
