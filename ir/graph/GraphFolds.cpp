@@ -9,6 +9,7 @@
 
 #include "mlir/IR/BuiltinAttributes.h"
 #include "mlir/IR/Matchers.h"
+#include "mlir/IR/PatternMatch.h"
 
 using namespace mlir;
 using namespace tilefuse::graph;
@@ -124,6 +125,30 @@ OpFoldResult TransposeOp::fold(FoldAdaptor) {
     if (static_cast<int64_t>(i) != p)
       return {};
   return getOperand();
+}
+
+namespace {
+/// transpose(grouped_matmul_weight_grad(a, b), [0, 2, 1]) =
+/// grouped_matmul_weight_grad(b, a): per group (a^T b)^T = b^T a. A
+/// mixture-of-experts layer's weights stored [G, N, K] and multiplied
+/// through a transposed view get their gradient so.
+struct SwapTransposedWeightGrad : OpRewritePattern<TransposeOp> {
+  using OpRewritePattern::OpRewritePattern;
+  LogicalResult matchAndRewrite(TransposeOp t, PatternRewriter &rewriter) const override {
+    auto grad = t.getOperand().getDefiningOp<GroupedMatmulWeightGradOp>();
+    if (!grad || t.getPerm() != ArrayRef<int64_t>{0, 2, 1})
+      return rewriter.notifyMatchFailure(t, "not a [0, 2, 1] transpose of a grouped weight "
+                                            "gradient");
+    rewriter.replaceOpWithNewOp<GroupedMatmulWeightGradOp>(t, grad.getGrad(), grad.getLhs(),
+                                                           grad.getOffsets());
+    return success();
+  }
+};
+} // namespace
+
+void TransposeOp::getCanonicalizationPatterns(RewritePatternSet &patterns,
+                                              MLIRContext *context) {
+  patterns.add<SwapTransposedWeightGrad>(context);
 }
 
 OpFoldResult SliceOp::fold(FoldAdaptor) {

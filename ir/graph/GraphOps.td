@@ -319,6 +319,9 @@ def Graph_TransposeOp : Graph_Op<"transpose", [InferTypeOpAdaptor]> {
   let results = (outs Graph_Tensor:$result);
   let assemblyFormat = "$operand attr-dict `:` functional-type(operands, results)";
   let hasFolder = 1;
+  // A grouped weight gradient transposed is the one with its operands
+  // swapped (no kernel writes the transposed copy).
+  let hasCanonicalizer = 1;
 }
 
 def Graph_SliceOp : Graph_Op<"slice", [InferTypeOpAdaptor]> {

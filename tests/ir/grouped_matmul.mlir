@@ -26,6 +26,18 @@ func.func @transposed(%x: tensor<16x8xf32>, %w: tensor<4x12x8xf32>, %o: tensor<4
 
 // -----
 
+// A weight gradient transposed is the one with its operands swapped.
+// CHECK-LABEL: func.func @transposed_weight_grad(
+// CHECK-NEXT:    %0 = graph.grouped_matmul_weight_grad %arg1, %arg0, %arg2 : (tensor<16x12xf32>, tensor<16x8xf32>, tensor<4xi32>) -> tensor<4x12x8xf32>
+// CHECK-NEXT:    return %0
+func.func @transposed_weight_grad(%x: tensor<16x8xf32>, %dy: tensor<16x12xf32>, %o: tensor<4xi32>) -> tensor<4x12x8xf32> {
+  %dw = graph.grouped_matmul_weight_grad %x, %dy, %o : (tensor<16x8xf32>, tensor<16x12xf32>, tensor<4xi32>) -> tensor<4x8x12xf32>
+  %t = graph.transpose %dw {perm = array<i64: 0, 2, 1>} : (tensor<4x8x12xf32>) -> tensor<4x12x8xf32>
+  return %t : tensor<4x12x8xf32>
+}
+
+// -----
+
 func.func @inner(%x: tensor<16x8xf32>, %w: tensor<4x7x12xf32>, %o: tensor<4xi64>) -> tensor<16x12xf32> {
   // expected-error @+2 {{'graph.grouped_matmul' op lhs 'tensor<16x8xf32>' and rhs 'tensor<4x7x12xf32>' must agree on K (lhs dim 1, rhs dim 1)}}
   // expected-error @+1 {{failed to infer returned types}}
