@@ -463,7 +463,7 @@ void Program::validate() const {
       const BufferInfo &a = buffers[s.buffers[0]], &b = buffers[s.buffers[1]],
                        &offsets = buffers[s.buffers[2]], &c = buffers[s.buffers[3]];
       int64_t weights = s.batch * s.k * s.n;
-      bool sized = s.batch >= 1 && s.m >= 0 && s.k >= 0 && s.n >= 0 &&
+      bool sized = s.batch >= 0 && s.m >= 0 && s.k >= 0 && s.n >= 0 &&
                    numElements(a.shape) == s.m * s.k &&
                    numElements(b.shape) == (s.transposeA ? s.m * s.n : weights) &&
                    numElements(c.shape) == (s.transposeA ? weights : s.m * s.n) &&

@@ -164,3 +164,16 @@ def test_cuda_writes_grouped_products_densely_under_emulation(tmp_path):
     x, w, _, offsets = _inputs("out-of-range", np.float32, seed=5)
     g = tilefuse.trace(_loss, x, w, offsets).value_and_grad(wrt=(0, 1))
     check_emulated(g, (x, w, offsets), str(tmp_path), 1e-5, 1e-5, name="grouped")
+
+
+def test_no_groups_and_no_rows():
+    rng = np.random.default_rng(8)
+    x, w = rng.standard_normal((6, 5)).astype(np.float32), np.zeros((0, 5, 3), np.float32)
+    none = np.zeros((0,), np.int32)
+    fn = tilefuse.compile(grouped, x, w, none, device="cpu")
+    assert np.array_equal(fn(x, w, none), np.zeros((6, 3), np.float32))
+    empty = np.zeros((0, 5), np.float32)
+    w = rng.standard_normal((2, 5, 3)).astype(np.float32)
+    offsets = np.array([0, 0], np.int32)
+    assert tilefuse.compile(grouped, empty, w, offsets, device="cpu")(empty, w, offsets).shape \
+        == (0, 3)
