@@ -193,6 +193,19 @@ private:
     }
     if (llvm::isa<graph::GroupedMatmulOp, graph::GroupedMatmulWeightGradOp>(op))
       return groupedGemm(&op);
+    if (auto sort = llvm::dyn_cast<graph::SortOp>(op)) {
+      auto type = llvm::cast<RankedTensorType>(sort.getOperand().getType());
+      Step s;
+      s.kind = Step::Kind::Sort;
+      s.source = "graph.sort";
+      s.n = type.getShape().back();
+      s.m = s.n ? type.getNumElements() / s.n : 0;
+      s.descending = sort.getDescending();
+      s.outputs = 2;
+      s.buffers = {bufferOf(sort.getOperand()), result(op, 0), result(op, 1)};
+      prog.steps.push_back(s);
+      return success();
+    }
     if (auto sa = llvm::dyn_cast<graph::ScatterAddOp>(op)) {
       Step s;
       s.kind = Step::Kind::ScatterAdd;

@@ -33,7 +33,7 @@ bool isLowFloat(Type t) { return t.isF16() || t.isBF16(); }
 /// calls that compute (not the views and copies between them, which are
 /// exact).
 bool isKernel(Operation *op) {
-  return llvm::isa<graph::FusionOp, graph::MatmulOp, graph::GroupedMatmulOp,
+  return llvm::isa<graph::FusionOp, graph::MatmulOp, graph::GroupedMatmulOp, graph::SortOp,
                    graph::GroupedMatmulWeightGradOp, graph::GatherOp, graph::ScatterAddOp,
                    graph::AttentionOp, graph::AttentionGradOp, graph::ConvOp, graph::ConvBiasActOp,
                    graph::ConvGradInputOp, graph::ConvGradWeightOp>(op);

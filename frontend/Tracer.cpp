@@ -597,6 +597,13 @@ ValueId Tracer::groupedMatmul(ValueId lhs, ValueId rhs, ValueId offsets) {
   return impl_->put(impl_->create<GroupedMatmulOp>(a.getType(), {a, b, o}));
 }
 
+std::vector<ValueId> Tracer::sort(ValueId x, bool descending) {
+  Operation *op = impl_->createMulti<SortOp>(
+      2, {impl_->get(x)},
+      {impl_->builder.getNamedAttr("descending", impl_->builder.getBoolAttr(descending))});
+  return {impl_->put(op->getResult(0)), impl_->put(op->getResult(1))};
+}
+
 ValueId Tracer::groupedMatmulWeightGrad(ValueId lhs, ValueId grad, ValueId offsets) {
   Value a = impl_->get(lhs), g = impl_->get(grad), o = impl_->get(offsets);
   return impl_->put(impl_->create<GroupedMatmulWeightGradOp>(a.getType(), {a, g, o}));

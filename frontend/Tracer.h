@@ -85,6 +85,8 @@ public:
   /// graph.grouped_matmul: rows [S, K] times their group's [G, K, N]
   /// matrix, the groups ending at `offsets` [G].
   ValueId groupedMatmul(ValueId lhs, ValueId rhs, ValueId offsets);
+  /// graph.sort along the last dimension: {values, i64 indices}.
+  std::vector<ValueId> sort(ValueId x, bool descending);
   /// graph.grouped_matmul_weight_grad: per group, its rows of lhs [S, K]
   /// transposed times its rows of grad [S, N] -> [G, K, N].
   ValueId groupedMatmulWeightGrad(ValueId lhs, ValueId grad, ValueId offsets);

@@ -121,11 +121,28 @@ private:
                 ArrayRef<int64_t> operandShape);
   /// Cotangent of an elementwise max/min: g to the winner, half on ties.
   void minMax(Value a, Value b, Value g, bool isMax);
+  /// Cotangent of graph.sort's values: g[.., k] added at [.., indices[.., k]]
+  /// (one scatter_add over the flattened rows).
+  Value unsortRows(Value g, Value indices);
 
   GraphEmitter e;
   llvm::DenseMap<Value, Value> adjoints;
   llvm::DenseMap<Value, Value> recomputes;
 };
+
+Value ReverseBuilder::unsortRows(Value g, Value indices) {
+  auto type = llvm::cast<RankedTensorType>(g.getType());
+  int64_t n = type.getShape().back(), total = type.getNumElements();
+  int64_t rows = n ? total / n : 0;
+  OpBuilder &b = e.builder();
+  auto i64 = RankedTensorType::get({rows, n}, b.getI64Type());
+  Value rowStart = e.mul(b.create<IotaOp>(e.location(), i64, b.getI64IntegerAttr(0)),
+                         e.full(i64, double(n)));
+  Value flat = e.reshape(e.add(e.reshape(indices, {rows, n}), rowStart), {total});
+  Value zeros = e.full(RankedTensorType::get({total}, type.getElementType()), 0.0);
+  Value placed = b.create<ScatterAddOp>(e.location(), zeros, flat, e.reshape(g, {total}));
+  return e.reshape(placed, type.getShape());
+}
 
 void ReverseBuilder::minMax(Value a, Value b, Value g, bool isMax) {
   // PyTorch: where(a == b, g/2, g), zeroed where the operand strictly loses
@@ -375,6 +392,9 @@ LogicalResult ReverseBuilder::visit(Operation *op, Value g) {
                                                              /*transpose_rhs=*/false));
       })
       .Case([&](RecomputeBarrierOp o) { accumulate(o.getOperand(), g); })
+      // The sorted values are the operand's elements moved within their
+      // rows: each goes back to where it came from (a scatter by row).
+      .Case([&](SortOp o) { accumulate(o.getOperand(), unsortRows(g, o.getIndices())); })
       // A convolution is linear in each operand: its input's cotangent is
       // the transposed convolution of g, its weight's the correlation of
       // the input with g; the gradient ops' own rules follow from the same
@@ -566,7 +586,9 @@ FailureOr<func::FuncOp> tilefuse::buildValueAndGrad(func::FuncOp primal,
       return op->emitOpError("has no differentiation rule: second derivatives through "
                              "fused attention are not computed (PyTorch's flash attention "
                              "has none either)");
-    if (op->getNumResults() != 1 && !llvm::isa<AttentionOp, AttentionGradOp>(op))
+    if (auto sort = llvm::dyn_cast<SortOp>(op); sort && reverse.adjoint(sort.getIndices()))
+      return op->emitOpError("has no differentiation rule for its indices (integers)");
+    if (op->getNumResults() != 1 && !llvm::isa<AttentionOp, AttentionGradOp, SortOp>(op))
       return op->emitOpError("has no differentiation rule");
     Value g = reverse.adjoint(op->getResult(0));
     if (!g)

@@ -103,7 +103,7 @@ private:
     return llvm::all_of(op->getUsers(), [](Operation *user) {
       return llvm::isa<GraphDialect>(user->getDialect()) &&
              (!isLibraryCall(user) ||
-              llvm::isa<MatmulOp, GroupedMatmulOp, GroupedMatmulWeightGradOp, AttentionOp,
+              llvm::isa<MatmulOp, GroupedMatmulOp, GroupedMatmulWeightGradOp, SortOp, AttentionOp,
                         AttentionGradOp, ConvOp, ConvBiasActOp, ConvGradInputOp,
                         ConvGradWeightOp>(user));
     });
@@ -519,7 +519,11 @@ LogicalResult tilefuse::fuseFunction(func::FuncOp func, const TargetInfo &target
   for (Operation &op : func.getBody().front().without_terminator()) {
     if (llvm::isa<FusionOp>(op))
       return op.emitOpError("is already fused; run the fusion pass once");
-    bool multiResultCall = llvm::isa<AttentionOp, AttentionGradOp>(op);
+    if (llvm::isa<SortOp>(op) && !target.hasLibrarySort())
+      return op.emitOpError("has no kernel on target '")
+             << target.name() << "' (rows of more than 4096 elements are sorted by a CPU "
+             << "library step; sort shorter rows, or compile for the CPU)";
+    bool multiResultCall = llvm::isa<AttentionOp, AttentionGradOp, SortOp>(op);
     if ((op.getNumResults() != 1 && !multiResultCall) ||
         (op.getDialect() != nullptr && op.getDialect()->getNamespace() != "graph"))
       return op.emitOpError("cannot be fused: the fusion pass expects primitive "

@@ -24,7 +24,8 @@ bool fusion::isLibraryCall(Operation *op) {
   // after its `after` value, in the backward pass.
   // Collectives are barriers: their bytes are in flight between start and
   // wait, so no kernel may take either.
-  return llvm::isa<MatmulOp, GroupedMatmulOp, GroupedMatmulWeightGradOp, GatherOp, ScatterAddOp,
+  return llvm::isa<MatmulOp, GroupedMatmulOp, GroupedMatmulWeightGradOp, SortOp, GatherOp,
+                   ScatterAddOp,
                    AttentionOp, AttentionGradOp, ConvOp, ConvBiasActOp, ConvGradInputOp,
                    ConvGradWeightOp, RecomputeBarrierOp, CollectiveWaitOp>(op) ||
          isCollectiveStart(op);

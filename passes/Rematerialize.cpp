@@ -102,7 +102,7 @@ int64_t livePeak(Block &block) {
 int64_t traffic(Block &block) {
   int64_t total = 0;
   for (Operation &op : block.without_terminator())
-    if (llvm::isa<FusionOp, MatmulOp, GroupedMatmulOp, GroupedMatmulWeightGradOp, GatherOp,
+    if (llvm::isa<FusionOp, MatmulOp, GroupedMatmulOp, GroupedMatmulWeightGradOp, SortOp, GatherOp,
                   ScatterAddOp, AttentionOp, AttentionGradOp, ConvOp, ConvBiasActOp,
                   ConvGradInputOp, ConvGradWeightOp>(op)) {
       for (Value v : op.getOperands())

@@ -107,6 +107,7 @@ public:
   // CPU GEMM (as for matmuls, it widens to f32).
   bool fusedAttentionTakes16Bit(mlir::Type element) const override { return element.isBF16(); }
   bool hasGroupedGemm() const override { return true; }
+  bool hasLibrarySort() const override { return true; }
   bool hasLibraryConvolution() const override { return true; }
   // oneDNN's bias argument and eltwise post-ops (runtime/CpuDnnl.cpp),
   // except on a 1x1 stride-1 convolution: the executor runs it on the
@@ -173,6 +174,7 @@ public:
   // A grouped GEMM's sizes are data: the host would read them mid-step,
   // which no captured CUDA graph can do.
   bool hasGroupedGemm() const override { return false; }
+  bool hasLibrarySort() const override { return false; }
   bool hasLibraryConvolution() const override { return true; }
   bool convolutionPadsSymmetrically() const override { return true; }
   int64_t convolutionWorkspaceBytes(const ConvParams &params,

@@ -76,6 +76,8 @@ public:
   /// gradient as a grouped GEMM step (one GEMM per group, sizes read when
   /// it runs); else fusion writes them as dense GEMMs (expandGroupedMatmuls).
   virtual bool hasGroupedGemm() const = 0;
+  /// Whether the runtime runs graph.sort (a library step) for this target.
+  virtual bool hasLibrarySort() const = 0;
   /// Whether the runtime runs graph.conv and its gradients (library steps)
   /// for this target.
   virtual bool hasLibraryConvolution() const = 0;

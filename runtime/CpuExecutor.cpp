@@ -231,6 +231,10 @@ void CpuExecutor::runSteps() {
       cpu::gemm(s, prog.buffers[s.buffers[2]].dtype, pointers[s.buffers[0]],
                 pointers[s.buffers[1]], pointers[s.buffers[2]]);
       break;
+    case Step::Kind::Sort:
+      cpu::sort(s, prog.buffers[s.buffers[0]].dtype, pointers[s.buffers[0]],
+                pointers[s.buffers[1]], static_cast<int64_t *>(pointers[s.buffers[2]]));
+      break;
     case Step::Kind::GroupedGemm:
       cpu::groupedGemm(s, prog.buffers[s.buffers[0]].dtype, prog.buffers[s.buffers[2]].dtype,
                        pointers[s.buffers[0]], pointers[s.buffers[1]], pointers[s.buffers[2]],

@@ -5,7 +5,11 @@
 #include "runtime/GroupedGemm.h"
 #include "runtime/ThreadPool.h"
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
+#include <numeric>
+#include <vector>
 
 #include <cstdlib>
 #include <dlfcn.h>
@@ -286,6 +290,59 @@ void cpu::groupedGemm(const Step &s, DType dtype, DType offsetType, const void *
   }
   if (!s.transposeA) // rows past the last group belong to none
     std::memset(out + size_t(covered * s.n) * bytes, 0, size_t((s.m - covered) * s.n) * bytes);
+}
+
+namespace {
+/// One row's stable sort by `key(i)` (NaN above every number; -0.0 equal to
+/// 0.0, as the comparisons make it).
+template <typename Key>
+void sortRow(int64_t n, bool descending, Key key, int64_t *order) {
+  std::iota(order, order + n, int64_t(0));
+  auto below = [&](int64_t i, int64_t j) {
+    double a = key(i), b = key(j);
+    if (descending)
+      std::swap(a, b);
+    return a < b || (std::isnan(b) && !std::isnan(a));
+  };
+  std::stable_sort(order, order + n, below);
+}
+} // namespace
+
+void cpu::sort(const Step &s, DType dtype, const void *x, void *values, int64_t *indices) {
+  size_t bytes = dtypeSize(dtype);
+  ThreadPool::global().parallelFor(s.m, 1, [&](int64_t first, int64_t end) {
+    std::vector<char> copy(size_t(s.n) * bytes);
+    for (int64_t r = first; r < end; ++r) {
+      // A copy of the row: the values may be planned over the input.
+      const char *source = static_cast<const char *>(x) + size_t(r * s.n) * bytes;
+      std::copy(source, source + copy.size(), copy.begin());
+      const char *row = copy.data();
+      int64_t *order = indices + r * s.n;
+      auto element = [&](int64_t i) -> double {
+        const char *p = row + size_t(i) * bytes;
+        switch (dtype) {
+        case DType::F32: return *reinterpret_cast<const float *>(p);
+        case DType::F64: return *reinterpret_cast<const double *>(p);
+        case DType::F16: return halfToFloat(*reinterpret_cast<const uint16_t *>(p));
+        case DType::BF16: return bf16ToFloat(*reinterpret_cast<const uint16_t *>(p));
+        case DType::I32: return *reinterpret_cast<const int32_t *>(p);
+        default: return 0.0;
+        }
+      };
+      if (dtype == DType::I64) { // beyond 2^53 a double would merge neighbours
+        auto *v = reinterpret_cast<const int64_t *>(row);
+        std::iota(order, order + s.n, int64_t(0));
+        std::stable_sort(order, order + s.n, [&](int64_t i, int64_t j) {
+          return s.descending ? v[j] < v[i] : v[i] < v[j];
+        });
+      } else {
+        sortRow(s.n, s.descending, element, order);
+      }
+      char *out = static_cast<char *>(values) + size_t(r * s.n) * bytes;
+      for (int64_t i = 0; i < s.n; ++i)
+        std::memcpy(out + size_t(i) * bytes, row + size_t(order[i]) * bytes, bytes);
+    }
+  });
 }
 
 void cpu::conv(const Step &s, DType dtype, const void *a, const void *b, void *out,

@@ -20,6 +20,9 @@ void gemm(const Step &s, DType dtype, const void *a, const void *b, void *c);
 /// in no group, and empty groups' weight gradients, are 0.
 void groupedGemm(const Step &s, DType dtype, DType offsetType, const void *a, const void *b,
                  const void *offsets, void *c);
+/// Sort step `s` (graph.sort): each of `s.m` rows of `s.n` elements of
+/// `dtype` sorted stably (NaN above every number), values and i64 indices.
+void sort(const Step &s, DType dtype, const void *x, void *values, int64_t *indices);
 /// Convolution step `s` (Conv, ConvGradInput or ConvGradWeight) on buffers
 /// of `dtype`: oneDNN for f32 and bf16; f16 (and bf16 where oneDNN cannot)
 /// widened to f32 and the result rounded once; the reference loops where

@@ -424,6 +424,10 @@ void CudaExecutor::acquire(const std::vector<std::pair<std::string, std::string>
       check(a.cuEventCreate(&join, CU_EVENT_DISABLE_TIMING), "creating an event");
     }
   for (const Step &st : prog.steps)
+    if (st.kind == Step::Kind::Sort)
+      throw CompileError("CUDA executor: " + st.source + " is a CPU library step (no CUDA sort "
+                         "kernel yet); run the program on the CPU");
+  for (const Step &st : prog.steps)
     if (st.kind == Step::Kind::GroupedGemm)
       // Its groups' sizes are data the host would have to read mid-step
       // (no CUDA graph could hold that): fusion for CUDA writes grouped
@@ -1018,6 +1022,7 @@ void CudaExecutor::enqueueSteps(bool timed) {
     case Step::Kind::CollectiveWait:
       enqueueCollective(st);
       break;
+    case Step::Kind::Sort:        // refused at load
     case Step::Kind::GroupedGemm: // refused at load
       throw CompileError("CUDA executor: " + st.source + " is a CPU-only grouped GEMM step");
     }

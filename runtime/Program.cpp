@@ -31,7 +31,8 @@ static size_t writtenIndex(const Step &step) {
   case Step::Kind::CollectiveWait: return step.buffers.empty() ? 0 : step.buffers.size() - 1;
   case Step::Kind::Kernel:
   case Step::Kind::Attention:
-  case Step::Kind::AttentionGrad: break;
+  case Step::Kind::AttentionGrad:
+  case Step::Kind::Sort: break;
   }
   return 0;
 }
@@ -48,7 +49,7 @@ const char *tilefuse::collectiveName(CollectiveKind kind) {
 
 static bool writesTrailing(const Step &step) {
   return step.kind == Step::Kind::Kernel || step.kind == Step::Kind::Attention ||
-         step.kind == Step::Kind::AttentionGrad;
+         step.kind == Step::Kind::AttentionGrad || step.kind == Step::Kind::Sort;
 }
 
 static bool writes(const Step &step, size_t i) {
@@ -401,6 +402,21 @@ void Program::validate() const {
     case Step::Kind::Gather: want = 3; break;
     case Step::Kind::ScatterAdd: want = 4; break;
     case Step::Kind::GroupedGemm: want = 4; break;
+    case Step::Kind::Sort: {
+      bool sized = s.buffers.size() == 3 && s.outputs == 2 && s.m >= 0 && s.n >= 0;
+      if (sized) {
+        const BufferInfo &x = buffers[s.buffers[0]], &values = buffers[s.buffers[1]],
+                         &indices = buffers[s.buffers[2]];
+        sized = numElements(x.shape) == s.m * s.n && values.dtype == x.dtype &&
+                numElements(values.shape) == s.m * s.n && indices.dtype == DType::I64 &&
+                numElements(indices.shape) == s.m * s.n && x.dtype != DType::I1;
+      }
+      if (!sized)
+        throw CompileError("corrupt program: " + what + " sorts " + std::to_string(s.m) +
+                           " rows of " + std::to_string(s.n) + " with buffers that do not hold "
+                           "them (input, values of its type, i64 indices)");
+      continue;
+    }
     case Step::Kind::Copy: want = 2; break;
     case Step::Kind::Attention:
     case Step::Kind::AttentionGrad:

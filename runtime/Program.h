@@ -87,7 +87,7 @@ struct CollectiveParams {
 struct Step {
   enum class Kind {
     Kernel, Gemm, Gather, ScatterAdd, Copy, Attention, AttentionGrad,
-    Conv, ConvGradInput, ConvGradWeight, CollectiveStart, CollectiveWait, GroupedGemm
+    Conv, ConvGradInput, ConvGradWeight, CollectiveStart, CollectiveWait, GroupedGemm, Sort
   };
   Kind kind = Kind::Kernel;
   /// Kernel: inputs then outputs. Gemm: a, b, c. Gather: table, indices,
@@ -104,7 +104,8 @@ struct Step {
   /// c[rows of g] = a[rows of g] op(b[g]), b [batch, k, n] ([batch, n, k]
   /// with transposeB), c [m, n]; with
   /// transposeA the weights' gradient: c[g] = a[rows of g]^T b[rows of g],
-  /// b [m, n], c [batch, k, n]).
+  /// b [m, n], c [batch, k, n]). Sort: x, values, indices (graph.sort:
+  /// `m` rows of `n`, stable, `descending`).
   std::vector<int> buffers;
   /// Kernel and attention steps: how many of `buffers`, at the end, it
   /// writes (the rest it reads). The other kinds write one buffer, fixed by
@@ -114,6 +115,8 @@ struct Step {
   // GEMM: c[i] = op(a[i]) * op(b[i]) for i < batch; op transposes when asked.
   int64_t batch = 1, m = 0, n = 0, k = 0;
   bool transposeA = false, transposeB = false;
+  /// Sort: the order (a stable sort either way).
+  bool descending = false;
   /// Attention steps: `batch` above is the product of the leading
   /// (batch) dimensions.
   AttentionParams attention;

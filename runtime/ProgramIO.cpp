@@ -121,6 +121,7 @@ std::string tilefuse::serializeProgram(const Program &p) {
       w.put<int64_t>(v);
     w.put<uint8_t>(s.transposeA);
     w.put<uint8_t>(s.transposeB);
+    w.put<uint8_t>(s.descending);
     w.str(s.source);
     w.put<uint32_t>(uint32_t(s.sourceLines.size()));
     for (const std::string &line : s.sourceLines)
@@ -240,7 +241,7 @@ Program tilefuse::deserializeProgram(const std::string &bytes) {
   for (uint32_t i = 0; i < ns; ++i) {
     Step s;
     uint8_t kind = r.get<uint8_t>("a step kind");
-    if (kind > uint8_t(Step::Kind::GroupedGemm))
+    if (kind > uint8_t(Step::Kind::Sort))
       throw CompileError("corrupt program: step " + std::to_string(i) + " has kind " +
                          std::to_string(kind));
     s.kind = Step::Kind(kind);
@@ -255,6 +256,7 @@ Program tilefuse::deserializeProgram(const std::string &bytes) {
     s.k = r.get<int64_t>("a GEMM size");
     s.transposeA = r.get<uint8_t>("a transpose flag") != 0;
     s.transposeB = r.get<uint8_t>("a transpose flag") != 0;
+    s.descending = r.get<uint8_t>("a sort order") != 0;
     s.source = r.str("a step source");
     uint32_t nlines = r.count("source line", 8);
     for (uint32_t l = 0; l < nlines; ++l)

@@ -248,6 +248,12 @@ std::vector<RefTensor> runBlock(Block &block, Evaluator &ev) {
         ev.set(r, std::move(value));
       continue;
     }
+    if (auto sort = llvm::dyn_cast<SortOp>(op)) {
+      auto [values, indices] = ref::sortRows(ev.get(sort.getOperand()), sort.getDescending());
+      ev.set(sort.getValues(), std::move(values));
+      ev.set(sort.getIndices(), std::move(indices));
+      continue;
+    }
     if (op.getNumResults() != 1)
       throw CompileError("reference interpreter: unsupported op " +
                          describe(&op));

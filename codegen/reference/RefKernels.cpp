@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <numeric>
 
 namespace tilefuse::ref {
 namespace {
@@ -454,6 +455,36 @@ RefTensor matmul(const RefTensor &a, const RefTensor &b, bool transposeA,
   return out;
 }
 
+
+std::pair<RefTensor, RefTensor> sortRows(const RefTensor &a, bool descending) {
+  int64_t n = a.shape.empty() ? 1 : a.shape.back();
+  int64_t rows = n ? a.size() / n : 0;
+  RefTensor values = RefTensor::make(a.dtype, a.shape);
+  RefTensor indices = RefTensor::make(DType::I64, a.shape);
+  std::vector<int64_t> order(static_cast<size_t>(n));
+  for (int64_t r = 0; r < rows; ++r) {
+    std::iota(order.begin(), order.end(), int64_t(0));
+    auto key = [&](int64_t i) { return a.num(r * n + i); };
+    std::stable_sort(order.begin(), order.end(), [&](int64_t i, int64_t j) {
+      if (!a.isFloat()) // int64 keys compared exactly
+        return descending ? a.i[size_t(r * n + j)] < a.i[size_t(r * n + i)]
+                          : a.i[size_t(r * n + i)] < a.i[size_t(r * n + j)];
+      double x = key(i), y = key(j);
+      if (descending)
+        std::swap(x, y);
+      return x < y || (std::isnan(y) && !std::isnan(x));
+    });
+    for (int64_t k = 0; k < n; ++k) {
+      size_t to = size_t(r * n + k), from = size_t(r * n + order[size_t(k)]);
+      if (a.isFloat())
+        values.f[to] = a.f[from];
+      else
+        values.i[to] = a.i[from];
+      indices.i[to] = order[size_t(k)];
+    }
+  }
+  return {values, indices};
+}
 
 RefTensor groupedMatmul(const RefTensor &a, const RefTensor &b, const RefTensor &offsets,
                         bool weightGrad, bool transposeB) {

@@ -9,6 +9,7 @@
 
 #include "runtime/HostTensor.h"
 
+#include <utility>
 #include <vector>
 
 namespace tilefuse::ref {
@@ -58,6 +59,9 @@ RefTensor matmul(const RefTensor &a, const RefTensor &b, bool transposeA,
 /// the groups of runtime/GroupedGemm.h.
 RefTensor groupedMatmul(const RefTensor &a, const RefTensor &b, const RefTensor &offsets,
                         bool weightGrad, bool transposeB = false);
+/// graph.sort: {values, i64 indices} of each last-dimension row sorted
+/// stably (NaN above every number).
+std::pair<RefTensor, RefTensor> sortRows(const RefTensor &a, bool descending);
 /// `what` names the op whose indices these are, in errors.
 RefTensor gather(const RefTensor &table, const RefTensor &indices,
                  const std::string &what = "graph.gather");

@@ -539,6 +539,20 @@ LogicalResult GroupedMatmulWeightGradOp::inferReturnTypes(MLIRContext *, Loc loc
   return success();
 }
 
+LogicalResult SortOp::inferReturnTypes(MLIRContext *ctx, Loc loc, Adaptor adaptor,
+                                       SmallVectorImpl<Type> &out) {
+  auto x = tensorType(adaptor.getOperand());
+  if (x.getRank() < 1)
+    return opError(loc, getOperationName(), "sorts along the last dimension: the operand "
+                   "must have rank >= 1, got ", x);
+  if (x.getElementType().isInteger(1))
+    return opError(loc, getOperationName(), "sorts numbers, got ", x,
+                   "; cast the booleans to an integer type first");
+  out.push_back(x);
+  out.push_back(RankedTensorType::get(x.getShape(), IntegerType::get(ctx, 64)));
+  return success();
+}
+
 LogicalResult GatherOp::inferReturnTypes(MLIRContext *, Loc loc,
                                          Adaptor adaptor,
                                          SmallVectorImpl<Type> &out) {

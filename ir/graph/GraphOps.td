@@ -399,6 +399,28 @@ def Graph_ArgmaxOp : Graph_Op<"argmax", [InferTypeOpAdaptor]> {
   let assemblyFormat = "$operand attr-dict `:` functional-type(operands, results)";
 }
 
+def Graph_SortOp : Graph_Op<"sort", [InferTypeOpAdaptor]> {
+  let summary = "stable sort along the last dimension (a library step)";
+  let description = [{
+    `operand: [..., N]` -> `values: [..., N]` (the operand's type),
+    `indices: [..., N]` (i64): each row sorted ascending (descending with
+    `descending`), equal elements in their original order, NaN above every
+    number (last ascending, first descending), -0.0 equal to 0.0: PyTorch's
+    `torch.sort(stable=True)`. Run by a library step (the CPU's); the
+    importer writes short rows as comparisons instead, which every target
+    fuses.
+
+    Example:
+    ```mlir
+    %v, %i = graph.sort %x {descending = true} : (tensor<4x8192xf32>) -> (tensor<4x8192xf32>, tensor<4x8192xi64>)
+    ```
+  }];
+  let arguments = (ins Graph_Tensor:$operand,
+                       DefaultValuedAttr<BoolAttr, "false">:$descending);
+  let results = (outs Graph_Tensor:$values, Graph_Tensor:$indices);
+  let assemblyFormat = "$operand attr-dict `:` functional-type(operands, results)";
+}
+
 //===----------------------------------------------------------------------===//
 // Contractions and indexing.
 //===----------------------------------------------------------------------===//

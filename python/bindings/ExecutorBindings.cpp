@@ -483,6 +483,12 @@ py::list tilefuse::python::programKernels(const Program &p) {
       row["shape"] = py::make_tuple(s.batch, s.m, s.n, s.k);
       row["ops"] = std::vector<std::string>{s.source};
       break;
+    case Step::Kind::Sort:
+      row["name"] = "sort";
+      row["kind"] = "library";
+      row["shape"] = py::make_tuple(s.m, s.n); // rows, row length
+      row["ops"] = std::vector<std::string>{s.source};
+      break;
     case Step::Kind::GroupedGemm:
       row["name"] = s.transposeA ? "grouped_gemm_weight_grad" : "grouped_gemm";
       row["kind"] = "library";

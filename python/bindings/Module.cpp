@@ -301,6 +301,7 @@ PYBIND11_MODULE(_core, m) {
       .def("matmul_transposed", &Tracer::matmulTransposed)
       .def("gather", &Tracer::gather)
       .def("grouped_matmul", &Tracer::groupedMatmul)
+      .def("sort", &Tracer::sort)
       .def("grouped_matmul_weight_grad", &Tracer::groupedMatmulWeightGrad)
       .def("conv", &Tracer::conv, py::arg("kind"), py::arg("a"), py::arg("b"),
            py::arg("strides"), py::arg("padding_low"), py::arg("padding_high"),

@@ -193,3 +193,48 @@ def test_transformers_grouped_mm_op_and_its_backward_match_eager():
     _close(pairs[1][0].grad, pairs[0][0].grad, "input gradient")
     _close(pairs[1][1].grad, pairs[0][1].grad, "weights' gradient")
     _converted_whole(2)
+
+
+def test_long_rows_are_sorted_by_the_library_step():
+    """Rows past 4096 elements: graph.sort (a CPU library step), stable,
+    NaN above every number, -0.0 equal to 0.0, descending too."""
+    g = torch.Generator().manual_seed(11)
+    x = torch.randint(0, 50, (3, 9000), generator=g).float()
+    x[0, 5], x[1, 7], x[2, 100] = float("nan"), -0.0, float("inf")
+
+    def f(x):
+        return torch.sort(x, dim=-1, descending=True), torch.argsort(x, dim=0)
+
+    (values, order), by_column = _compiled(f)(x)
+    want = torch.sort(x, dim=-1, descending=True, stable=True)
+    assert torch.equal(values.nan_to_num(-7.0), want.values.nan_to_num(-7.0))
+    assert torch.equal(order, want.indices)
+    assert torch.equal(by_column, torch.sort(x, dim=0, stable=True).indices)
+    _converted_whole()
+
+
+def test_topk_over_a_vocabulary_with_its_gradient():
+    g = torch.Generator().manual_seed(12)
+    x = torch.randn(4, 50257, generator=g)
+    w = torch.randn(4, 5, generator=g)
+    xs = [x.clone().requires_grad_(), x.clone().requires_grad_()]
+    want = torch.topk(xs[0], 5)
+    got = _compiled(lambda x: torch.topk(x, 5))(xs[1])
+    assert torch.equal(got.values, want.values) and torch.equal(got.indices, want.indices)
+    (want.values * w).sum().backward()
+    (got.values * w).sum().backward()
+    assert torch.equal(xs[1].grad, xs[0].grad)
+    _converted_whole(2)
+
+
+def test_long_sorts_are_refused_for_cuda_with_the_reason(tmp_path):
+    x = np.random.default_rng(0).standard_normal((2, 5000)).astype(np.float32)
+
+    def f(x):
+        values, _ = (x._wrap(v) for v in x._tracer.sort(x._id, False))
+        return values
+
+    graph = tilefuse.trace(f, x)
+    assert np.array_equal(graph.interpret(x), np.sort(x, axis=-1, kind="stable"))
+    with pytest.raises(tilefuse.CompileError, match="'graph.sort' op has no kernel on target"):
+        graph.export(tmp_path / "sort.tfa", "cuda:sm_90")

@@ -755,6 +755,40 @@ TEST(Program, ValidateRefusesGroupedGemmsThatContradictTheirSizes) {
   refuses(wide, "an n the buffers do not have");
 }
 
+TEST(CpuExecutor, SortStepsSortRowsStablyAndRefuseCorruptSizes) {
+  Program p;
+  p.buffers = {buffer("x", DType::F32, {2, 4}, BufferInfo::Role::Argument), // 0
+               buffer("values", DType::F32, {2, 4}),                       // 1
+               buffer("indices", DType::I64, {2, 4})};                     // 2
+  p.arguments = {0};
+  p.results = {1, 2};
+  Step s;
+  s.kind = Step::Kind::Sort;
+  s.m = 2, s.n = 4, s.outputs = 2, s.descending = true;
+  s.buffers = {0, 1, 2};
+  s.source = "graph.sort";
+  p.steps = {s};
+  CpuExecutor exe(p, {}, nullptr);
+  auto out = exe.run({f32({2, 4}, {1, 3, 3, NAN, -1, 0, -0.0f, 2})});
+  std::vector<double> values = {NAN, 3, 3, 1, 2, 0, -0.0, -1};
+  std::vector<int64_t> indices = {3, 1, 2, 0, 3, 1, 2, 0};
+  for (int i = 0; i < 8; ++i) {
+    if (std::isnan(values[size_t(i)]))
+      EXPECT_TRUE(std::isnan(out[0].getDouble(i)));
+    else
+      EXPECT_EQ(out[0].getDouble(i), values[size_t(i)]) << i;
+    EXPECT_EQ(out[1].getInt(i), indices[size_t(i)]) << i;
+  }
+  Program wrong = p;
+  wrong.steps[0].n = 5;
+  try {
+    wrong.validate();
+    ADD_FAILURE() << "a sort of rows longer than its buffers was accepted";
+  } catch (const CompileError &e) {
+    EXPECT_NE(std::string(e.what()).find("sorts 2 rows of 5"), std::string::npos) << e.what();
+  }
+}
+
 TEST(Program, KernelSymbolsBindKernelsToTheirSteps) {
   Program p;
   p.buffers = {buffer("x", DType::F32, {4, 3}, BufferInfo::Role::Argument),

@@ -2,8 +2,10 @@
 searchsorted and bucketize.
 
 Sorting compares every element with every other of its row (n^2
-comparisons per row of n), so rows of more than MAX_ROW elements, or more
-than MAX_COMPARISONS comparisons in all, run in PyTorch.
+comparisons per row of n, which every target fuses); rows of more than
+MAX_ROW elements, or more than MAX_COMPARISONS comparisons in all, are
+sorted by graph.sort instead (a CPU library step: CUDA targets refuse it
+with the reason).
 
 sort follows PyTorch's order: NaN above everything (last ascending, first
 descending), -0.0 equal to 0.0, equal elements in their original order.
@@ -35,8 +37,12 @@ MAX_ROW = 4096
 MAX_COMPARISONS = 1 << 24
 
 
+def _comparisons_fit(rows, n, m):
+    return n <= MAX_ROW and m <= MAX_ROW and rows * n * m <= MAX_COMPARISONS
+
+
 def _check_size(op, rows, n, m):
-    if n > MAX_ROW or m > MAX_ROW or rows * n * m > MAX_COMPARISONS:
+    if not _comparisons_fit(rows, n, m):
         raise UnsupportedOp(op, f"{rows} rows of {n} x {m} comparisons (at most {MAX_ROW} per "
                                 f"row and {MAX_COMPARISONS} in all)")
 
@@ -65,6 +71,18 @@ def _ranks(xl, descending):
     return where(before, True, same & earlier).to("i64").sum((-1,))     # [.., i]
 
 
+def _library_sorted(xl, descending, wanted, op):
+    """_leading through graph.sort (a CPU library step): for rows too long
+    to compare every pair."""
+    if xl.dtype == "i1":
+        raise UnsupportedOp(op, f"booleans in rows of {xl.shape[-1]} (sorted by comparisons "
+                                f"up to {MAX_ROW})")
+    values, order = (xl._wrap(v) for v in xl._tracer.sort(xl._id, bool(descending)))
+    lo, hi = int(np.min(wanted)), int(np.max(wanted)) + 1   # a contiguous run of positions
+    keep = (slice(None),) * (xl.ndim - 1) + (slice(lo, hi),)
+    return values[keep], order[keep]
+
+
 def _leading(xl, descending, wanted):
     """(values, indices) of the elements at sorted positions `wanted` (a
     numpy array) of each last-dim row of xl in stable sorted order."""
@@ -84,11 +102,13 @@ def _selected(x, dim, descending, wanted, op):
         return x, importer().constant(np.zeros(()), "i64")
     dim %= x.ndim
     n = x.shape[dim]
-    _check_size(op, x.numel() // max(n, 1), n, n)
     if n <= 1 and len(wanted) == n:
         return x, importer().constant(np.zeros(x.shape), "i64")
     xl, back = _last(x, dim)
-    values, order = _leading(xl, descending, wanted)
+    if _comparisons_fit(x.numel() // max(n, 1), n, n):
+        values, order = _leading(xl, descending, wanted)
+    else:
+        values, order = _library_sorted(xl, descending, wanted, op)
     if back is not None:
         values, order = values.permute(*back), order.permute(*back)
     return values, order
