@@ -5,8 +5,11 @@
 // graph.grouped_matmul and its weights' gradient as one static GEMM each:
 // every row moved into its group's block of an [S, G*K] matrix (zeros
 // elsewhere), times the groups' matrices stacked into [G*K, N]. G times
-// the work of the grouped rows, every result the op's (rows in no group 0;
-// the groups of runtime/GroupedGemm.h: row r in group #{offsets <= r}).
+// the work of the grouped rows, the op's results for finite values (rows
+// in no group 0; the groups of runtime/GroupedGemm.h: row r in group
+// #{offsets <= r}); an infinite or NaN element of one group's matrix
+// reaches every row here (0 * inf), where the grouped step keeps it in its
+// group.
 //
 //===----------------------------------------------------------------------===//
 #include "passes/FuseOps.h"

@@ -175,6 +175,14 @@ void FusionGraph::producers(Value v, llvm::SmallSetVector<unsigned, 4> &out) {
     out.insert(groupOf.lookup(r.producer));
 }
 
+/// Whether dimension numbers recorded before a reshape from `from` to `to`
+/// still name the same dimensions after it: only when it changes nothing
+/// (a reshape after a broadcast that moves a unit dimension, even at the
+/// same rank, would move the broadcast's dimensions too).
+static bool keepsDimPositions(ArrayRef<int64_t> from, ArrayRef<int64_t> to) {
+  return from == to;
+}
+
 /// The result dimensions broadcast `b` expands: those no operand dimension
 /// maps to, and those an operand dimension of 1 maps to.
 static SmallVector<int64_t, 4> expandedDims(BroadcastInDimOp b) {
@@ -183,8 +191,10 @@ static SmallVector<int64_t, 4> expandedDims(BroadcastInDimOp b) {
   ArrayRef<int64_t> dims = b.getDims();
   SmallVector<int64_t, 4> expanded;
   for (int64_t d = 0; d < int64_t(out.size()); ++d) {
+    if (out[size_t(d)] == 1)
+      continue; // a new dimension of 1 expands nothing
     auto at = llvm::find(dims, d);
-    if (at == dims.end() || (in[size_t(at - dims.begin())] == 1 && out[size_t(d)] != 1))
+    if (at == dims.end() || in[size_t(at - dims.begin())] == 1)
       expanded.push_back(d);
   }
   return expanded;
@@ -208,7 +218,7 @@ const SmallVector<FusionGraph::Read> &FusionGraph::readsOfValue(Value v) {
       // A padding reads its value at other indices, as a view does.
       bool remaps = (isView(def) || isPadding(def)) && !unitReshape && !bufferViews.contains(def);
       bool movesDims = llvm::isa<ReshapeOp>(def) &&
-                       shapeOf(def->getOperand(0)).size() != shapeOf(def->getResult(0)).size();
+                       !keepsDimPositions(shapeOf(def->getOperand(0)), shapeOf(def->getResult(0)));
       for (Value operand : def->getOperands())
         for (Read r : readsOfValue(operand)) {
           r.viaOps = true;

@@ -263,6 +263,20 @@ void cpu::gemm(const Step &s, DType dtype, const void *a, const void *b, void *c
 
 void cpu::groupedGemm(const Step &s, DType dtype, DType offsetType, const void *a,
                       const void *b, const void *offsets, void *c) {
+  if (dtype == DType::F16 || dtype == DType::BF16) {
+    // Widened once to f32 (f32 accumulation, the product rounded once): a
+    // 16-bit GEMM per group would build a oneDNN primitive for every group
+    // size the data brings, and keep them all.
+    int64_t na = s.m * s.k, nb = s.transposeA ? s.m * s.n : s.batch * s.k * s.n;
+    int64_t nc = s.transposeA ? s.batch * s.k * s.n : s.m * s.n;
+    std::vector<float> wa = widen(dtype, a, na), wb = widen(dtype, b, nb);
+    std::vector<float> wc(size_t(std::max<int64_t>(0, nc)));
+    groupedGemm(s, DType::F32, offsetType, wa.data(), wb.data(), offsets, wc.data());
+    auto *out = static_cast<uint16_t *>(c);
+    for (int64_t i = 0; i < nc; ++i)
+      out[i] = dtype == DType::F16 ? floatToHalf(wc[size_t(i)]) : floatToBF16(wc[size_t(i)]);
+    return;
+  }
   size_t bytes = dtypeSize(dtype);
   auto at = [&](const void *p, int64_t elements) {
     return static_cast<const char *>(p) + size_t(elements) * bytes;

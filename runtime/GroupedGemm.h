@@ -6,7 +6,8 @@
 // nondecreasing offsets (cumulative counts) group g holds rows
 // [offsets[g-1], offsets[g]). Whatever the offsets, each group's rows are
 // contiguous: [s[g-1], s[g]) over the offsets sorted and clamped to
-// [0, rows]. The interpreter, the CPU executor and the CUDA target's
+// [0, rows]. (PyTorch's and transformers' grouped GEMMs require
+// nondecreasing offsets and differ from each other on others.) The interpreter, the CPU executor and the CUDA target's
 // expansion into dense ops all follow this one rule.
 //
 //===----------------------------------------------------------------------===//

@@ -403,13 +403,15 @@ void Program::validate() const {
     case Step::Kind::ScatterAdd: want = 4; break;
     case Step::Kind::GroupedGemm: want = 4; break;
     case Step::Kind::Sort: {
-      bool sized = s.buffers.size() == 3 && s.outputs == 2 && s.m >= 0 && s.n >= 0;
+      int64_t total = 0;
+      bool sized = s.buffers.size() == 3 && s.outputs == 2 && s.m >= 0 && s.n >= 0 &&
+                   !__builtin_mul_overflow(s.m, s.n, &total);
       if (sized) {
         const BufferInfo &x = buffers[s.buffers[0]], &values = buffers[s.buffers[1]],
                          &indices = buffers[s.buffers[2]];
-        sized = numElements(x.shape) == s.m * s.n && values.dtype == x.dtype &&
-                numElements(values.shape) == s.m * s.n && indices.dtype == DType::I64 &&
-                numElements(indices.shape) == s.m * s.n && x.dtype != DType::I1;
+        sized = numElements(x.shape) == total && values.dtype == x.dtype &&
+                numElements(values.shape) == total && indices.dtype == DType::I64 &&
+                numElements(indices.shape) == total && x.dtype != DType::I1;
       }
       if (!sized)
         throw CompileError("corrupt program: " + what + " sorts " + std::to_string(s.m) +
@@ -478,11 +480,16 @@ void Program::validate() const {
     if (s.kind == Step::Kind::GroupedGemm) {
       const BufferInfo &a = buffers[s.buffers[0]], &b = buffers[s.buffers[1]],
                        &offsets = buffers[s.buffers[2]], &c = buffers[s.buffers[3]];
-      int64_t weights = s.batch * s.k * s.n;
-      bool sized = s.batch >= 0 && s.m >= 0 && s.k >= 0 && s.n >= 0 &&
-                   numElements(a.shape) == s.m * s.k &&
-                   numElements(b.shape) == (s.transposeA ? s.m * s.n : weights) &&
-                   numElements(c.shape) == (s.transposeA ? weights : s.m * s.n) &&
+      // Products that wrap would let tiny buffers pass for huge sizes.
+      int64_t mk = 0, mn = 0, kn = 0, weights = 0;
+      bool fits = !__builtin_mul_overflow(s.m, s.k, &mk) &&
+                  !__builtin_mul_overflow(s.m, s.n, &mn) &&
+                  !__builtin_mul_overflow(s.k, s.n, &kn) &&
+                  !__builtin_mul_overflow(s.batch, kn, &weights);
+      bool sized = fits && s.batch >= 0 && s.m >= 0 && s.k >= 0 && s.n >= 0 &&
+                   numElements(a.shape) == mk &&
+                   numElements(b.shape) == (s.transposeA ? mn : weights) &&
+                   numElements(c.shape) == (s.transposeA ? weights : mn) &&
                    numElements(offsets.shape) == s.batch;
       if (!sized || !isIndex(offsets.dtype) || !isFloatDType(a.dtype) || b.dtype != a.dtype ||
           c.dtype != a.dtype || (s.transposeA && s.transposeB))

@@ -454,8 +454,9 @@ def Graph_GroupedMatmulOp : Graph_Op<"grouped_matmul", [InferTypeOpAdaptor]> {
     `offsets: [G]` (i32 or i64) -> `[S, N]`.
     The rows are sorted by group: group g holds rows `[offsets[g-1],
     offsets[g])` (`offsets[-1]` = 0), and `result[r] = lhs[r] @ rhs[g]` for
-    its rows. Rows in no group (past the last offset, or where offsets
-    decrease) are 0; offsets are clamped to `[0, S]`. The groups' sizes are
+    its rows. Row r belongs to group #{offsets <= r} (offsets clamped to
+    `[0, S]`): with nondecreasing offsets, as cumulative counts are, the
+    ranges above; rows past the last offset are in no group and are 0. The groups' sizes are
     data: a library step reads the offsets when it runs and multiplies
     each group's rows (one GEMM per group, no work for rows in no group).
     Same floating-point element type for lhs, rhs and the result.

@@ -42,3 +42,30 @@ func.func @row_result_across_its_row(%x: tensor<8x16xf32>) -> tensor<8x16xf32> {
   %y = graph.sub %x, %mb : tensor<8x16xf32>
   return %y : tensor<8x16xf32>
 }
+
+// The same cross-row read hidden behind a reshape after the broadcast (the
+// rank stays 3, a unit dimension moves): a kernel of its own too.
+// CHECK-LABEL: func.func @moved_by_a_reshape(
+// CHECK:         graph.fusion "kernel0"
+// CHECK:         graph.fusion "kernel1"
+func.func @moved_by_a_reshape(%x: tensor<8x8x1xf32>) -> tensor<8x8x1xf32> {
+  %r = graph.reduce_sum %x {dims = array<i64: 1>} : (tensor<8x8x1xf32>) -> tensor<8x1xf32>
+  %c = graph.reshape %r : (tensor<8x1xf32>) -> tensor<1x1x8xf32>
+  %b = graph.broadcast_in_dim %c {dims = array<i64: 0, 1, 2>} : (tensor<1x1x8xf32>) -> tensor<1x8x8xf32>
+  %m = graph.reshape %b : (tensor<1x8x8xf32>) -> tensor<8x8x1xf32>
+  %y = graph.sub %x, %m : tensor<8x8x1xf32>
+  return %y : tensor<8x8x1xf32>
+}
+
+// A new leading dimension of 1 expands nothing: the row's maximum read
+// back across its row still joins the row kernel.
+// CHECK-LABEL: func.func @leading_unit_dimension(
+// CHECK:         graph.fusion "kernel0"
+// CHECK-NOT:     graph.fusion "kernel1"
+func.func @leading_unit_dimension(%x: tensor<1x8x16xf32>) -> tensor<1x8x16xf32> {
+  %m = graph.reduce_max %x {dims = array<i64: 2>} : (tensor<1x8x16xf32>) -> tensor<1x8xf32>
+  %r = graph.reshape %m : (tensor<1x8xf32>) -> tensor<8x1xf32>
+  %b = graph.broadcast_in_dim %r {dims = array<i64: 1, 2>} : (tensor<8x1xf32>) -> tensor<1x8x16xf32>
+  %y = graph.sub %x, %b : tensor<1x8x16xf32>
+  return %y : tensor<1x8x16xf32>
+}

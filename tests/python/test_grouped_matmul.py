@@ -177,3 +177,19 @@ def test_no_groups_and_no_rows():
     offsets = np.array([0, 0], np.int32)
     assert tilefuse.compile(grouped, empty, w, offsets, device="cpu")(empty, w, offsets).shape \
         == (0, 3)
+
+
+@pytest.mark.parametrize("precision", ["bf16", "fp16"])
+def test_16bit_grouped_products_round_once(precision):
+    """Under autocast the operands are 16-bit; the step widens them to f32
+    once, multiplies per group and rounds the product once."""
+    x, w, dy, offsets = _inputs("unsorted", np.float32, seed=9)
+    fn = tilefuse.compile(grouped, x, w, offsets, device="cpu", precision=precision)
+    fdw = tilefuse.compile(grouped_weight_grad, x, dy, offsets, device="cpu",
+                           precision=precision)
+    for got, want, what in ((fn(x, w, offsets), _numpy_grouped(x, w, offsets), "product"),
+                            (fdw(x, dy, offsets), _numpy_weight_grad(x, dy, offsets, 4),
+                             "weights' gradient")):
+        scale = max(1.0, float(np.abs(want).max()))
+        err = float(np.abs(np.asarray(got, np.float64) - want).max())
+        assert err <= 1e-2 * scale, f"{precision} {what}: error {err:.3g} (scale {scale:.3g})"

@@ -238,3 +238,25 @@ def test_long_sorts_are_refused_for_cuda_with_the_reason(tmp_path):
     assert np.array_equal(graph.interpret(x), np.sort(x, axis=-1, kind="stable"))
     with pytest.raises(tilefuse.CompileError, match="'graph.sort' op has no kernel on target"):
         graph.export(tmp_path / "sort.tfa", "cuda:sm_90")
+
+
+def test_many_writes_with_repeated_indices_keep_the_last_one():
+    """index_put of more than 2048 updates: each row's last write found by
+    sorting the indices (graph.sort) rather than comparing every pair. The
+    reference is the writes in order (PyTorch's CPU kernel splits this many
+    over threads, and which write wins then varies from call to call)."""
+    g = torch.Generator().manual_seed(13)
+    rows = torch.randint(0, 700, (5000,), generator=g)
+    values = torch.randn(5000, 3, generator=g)
+    base = torch.zeros(700, 3)
+
+    def f(base, values):
+        out = base.clone()
+        out[rows] = values
+        return out
+
+    want = base.clone()
+    for k in range(rows.shape[0]):
+        want[rows[k]] = values[k]
+    assert torch.equal(_compiled(f)(base, values), want)
+    _converted_whole()

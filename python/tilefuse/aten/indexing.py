@@ -12,16 +12,17 @@ wins) and keeps the input elsewhere. Where the positions are data, an
 accumulating scatter is a scatter_add; one that sets writes, at each row,
 the last update PyTorch's CPU kernels write there in their loop order:
 finding it compares every index with every later one (K^2 comparisons),
-so a setting scatter of more than MAX_WRITES updates runs in PyTorch, as
-does a reducing one (amax, amin, prod) whose one-hot comparison of updates
-with targets exceeds MAX_ONE_HOT elements.
+so a setting scatter of more than MAX_WRITES updates sorts its indices
+instead (graph.sort, a CPU library step: K log K). A reducing scatter
+(amax, amin, prod) whose one-hot comparison of updates with targets exceeds
+MAX_ONE_HOT elements runs in PyTorch.
 """
 import numpy as np
 
 from .. import functional as F
 from .._composites import floor_divide
 from .._dtypes import is_float
-from .._tracing import Tensor, _lift, where
+from .._tracing import Tensor, _lift, cat, where
 from . import UnsupportedOp, aten, converts, importer
 from .reductions import _prod_dim
 
@@ -81,12 +82,23 @@ def _last_writes(rows, op):
     """[K] bool: whether update k is the last one to its row."""
     k = rows.shape[0]
     if k > MAX_WRITES:
-        raise UnsupportedOp(op, f"{k} updates whose indices may repeat (the last write of "
-                                f"each row is resolved for at most {MAX_WRITES})")
+        return _last_writes_by_sort(rows)
     later = _const(np.triu(np.ones((k, k), bool), 1), "i1")
     same = rows.unsqueeze(1) == rows.unsqueeze(0)
     overwritten = where(same, later, False).to("i32").amax((1,))
     return overwritten == 0
+
+
+def _last_writes_by_sort(rows):
+    """_last_writes for many updates, in K log K: the rows sorted stably
+    (graph.sort, a CPU library step), each run of equal rows ends at its
+    last write, which goes back to its update's place."""
+    keys = rows if rows.dtype == "i64" else rows.to("i64")
+    ordered, order = (keys._wrap(v) for v in keys._tracer.sort(keys._id, False))
+    k = keys.shape[0]
+    following = cat([ordered[1:], _const(np.array([-1]))])   # no row is -1
+    ends = (ordered != following).to("i32")
+    return _rows_scatter_add(_const(np.zeros(k), "i32"), order, ends) > 0
 
 
 def _write_rows(base, rows, updates, op):

@@ -66,6 +66,11 @@ def _grouped_rows(x, w, offs, op):
 
 def _grouped_weight_grad(x, grad, offs):
     """Per group g, x[rows of g]^T @ grad[rows of g]: [G, K, N]."""
+    if x.ndim != 2 or grad.ndim != 2 or offs is None or offs.ndim != 1 \
+            or offs.dtype not in ("i32", "i64"):
+        raise UnsupportedOp("grouped weight gradient", f"rows {list(x.shape)}, gradient "
+                            f"{list(grad.shape)}, offsets "
+                            f"{None if offs is None else list(offs.shape)}")
     return x._wrap(x._tracer.grouped_matmul_weight_grad(x._id, grad._id, offs._id))
 
 

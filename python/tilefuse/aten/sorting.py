@@ -158,7 +158,9 @@ def _histc(x, bins=100, min=0, max=0):
     if x.dtype not in ("f32", "f64"):
         raise UnsupportedOp(aten.histc, f"{x.dtype} input (PyTorch rounds each step of the bin "
                                         "arithmetic to it): f32 and f64 convert")
-    _check_size(aten.histc, 1, x.numel(), bins)
+    if x.numel() * bins > MAX_COMPARISONS:   # each element compared with each bin
+        raise UnsupportedOp(aten.histc, f"{x.numel()} elements x {bins} bins (at most "
+                                        f"{MAX_COMPARISONS} comparisons)")
     width = np.dtype(np.float32 if x.dtype == "f32" else np.float64).type
     lo, hi = width(min), width(max)
     v = _flat(x).unsqueeze(-1)                                       # [n, 1]
