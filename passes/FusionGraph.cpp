@@ -183,6 +183,13 @@ static bool keepsDimPositions(ArrayRef<int64_t> from, ArrayRef<int64_t> to) {
   return from == to;
 }
 
+/// Appends to `to` the dimensions of `from` it lacks.
+static void addDims(SmallVectorImpl<int64_t> &to, ArrayRef<int64_t> from) {
+  for (int64_t d : from)
+    if (!llvm::is_contained(to, d))
+      to.push_back(d);
+}
+
 /// The result dimensions broadcast `b` expands: those no operand dimension
 /// maps to, and those an operand dimension of 1 maps to.
 static SmallVector<int64_t, 4> expandedDims(BroadcastInDimOp b) {
@@ -228,9 +235,7 @@ const SmallVector<FusionGraph::Read> &FusionGraph::readsOfValue(Value v) {
             r.remapped = true;
             r.broadcastOnly &= llvm::isa<BroadcastInDimOp>(def);
             if (auto b = llvm::dyn_cast<BroadcastInDimOp>(def))
-              for (int64_t d : expandedDims(b))
-                if (!llvm::is_contained(r.broadcastDims, d))
-                  r.broadcastDims.push_back(d);
+              addDims(r.broadcastDims, expandedDims(b));
           }
           merge(reads, r);
         }
@@ -243,9 +248,7 @@ void FusionGraph::merge(SmallVectorImpl<Read> &reads, const Read &r) {
   for (Read &existing : reads)
     if (existing.producer == r.producer) {
       existing.viaOps |= r.viaOps;
-      for (int64_t d : r.broadcastDims)
-        if (!llvm::is_contained(existing.broadcastDims, d))
-          existing.broadcastDims.push_back(d);
+      addDims(existing.broadcastDims, r.broadcastDims);
       if (r.remapped) {
         existing.broadcastOnly =
             (existing.remapped ? existing.broadcastOnly : true) &&

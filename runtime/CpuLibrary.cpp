@@ -3,6 +3,7 @@
 
 #include "runtime/CpuDnnl.h"
 #include "runtime/GroupedGemm.h"
+#include "runtime/SortOrder.h"
 #include "runtime/ThreadPool.h"
 
 #include <algorithm>
@@ -306,22 +307,6 @@ void cpu::groupedGemm(const Step &s, DType dtype, DType offsetType, const void *
     std::memset(out + size_t(covered * s.n) * bytes, 0, size_t((s.m - covered) * s.n) * bytes);
 }
 
-namespace {
-/// One row's stable sort by `key(i)` (NaN above every number; -0.0 equal to
-/// 0.0, as the comparisons make it).
-template <typename Key>
-void sortRow(int64_t n, bool descending, Key key, int64_t *order) {
-  std::iota(order, order + n, int64_t(0));
-  auto below = [&](int64_t i, int64_t j) {
-    double a = key(i), b = key(j);
-    if (descending)
-      std::swap(a, b);
-    return a < b || (std::isnan(b) && !std::isnan(a));
-  };
-  std::stable_sort(order, order + n, below);
-}
-} // namespace
-
 void cpu::sort(const Step &s, DType dtype, const void *x, void *values, int64_t *indices) {
   size_t bytes = dtypeSize(dtype);
   ThreadPool::global().parallelFor(s.m, 1, [&](int64_t first, int64_t end) {
@@ -350,7 +335,10 @@ void cpu::sort(const Step &s, DType dtype, const void *x, void *values, int64_t 
           return s.descending ? v[j] < v[i] : v[i] < v[j];
         });
       } else {
-        sortRow(s.n, s.descending, element, order);
+        std::iota(order, order + s.n, int64_t(0));
+        std::stable_sort(order, order + s.n, [&](int64_t i, int64_t j) {
+          return sortsBefore(element(i), element(j), s.descending);
+        });
       }
       char *out = static_cast<char *>(values) + size_t(r * s.n) * bytes;
       for (int64_t i = 0; i < s.n; ++i)

@@ -8,6 +8,7 @@
 
 #include "codegen/reference/Philox.h"
 #include "runtime/GroupedGemm.h"
+#include "runtime/SortOrder.h"
 
 #include <algorithm>
 #include <cmath>
@@ -469,10 +470,7 @@ std::pair<RefTensor, RefTensor> sortRows(const RefTensor &a, bool descending) {
       if (!a.isFloat()) // int64 keys compared exactly
         return descending ? a.i[size_t(r * n + j)] < a.i[size_t(r * n + i)]
                           : a.i[size_t(r * n + i)] < a.i[size_t(r * n + j)];
-      double x = key(i), y = key(j);
-      if (descending)
-        std::swap(x, y);
-      return x < y || (std::isnan(y) && !std::isnan(x));
+      return sortsBefore(key(i), key(j), descending);
     });
     for (int64_t k = 0; k < n; ++k) {
       size_t to = size_t(r * n + k), from = size_t(r * n + order[size_t(k)]);

@@ -47,6 +47,13 @@ def _rows_scatter_add(base, rows, updates):
     return base._wrap(base._tracer.scatter_add(base._id, rows._id, updates._id))
 
 
+def sort_rows(x, descending=False):
+    """(values, i64 indices) of x's last-dimension rows sorted stably:
+    graph.sort, a CPU library step."""
+    values, order = x._tracer.sort(x._id, bool(descending))
+    return x._wrap(values), x._wrap(order)
+
+
 def _flat(x):
     return x.reshape(x.numel())
 
@@ -94,7 +101,7 @@ def _last_writes_by_sort(rows):
     (graph.sort, a CPU library step), each run of equal rows ends at its
     last write, which goes back to its update's place."""
     keys = rows if rows.dtype == "i64" else rows.to("i64")
-    ordered, order = (keys._wrap(v) for v in keys._tracer.sort(keys._id, False))
+    ordered, order = sort_rows(keys)
     k = keys.shape[0]
     following = cat([ordered[1:], _const(np.array([-1]))])   # no row is -1
     ends = (ordered != following).to("i32")

@@ -49,28 +49,26 @@ def _add_scaled(bias, prod, beta, alpha):
 # group and come out 0. graph.grouped_matmul (and its weights' gradient)
 # reads the offsets when it runs: one GEMM per group on the CPU.
 
-def _check_grouped(x, w, offs, op):
-    if x.ndim != 2 or w.ndim != 3 or offs is None or offs.ndim != 1 or offs.shape[0] != w.shape[0]:
-        raise UnsupportedOp(op, f"input {list(x.shape)}, weights {list(w.shape)}, offsets "
-                                f"{None if offs is None else list(offs.shape)}: the form "
-                                "[S, K] x [G, K, N] with [G] offsets converts")
-    if offs.dtype not in ("i32", "i64"):
-        raise UnsupportedOp(op, f"{offs.dtype} offsets (i32 or i64 convert)")
+def _check_grouped(x, other, offs, op, form, other_rank, groups=None):
+    """Refuses what graph.grouped_matmul (and its weights' gradient) do not
+    take (`form` names the shapes they do): x [S, K], `other` of
+    `other_rank` dimensions, [G] i32/i64 offsets (G = `groups` if given)."""
+    if x.ndim != 2 or other.ndim != other_rank or offs is None or offs.ndim != 1 \
+            or offs.dtype not in ("i32", "i64") or groups not in (None, offs.shape[0]):
+        raise UnsupportedOp(op, f"input {list(x.shape)}, other operand {list(other.shape)}, "
+                                f"offsets {None if offs is None else list(offs.shape)}: the "
+                                f"form {form} with [G] i32/i64 offsets converts")
 
 
 def _grouped_rows(x, w, offs, op):
     """Rows of x [S, K] times their group's w[g] [K, N]."""
-    _check_grouped(x, w, offs, op)
+    _check_grouped(x, w, offs, op, "[S, K] x [G, K, N]", 3, w.shape[0] if w.ndim == 3 else None)
     return x._wrap(x._tracer.grouped_matmul(x._id, w._id, offs._id))
 
 
-def _grouped_weight_grad(x, grad, offs):
+def _grouped_weight_grad(x, grad, offs, op):
     """Per group g, x[rows of g]^T @ grad[rows of g]: [G, K, N]."""
-    if x.ndim != 2 or grad.ndim != 2 or offs is None or offs.ndim != 1 \
-            or offs.dtype not in ("i32", "i64"):
-        raise UnsupportedOp("grouped weight gradient", f"rows {list(x.shape)}, gradient "
-                            f"{list(grad.shape)}, offsets "
-                            f"{None if offs is None else list(offs.shape)}")
+    _check_grouped(x, grad, offs, op, "[S, K]^T x [S, N]", 2)
     return x._wrap(x._tracer.grouped_matmul_weight_grad(x._id, grad._id, offs._id))
 
 
@@ -84,7 +82,7 @@ def _grouped_mm(a, b, offs=None, bias=None, out_dtype=None):
     if offs is None and a.ndim == 3 and b.ndim == 3:
         out = a @ b
     elif a.ndim == 2 and b.ndim == 2 and offs is not None and offs.ndim == 1:
-        out = _grouped_weight_grad(a.transpose(0, 1), b, offs)
+        out = _grouped_weight_grad(a.transpose(0, 1), b, offs, aten._grouped_mm)
     else:
         out = _grouped_rows(a, b, offs, aten._grouped_mm)
     return out if out_dtype is None else out.to(importer().result_dtype())
@@ -100,7 +98,8 @@ def _transformers_grouped_mm(x, w, offs):
 def _transformers_grouped_mm_backward(x, w, offs, grad):
     """(input gradient, weights' gradient) of transformers' grouped GEMM."""
     op = "transformers.grouped_mm_fallback_backward"
-    return _grouped_rows(grad, w.transpose(1, 2), offs, op), _grouped_weight_grad(x, grad, offs)
+    return (_grouped_rows(grad, w.transpose(1, 2), offs, op),
+            _grouped_weight_grad(x, grad, offs, op))
 
 
 @converts(aten._trilinear.default)

@@ -42,8 +42,7 @@ def _randn_like(x, dtype=None, layout=None, device=None, pin_memory=None, memory
 @converts(aten.uniform.default)
 def _uniform(x, low=0.0, high=1.0, generator=None):
     """U[low, high) of x's shape and dtype (x's values are not read)."""
-    u = importer().uniform(x.shape, "f32")
-    return (u * (high - low) + low).to(x.dtype) if (low, high) != (0.0, 1.0) else u.to(x.dtype)
+    return (importer().uniform(x.shape, "f32") * (high - low) + low).to(x.dtype)
 
 
 @converts(aten.bernoulli.p, aten.bernoulli_.float)

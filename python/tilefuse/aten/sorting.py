@@ -31,7 +31,7 @@ import numpy as np
 
 from .._tracing import where
 from . import UnsupportedOp, aten, converts, importer
-from .indexing import _along, _flat, _rows_gather
+from .indexing import _along, _flat, _rows_gather, sort_rows
 
 MAX_ROW = 4096
 MAX_COMPARISONS = 1 << 24
@@ -77,7 +77,7 @@ def _library_sorted(xl, descending, wanted, op):
     if xl.dtype == "i1":
         raise UnsupportedOp(op, f"booleans in rows of {xl.shape[-1]} (sorted by comparisons "
                                 f"up to {MAX_ROW})")
-    values, order = (xl._wrap(v) for v in xl._tracer.sort(xl._id, bool(descending)))
+    values, order = sort_rows(xl, descending)
     lo, hi = int(np.min(wanted)), int(np.max(wanted)) + 1   # a contiguous run of positions
     keep = (slice(None),) * (xl.ndim - 1) + (slice(lo, hi),)
     return values[keep], order[keep]
@@ -163,15 +163,16 @@ def _histc(x, bins=100, min=0, max=0):
                                         f"{MAX_COMPARISONS} comparisons)")
     width = np.dtype(np.float32 if x.dtype == "f32" else np.float64).type
     lo, hi = width(min), width(max)
+    def const(value):
+        return importer().constant(value, x.dtype)
     v = _flat(x).unsqueeze(-1)                                       # [n, 1]
     # PyTorch's bin, in x's dtype and in its order: trunc((x - lo) * bins / (hi - lo)),
     # the range's top in the last bin.
-    at = (v - importer().constant(lo, x.dtype)) * importer().constant(width(bins), x.dtype) \
-        / importer().constant(width(hi - lo), x.dtype)
-    first = importer().constant(np.arange(bins, dtype=lo.dtype), x.dtype)   # [bins]
+    at = (v - const(lo)) * const(width(bins)) / const(width(hi - lo))
+    first = const(np.arange(bins, dtype=lo.dtype))                   # [bins]
     top = np.zeros(bins, bool)
     top[-1] = True
-    inside = (v >= importer().constant(lo, x.dtype)) & (v <= importer().constant(hi, x.dtype))
+    inside = (v >= const(lo)) & (v <= const(hi))
     hit = inside & (at >= first) & ((at < first + 1) | importer().constant(top, "i1"))
     return hit.to(x.dtype).sum((0,))
 
