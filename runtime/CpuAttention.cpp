@@ -24,6 +24,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "runtime/CpuAttention.h"
+#include "runtime/CpuBlockProduct.h"
 
 #include "codegen/reference/Philox.h" // header-only, no MLIR: the bits every target draws
 #include "runtime/CpuDnnl.h"
@@ -249,12 +250,21 @@ void bf16Product(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const uint16
                     accumulate ? 1.0f : 0.0f, c, ldc);
 }
 
-/// C[m x n] (leading dimension ldc) += op(A) op(B), f32, on this thread:
-/// oneDNN's matmul with a sum post-op where it takes the shape (its JIT
-/// kernels read the operands in place, where OpenBLAS packs them first),
-/// else the BLAS.
+/// C[m x n] (leading dimension ldc) += op(A) op(B), f32, on this thread.
+/// A transposed (dV += P^T dO, dK += dS^T Q) goes to blockProduct, which
+/// reads A^T in place: 15% under oneDNN's time for [512 x 256]^T [256 x 64]
+/// alone, the backward 6-9% faster (bench/results/2026-12-06-attention-
+/// block-products.md); oneDNN's kernels are as fast or faster for the
+/// others. Else oneDNN's matmul with a sum post-op where it takes the shape
+/// (its JIT kernels read the operands in place, where OpenBLAS packs them
+/// first), else the BLAS.
 void accumulateProduct(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float *a,
                        int64_t lda, const float *b, int64_t ldb, float *c, int64_t ldc) {
+  if (ta && !tb && haveBlockProduct()) {
+    blockProduct(m, n, k, a, /*aRowStride=*/1, /*aColStride=*/lda, b, ldb, c, ldc,
+                 /*accumulate=*/true);
+    return;
+  }
   if (!dnnlSgemmSlab(ta, tb, m, n, k, a, lda, b, ldb, c, ldc, /*accumulate=*/true))
     sgemmOnThisThread(ta, tb, m, n, k, 1.0f, a, lda, b, ldb, 1.0f, c, ldc);
 }
