@@ -501,6 +501,18 @@ std::vector<CudaKernelReport> Graph::compileCuda(const std::string &target) cons
 #endif
 }
 
+std::string Graph::cudaAttentionPtx(const std::string &target) const {
+  std::string source = cudaAttentionSource(target);
+  if (source.empty())
+    return "";
+#ifdef TILEFUSE_HAVE_NVRTC
+  return compileCudaToPtx(source, target == "cuda" ? "sm_90" : target.substr(target.find(':') + 1));
+#else
+  throw CompileError("this build of tilefuse has no NVRTC; cudaAttentionSource() still prints "
+                     "the kernels");
+#endif
+}
+
 std::string Graph::cudaPtx(const std::string &target) const {
   std::string source = cudaText(*impl_, target, /*units=*/false).front();
 #ifdef TILEFUSE_HAVE_NVRTC

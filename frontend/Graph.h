@@ -177,6 +177,10 @@ public:
   std::vector<CudaKernelReport> compileCuda(const std::string &target = "cuda:sm_90") const;
   /// The PTX NVRTC makes of cudaSource(target): what the kernels became.
   std::string cudaPtx(const std::string &target = "cuda:sm_90") const;
+  /// The PTX of cudaAttentionSource(target) ("" without attention): shows,
+  /// e.g., whether the 16-bit kernels' products became tensor-core
+  /// operations (wmma.mma.sync) for that architecture.
+  std::string cudaAttentionPtx(const std::string &target = "cuda:sm_90") const;
 
   /// An ahead-of-time artifact (runtime/Artifact.h) of this graph for
   /// `target`: "cpu" (a shared library for this machine's CPU) or

@@ -104,20 +104,48 @@ inline std::string cudaAttentionKernel(const char *kernel, const CudaAttentionVa
 }
 
 /// Bytes of dynamic shared memory kernel `kernel` ("forward", "key_grads",
-/// "query_grads") of tiles `t` takes: its layout struct in the kernels'
-/// source (f32 tiles, rows padded by one float against bank conflicts),
-/// which checks at run time that it got at least this much.
-inline int64_t cudaAttentionSharedBytes(const std::string &kernel, const CudaAttentionTiles &t) {
+/// "query_grads") of tiles `t` takes for q, k, v of type `element`: its
+/// layout struct in the kernels' source, which checks at run time that it
+/// got at least this much. f32: f32 tiles, rows padded by one float against
+/// bank conflicts. 16-bit: the larger of that layout (the kernels before
+/// sm_80) and the tensor-core kernels' (*MmaShared: 16-bit operand tiles
+/// with rows of maxDim + 8 elements, f32 product tiles with rows of n + 4).
+inline int64_t cudaAttentionSharedBytes(const std::string &kernel, const CudaAttentionTiles &t,
+                                        DType element = DType::F32) {
   const int64_t row = t.maxDim + 1;
+  int64_t scalar;
   if (kernel == "forward") // q tile, k or v block, probabilities
-    return 4 * (t.forwardRows * row + t.forwardKeys * row +
-                int64_t(t.forwardRows) * (t.forwardKeys + 1));
-  if (kernel == "key_grads") // k, v, q, dO tiles; P^T, dS^T; lse, delta
-    return 4 * (2 * t.keyGradKeys * row + 2 * t.keyGradRows * row +
-                2 * int64_t(t.keyGradKeys) * (t.keyGradRows + 1) + 2 * t.keyGradRows);
-  // query_grads: q, dO, k, v tiles; dS; lse, delta
-  return 4 * (2 * t.queryGradRows * row + 2 * t.queryGradKeys * row +
-              int64_t(t.queryGradRows) * (t.queryGradKeys + 1) + 2 * t.queryGradRows);
+    scalar = 4 * (t.forwardRows * row + t.forwardKeys * row +
+                  int64_t(t.forwardRows) * (t.forwardKeys + 1));
+  else if (kernel == "key_grads") // k, v, q, dO tiles; P^T, dS^T; lse, delta
+    scalar = 4 * (2 * t.keyGradKeys * row + 2 * t.keyGradRows * row +
+                  2 * int64_t(t.keyGradKeys) * (t.keyGradRows + 1) + 2 * t.keyGradRows);
+  else // query_grads: q, dO, k, v tiles; dS; lse, delta
+    scalar = 4 * (2 * t.queryGradRows * row + 2 * t.queryGradKeys * row +
+                  int64_t(t.queryGradRows) * (t.queryGradKeys + 1) + 2 * t.queryGradRows);
+  if (element != DType::BF16 && element != DType::F16)
+    return scalar;
+  const int64_t operandRow = 2 * (t.maxDim + 8), accRow = 4 * (t.maxDim + 4);
+  auto products = [](int64_t rows, int64_t keys) { return 4 * rows * (keys + 4); };
+  auto operands16 = [](int64_t rows, int64_t keys) { return 2 * rows * (keys + 8); };
+  int64_t mma;
+  if (kernel == "forward") // q, k or v, scores or P, output rows
+    mma = (t.forwardRows + t.forwardKeys) * operandRow +
+          std::max(products(t.forwardRows, t.forwardKeys),
+                   operands16(t.forwardRows, t.forwardKeys)) +
+          t.forwardRows * accRow;
+  else if (kernel == "key_grads") // k, v; then q, dO, S, dP, P, dS, lse, delta, or dK, dV
+    mma = 2 * t.keyGradKeys * operandRow +
+          std::max(2 * t.keyGradRows * operandRow +
+                       2 * products(t.keyGradRows, t.keyGradKeys) +
+                       2 * operands16(t.keyGradRows, t.keyGradKeys) + 8 * t.keyGradRows,
+                   2 * t.keyGradKeys * accRow);
+  else // query_grads: q, dO; k, v or dQ; S, dP, dS, lse, delta
+    mma = 2 * t.queryGradRows * operandRow +
+          std::max(2 * t.queryGradKeys * operandRow, t.queryGradRows * accRow) +
+          2 * products(t.queryGradRows, t.queryGradKeys) +
+          operands16(t.queryGradRows, t.queryGradKeys) + 8 * t.queryGradRows;
+  return std::max(scalar, mma);
 }
 
 /// The most shared memory a block may opt into on compute capability
@@ -136,15 +164,18 @@ inline int64_t cudaSharedOptInBytes(int64_t sm) {
   return kCudaDefaultSharedBytes;
 }
 
-/// The largest head dimension whose kernels (all three) fit `optInBytes`
-/// of shared memory per block.
+/// The largest head dimension whose kernels (all three, every element
+/// type) fit `optInBytes` of shared memory per block.
 inline int64_t cudaAttentionMaxDimFor(int64_t optInBytes) {
   int64_t best = 0;
-  for (const CudaAttentionTiles &t : kCudaAttentionTiles)
-    if (cudaAttentionSharedBytes("forward", t) <= optInBytes &&
-        cudaAttentionSharedBytes("key_grads", t) <= optInBytes &&
-        cudaAttentionSharedBytes("query_grads", t) <= optInBytes)
+  for (const CudaAttentionTiles &t : kCudaAttentionTiles) {
+    bool fits = true;
+    for (const char *kernel : {"forward", "key_grads", "query_grads"})
+      for (DType element : {DType::F32, DType::BF16})
+        fits = fits && cudaAttentionSharedBytes(kernel, t, element) <= optInBytes;
+    if (fits)
       best = std::max<int64_t>(best, t.maxDim);
+  }
   return best;
 }
 

@@ -397,7 +397,7 @@ void CudaExecutor::acquire(const std::vector<std::pair<std::string, std::string>
         check(a.cuModuleGetFunction(&f, m, fn.c_str()), "finding attention kernel " + fn);
         // Tiles past the default 48 KiB need the kernel's opt-in (once
         // per function, before its first launch).
-        int64_t bytes = cudaAttentionSharedBytes(kernel, *v.tiles);
+        int64_t bytes = cudaAttentionSharedBytes(kernel, *v.tiles, v.element);
         if (bytes > optIn)
           throw CompileError("attention kernel " + fn + " needs " + std::to_string(bytes) +
                              " bytes of shared memory per block; " + s.name + " allows " +
@@ -801,7 +801,7 @@ void CudaExecutor::enqueueAttention(const Step &st) {
     if (grid > 0) // nothing to compute or write for empty tensors
       launch(state->library.at(cudaAttentionKernel(kernel, variant)), grid,
              kCudaAttentionThreads, state->stream, params, st.source,
-             cudaAttentionSharedBytes(kernel, tiles));
+             cudaAttentionSharedBytes(kernel, tiles, variant.element));
   };
   if (!grad) {
     run("forward", p.heads, p.queries, tiles.forwardRows);

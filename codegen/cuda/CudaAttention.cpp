@@ -16,8 +16,9 @@
 //    where a tile of rows is loaded.
 // A row (or key) is owned by the threads of one warp: row statistics are
 // warp shuffles, and each thread keeps its share of the row's accumulators
-// in registers. The products read their operands from shared memory: no
-// tensor-core MMA yet.
+// in registers. The products read their operands from shared memory, one
+// multiply-add per thread at a time; in 16 bits from sm_80 the products
+// run on tensor cores instead (the *_mma kernels below).
 // q, k, v, the outputs and the gradients are f32, bf16 or f16 in memory;
 // the tiles are widened to f32 as they are loaded and all arithmetic is
 // f32. In 16 bits the probabilities (after dropout) and the score gradients
@@ -37,6 +38,16 @@ namespace {
 constexpr const char *kKernels = R"(
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+// Tensor cores take the 16-bit kernels' products from sm_80 (bf16 and f16
+// warp matrix operations); the CUDA emulation defines TF_ATTENTION_MMA with
+// its own nvcuda::wmma.
+#if !defined(TF_ATTENTION_MMA) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+#include <mma.h>
+#define TF_ATTENTION_MMA 1
+#endif
+#ifndef TF_ATTENTION_MMA
+#define TF_ATTENTION_MMA 0
+#endif
 
 // The kernels' one argument: runtime/CudaAttentionKernels.h's
 // CudaAttentionArgs, field for field. q, k, v, an additive mask, out, dOut,
@@ -61,7 +72,7 @@ struct TfAttentionArgs {
 // with less than a kernel's layout needs traps instead of running past it.
 #ifndef TF_DYNAMIC_SHARED
 #define TF_DYNAMIC_SHARED(name, bytes)                                                     \
-  extern __shared__ __align__(16) unsigned char name[];                                    \
+  extern __shared__ __align__(128) unsigned char name[];                                   \
   {                                                                                        \
     unsigned tf_have_;                                                                     \
     asm volatile("mov.u32 %0, %%dynamic_smem_size;" : "=r"(tf_have_));                     \
@@ -209,8 +220,397 @@ template <int DMAX, int BM, int BN> struct TfAttentionQueryGradShared {
   float lses[BM], deltas[BM];
 };
 
+// The row's log-sum-exp and delta = rowsum(dO * O) of rows [i0, i0 + ROWS)
+// of head bh into lses and deltas (0 past the last row).
+template <typename T, int ROWS>
+__device__ __forceinline__ void tf_attention_row_terms(const TfAttentionArgs &a, long long bh,
+                                                       long long i0, float (&lses)[ROWS],
+                                                       float (&deltas)[ROWS]) {
+  const T *dOut = (const T *)a.dOut, *out = (const T *)a.out;
+  for (int r = threadIdx.x; r < ROWS; r += blockDim.x) {
+    const long long i = i0 + r;
+    float lse = 0.0f, delta = 0.0f;
+    if (i < a.queries) {
+      const long long at = bh * a.queries + i;
+      lse = a.lse[at];
+      for (long long d = 0; d < a.valueDim; ++d)
+        delta += tf_attention_widen(dOut[at * a.valueDim + d]) *
+                 tf_attention_widen(out[at * a.valueDim + d]);
+    }
+    lses[r] = lse, deltas[r] = delta;
+  }
+}
+
+// --- tensor cores (16-bit operands, sm_80 and later) ----------------------
+//
+// The same three kernels with every product on warp matrix operations
+// (16 x 16 x 16, 16-bit operands, f32 accumulation): the tiles stay 16-bit
+// in shared memory (rows padded by 8 elements: the operations' leading
+// dimensions must be multiples of 16 bytes), the products land in f32
+// tiles, and the softmax, the masks, dropout and dS = P * (dP - delta) are
+// the elementwise work between them, done by the block's threads exactly as
+// the kernels above do it. Every array of the layouts starts at a multiple
+// of 32 bytes, as the operations need. dK, dV and dQ accumulate in
+// fragments (registers) over the whole walk; the forward's output rows in
+// shared f32, since the online softmax rescales them by row.
+template <typename T> struct TfAttentionTensorCores {
+  static constexpr bool value = false;
+};
+#if TF_ATTENTION_MMA
+template <> struct TfAttentionTensorCores<__nv_bfloat16> {
+  static constexpr bool value = true;
+};
+template <> struct TfAttentionTensorCores<__half> {
+  static constexpr bool value = true;
+};
+namespace tf_wmma = nvcuda::wmma;
+typedef tf_wmma::fragment<tf_wmma::accumulator, 16, 16, 16, float> TfAttentionAcc;
+template <typename T, typename L>
+using TfAttentionA = tf_wmma::fragment<tf_wmma::matrix_a, 16, 16, 16, T, L>;
+template <typename T, typename L>
+using TfAttentionB = tf_wmma::fragment<tf_wmma::matrix_b, 16, 16, 16, T, L>;
+
+// rows x width of a row-major matrix (leading dimension `cols`) into a
+// 16-bit tile: zeros past the matrix and up to `width` (a multiple of 16,
+// so every 16 x 16 operand is defined).
+template <int STRIDE, int ROWS, typename T>
+__device__ __forceinline__ void tf_attention_load16(T (&tile)[ROWS][STRIDE], const T *src,
+                                                    long long first, long long rows,
+                                                    long long cols, int width) {
+  const T zero = tf_attention_narrow<T>(0.0f);
+  for (int e = threadIdx.x; e < ROWS * width; e += blockDim.x) {
+    int r = e / width, d = e % width;
+    tile[r][d] = first + r < rows && d < cols ? src[(first + r) * cols + d] : zero;
+  }
+}
+
+template <typename L> struct TfAttentionColMajor {
+  static constexpr bool value = false;
+};
+template <> struct TfAttentionColMajor<tf_wmma::col_major> {
+  static constexpr bool value = true;
+};
+
+// acc += A B over `steps` steps of 16 along the inner dimension. A's tile
+// is at `aTile` (LA row_major: A row-major, leading dimension lda;
+// col_major: A^T row-major, as a [rows x keys] tile read for a product
+// over its rows), B's at `bTile` (LB row_major: B row-major; col_major: B^T
+// row-major, a block of keys or values as stored).
+template <typename T, typename LA, typename LB>
+__device__ __forceinline__ void tf_attention_mma(TfAttentionAcc &acc, const T *aTile,
+                                                 unsigned lda, const T *bTile, unsigned ldb,
+                                                 int steps) {
+  constexpr bool aColMajor = TfAttentionColMajor<LA>::value;
+  constexpr bool bColMajor = TfAttentionColMajor<LB>::value;
+  for (int k = 0; k < steps; ++k) {
+    TfAttentionA<T, LA> fa;
+    TfAttentionB<T, LB> fb;
+    tf_wmma::load_matrix_sync(fa, aColMajor ? aTile + k * 16 * lda : aTile + k * 16, lda);
+    tf_wmma::load_matrix_sync(fb, bColMajor ? bTile + k * 16 : bTile + k * 16 * ldb, ldb);
+    tf_wmma::mma_sync(acc, fa, fb, acc);
+  }
+}
+
+template <typename T, int DMAX, int BM, int BN> struct __align__(32) TfAttentionForwardMmaShared {
+  T qs[BM][DMAX + 8];
+  T kv[BN][DMAX + 8]; // K, then V, of the key block
+  union Scores {      // the block's scores, then (once read) its probabilities
+    float s[BM][BN + 4];
+    T p[BM][BN + 8];
+  } sp;
+  float o[BM][DMAX + 4]; // the output rows, unnormalised
+};
+template <typename T, int DMAX, int BM, int BN> struct __align__(32) TfAttentionKeyGradMmaShared {
+  T ks[BN][DMAX + 8], vs[BN][DMAX + 8];
+  union Phases {
+    struct Walk { // per query tile
+      T qs[BM][DMAX + 8], dos[BM][DMAX + 8];
+      float s[BM][BN + 4], dp[BM][BN + 4];
+      T p[BM][BN + 8], ds[BM][BN + 8]; // dropped P, scale * dS
+      float lses[BM], deltas[BM];
+    } walk;
+    struct Out { // the accumulated dK and dV, on their way out
+      float dk[BN][DMAX + 4], dv[BN][DMAX + 4];
+    } out;
+  } u;
+};
+template <typename T, int DMAX, int BM, int BN>
+struct __align__(32) TfAttentionQueryGradMmaShared {
+  T qs[BM][DMAX + 8], dos[BM][DMAX + 8];
+  union Phases {
+    struct Walk { // per key block
+      T ks[BN][DMAX + 8], vs[BN][DMAX + 8];
+    } walk;
+    float dq[BM][DMAX + 4]; // the accumulated dQ, on its way out
+  } u;
+  float s[BM][BN + 4], dp[BM][BN + 4];
+  T ds[BM][BN + 8]; // scale * dS
+  float lses[BM], deltas[BM];
+};
+
+// S = Q K^T (job < tiles) and dP = dO V^T (the next `tiles` jobs) for a
+// BM x BN tile, 16 x 16 tiles shared out over the block's four warps.
+template <typename T, int DMAX, int BM, int BN>
+__device__ __forceinline__ void tf_attention_scores_mma(const TfAttentionArgs &a,
+                                                        const T (*qs)[DMAX + 8],
+                                                        const T (*ks)[DMAX + 8],
+                                                        const T (*dos)[DMAX + 8],
+                                                        const T (*vs)[DMAX + 8],
+                                                        float (*s)[BN + 4], float (*dp)[BN + 4]) {
+  constexpr int TILES = BM / 16 * (BN / 16);
+  const int kSteps = (int)((a.headDim + 15) / 16), vSteps = (int)((a.valueDim + 15) / 16);
+  for (int job = threadIdx.x / 32; job < (dos ? 2 * TILES : TILES); job += 4) {
+    const bool grad = job >= TILES;
+    const int tile = grad ? job - TILES : job;
+    const int m0 = tile / (BN / 16) * 16, n0 = tile % (BN / 16) * 16;
+    TfAttentionAcc acc;
+    tf_wmma::fill_fragment(acc, 0.0f);
+    tf_attention_mma<T, tf_wmma::row_major, tf_wmma::col_major>(
+        acc, grad ? &dos[m0][0] : &qs[m0][0], DMAX + 8, grad ? &vs[n0][0] : &ks[n0][0], DMAX + 8,
+        grad ? vSteps : kSteps);
+    tf_wmma::store_matrix_sync(grad ? &dp[m0][n0] : &s[m0][n0], acc, BN + 4,
+                               tf_wmma::mem_row_major);
+  }
+}
+
+template <typename T, int DMAX, int BM, int BN>
+__device__ __forceinline__ void tf_attention_forward_mma(const TfAttentionArgs &a) {
+  constexpr int TPR = 128 / BM;  // threads per query row
+  constexpr int COLS = BN / TPR; // scores of a row a thread handles per key block
+  using Shared = TfAttentionForwardMmaShared<T, DMAX, BM, BN>;
+  TF_ATTENTION_SHARED(Shared, sh);
+  const int t = threadIdx.x, r = t / TPR, g = t % TPR, warp = t / 32;
+  const TfAttentionQueryTile tile = tf_attention_query_tile<BM>(a);
+  const long long bh = tile.bh, i0 = tile.i0, i = i0 + r, b = tile.b, h = tile.h, kvh = tile.kvh;
+  const T *k = (const T *)a.k + kvh * a.keys * a.headDim;
+  const T *v = (const T *)a.v + kvh * a.keys * a.valueDim;
+  const unsigned long long seed = a.dropoutP > 0 ? *a.seed : 0ull;
+  const bool row = i < a.queries;
+  const int vSteps = (int)((a.valueDim + 15) / 16);
+  tf_attention_load16<DMAX + 8, BM>(sh.qs, (const T *)a.q + bh * a.queries * a.headDim, i0,
+                                    a.queries, a.headDim, DMAX);
+  for (int e = t; e < BM * DMAX; e += blockDim.x)
+    sh.o[e / DMAX][e % DMAX] = 0.0f;
+  float m = TF_ATTENTION_NEG_INF, l = 0.0f;
+  const long long keyEnd = a.causal && i0 + BM < a.keys ? i0 + BM : a.keys;
+  for (long long j0 = 0; j0 < keyEnd; j0 += BN) {
+    __syncthreads(); // the previous block's V and P are read
+    tf_attention_load16<DMAX + 8, BN>(sh.kv, k, j0, a.keys, a.headDim, DMAX);
+    __syncthreads();
+    tf_attention_scores_mma<T, DMAX, BM, BN>(a, sh.qs, sh.kv, nullptr, nullptr, sh.sp.s,
+                                             nullptr);
+    __syncthreads();
+    float s[COLS], blockMax = TF_ATTENTION_NEG_INF;
+#pragma unroll
+    for (int x = 0; x < COLS; ++x) {
+      const int c = g + x * TPR;
+      s[x] = row && j0 + c < a.keys ? tf_attention_score<T>(a, sh.sp.s[r][c], b, h, i, j0 + c)
+                                    : TF_ATTENTION_NEG_INF;
+      blockMax = fmaxf(blockMax, s[x]);
+    }
+    const float mNew = fmaxf(m, tf_attention_group_max<TPR>(blockMax));
+    const float alpha = mNew == TF_ATTENTION_NEG_INF ? 1.0f : expf(m - mNew);
+    __syncthreads(); // every score is read: the probabilities overwrite them
+    float sum = 0.0f;
+#pragma unroll
+    for (int x = 0; x < COLS; ++x) {
+      const int c = g + x * TPR;
+      float p = mNew == TF_ATTENTION_NEG_INF ? 0.0f : expf(s[x] - mNew);
+      sum += p; // the softmax's sum is of the probabilities before dropout
+      if (a.dropoutP > 0 && p != 0.0f)
+        p *= tf_attention_keep(a, seed, b, h, i, j0 + c);
+      sh.sp.p[r][c] = tf_attention_narrow<T>(p);
+    }
+    l = l * alpha + tf_attention_group_sum<TPR>(sum);
+    m = mNew;
+    for (int d = g; d < DMAX; d += TPR)
+      sh.o[r][d] *= alpha;
+    tf_attention_load16<DMAX + 8, BN>(sh.kv, v, j0, a.keys, a.valueDim, DMAX); // K is read
+    __syncthreads();
+    for (int job = warp; job < BM / 16 * (DMAX / 16); job += 4) {
+      const int m0 = job / (DMAX / 16) * 16, n0 = job % (DMAX / 16) * 16;
+      if (n0 >= vSteps * 16)
+        continue; // columns past the value dimension stay 0
+      TfAttentionAcc acc;
+      tf_wmma::load_matrix_sync(acc, &sh.o[m0][n0], DMAX + 4, tf_wmma::mem_row_major);
+      tf_attention_mma<T, tf_wmma::row_major, tf_wmma::row_major>(
+          acc, &sh.sp.p[m0][0], BN + 8, &sh.kv[0][n0], DMAX + 8, BN / 16);
+      tf_wmma::store_matrix_sync(&sh.o[m0][n0], acc, DMAX + 4, tf_wmma::mem_row_major);
+    }
+  }
+  __syncthreads();
+  if (!row)
+    return;
+  const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+  T *out = (T *)a.out + (bh * a.queries + i) * a.valueDim;
+  for (int d = g; d < a.valueDim; d += TPR)
+    out[d] = tf_attention_narrow<T>(sh.o[r][d] * inv);
+  if (g == 0)
+    a.lse[bh * a.queries + i] = l > 0.0f ? m + logf(l) : 0.0f;
+}
+
+template <typename T, int DMAX, int BM, int BN>
+__device__ __forceinline__ void tf_attention_key_grads_mma(const TfAttentionArgs &a) {
+  // dK and dV as 16 x 16 fragments: fragment f = warp + 4 x of a thread's
+  // warp is dK's (f < HALF) or dV's tile (f % HALF) / (DMAX / 16) of keys,
+  // (f % HALF) % (DMAX / 16) of dimensions.
+  constexpr int HALF = BN / 16 * (DMAX / 16), PER_WARP = 2 * HALF / 4;
+  using Shared = TfAttentionKeyGradMmaShared<T, DMAX, BM, BN>;
+  TF_ATTENTION_SHARED(Shared, sh);
+  auto &w = sh.u.walk;
+  const int t = threadIdx.x, warp = t / 32;
+  const long long blocksPerHead = (a.keys + BN - 1) / BN;
+  const long long bkv = (long long)blockIdx.x / blocksPerHead;
+  const long long j0 = (long long)blockIdx.x % blocksPerHead * BN;
+  const long long b = bkv / a.kvHeads, group = a.heads / a.kvHeads;
+  const unsigned long long seed = a.dropoutP > 0 ? *a.seed : 0ull;
+  const float scale = (float)a.scale;
+  tf_attention_load16<DMAX + 8, BN>(sh.ks, (const T *)a.k + bkv * a.keys * a.headDim, j0, a.keys,
+                                    a.headDim, DMAX);
+  tf_attention_load16<DMAX + 8, BN>(sh.vs, (const T *)a.v + bkv * a.keys * a.valueDim, j0,
+                                    a.keys, a.valueDim, DMAX);
+  TfAttentionAcc acc[PER_WARP];
+#pragma unroll
+  for (int x = 0; x < PER_WARP; ++x)
+    tf_wmma::fill_fragment(acc[x], 0.0f);
+  const long long firstTile = a.causal ? j0 / BM * BM : 0;
+  for (long long hg = 0; hg < group; ++hg) {
+    const long long h = bkv % a.kvHeads * group + hg, bh = b * a.heads + h;
+    for (long long i0 = firstTile; i0 < a.queries; i0 += BM) {
+      __syncthreads(); // the previous tile is read
+      tf_attention_load16<DMAX + 8, BM>(w.qs, (const T *)a.q + bh * a.queries * a.headDim, i0,
+                                        a.queries, a.headDim, DMAX);
+      tf_attention_load16<DMAX + 8, BM>(w.dos, (const T *)a.dOut + bh * a.queries * a.valueDim,
+                                        i0, a.queries, a.valueDim, DMAX);
+      tf_attention_row_terms<T>(a, bh, i0, w.lses, w.deltas);
+      __syncthreads();
+      tf_attention_scores_mma<T, DMAX, BM, BN>(a, w.qs, sh.ks, w.dos, sh.vs, w.s, w.dp);
+      __syncthreads();
+      for (int e = t; e < BM * BN; e += blockDim.x) {
+        const int r = e / BN, c = e % BN;
+        const long long i = i0 + r, j = j0 + c;
+        float dropped = 0.0f, ds = 0.0f;
+        if (i < a.queries && j < a.keys) {
+          const float s = tf_attention_score<T>(a, w.s[r][c], b, h, i, j);
+          const float p = s == TF_ATTENTION_NEG_INF ? 0.0f : expf(s - w.lses[r]);
+          const float keep = a.dropoutP > 0 && p != 0.0f ? tf_attention_keep(a, seed, b, h, i, j)
+                                                         : 1.0f;
+          dropped = p * keep;
+          ds = p * (w.dp[r][c] * keep - w.deltas[r]);
+        }
+        w.p[r][c] = tf_attention_narrow<T>(dropped);
+        w.ds[r][c] = tf_attention_narrow<T>(ds * scale);
+      }
+      __syncthreads();
+#pragma unroll
+      for (int x = 0; x < PER_WARP; ++x) {
+        const int f = warp + 4 * x, key = f % HALF / (DMAX / 16) * 16,
+                  dim = f % HALF % (DMAX / 16) * 16;
+        const bool dv = f >= HALF;
+        // dK += (scale dS)^T Q, dV += P^T dO: A^T read from the [rows x
+        // keys] tile as column-major.
+        tf_attention_mma<T, tf_wmma::col_major, tf_wmma::row_major>(
+            acc[x], dv ? &w.p[0][key] : &w.ds[0][key], BN + 8,
+            dv ? &w.dos[0][dim] : &w.qs[0][dim], DMAX + 8, BM / 16);
+      }
+    }
+  }
+  __syncthreads(); // the last tile is read: the output tiles take its place
+#pragma unroll
+  for (int x = 0; x < PER_WARP; ++x) {
+    const int f = warp + 4 * x, key = f % HALF / (DMAX / 16) * 16,
+              dim = f % HALF % (DMAX / 16) * 16;
+    tf_wmma::store_matrix_sync(f >= HALF ? &sh.u.out.dv[key][dim] : &sh.u.out.dk[key][dim],
+                               acc[x], DMAX + 4, tf_wmma::mem_row_major);
+  }
+  __syncthreads();
+  for (int e = t; e < BN * DMAX; e += blockDim.x) {
+    const int c = e / DMAX, d = e % DMAX;
+    const long long j = j0 + c;
+    if (j >= a.keys)
+      continue;
+    if (d < a.headDim)
+      ((T *)a.dk)[(bkv * a.keys + j) * a.headDim + d] = tf_attention_narrow<T>(sh.u.out.dk[c][d]);
+    if (d < a.valueDim)
+      ((T *)a.dv)[(bkv * a.keys + j) * a.valueDim + d] =
+          tf_attention_narrow<T>(sh.u.out.dv[c][d]);
+  }
+}
+
+template <typename T, int DMAX, int BM, int BN>
+__device__ __forceinline__ void tf_attention_query_grads_mma(const TfAttentionArgs &a) {
+  constexpr int TILES = BM / 16 * (DMAX / 16), PER_WARP = TILES / 4;
+  using Shared = TfAttentionQueryGradMmaShared<T, DMAX, BM, BN>;
+  TF_ATTENTION_SHARED(Shared, sh);
+  const int t = threadIdx.x, warp = t / 32;
+  const TfAttentionQueryTile tile = tf_attention_query_tile<BM>(a);
+  const long long bh = tile.bh, i0 = tile.i0, b = tile.b, h = tile.h, kvh = tile.kvh;
+  const unsigned long long seed = a.dropoutP > 0 ? *a.seed : 0ull;
+  const float scale = (float)a.scale;
+  tf_attention_load16<DMAX + 8, BM>(sh.qs, (const T *)a.q + bh * a.queries * a.headDim, i0,
+                                    a.queries, a.headDim, DMAX);
+  tf_attention_load16<DMAX + 8, BM>(sh.dos, (const T *)a.dOut + bh * a.queries * a.valueDim, i0,
+                                    a.queries, a.valueDim, DMAX);
+  tf_attention_row_terms<T>(a, bh, i0, sh.lses, sh.deltas);
+  TfAttentionAcc acc[PER_WARP];
+#pragma unroll
+  for (int x = 0; x < PER_WARP; ++x)
+    tf_wmma::fill_fragment(acc[x], 0.0f);
+  const long long keyEnd = a.causal && i0 + BM < a.keys ? i0 + BM : a.keys;
+  for (long long j0 = 0; j0 < keyEnd; j0 += BN) {
+    __syncthreads(); // the previous block is read (and the row tiles are in)
+    tf_attention_load16<DMAX + 8, BN>(sh.u.walk.ks, (const T *)a.k + kvh * a.keys * a.headDim,
+                                      j0, a.keys, a.headDim, DMAX);
+    tf_attention_load16<DMAX + 8, BN>(sh.u.walk.vs, (const T *)a.v + kvh * a.keys * a.valueDim,
+                                      j0, a.keys, a.valueDim, DMAX);
+    __syncthreads();
+    tf_attention_scores_mma<T, DMAX, BM, BN>(a, sh.qs, sh.u.walk.ks, sh.dos, sh.u.walk.vs, sh.s,
+                                             sh.dp);
+    __syncthreads();
+    for (int e = t; e < BM * BN; e += blockDim.x) {
+      const int r = e / BN, c = e % BN;
+      const long long i = i0 + r, j = j0 + c;
+      float ds = 0.0f;
+      if (i < a.queries && j < a.keys) {
+        const float s = tf_attention_score<T>(a, sh.s[r][c], b, h, i, j);
+        const float p = s == TF_ATTENTION_NEG_INF ? 0.0f : expf(s - sh.lses[r]);
+        const float keep =
+            a.dropoutP > 0 && p != 0.0f ? tf_attention_keep(a, seed, b, h, i, j) : 1.0f;
+        ds = p * (sh.dp[r][c] * keep - sh.deltas[r]);
+      }
+      sh.ds[r][c] = tf_attention_narrow<T>(ds * scale);
+    }
+    __syncthreads();
+#pragma unroll
+    for (int x = 0; x < PER_WARP; ++x) {
+      const int f = warp + 4 * x, m0 = f / (DMAX / 16) * 16, n0 = f % (DMAX / 16) * 16;
+      tf_attention_mma<T, tf_wmma::row_major, tf_wmma::row_major>(
+          acc[x], &sh.ds[m0][0], BN + 8, &sh.u.walk.ks[0][n0], DMAX + 8, BN / 16);
+    }
+  }
+  __syncthreads(); // the last key block is read: dQ takes its place
+#pragma unroll
+  for (int x = 0; x < PER_WARP; ++x) {
+    const int f = warp + 4 * x, m0 = f / (DMAX / 16) * 16, n0 = f % (DMAX / 16) * 16;
+    tf_wmma::store_matrix_sync(&sh.u.dq[m0][n0], acc[x], DMAX + 4, tf_wmma::mem_row_major);
+  }
+  __syncthreads();
+  for (int e = t; e < BM * DMAX; e += blockDim.x) {
+    const int r = e / DMAX, d = e % DMAX;
+    if (i0 + r < a.queries && d < a.headDim)
+      ((T *)a.dq)[(bh * a.queries + i0 + r) * a.headDim + d] = tf_attention_narrow<T>(sh.u.dq[r][d]);
+  }
+}
+#endif // TF_ATTENTION_MMA
+
 template <typename T, int DMAX, int BM, int BN>
 __device__ __forceinline__ void tf_attention_forward(const TfAttentionArgs &a) {
+#if TF_ATTENTION_MMA
+  if constexpr (TfAttentionTensorCores<T>::value) {
+    tf_attention_forward_mma<T, DMAX, BM, BN>(a);
+    return;
+  }
+#endif
   constexpr int TPR = 128 / BM;  // threads per query row
   constexpr int COLS = BN / TPR; // scores of a row a thread computes per key block
   constexpr int DIMS = DMAX / TPR;
@@ -315,29 +715,14 @@ __device__ __forceinline__ float tf_attention_score_grad(const TfAttentionArgs &
   return p * (dov * keep - delta);
 }
 
-// The row's log-sum-exp and delta = rowsum(dO * O) of rows [i0, i0 + ROWS)
-// of head bh into lses and deltas (0 past the last row).
-template <typename T, int ROWS>
-__device__ __forceinline__ void tf_attention_row_terms(const TfAttentionArgs &a, long long bh,
-                                                       long long i0, float (&lses)[ROWS],
-                                                       float (&deltas)[ROWS]) {
-  const T *dOut = (const T *)a.dOut, *out = (const T *)a.out;
-  for (int r = threadIdx.x; r < ROWS; r += blockDim.x) {
-    const long long i = i0 + r;
-    float lse = 0.0f, delta = 0.0f;
-    if (i < a.queries) {
-      const long long at = bh * a.queries + i;
-      lse = a.lse[at];
-      for (long long d = 0; d < a.valueDim; ++d)
-        delta += tf_attention_widen(dOut[at * a.valueDim + d]) *
-                 tf_attention_widen(out[at * a.valueDim + d]);
-    }
-    lses[r] = lse, deltas[r] = delta;
-  }
-}
-
 template <typename T, int DMAX, int BM, int BN>
 __device__ __forceinline__ void tf_attention_key_grads(const TfAttentionArgs &a) {
+#if TF_ATTENTION_MMA
+  if constexpr (TfAttentionTensorCores<T>::value) {
+    tf_attention_key_grads_mma<T, DMAX, BM, BN>(a);
+    return;
+  }
+#endif
   constexpr int TPK = 128 / BN;  // threads per key
   constexpr int ROWS = BM / TPK; // query rows of a tile a thread computes
   constexpr int DIMS = DMAX / TPK;
@@ -415,6 +800,12 @@ __device__ __forceinline__ void tf_attention_key_grads(const TfAttentionArgs &a)
 
 template <typename T, int DMAX, int BM, int BN>
 __device__ __forceinline__ void tf_attention_query_grads(const TfAttentionArgs &a) {
+#if TF_ATTENTION_MMA
+  if constexpr (TfAttentionTensorCores<T>::value) {
+    tf_attention_query_grads_mma<T, DMAX, BM, BN>(a);
+    return;
+  }
+#endif
   constexpr int TPR = 128 / BM;
   constexpr int COLS = BN / TPR;
   constexpr int DIMS = DMAX / TPR;

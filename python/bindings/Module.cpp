@@ -148,6 +148,7 @@ PYBIND11_MODULE(_core, m) {
         return py::bytes(g.compileArtifact(target, metadata));
       }, py::arg("target") = "cpu", py::arg("metadata") = "")
       .def("cuda_ptx", &Graph::cudaPtx, py::arg("target") = "cuda:sm_90")
+      .def("cuda_attention_ptx", &Graph::cudaAttentionPtx, py::arg("target") = "cuda:sm_90")
       .def("compile_cuda", [](const Graph &g, const std::string &target) {
         py::list rows;
         for (const CudaKernelReport &k : g.compileCuda(target)) {

@@ -88,6 +88,12 @@ struct Fiber {
   Stop stop = Stop::Running;
 };
 
+/// Dynamic shared memory in 128-byte lines, so it is aligned as a GPU's is
+/// (warp matrix loads need 32 bytes).
+struct alignas(128) SharedLine {
+  unsigned char bytes[128];
+};
+
 struct State {
   ucontext_t scheduler;
   std::vector<Fiber> fibers;
@@ -100,7 +106,7 @@ struct State {
   void (*body)(void **) = nullptr;
   void **params = nullptr;
   /// The launch's dynamic shared memory: one block's, blocks run in turn.
-  std::vector<std::max_align_t> dynamicShared;
+  std::vector<SharedLine> dynamicShared;
   size_t dynamicSharedBytes = 0;
 };
 inline State state;
@@ -190,12 +196,12 @@ inline bool consistent(unsigned threads) {
 /// report).
 inline unsigned char *dynamicShared(size_t bytes) {
   if (bytes > state.dynamicSharedBytes) {
-    if (bytes > state.dynamicShared.size() * sizeof(std::max_align_t)) // once per launch
+    if (bytes > state.dynamicShared.size() * sizeof(SharedLine)) // once per launch
       fail("its dynamic shared memory layout takes " + std::to_string(bytes) +
            " bytes; the launch gave " + std::to_string(state.dynamicSharedBytes));
     // Every thread asks before the block's first barrier, so growing it
     // here moves nothing another thread holds.
-    size_t words = (bytes + sizeof(std::max_align_t) - 1) / sizeof(std::max_align_t);
+    size_t words = (bytes + sizeof(SharedLine) - 1) / sizeof(SharedLine);
     if (state.dynamicShared.size() < words)
       state.dynamicShared.resize(words);
   }
@@ -215,9 +221,8 @@ std::vector<std::string> launch(void (*kernel)(A...), unsigned grid, unsigned th
   Entry<A...>::kernel = kernel;
   state.body = &Entry<A...>::run;
   state.dynamicSharedBytes = sharedBytes;
-  state.dynamicShared.assign((sharedBytes + sizeof(std::max_align_t) - 1) /
-                                 sizeof(std::max_align_t),
-                             std::max_align_t{});
+  state.dynamicShared.assign((sharedBytes + sizeof(SharedLine) - 1) / sizeof(SharedLine),
+                             SharedLine{});
   state.params = params;
   gridDim = {grid, 1, 1};
   blockDim = {threads, 1, 1};
@@ -284,6 +289,109 @@ template <typename T> T __shfl_xor_sync(unsigned mask, T value, int laneMask, in
   tf_emu::stopAt(tf_emu::Stop::ShuffleRead);
   return result;
 }
+
+// --- warp matrix operations (mma.h's nvcuda::wmma, 16 x 16 x 16) -----------
+//
+// On a GPU a fragment is spread over the warp's 32 threads in a layout the
+// API keeps opaque, so code may only load, store, fill and multiply whole
+// fragments. Here every thread holds the whole 16 x 16 tile and computes
+// every operation itself (f32 products and sums, the tensor cores' f32
+// accumulation; 16-bit operands are exact in f32): the same values as any
+// distribution, at 32 times the work. The warp's threads run one after
+// another between stops, so only its first thread stores a fragment: the
+// others may have loaded what it stored (a tile read, updated and stored
+// back, as an accumulator kept in shared memory is), where on a GPU the
+// warp's loads all come before its stores. Reported: an operation while
+// some threads of the warp have finished (on a GPU the whole warp must take
+// part), a pointer not aligned to 32 bytes, a leading dimension that is not
+// a multiple of 16 bytes.
+#ifndef TF_ATTENTION_MMA // -DTF_ATTENTION_MMA=0: the kernels of GPUs before sm_80
+#define TF_ATTENTION_MMA 1
+#endif
+namespace nvcuda::wmma {
+struct matrix_a {};
+struct matrix_b {};
+struct accumulator {};
+struct row_major {};
+struct col_major {};
+enum layout_t { mem_row_major, mem_col_major };
+
+template <typename Use, int M, int N, int K, typename T, typename Layout = void> struct fragment {
+  static_assert(M == 16 && N == 16 && K == 16, "the emulation has the 16 x 16 x 16 shape only");
+  static constexpr int num_elements = 256;
+  float x[256]; ///< row-major, whatever the memory layout it came from
+};
+
+namespace detail {
+inline void wholeWarp(const char *what) {
+  unsigned t = threadIdx.x, warp = t - t % 32;
+  unsigned lanes = std::min(32u, blockDim.x - warp);
+  for (unsigned l = 0; l < lanes; ++l)
+    if (tf_emu::state.fibers[warp + l].stop == tf_emu::Stop::Finished)
+      tf_emu::fail(std::string("wmma::") + what + " while thread " + std::to_string(warp + l) +
+                   " of its warp has finished (the whole warp must take part)");
+}
+template <typename T> void checkPointer(const char *what, const T *p, unsigned ldm) {
+  wholeWarp(what);
+  if (reinterpret_cast<uintptr_t>(p) % 32 != 0)
+    tf_emu::fail(std::string("wmma::") + what + " at an address not aligned to 32 bytes");
+  if (ldm * sizeof(T) % 16 != 0)
+    tf_emu::fail(std::string("wmma::") + what + " with leading dimension " +
+                 std::to_string(ldm) + ", not a multiple of 16 bytes");
+}
+inline float wide(float x) { return x; }
+inline float wide(__half x) { return __half2float(x); }
+inline float wide(__nv_bfloat16 x) { return __bfloat162float(x); }
+} // namespace detail
+
+template <typename Use, typename T, typename Layout, typename E>
+void load_matrix_sync(fragment<Use, 16, 16, 16, T, Layout> &f, const E *p, unsigned ldm) {
+  detail::checkPointer("load_matrix_sync", p, ldm);
+  constexpr bool colMajor = std::is_same_v<Layout, col_major>;
+  for (int r = 0; r < 16; ++r)
+    for (int c = 0; c < 16; ++c)
+      f.x[r * 16 + c] = detail::wide(colMajor ? p[c * ldm + r] : p[r * ldm + c]);
+}
+template <typename T>
+void load_matrix_sync(fragment<accumulator, 16, 16, 16, T> &f, const T *p, unsigned ldm,
+                      layout_t layout) {
+  detail::checkPointer("load_matrix_sync", p, ldm);
+  for (int r = 0; r < 16; ++r)
+    for (int c = 0; c < 16; ++c)
+      f.x[r * 16 + c] = layout == mem_col_major ? p[c * ldm + r] : p[r * ldm + c];
+}
+template <typename T>
+void store_matrix_sync(T *p, const fragment<accumulator, 16, 16, 16, T> &f, unsigned ldm,
+                       layout_t layout) {
+  detail::checkPointer("store_matrix_sync", p, ldm);
+  if (threadIdx.x % 32 != 0)
+    return;
+  for (int r = 0; r < 16; ++r)
+    for (int c = 0; c < 16; ++c)
+      (layout == mem_col_major ? p[c * ldm + r] : p[r * ldm + c]) = f.x[r * 16 + c];
+}
+template <typename Use, typename T, typename Layout>
+void fill_fragment(fragment<Use, 16, 16, 16, T, Layout> &f, float value) {
+  detail::wholeWarp("fill_fragment");
+  std::fill(f.x, f.x + 256, value);
+}
+template <typename T, typename LA, typename LB>
+void mma_sync(fragment<accumulator, 16, 16, 16, float> &d,
+              const fragment<matrix_a, 16, 16, 16, T, LA> &a,
+              const fragment<matrix_b, 16, 16, 16, T, LB> &b,
+              const fragment<accumulator, 16, 16, 16, float> &c) {
+  detail::wholeWarp("mma_sync");
+  float out[256];
+  for (int r = 0; r < 16; ++r)
+    for (int col = 0; col < 16; ++col) {
+      float sum = c.x[r * 16 + col];
+      for (int k = 0; k < 16; ++k)
+        sum += a.x[r * 16 + k] * b.x[k * 16 + col];
+      out[r * 16 + col] = sum;
+    }
+  std::copy(out, out + 256, d.x);
+}
+} // namespace nvcuda::wmma
 
 inline float __int_as_float(int i) {
   float f;

@@ -73,17 +73,18 @@ def _entries(source, library):
     return "\n".join(f"TF_EMU_ENTRY({n}, {b})" for n, b in kernels if n != "NAME") + "\n"
 
 
-def build_library(source, path, library=False):
+def build_library(source, path, library=False, defines=()):
     """Compiles CUDA C `source` with the emulation header into shared
-    library `path`."""
+    library `path` (`defines`: extra -D options, e.g. TF_ATTENTION_MMA=0 for
+    the attention kernels GPUs before sm_80 run)."""
     cu = path + ".cu"
     with open(cu, "w") as f:
         f.write(source + "\n" + _entries(source, library))
     # -fsanitize=bounds: an index past a __shared__ array (a static here)
     # stops the run with the array and the index, as a GPU would not.
     cmd = ["g++", "-std=c++20", "-O1", "-shared", "-fPIC", "-w", "-fsanitize=bounds",
-           "-fno-sanitize-recover=bounds", "-include", HEADER, "-I", CUDA_INCLUDE,
-           "-x", "c++", cu, "-o", path]
+           "-fno-sanitize-recover=bounds", *("-D" + d for d in defines), "-include", HEADER,
+           "-I", CUDA_INCLUDE, "-x", "c++", cu, "-o", path]
     r = subprocess.run(cmd, capture_output=True, text=True)
     if r.returncode != 0:
         raise EmulationFailure("the emitted CUDA C does not compile as host C++ against "
@@ -146,11 +147,12 @@ def _leaves(args):
     return [np.asarray(v) for v in leaves]
 
 
-def emulate(graph, args, workdir, repeat=1, graphs=True):
+def emulate(graph, args, workdir, repeat=1, graphs=True, tensor_cores=True):
     """Results of `graph` on `args`, computed by its CUDA program under
     emulation (`repeat` calls: the first eager or captured, the others
-    replayed when `graphs`)."""
-    emu = emulated_export(graph, workdir)
+    replayed when `graphs`; `tensor_cores` False: the 16-bit attention
+    kernels of GPUs before sm_80)."""
+    emu = emulated_export(graph, workdir, tensor_cores)
     inputs = []
     for i, a in enumerate(_leaves(args)):
         inputs.append(os.path.join(workdir, f"in{i}.npy"))
@@ -174,7 +176,7 @@ def emulation_env():
     return dict(os.environ, LD_LIBRARY_PATH=fake_driver_dir())
 
 
-def emulated_export(graph, workdir):
+def emulated_export(graph, workdir, tensor_cores=True):
     """`graph` exported for sm_90 with its code replaced by emulated
     libraries: the path of that artifact."""
     import tilefuse
@@ -191,8 +193,9 @@ def emulated_export(graph, workdir):
                                                   os.path.join(workdir, "library.so"),
                                                   library=True)
     if "tf_attention" in names:
-        runtime_sos["tf_attention"] = build_library(graph._graph.cuda_attention_source("cuda:sm_90"),
-                                                    os.path.join(workdir, "attention.so"))
+        runtime_sos["tf_attention"] = build_library(
+            graph._graph.cuda_attention_source("cuda:sm_90"), os.path.join(workdir, "attention.so"),
+            defines=() if tensor_cores else ("TF_ATTENTION_MMA=0",))
     emu = os.path.join(workdir, "model.emu.tfa")
     with open(emu, "wb") as f:
         f.write(emulated_artifact(art, kernels, runtime_sos))

@@ -9,6 +9,7 @@ such a launch unless the executor opted in), and in bf16 and f16 against
 test_attention_16bit.py's bounds; ptxas must report no spills for sm_80 and
 sm_90 in any of the kernels."""
 import os
+import re
 import sys
 
 import numpy as np
@@ -108,6 +109,44 @@ def test_16bit_kernels_match_pytorch_under_emulation(case, dtype, tmp_path):
     assert len(attention) == 2 and all(f"x{dtype}>" in line for line in attention), attention
     _, out, dq, dk, dv = emulate(graph, list(args), str(tmp_path))
     half.check_against_pytorch((out, dq, dk, dv), exact, theirs, dtype)
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "f16"])
+@pytest.mark.parametrize("case", HALF_CASES[:2], ids=["causal", "gqa-bool-mask"])
+def test_16bit_kernels_before_sm80_match_pytorch_under_emulation(case, dtype, tmp_path):
+    """The 16-bit kernels GPUs before sm_80 run (no bf16/f16 tensor-core
+    operations there: f32 multiply-adds on the widened tiles), same bound."""
+    graph, args, exact, theirs = half.case_graph(case, dtype)
+    _, out, dq, dk, dv = emulate(graph, list(args), str(tmp_path), tensor_cores=False)
+    half.check_against_pytorch((out, dq, dk, dv), exact, theirs, dtype)
+
+
+def test_16bit_products_run_on_tensor_cores_from_sm80():
+    """The PTX of the bf16 and f16 kernels has warp matrix multiply-adds of
+    16-bit operands into f32 from sm_80 on, none for sm_75 (f16) or f32."""
+    rng = np.random.default_rng(0)
+    q = rng.standard_normal((1, 2, 9, 64)).astype(np.float32)
+
+    def ptx(dtype, arch):
+        def fn(q):
+            x = q if dtype == "f32" else q.to(dtype)
+            return F.scaled_dot_product_attention(x, x, x, is_causal=True).to("f32").sum()
+        g = tilefuse.trace(fn, q).value_and_grad(wrt=(0,))
+        return g._graph.cuda_attention_ptx("cuda:" + arch)
+
+    for arch in ARCHS:
+        for dtype in ("bf16", "f16"):
+            text = ptx(dtype, arch)
+            for kernel in ("forward", "key_grads", "query_grads"):
+                entry = text.index(f".entry tf_attention_{kernel}_{dtype}_d64")
+                body = text[entry:text.find(".entry", entry + 1) % (len(text) + 1)]
+                # Operands loaded as 16-bit matrices, multiplied into f32.
+                assert re.search(rf"wmma\.load\.a\.sync\.aligned\.\w+\.m16n16k16\.(shared\.)?"
+                                 rf"{dtype}\b", body), (arch, dtype, kernel)
+                assert re.search(r"wmma\.mma\.sync\.aligned\.\w+\.\w+\.m16n16k16\.f32\.", body), \
+                    (arch, dtype, kernel)
+        assert "wmma.mma" not in ptx("f32", arch), arch
+    assert "wmma.mma" not in ptx("f16", "sm_75")
 
 
 def _every_variant_graph():
