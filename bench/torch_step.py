@@ -2,7 +2,7 @@
 """A GPT-2-style nn.Module's training step four ways, same run, CPU.
 
     PYTHONPATH=build/python python3 bench/torch_step.py [--steps 20] [--rounds 3] [--threads 2]
-        [--model gpt2_mini|hf-gpt2-small|hf-mixtral]
+        [--model gpt2_mini|hf-gpt2-small|hf-mixtral] [--precision f32|bf16]
 
 The model (gpt2_mini: tests/python/torch_zoo.py's GPT at gpt2_mini's sizes:
 vocab 1024, seq 128, d 128, 4 heads, 2 layers, batch 4, tied LM head,
@@ -23,6 +23,11 @@ the same parameters and batch:
   (forward, backward, AdamW) as one compiled tilefuse step;
 - from_torch dense (hf-mixtral only): the same with TILEFUSE_GROUPED_GEMM=0,
   every grouped expert product written as one dense GEMM over all experts.
+
+--precision bf16: every path in bf16 mixed precision from the same f32
+parameters: the PyTorch paths run the model under torch.autocast("cpu",
+bfloat16) (AdamW on the f32 parameters), from_torch with precision="bf16"
+(its autocast: GEMM-class ops in bf16, f32 master weights and optimizer).
 
 Per path: the cold compile (first call, compile included) and the median
 step time over --rounds rounds of --steps steps, taken in turn so noise
@@ -49,15 +54,16 @@ def groups(model):
     return [{"params": decay, "weight_decay": 0.1}, {"params": rest, "weight_decay": 0.0}]
 
 
-def torch_path(model, compile_backend=None):
-    """(step function, cold seconds) of forward + backward + AdamW."""
+def torch_path(model, compile_backend=None, bf16=False):
+    """The step function of forward + backward + AdamW."""
     net = torch.compile(model, backend=compile_backend, dynamic=False) if compile_backend \
         else model
     opt = torch.optim.AdamW(groups(model), lr=1e-3)
 
     def step(*inputs):
         opt.zero_grad(set_to_none=True)
-        loss = net(*inputs)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+            loss = net(*inputs)
         loss.backward()
         opt.step()
         return loss.item()
@@ -73,7 +79,9 @@ def main():
                     help="leave out torch.compile's default backend (its cold compile is slow)")
     ap.add_argument("--model", default="gpt2_mini",
                     choices=["gpt2_mini", "hf-gpt2-small", "hf-mixtral"])
+    ap.add_argument("--precision", default="f32", choices=["f32", "bf16"])
     args = ap.parse_args()
+    bf16 = args.precision == "bf16"
     torch.set_num_threads(args.threads)
     os.environ.setdefault("OMP_NUM_THREADS", str(args.threads))
     torch.manual_seed(0)
@@ -130,7 +138,7 @@ def main():
     if not args.skip_inductor:
         paths.insert(1, ("inductor", "inductor"))
     for name, backend in paths:
-        fn = torch_path(fresh(), backend)
+        fn = torch_path(fresh(), backend, bf16)
         t = time.perf_counter()
         fn(*inputs)
         cold[name] = time.perf_counter() - t
@@ -139,7 +147,7 @@ def main():
         model = fresh()
         t = time.perf_counter()
         step = tilefuse.from_torch(model, inputs, torch.optim.AdamW(groups(model), lr=1e-3),
-                                   device="cpu")
+                                   device="cpu", precision="bf16" if bf16 else "fp32")
         step(*inputs)
         cold[name] = time.perf_counter() - t
         steps[name] = lambda: step(*inputs)
@@ -161,7 +169,7 @@ def main():
                 times.append(time.perf_counter() - t)
             samples[name].append(statistics.median(times))
     ref = statistics.median(samples["from_torch"])
-    print(f"{title}, {args.threads} threads, torch {torch.__version__}")
+    print(f"{title}, {args.precision}, {args.threads} threads, torch {torch.__version__}")
     print(f"{'path':18s} {'cold compile s':>15s} {'step ms':>9s} {'/ from_torch':>13s}")
     for name in steps:
         t = statistics.median(samples[name])
