@@ -21,7 +21,10 @@
 //    -fsanitize=bounds; the arrays are statics of known size here), or past
 //    an array of a layout placed in dynamic shared memory;
 //  - a kernel whose dynamic shared memory layout (TF_DYNAMIC_SHARED) is
-//    larger than the launch gave it.
+//    larger than the launch gave it;
+//  - the misuse of warp matrix operations listed with nvcuda::wmma below.
+// Dynamic shared memory starts every block all ones (NaN in every float
+// type), so a result that reads what no thread wrote shows as NaN.
 // Not detected: a read of shared memory another thread wrote without a
 // barrier between (the accesses are plain array accesses in the emitted
 // code).
@@ -105,6 +108,10 @@ struct State {
   bool (*inAllocation)(const void *p, size_t bytes) = nullptr;
   void (*body)(void **) = nullptr;
   void **params = nullptr;
+  /// Per thread, a hash of the warp matrix operations it made in this block
+  /// (operation, address, leading dimension): the lanes of a warp must
+  /// agree at every stop.
+  uint64_t matrixOps[1024] = {};
   /// The launch's dynamic shared memory: one block's, blocks run in turn.
   std::vector<SharedLine> dynamicShared;
   size_t dynamicSharedBytes = 0;
@@ -156,9 +163,25 @@ template <typename... A> int paramBytes(void (*)(A...), int i) {
   return i >= 0 && i < int(sizeof...(A)) ? int(bytes[i]) : 0;
 }
 
+/// The lanes of every warp made the same warp matrix operations on the
+/// same addresses (on a GPU each is one operation of the whole warp).
+inline bool sameMatrixOps(unsigned threads) {
+  for (unsigned t = 0; t < threads; ++t)
+    if (state.matrixOps[t] != state.matrixOps[t - t % 32]) {
+      threadIdx.x = t;
+      fail("made other warp matrix operations than thread " + std::to_string(t - t % 32) +
+           " of its warp (a wmma call under a lane-dependent condition or on a lane-dependent "
+           "address)");
+      return false;
+    }
+  return true;
+}
+
 /// Every live thread of a block stopped: the points must agree. Returns
 /// false (after reporting) when they do not, which ends the launch.
 inline bool consistent(unsigned threads) {
+  if (!sameMatrixOps(threads))
+    return false;
   std::vector<Fiber> &f = state.fibers;
   bool anyBarrier = false;
   for (unsigned t = 0; t < threads; ++t)
@@ -231,6 +254,11 @@ std::vector<std::string> launch(void (*kernel)(A...), unsigned grid, unsigned th
     f.stack.resize(128 << 10);
   for (unsigned b = 0; b < grid && state.errors.empty(); ++b) {
     blockIdx = {b, 0, 0};
+    // A block's shared memory holds whatever was there: all ones (NaN as
+    // f32, bf16 and f16) makes a read of what no thread wrote show.
+    std::memset(static_cast<void *>(state.dynamicShared.data()), 0xff,
+                state.dynamicShared.size() * sizeof(SharedLine));
+    std::fill(state.matrixOps, state.matrixOps + threads, uint64_t(0));
     for (unsigned t = 0; t < threads; ++t) {
       Fiber &f = state.fibers[t];
       getcontext(&f.context);
@@ -254,6 +282,8 @@ std::vector<std::string> launch(void (*kernel)(A...), unsigned grid, unsigned th
       if (live && !consistent(threads))
         break;
     }
+    if (state.errors.empty())
+      sameMatrixOps(threads);
   }
   threadIdx = blockIdx = {0, 0, 0};
   return state.errors;
@@ -303,8 +333,9 @@ template <typename T> T __shfl_xor_sync(unsigned mask, T value, int laneMask, in
 // back, as an accumulator kept in shared memory is), where on a GPU the
 // warp's loads all come before its stores. Reported: an operation while
 // some threads of the warp have finished (on a GPU the whole warp must take
-// part), a pointer not aligned to 32 bytes, a leading dimension that is not
-// a multiple of 16 bytes.
+// part), lanes of a warp that made different operations (or on different
+// addresses) by a stop, a pointer not aligned to 32 bytes, a leading
+// dimension that is not a multiple of 16 bytes.
 #ifndef TF_ATTENTION_MMA // -DTF_ATTENTION_MMA=0: the kernels of GPUs before sm_80
 #define TF_ATTENTION_MMA 1
 #endif
@@ -331,8 +362,16 @@ inline void wholeWarp(const char *what) {
       tf_emu::fail(std::string("wmma::") + what + " while thread " + std::to_string(warp + l) +
                    " of its warp has finished (the whole warp must take part)");
 }
+/// Adds an operation to this thread's hash of its warp matrix operations.
+inline void record(const char *what, const void *p, unsigned ldm) {
+  uint64_t &h = tf_emu::state.matrixOps[threadIdx.x];
+  for (uint64_t word : {uint64_t(reinterpret_cast<uintptr_t>(what)),
+                        uint64_t(reinterpret_cast<uintptr_t>(p)), uint64_t(ldm)})
+    h = (h ^ word) * 1099511628211ull;
+}
 template <typename T> void checkPointer(const char *what, const T *p, unsigned ldm) {
   wholeWarp(what);
+  record(what, p, ldm);
   if (reinterpret_cast<uintptr_t>(p) % 32 != 0)
     tf_emu::fail(std::string("wmma::") + what + " at an address not aligned to 32 bytes");
   if (ldm * sizeof(T) % 16 != 0)
@@ -373,6 +412,7 @@ void store_matrix_sync(T *p, const fragment<accumulator, 16, 16, 16, T> &f, unsi
 template <typename Use, typename T, typename Layout>
 void fill_fragment(fragment<Use, 16, 16, 16, T, Layout> &f, float value) {
   detail::wholeWarp("fill_fragment");
+  detail::record("fill_fragment", nullptr, 0);
   std::fill(f.x, f.x + 256, value);
 }
 template <typename T, typename LA, typename LB>
@@ -381,6 +421,7 @@ void mma_sync(fragment<accumulator, 16, 16, 16, float> &d,
               const fragment<matrix_b, 16, 16, 16, T, LB> &b,
               const fragment<accumulator, 16, 16, 16, float> &c) {
   detail::wholeWarp("mma_sync");
+  detail::record("mma_sync", nullptr, 0);
   float out[256];
   for (int r = 0; r < 16; ++r)
     for (int col = 0; col < 16; ++col) {

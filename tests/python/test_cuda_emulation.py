@@ -196,6 +196,43 @@ extern "C" __global__ void __launch_bounds__(64) dynamic_layout(float *x) {
   if (threadIdx.x < 32)
     x[threadIdx.x] = t.a[31 - threadIdx.x] + t.b[threadIdx.x];
 }
+// One warp: C (16 x 16, f32) = A B for f16 A and B given as f32, through
+// shared memory; `lane_dependent` adds a wmma call only some lanes make,
+// `unwritten` reads a column of B's tile that no thread wrote.
+struct MatrixTiles {
+  __half a[16][16], b[16][16];
+  float c[16][16];
+};
+template <int MODE> __device__ void matrix_product(float *x) {
+  TF_DYNAMIC_SHARED(smem, sizeof(MatrixTiles));
+  MatrixTiles &t = *reinterpret_cast<MatrixTiles *>(smem);
+  for (int e = threadIdx.x; e < 256; e += 32) {
+    t.a[e / 16][e % 16] = __float2half(x[e]);
+    if (MODE != 2 || e % 16 != 3)
+      t.b[e / 16][e % 16] = __float2half(x[256 + e]);
+  }
+  __syncthreads();
+  nvcuda::wmma::fragment<nvcuda::wmma::matrix_a, 16, 16, 16, __half, nvcuda::wmma::row_major> fa;
+  nvcuda::wmma::fragment<nvcuda::wmma::matrix_b, 16, 16, 16, __half, nvcuda::wmma::row_major> fb;
+  nvcuda::wmma::fragment<nvcuda::wmma::accumulator, 16, 16, 16, float> acc;
+  nvcuda::wmma::fill_fragment(acc, 0.0f);
+  nvcuda::wmma::load_matrix_sync(fa, &t.a[0][0], 16);
+  nvcuda::wmma::load_matrix_sync(fb, &t.b[0][0], 16);
+  nvcuda::wmma::mma_sync(acc, fa, fb, acc);
+  if (MODE == 1 && threadIdx.x < 8)
+    nvcuda::wmma::mma_sync(acc, fa, fb, acc);
+  nvcuda::wmma::store_matrix_sync(&t.c[0][0], acc, 16, nvcuda::wmma::mem_row_major);
+  __syncthreads();
+  for (int e = threadIdx.x; e < 256; e += 32)
+    x[512 + e] = t.c[e / 16][e % 16];
+}
+extern "C" __global__ void __launch_bounds__(32) matrix_good(float *x) { matrix_product<0>(x); }
+extern "C" __global__ void __launch_bounds__(32) matrix_lane_dependent(float *x) {
+  matrix_product<1>(x);
+}
+extern "C" __global__ void __launch_bounds__(32) matrix_unwritten(float *x) {
+  matrix_product<2>(x);
+}
 extern "C" __global__ void __launch_bounds__(64) shared_overrun(float *x) {
   __shared__ float partial[32];
   partial[threadIdx.x] = x[threadIdx.x];  // 64 threads, 32 slots
@@ -240,6 +277,28 @@ def test_the_emulator_reports_launch_bounds_and_misaligned_vectors(bad_kernels):
     assert "launched with 128 threads per block; the kernel allows at most 64" in errors
     errors, _ = _launch(bad_kernels, "vector_access", 1, 32, np.zeros(64, np.float32))
     assert "16-byte vector access at an address not aligned to 16" in errors
+
+
+def test_warp_matrix_operations_and_their_misuse(bad_kernels):
+    """The emulation's nvcuda::wmma multiplies 16 x 16 tiles as the GPU does
+    (f16 operands, f32 sums); a wmma call some lanes of a warp skip is
+    reported, and a product that reads shared memory no thread wrote comes
+    out NaN (shared memory starts each block all ones), not 0."""
+    rng = np.random.default_rng(0)
+    x = np.zeros(768, np.float32)
+    x[:512] = rng.standard_normal(512).astype(np.float16)   # exact in f16
+    bytes_ = 2 * 256 * 2 + 256 * 4
+    errors, (y,) = _launch(bad_kernels, "matrix_good", 1, 32, x.copy(), shared_bytes=bytes_)
+    assert errors == ""
+    a, b = x[:256].reshape(16, 16).astype(np.float64), x[256:512].reshape(16, 16)
+    np.testing.assert_allclose(y[512:].reshape(16, 16), a @ b, rtol=1e-6, atol=1e-6)
+    errors, _ = _launch(bad_kernels, "matrix_lane_dependent", 1, 32, x.copy(),
+                        shared_bytes=bytes_)
+    assert "made other warp matrix operations than thread 0 of its warp" in errors, errors
+    errors, (y,) = _launch(bad_kernels, "matrix_unwritten", 1, 32, x.copy(), shared_bytes=bytes_)
+    assert errors == ""
+    c = y[512:].reshape(16, 16)
+    assert np.isnan(c[:, 3]).all() and not np.isnan(np.delete(c, 3, axis=1)).any()
 
 
 def test_the_gpu_check_corpus_covers_every_step_kind():
