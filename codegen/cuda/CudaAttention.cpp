@@ -241,6 +241,38 @@ __device__ __forceinline__ void tf_attention_row_terms(const TfAttentionArgs &a,
   }
 }
 
+// One key block's step of a query row's online softmax, from the scores s
+// of the row this thread holds (keys g, g + TPR, ...; -inf where hidden)
+// and the row's running max m and sum l: each probability (after dropout)
+// goes to store(x, p) as soon as it is made (held in registers until the
+// block's last, the f32 forward's spilled), and the new statistics come back
+// with the factor that rescales the row's output so far. A row that has
+// seen only hidden keys adds nothing (exp(-inf - -inf) would be NaN).
+struct TfAttentionRowStats {
+  float m, l, alpha;
+};
+template <int TPR, int COLS, typename Store>
+__device__ __forceinline__ TfAttentionRowStats tf_attention_online_softmax(
+    const TfAttentionArgs &a, unsigned long long seed, long long b, long long h, long long i,
+    long long j0, int g, const float (&s)[COLS], float m, float l, Store store) {
+  float blockMax = TF_ATTENTION_NEG_INF;
+#pragma unroll
+  for (int x = 0; x < COLS; ++x)
+    blockMax = fmaxf(blockMax, s[x]);
+  const float mNew = fmaxf(m, tf_attention_group_max<TPR>(blockMax));
+  const float alpha = mNew == TF_ATTENTION_NEG_INF ? 1.0f : expf(m - mNew);
+  float sum = 0.0f;
+#pragma unroll
+  for (int x = 0; x < COLS; ++x) {
+    float p = mNew == TF_ATTENTION_NEG_INF ? 0.0f : expf(s[x] - mNew);
+    sum += p; // the softmax's sum is of the probabilities before dropout
+    if (a.dropoutP > 0 && p != 0.0f)
+      p *= tf_attention_keep(a, seed, b, h, i, j0 + g + x * TPR);
+    store(x, p);
+  }
+  return {mNew, l * alpha + tf_attention_group_sum<TPR>(sum), alpha};
+}
+
 // --- tensor cores (16-bit operands, sm_80 and later) ----------------------
 //
 // The same three kernels with every product on warp matrix operations
@@ -400,29 +432,23 @@ __device__ __forceinline__ void tf_attention_forward_mma(const TfAttentionArgs &
     tf_attention_scores_mma<T, DMAX, BM, BN>(a, sh.qs, sh.kv, nullptr, nullptr, sh.sp.s,
                                              nullptr);
     __syncthreads();
-    float s[COLS], blockMax = TF_ATTENTION_NEG_INF;
+    float s[COLS];
 #pragma unroll
     for (int x = 0; x < COLS; ++x) {
       const int c = g + x * TPR;
       s[x] = row && j0 + c < a.keys ? tf_attention_score<T>(a, sh.sp.s[r][c], b, h, i, j0 + c)
                                     : TF_ATTENTION_NEG_INF;
-      blockMax = fmaxf(blockMax, s[x]);
     }
-    const float mNew = fmaxf(m, tf_attention_group_max<TPR>(blockMax));
-    const float alpha = mNew == TF_ATTENTION_NEG_INF ? 1.0f : expf(m - mNew);
+    // The probabilities wait in s: the scores they overwrite in shared
+    // memory are still being read by other threads.
+    const TfAttentionRowStats stats = tf_attention_online_softmax<TPR>(
+        a, seed, b, h, i, j0, g, s, m, l, [&](int x, float p) { s[x] = p; });
+    const float alpha = stats.alpha;
+    m = stats.m, l = stats.l;
     __syncthreads(); // every score is read: the probabilities overwrite them
-    float sum = 0.0f;
 #pragma unroll
-    for (int x = 0; x < COLS; ++x) {
-      const int c = g + x * TPR;
-      float p = mNew == TF_ATTENTION_NEG_INF ? 0.0f : expf(s[x] - mNew);
-      sum += p; // the softmax's sum is of the probabilities before dropout
-      if (a.dropoutP > 0 && p != 0.0f)
-        p *= tf_attention_keep(a, seed, b, h, i, j0 + c);
-      sh.sp.p[r][c] = tf_attention_narrow<T>(p);
-    }
-    l = l * alpha + tf_attention_group_sum<TPR>(sum);
-    m = mNew;
+    for (int x = 0; x < COLS; ++x)
+      sh.sp.p[r][g + x * TPR] = tf_attention_narrow<T>(s[x]);
     for (int d = g; d < DMAX; d += TPR)
       sh.o[r][d] *= alpha;
     tf_attention_load16<DMAX + 8, BN>(sh.kv, v, j0, a.keys, a.valueDim, DMAX); // K is read
@@ -638,7 +664,7 @@ __device__ __forceinline__ void tf_attention_forward(const TfAttentionArgs &a) {
     __syncthreads(); // the previous block's V is read
     tf_attention_load<DMAX, BN>(kv, k, j0, a.keys, a.headDim);
     __syncthreads();
-    float s[COLS], blockMax = TF_ATTENTION_NEG_INF;
+    float s[COLS];
 #pragma unroll
     for (int x = 0; x < COLS; ++x) {
       const int c = g + x * TPR;
@@ -649,24 +675,12 @@ __device__ __forceinline__ void tf_attention_forward(const TfAttentionArgs &a) {
           dot += qs[r][d] * kv[c][d];
         s[x] = tf_attention_score<T>(a, dot, b, h, i, j0 + c);
       }
-      blockMax = fmaxf(blockMax, s[x]);
     }
-    const float mNew = fmaxf(m, tf_attention_group_max<TPR>(blockMax));
-    // A row that has seen only hidden keys adds nothing (exp(-inf - -inf)
-    // would be NaN).
-    const float alpha = mNew == TF_ATTENTION_NEG_INF ? 1.0f : expf(m - mNew);
-    float sum = 0.0f;
-#pragma unroll
-    for (int x = 0; x < COLS; ++x) {
-      const int c = g + x * TPR;
-      float p = mNew == TF_ATTENTION_NEG_INF ? 0.0f : expf(s[x] - mNew);
-      sum += p; // the softmax's sum is of the probabilities before dropout
-      if (a.dropoutP > 0 && p != 0.0f)
-        p *= tf_attention_keep(a, seed, b, h, i, j0 + c);
-      ps[r][c] = tf_attention_round<T>(p);
-    }
-    l = l * alpha + tf_attention_group_sum<TPR>(sum);
-    m = mNew;
+    const TfAttentionRowStats stats = tf_attention_online_softmax<TPR>(
+        a, seed, b, h, i, j0, g, s, m, l,
+        [&](int x, float p) { ps[r][g + x * TPR] = tf_attention_round<T>(p); });
+    const float alpha = stats.alpha;
+    m = stats.m, l = stats.l;
     __syncthreads(); // K is read
     tf_attention_load<DMAX, BN>(kv, v, j0, a.keys, a.valueDim);
     __syncthreads();
