@@ -51,6 +51,12 @@ def main():
           f"replica_spread {spread:.3g} compiled {stats.compiled} partitioned "
           f"{stats.partitioned} eager {stats.eager} unsupported {len(stats.unsupported)}",
           flush=True)
+    # Shut down in order: the DDP wrappers (their reducers hold the process
+    # group) go first, and no rank tears its group down while the other may
+    # still be in a collective (an abort at exit, std::terminate on a
+    # joinable thread, was seen once after every check had passed).
+    del compiled, eager
+    dist.barrier()
     dist.destroy_process_group()
     return 0
 
