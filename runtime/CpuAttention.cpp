@@ -252,10 +252,9 @@ void bf16Product(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const uint16
 
 /// C[m x n] (leading dimension ldc) += op(A) op(B), f32, on this thread.
 /// A transposed (dV += P^T dO, dK += dS^T Q) goes to blockProduct, which
-/// reads A^T in place: 15% under oneDNN's time for [512 x 256]^T [256 x 64]
-/// alone, the backward 6-9% faster (bench/results/2026-12-06-attention-
-/// block-products.md); oneDNN's kernels are as fast or faster for the
-/// others. Else oneDNN's matmul with a sum post-op where it takes the shape
+/// reads A^T in place: 1.14x oneDNN's speed for [512 x 256]^T [256 x 64]
+/// alone, the backward 1.12x (bench/results/2026-12-06-attention-block-
+/// products.md); oneDNN's kernels are as fast or faster for the others. Else oneDNN's matmul with a sum post-op where it takes the shape
 /// (its JIT kernels read the operands in place, where OpenBLAS packs them
 /// first), else the BLAS.
 void accumulateProduct(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float *a,

@@ -136,10 +136,9 @@ def test_16bit_products_run_on_tensor_cores_from_sm80():
 
     for arch in ARCHS:
         for dtype in ("bf16", "f16"):
-            text = ptx(dtype, arch)
+            bodies = {b.split("(", 1)[0].strip(): b for b in ptx(dtype, arch).split(".entry ")[1:]}
             for kernel in ("forward", "key_grads", "query_grads"):
-                entry = text.index(f".entry tf_attention_{kernel}_{dtype}_d64")
-                body = text[entry:text.find(".entry", entry + 1) % (len(text) + 1)]
+                body = bodies[f"tf_attention_{kernel}_{dtype}_d64"]
                 # Operands loaded as 16-bit matrices, multiplied into f32.
                 assert re.search(rf"wmma\.load\.a\.sync\.aligned\.\w+\.m16n16k16\.(shared\.)?"
                                  rf"{dtype}\b", body), (arch, dtype, kernel)
