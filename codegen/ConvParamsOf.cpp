@@ -9,14 +9,23 @@ using namespace mlir;
 using namespace tilefuse;
 
 namespace {
-ArrayRef<int64_t> shapeOf(Value v) { return llvm::cast<RankedTensorType>(v.getType()).getShape(); }
+SmallVector<int64_t> shapeOf(Value v) {
+  return SmallVector<int64_t>(llvm::cast<RankedTensorType>(v.getType()).getShape());
+}
 
 /// The window attributes shared by the three ops, and the sizes the
-/// input [N, C, S...], weight [O, C/g, K...] and output [N, O, Q...] give.
+/// input [N, C, S...], weight [O, C/g, K...] and output [N, O, Q...] give
+/// (activations given channels-last, [N, S..., C], when the op says so).
 template <typename OpTy>
-ConvParams paramsOf(OpTy op, ArrayRef<int64_t> input, ArrayRef<int64_t> weight,
-                    ArrayRef<int64_t> output) {
+ConvParams paramsOf(OpTy op, SmallVector<int64_t> input, ArrayRef<int64_t> weight,
+                    SmallVector<int64_t> output) {
   ConvParams p;
+  p.channelsLast = op.getChannelsLast();
+  if (p.channelsLast)
+    for (SmallVector<int64_t> *shape : {&input, &output}) {
+      int64_t channels = shape->pop_back_val();
+      shape->insert(shape->begin() + 1, channels);
+    }
   p.spatial = int32_t(input.size() - 2);
   p.batch = input[0], p.channels = input[1], p.outChannels = weight[0];
   p.groups = int64_t(op.getGroups());

@@ -408,10 +408,9 @@ private:
         slotBuffers(reductions, name, column ? Shape{slices, keptElements} : Shape{slices});
     Step partial = splitStep(ks->first, fusion, name + " (partial)", slots);
     Step combine = splitStep(ks->second, fusion, name + " (combine)", slots);
-    // A full reduction's partial kernel stores its domain-sized results.
-    SmallVector<unsigned> early;
-    if (!column)
-      early = partialKernelResults(fusion);
+    // The partial kernel stores the domain-sized results its walk computes.
+    SmallVector<unsigned> early =
+        column ? columnPartialKernelResults(fusion) : partialKernelResults(fusion);
     for (unsigned i : early)
       partial.buffers.push_back(result(*fusion, i));
     partial.outputs = int(slots.size() + early.size());

@@ -359,7 +359,8 @@ std::string compileSettings() {
   std::string settings;
   for (const char *name : {"TILEFUSE_REMATERIALIZE", "TILEFUSE_MEMORY_PLAN",
                            "TILEFUSE_FUSED_ATTENTION", "TILEFUSE_CONV_EPILOGUES",
-                           "TILEFUSE_ATTENTION_16BIT", "TILEFUSE_GROUPED_GEMM"})
+                           "TILEFUSE_ATTENTION_16BIT", "TILEFUSE_GROUPED_GEMM",
+                           "TILEFUSE_CHANNELS_LAST"})
     if (const char *v = std::getenv(name))
       settings += std::string(" ") + name + "=" + v;
   return settings;

@@ -101,7 +101,7 @@ private:
     return e.builder().create<ConvGradInputOp>(
         e.location(), gy, weight, like.getStridesAttr(), like.getPaddingLowAttr(),
         like.getPaddingHighAttr(), like.getDilationAttr(), like.getGroupsAttr(),
-        e.builder().getDenseI64ArrayAttr(spatial));
+        e.builder().getDenseI64ArrayAttr(spatial), e.builder().getBoolAttr(false));
   }
   /// The cotangent of weight `w` (its kernel size) from input `x` and `gy`.
   template <typename OpTy> Value convGradWeight(OpTy like, Value x, Value gy, Value w) {
@@ -109,7 +109,7 @@ private:
     return e.builder().create<ConvGradWeightOp>(
         e.location(), x, gy, like.getStridesAttr(), like.getPaddingLowAttr(),
         like.getPaddingHighAttr(), like.getDilationAttr(), like.getGroupsAttr(),
-        e.builder().getDenseI64ArrayAttr(kernel));
+        e.builder().getDenseI64ArrayAttr(kernel), e.builder().getBoolAttr(false));
   }
 
 public:
@@ -213,6 +213,11 @@ Value ReverseBuilder::unslice(Value g, ArrayRef<int64_t> start,
 }
 
 LogicalResult ReverseBuilder::visit(Operation *op, Value g) {
+  // The rules below are written for channels-first convolutions; the
+  // channels-last form is a layout fusion chooses after differentiation.
+  if (auto last = op->getAttrOfType<BoolAttr>("channels_last"); last && last.getValue())
+    return op->emitOpError("has channels-last activations, a layout fusion chooses after "
+                           "differentiation; differentiate the channels-first form");
   bool handled = true;
   llvm::TypeSwitch<Operation *>(op)
       .Case([&](AddOp o) {

@@ -111,8 +111,9 @@ std::pair<StringRef, Value> activationOf(Value v) {
 /// when there is nothing to fold.
 bool foldEpilogue(ConvOp conv) {
   auto type = llvm::cast<RankedTensorType>(conv.getType());
-  if (!type.getElementType().isF32())
-    return false; // autocast's 16-bit chains cast in between
+  if (!type.getElementType().isF32() || conv.getChannelsLast())
+    return false; // autocast's 16-bit chains cast in between; channels sit
+                  // at dimension 1 only channels-first
   int64_t channels = type.getDimSize(1);
   // Match first, building nothing: a chain that turns out empty leaves the
   // IR untouched.

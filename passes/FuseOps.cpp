@@ -510,6 +510,11 @@ LogicalResult tilefuse::fuseFunction(func::FuncOp func, const TargetInfo &target
     padConvolutionsSymmetrically(func);
   if (target.convolutionAppliesEpilogues())
     foldConvolutionEpilogues(func, target);
+  // TILEFUSE_CHANNELS_LAST=0 keeps the graph's layouts (to compare).
+  const char *channelsLast = std::getenv("TILEFUSE_CHANNELS_LAST");
+  if (target.convolutionPrefersChannelsLast() &&
+      !(channelsLast && std::string(channelsLast) == "0"))
+    layOutChannelsLast(func);
   // stop_gradient only matters to differentiation, which is done by now.
   SmallVector<StopGradientOp> identities(func.getBody().front().getOps<StopGradientOp>());
   for (StopGradientOp op : identities) {
@@ -538,6 +543,13 @@ LogicalResult tilefuse::fuseFunction(func::FuncOp func, const TargetInfo &target
              << ", whose convolutions apply no epilogue; write graph.conv followed by the "
                 "bias and activation ops (fusion runs them as a kernel)";
     if (llvm::isa<ConvOp, ConvBiasActOp, ConvGradInputOp, ConvGradWeightOp>(op)) {
+      auto last = op.getAttrOfType<BoolAttr>("channels_last");
+      if (last && last.getValue() &&
+          !target.convolutionPrefersChannelsLast())
+        return op.emitOpError("has channels-last activations, which ")
+               << target.name()
+               << "'s convolutions do not take; write it channels-first (fusion chooses the "
+                  "layout each target runs best)";
       if (!target.hasLibraryConvolution())
         return op.emitOpError("has no kernels for ")
                << target.name()

@@ -56,6 +56,16 @@ void padConvolutionsSymmetrically(mlir::func::FuncOp func);
 /// none with TILEFUSE_CONV_EPILOGUES=0.
 int foldConvolutionEpilogues(mlir::func::FuncOp func, const TargetInfo &target);
 
+/// Every convolution of `func` given channels-last activations
+/// ([N, S..., C]), and that layout carried through the ops that read and
+/// produce them wherever an op can take it as it is (elementwise ops,
+/// broadcasts, reductions, slices, concats, transposes, reshapes keeping
+/// the moved dimensions together): transposes remain where values enter or
+/// leave such a region. For targets whose convolutions run fastest that way
+/// (TargetInfo::convolutionPrefersChannelsLast), except with
+/// TILEFUSE_CHANNELS_LAST=0. Returns how many convolutions changed layout.
+int layOutChannelsLast(mlir::func::FuncOp func);
+
 /// Groups the primitive graph ops of `func` into graph.fusion kernels (see
 /// FuseOpsPass in Passes.td). With `remarks`, every refused fusion is
 /// reported as a remark naming the reason.

@@ -157,6 +157,24 @@ def RematerializePass : Pass<"rematerialize", "mlir::ModuleOp"> {
   let dependentDialects = ["::tilefuse::graph::GraphDialect"];
 }
 
+def LayOutChannelsLastPass : Pass<"lay-out-channels-last", "mlir::ModuleOp"> {
+  let summary = "Give convolutions channels-last activations and carry that layout around them";
+  let description = [{
+    Every graph.conv, conv_bias_act, conv_grad_input and conv_grad_weight
+    gets `channels_last` activations ([N, S..., C]); values around them
+    take the same layout wherever their ops can run on it as they are:
+    elementwise ops, broadcasts (a per-channel vector lands on the innermost
+    dimension), reductions (batch-norm statistics over N, S...: the kept
+    channels innermost), slices, concats (skip connections), transposes
+    (cancelled where they undo the layout) and reshapes that move whole
+    groups of dimensions in order (upsampling's interleave). A value needed
+    in another layout is transposed once (a view fusion reads through).
+    The fuse pass runs it on targets whose convolutions prefer the layout
+    (oneDNN on the CPU), unless TILEFUSE_CHANNELS_LAST=0.
+  }];
+  let dependentDialects = ["::tilefuse::graph::GraphDialect"];
+}
+
 #endif // TILEFUSE_PASSES
 
 def RecognizeAttentionPass : Pass<"recognize-attention", "mlir::ModuleOp"> {

@@ -109,6 +109,9 @@ public:
   bool hasGroupedGemm() const override { return true; }
   bool hasLibrarySort() const override { return true; }
   bool hasLibraryConvolution() const override { return true; }
+  // oneDNN's direct kernels read and write [N, S..., C] as it is; the
+  // channels-first layout costs a reorder on each side of every call.
+  bool convolutionPrefersChannelsLast() const override { return true; }
   // oneDNN's bias argument and eltwise post-ops (runtime/CpuDnnl.cpp),
   // except on a 1x1 stride-1 convolution: the executor runs it on the
   // plain layouts, where oneDNN's GEMM-based convolution applies an

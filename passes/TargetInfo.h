@@ -85,6 +85,10 @@ public:
   /// (cuDNN's legacy API takes one padding per dimension; oneDNN two):
   /// fusion then writes the unequal part out (padConvolutionsSymmetrically).
   virtual bool convolutionPadsSymmetrically() const { return false; }
+  /// Whether the library's convolutions run fastest on channels-last
+  /// activations ([N, S..., C]): fusion then lays the convolutions and the
+  /// ops around them out that way (layOutChannelsLast).
+  virtual bool convolutionPrefersChannelsLast() const { return false; }
   /// Whether the library applies a per-channel bias and an activation to
   /// graph.conv `conv`'s output while it writes it (oneDNN's bias and
   /// post-ops) faster than a kernel after it: fusion then folds such an

@@ -25,10 +25,13 @@ namespace tilefuse {
 /// with `spatial` (1 to 3) entries in each array, output[i] =
 /// (input[i] + padLow[i] + padHigh[i] - dilation[i] (kernel[i] - 1) - 1) /
 /// stride[i] + 1. Output channel o reads the input channels of its group
-/// o / (outChannels / groups).
+/// o / (outChannels / groups). With `channelsLast` the input and the
+/// output (and their gradients) hold their channels innermost instead:
+/// [batch, input..., channels] and [batch, output..., outChannels].
 struct ConvParams {
   int32_t spatial = 2;
   int64_t batch = 1, channels = 1, outChannels = 1, groups = 1;
+  bool channelsLast = false;
   std::array<int64_t, 3> input{}, kernel{}, output{}, stride{1, 1, 1}, padLow{}, padHigh{},
       dilation{1, 1, 1};
 
@@ -75,14 +78,19 @@ template <typename Tap> void forEachConvTap(const ConvParams &p, Tap &&tap) {
   const int64_t inVolume = in[0] * in[1] * in[2], kVolume = k[0] * k[1] * k[2];
   const int64_t outVolume = out[0] * out[1] * out[2];
   const int64_t perGroupIn = p.channels / p.groups, perGroupOut = p.outChannels / p.groups;
+  // Where element (image n, channel c, spatial offset s) of an activation
+  // with `channels` channels over `volume` positions lies.
+  auto at = [&](int64_t n, int64_t c, int64_t s, int64_t channels, int64_t volume) {
+    return p.channelsLast ? (n * volume + s) * channels + c : (n * channels + c) * volume + s;
+  };
   for (int64_t n = 0; n < p.batch; ++n)
     for (int64_t oc = 0; oc < p.outChannels; ++oc) {
       const int64_t group = oc / perGroupOut;
       for (int64_t o0 = 0; o0 < out[0]; ++o0)
         for (int64_t o1 = 0; o1 < out[1]; ++o1)
           for (int64_t o2 = 0; o2 < out[2]; ++o2) {
-            const int64_t outIndex = (n * p.outChannels + oc) * outVolume +
-                                     (o0 * out[1] + o1) * out[2] + o2;
+            const int64_t outIndex =
+                at(n, oc, (o0 * out[1] + o1) * out[2] + o2, p.outChannels, outVolume);
             for (int64_t ic = 0; ic < perGroupIn; ++ic) {
               const int64_t channel = group * perGroupIn + ic;
               for (int64_t k0 = 0; k0 < k[0]; ++k0) {
@@ -97,7 +105,7 @@ template <typename Tap> void forEachConvTap(const ConvParams &p, Tap &&tap) {
                     int64_t i2 = o2 * stride[2] - pad[2] + k2 * dil[2];
                     if (i2 < 0 || i2 >= in[2])
                       continue;
-                    tap((n * p.channels + channel) * inVolume + (i0 * in[1] + i1) * in[2] + i2,
+                    tap(at(n, channel, (i0 * in[1] + i1) * in[2] + i2, p.channels, inVolume),
                         (oc * perGroupIn + ic) * kVolume + (k0 * k[1] + k1) * k[2] + k2,
                         outIndex);
                   }
@@ -153,31 +161,34 @@ struct ConvEpilogue {
   bool empty() const { return !bias && activation == ConvActivation::None; }
 };
 
-/// The epilogue of one output plane (`n` values of one image's channel):
-/// *bias (when given) added, then the activation.
-template <typename T>
-void convEpiloguePlane(T *plane, int64_t n, const T *bias, ConvActivation activation) {
-  for (int64_t i = 0; i < n; ++i) {
-    T v = bias ? plane[i] + *bias : plane[i];
-    if (activation == ConvActivation::Relu)
-      v = v <= T(0) ? T(0) : v;
-    else if (activation == ConvActivation::Silu)
-      v = v * (T(1) / (T(1) + std::exp(-v)));
-    plane[i] = v;
-  }
+/// The epilogue of one value: `bias` (when given) added, then the
+/// activation, as the graph ops it replaces define them (relu keeps NaN;
+/// silu is x * sigmoid(x)).
+template <typename T> T convEpilogueOf(T v, const T *bias, ConvActivation activation) {
+  if (bias)
+    v += *bias;
+  if (activation == ConvActivation::Relu)
+    return v <= T(0) ? T(0) : v;
+  if (activation == ConvActivation::Silu)
+    return v * (T(1) / (T(1) + std::exp(-v)));
+  return v;
 }
 
-/// graph.conv_bias_act's epilogue over a forward convolution's output:
-/// bias[o] (when given) added to channel o, then the activation, as the
-/// graph ops it replaces define them (relu keeps NaN; silu is
-/// x * sigmoid(x)).
+/// graph.conv_bias_act's epilogue over `count` images of a forward
+/// convolution's output from image `first` on (rows of `p.outChannels`
+/// values when channels-last, planes of one channel otherwise): bias[o]
+/// (when given) added to channel o, then the activation.
 template <typename T>
-void convEpilogue(const ConvParams &p, const T *bias, ConvActivation activation, T *out) {
-  const int64_t plane = p.volume(p.output);
-  for (int64_t n = 0; n < p.batch; ++n)
-    for (int64_t o = 0; o < p.outChannels; ++o)
-      convEpiloguePlane(out + (n * p.outChannels + o) * plane, plane,
-                        bias ? bias + o : nullptr, activation);
+void convEpilogue(const ConvParams &p, const T *bias, ConvActivation activation, T *out,
+                  int64_t first = 0, int64_t count = -1) {
+  const int64_t plane = p.volume(p.output), channels = p.outChannels;
+  const int64_t end = count < 0 ? p.batch : first + count;
+  for (int64_t n = first; n < end; ++n)
+    for (int64_t i = 0; i < plane * channels; ++i) {
+      int64_t o = p.channelsLast ? i % channels : i / plane;
+      T &v = out[n * plane * channels + i];
+      v = convEpilogueOf(v, bias ? bias + o : nullptr, activation);
+    }
 }
 
 } // namespace tilefuse

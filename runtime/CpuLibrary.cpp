@@ -364,18 +364,14 @@ void cpu::conv(const Step &s, DType dtype, const void *a, const void *b, void *o
   const ConvParams &p = s.conv;
   if (!epilogue.empty()) {
     // This oneDNN applies no epilogue (or runs no convolution here): the
-    // convolution, then the epilogue, one (batch, channel) plane per task.
+    // convolution, then the epilogue, one image per task.
     Step plain = s;
     plain.epilogue.clear();
     conv(plain, dtype, a, b, out, chain);
-    int64_t plane = p.volume(p.output);
-    ThreadPool::global().parallelFor(
-        p.batch * p.outChannels, 1, [&](int64_t begin, int64_t end) {
-          for (int64_t i = begin; i < end; ++i)
-            convEpiloguePlane(static_cast<float *>(out) + i * plane, plane,
-                              epilogue.bias ? epilogue.bias + i % p.outChannels : nullptr,
-                              epilogue.activation);
-        });
+    ThreadPool::global().parallelFor(p.batch, 1, [&](int64_t begin, int64_t end) {
+      convEpilogue(p, epilogue.bias, epilogue.activation, static_cast<float *>(out), begin,
+                   end - begin);
+    });
     return;
   }
   if (dtype == DType::F32) { // the definition's loops, on one thread

@@ -436,6 +436,13 @@ void CudaExecutor::acquire(const std::vector<std::pair<std::string, std::string>
                          " is a grouped GEMM step, which runs on the CPU only; compile the "
                          "program for the CUDA target (it writes grouped products as dense "
                          "ones)");
+  for (const Step &st : prog.steps)
+    if (isConvolution(st) && st.conv.channelsLast)
+      // Fusion chooses channels-last activations for the CPU's library
+      // only; cuDNN is given the channels-first ones.
+      throw CompileError("CUDA executor: " + st.source +
+                         " is a channels-last convolution, which runs on the CPU only; "
+                         "compile the program for the CUDA target");
   bool needsLibrary = std::any_of(prog.steps.begin(), prog.steps.end(), [](const Step &st) {
     return st.kind == Step::Kind::Gather || st.kind == Step::Kind::ScatterAdd;
   });

@@ -142,6 +142,7 @@ std::string tilefuse::serializeProgram(const Program &p) {
     w.put<int32_t>(c.spatial);
     for (int64_t v : {c.batch, c.channels, c.outChannels, c.groups})
       w.put<int64_t>(v);
+    w.put<uint8_t>(c.channelsLast);
     for (const std::array<int64_t, 3> *a3 : {&c.input, &c.kernel, &c.output, &c.stride,
                                              &c.padLow, &c.padHigh, &c.dilation})
       for (int64_t v : *a3)
@@ -277,6 +278,7 @@ Program tilefuse::deserializeProgram(const std::string &bytes) {
     c.spatial = r.get<int32_t>("a convolution rank");
     for (int64_t *v : {&c.batch, &c.channels, &c.outChannels, &c.groups})
       *v = r.get<int64_t>("a convolution size");
+    c.channelsLast = r.get<uint8_t>("a convolution layout") != 0;
     for (std::array<int64_t, 3> *a3 : {&c.input, &c.kernel, &c.output, &c.stride, &c.padLow,
                                        &c.padHigh, &c.dilation})
       for (int64_t &v : *a3)

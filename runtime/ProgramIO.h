@@ -19,7 +19,7 @@
 
 namespace tilefuse {
 
-constexpr uint32_t kProgramFormatVersion = 11;
+constexpr uint32_t kProgramFormatVersion = 12;
 
 std::string serializeProgram(const Program &program);
 /// Throws CompileError for anything that is not a valid program of this

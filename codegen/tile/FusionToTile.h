@@ -64,6 +64,10 @@ lowerSplitReduction(graph::FusionOp fusion, llvm::ArrayRef<mlir::Operation *> re
 /// kernel's reduced dimensions and reads no other reduction's result.
 /// Empty otherwise.
 llvm::SmallVector<mlir::Operation *> columnSplittableReductions(graph::FusionOp fusion);
+/// The results of a split column reduction its partial kernel stores (of
+/// the domain's shape, reading no reduction: computed by its walk); the
+/// combine kernel stores the others.
+llvm::SmallVector<unsigned> columnPartialKernelResults(graph::FusionOp fusion);
 /// Whether the partial kernel of a split column reduction walks slices of
 /// whole rows, all kept elements accumulated in scratch (the target has the
 /// scratch for them), rather than one block of kept elements per program.

@@ -427,10 +427,13 @@ std::optional<mlir::FailureOr<mlir::Value>> oneHotPick(KernelEmitter &e, mlir::O
 /// The combine kernel of a split column reduction, or of a row kernel's
 /// column sums (SplitReduceToTile.cpp): folds the `chunks` slices of each
 /// reduction's slots for a block of kept elements and stores `yields`, the
-/// results it computes (null: all of them).
+/// results it computes (null: all of them). The kept elements are the
+/// fusion's, or with `yields` and not `keptOfFusion` a row kernel's
+/// columns (every dimension but the innermost reduced).
 mlir::LogicalResult emitColumnCombine(KernelEmitter &e, int64_t chunks,
                                       llvm::ArrayRef<mlir::Operation *> reductions,
-                                      const llvm::SmallVector<unsigned> *yields = nullptr);
+                                      const llvm::SmallVector<unsigned> *yields = nullptr,
+                                      bool keptOfFusion = false);
 
 // --- kernels ---------------------------------------------------------------------
 

@@ -110,6 +110,23 @@ static bool isTotalOf(Operation *op, FusionOp fusion) {
          int64_t(dims.size()) == int64_t(fusion.getDomain().size());
 }
 
+/// A result of the domain's shape that reads no reduction: the partial
+/// kernel of a split column reduction stores it where its walk computes it
+/// (a batch norm's normalised output beside the next statistics).
+static bool isColumnWalkResult(Value v, FusionOp fusion) {
+  return ArrayRef<int64_t>(shapeOf(v)) == fusion.getDomain() && !readsReduction(v);
+}
+
+/// The results of split column reduction `fusion` its partial kernel
+/// stores (isColumnWalkResult), or those its combine kernel stores.
+static SmallVector<unsigned> columnResults(FusionOp fusion, bool walk) {
+  SmallVector<unsigned> out;
+  for (auto [i, v] : llvm::enumerate(fusion.getBody().front().getTerminator()->getOperands()))
+    if (isColumnWalkResult(v, fusion) == walk)
+      out.push_back(unsigned(i));
+  return out;
+}
+
 /// One program per slice of rows, walking its rows in memory order: every
 /// block of every row is read once, contiguously, and folded into
 /// accumulators for all kept elements kept in scratch rows. (A program per
@@ -117,7 +134,8 @@ static bool isTotalOf(Operation *op, FusionOp fusion) {
 /// a new page per row, and each row fetched by every block's program.)
 static LogicalResult emitColumnPartialByRows(KernelEmitter &e, int64_t n,
                                              ArrayRef<Operation *> reductions,
-                                             const KeptSpace &ks) {
+                                             const KeptSpace &ks,
+                                             ArrayRef<unsigned> walkResults) {
   OpBuilder &b = e.b;
   Location loc = e.loc;
   int64_t block = e.block;
@@ -217,7 +235,7 @@ static LogicalResult emitColumnPartialByRows(KernelEmitter &e, int64_t n,
                                 return failure();
                               next.push_back(e.accumulate(op, acc[k], e.toBlock(*v)));
                             }
-                            return success();
+                            return e.storeDomainOutputs(walkResults, rc);
                           },
                           &sums)))
                     return failure();
@@ -260,12 +278,13 @@ static LogicalResult emitColumnPartial(KernelEmitter &e, int64_t n,
   FusionOp fusion = e.fusion;
   func::FuncOp kernel = e.kernel;
   const TargetInfo &target = e.target;
-  e.bindArguments(0, /*partial=*/true);
+  SmallVector<unsigned> walkResults = columnResults(fusion, /*walk=*/true);
+  e.bindArguments(reductions.size(), /*partial=*/walkResults.empty(), &walkResults);
   Block &entry = kernel.getBody().front();
   unsigned firstSlot = fusion.getBody().front().getNumArguments();
   KeptSpace ks = e.keptSpace();
   if (ks.lanesKept && columnPartialWalksRows(fusion, reductions, target))
-    return emitColumnPartialByRows(e, n, reductions, ks);
+    return emitColumnPartialByRows(e, n, reductions, ks, walkResults);
   kernel->setAttr(tile::kGridAttr, b.getI64IntegerAttr(ks.programs * n));
   Value pid = b.create<tile::ProgramIdOp>(loc, b.getI64Type());
   e.chunkId = e.divS(pid, ks.programs);
@@ -291,7 +310,7 @@ static LogicalResult emitColumnPartial(KernelEmitter &e, int64_t n,
                 return failure();
               yield.push_back(e.accumulate(op, acc[k], e.toBlock(*v)));
             }
-            return success();
+            return e.storeDomainOutputs(walkResults, cc);
           },
           &folded)))
     return failure();
@@ -389,7 +408,8 @@ static LogicalResult combineTotal(KernelEmitter &e, int64_t n, Operation *op, Va
 
 LogicalResult tilegen::emitColumnCombine(KernelEmitter &e, int64_t n,
                                          ArrayRef<Operation *> reductions,
-                                         const SmallVector<unsigned> *yields) {
+                                         const SmallVector<unsigned> *yields,
+                                         bool keptOfFusion) {
   OpBuilder &b = e.b;
   Location loc = e.loc;
   FusionOp fusion = e.fusion;
@@ -401,7 +421,7 @@ LogicalResult tilegen::emitColumnCombine(KernelEmitter &e, int64_t n,
   SmallVector<int64_t> columnDims;
   for (int64_t d = 0; d + 1 < int64_t(fusion.getDomain().size()); ++d)
     columnDims.push_back(d);
-  KeptSpace ks = yields ? e.keptSpace(columnDims) : e.keptSpace();
+  KeptSpace ks = yields && !keptOfFusion ? e.keptSpace(columnDims) : e.keptSpace();
   kernel->setAttr(tile::kGridAttr, b.getI64IntegerAttr(ks.programs));
   Value pid = b.create<tile::ProgramIdOp>(loc, b.getI64Type());
   Coords dc = e.keptDomainCoords(ks, pid);
@@ -530,7 +550,8 @@ lowerSplit(FusionOp fusion, ArrayRef<Operation *> reductions, int64_t chunks, Mo
     return pointersTo(values);
   };
   if (column) {
-    combineArgs.append(pointersTo(fusion.getResults()));
+    partialArgs.append(resultsAt(columnResults(fusion, /*walk=*/true)));
+    combineArgs.append(resultsAt(columnResults(fusion, /*walk=*/false)));
   } else {
     partialArgs.append(resultsAt(partialKernelResults(fusion)));
     combineArgs.append(resultsAt(combineKernelResults(fusion)));
@@ -543,8 +564,11 @@ lowerSplit(FusionOp fusion, ArrayRef<Operation *> reductions, int64_t chunks, Mo
       createKernel(fusion, module, (name + "_combine").str(), combineArgs, combineBlock);
   KernelEmitter first(fusion, partial, block, target);
   KernelEmitter second(fusion, combine, combineBlock, target);
+  SmallVector<unsigned> combined = columnResults(fusion, /*walk=*/false);
   LogicalResult ok = column ? success(succeeded(emitColumnPartial(first, chunks, reductions)) &&
-                                      succeeded(emitColumnCombine(second, chunks, reductions)))
+                                      succeeded(emitColumnCombine(second, chunks, reductions,
+                                                                  &combined,
+                                                                  /*keptOfFusion=*/true)))
                             : success(succeeded(emitPartial(first, chunks, reductions)) &&
                                       succeeded(emitCombine(second, chunks, reductions)));
   if (failed(ok)) {
@@ -602,7 +626,8 @@ SmallVector<Operation *> tilefuse::columnSplittableReductions(FusionOp fusion) {
   Block &body = fusion.getBody().front();
   for (Value v : body.getTerminator()->getOperands()) {
     Operation *def = v.getDefiningOp();
-    if (squeezed(shapeOf(v)) != squeezed(keptShape) && !(def && isTotalOf(def, fusion)))
+    if (squeezed(shapeOf(v)) != squeezed(keptShape) && !(def && isTotalOf(def, fusion)) &&
+        !isColumnWalkResult(v, fusion))
       return none;
   }
   // Each folds exactly the kernel's reduced dimensions of a domain-shaped
@@ -619,6 +644,10 @@ SmallVector<Operation *> tilefuse::columnSplittableReductions(FusionOp fusion) {
   if (!independentReductions(body, accept, reductions))
     return none;
   return reductions;
+}
+
+SmallVector<unsigned> tilefuse::columnPartialKernelResults(FusionOp fusion) {
+  return columnResults(fusion, /*walk=*/true);
 }
 
 FailureOr<std::pair<func::FuncOp, func::FuncOp>>

@@ -102,6 +102,36 @@ LogicalResult checkGroups(Loc loc, StringRef op, int64_t channels, int64_t out,
   return success();
 }
 
+/// `t` in the channels-first form the rules are stated in: with
+/// `channelsLast`, its last dimension (the channels) moved to second.
+RankedTensorType channelsFirst(RankedTensorType t, bool channelsLast) {
+  if (!channelsLast || t.getRank() < 3)
+    return t;
+  SmallVector<int64_t> shape(t.getShape());
+  int64_t channels = shape.back();
+  shape.pop_back();
+  shape.insert(shape.begin() + 1, channels);
+  return RankedTensorType::get(shape, t.getElementType());
+}
+
+/// The inverse of channelsFirst: a channels-first type in the op's layout.
+Type inLayout(RankedTensorType t, bool channelsLast) {
+  if (!channelsLast)
+    return t;
+  SmallVector<int64_t> shape(t.getShape());
+  int64_t channels = shape[1];
+  shape.erase(shape.begin() + 1);
+  shape.push_back(channels);
+  return RankedTensorType::get(shape, t.getElementType());
+}
+
+/// Whether the op's activations are channels-last (an op built without
+/// the attribute is not: its adaptor then has no default to give).
+template <typename Adaptor> bool channelsLastOf(Adaptor &a) {
+  BoolAttr attr = a.getChannelsLastAttr();
+  return attr && attr.getValue();
+}
+
 template <typename Adaptor> Window windowOf(Adaptor &a) {
   return {a.getStrides(), a.getPaddingLow(), a.getPaddingHigh(), a.getDilation(),
           int64_t(a.getGroups())};
@@ -111,7 +141,8 @@ template <typename Adaptor> Window windowOf(Adaptor &a) {
 template <typename Adaptor>
 LogicalResult inferConvResult(Loc loc, StringRef name, Adaptor &adaptor,
                               SmallVectorImpl<Type> &out) {
-  auto x = llvm::cast<RankedTensorType>(adaptor.getLhs().getType());
+  bool last = channelsLastOf(adaptor);
+  auto x = channelsFirst(llvm::cast<RankedTensorType>(adaptor.getLhs().getType()), last);
   auto w = llvm::cast<RankedTensorType>(adaptor.getRhs().getType());
   Window window = windowOf(adaptor);
   if (failed(checkOperands(loc, name, x, w, "input [N, C, S...] and weight [O, C / groups, K...]")) ||
@@ -123,7 +154,7 @@ LogicalResult inferConvResult(Loc loc, StringRef name, Adaptor &adaptor,
     return failure();
   SmallVector<int64_t> shape = {x.getDimSize(0), w.getDimSize(0)};
   shape.append(q->begin(), q->end());
-  out.push_back(RankedTensorType::get(shape, x.getElementType()));
+  out.push_back(inLayout(RankedTensorType::get(shape, x.getElementType()), last));
   return success();
 }
 } // namespace
@@ -138,7 +169,7 @@ LogicalResult ConvBiasActOp::inferReturnTypes(MLIRContext *, Loc loc, Adaptor ad
   StringRef name = getOperationName();
   if (failed(inferConvResult(loc, name, adaptor, out)))
     return failure();
-  auto result = llvm::cast<RankedTensorType>(out.back());
+  auto result = channelsFirst(llvm::cast<RankedTensorType>(out.back()), channelsLastOf(adaptor));
   if (Value bias = adaptor.getBias()) {
     auto b = llvm::cast<RankedTensorType>(bias.getType());
     if (b.getRank() != 1 || b.getDimSize(0) != result.getDimSize(1) ||
@@ -156,7 +187,8 @@ LogicalResult ConvBiasActOp::inferReturnTypes(MLIRContext *, Loc loc, Adaptor ad
 LogicalResult ConvGradInputOp::inferReturnTypes(MLIRContext *, Loc loc, Adaptor adaptor,
                                                 SmallVectorImpl<Type> &out) {
   StringRef name = getOperationName();
-  auto g = llvm::cast<RankedTensorType>(adaptor.getLhs().getType());
+  bool last = channelsLastOf(adaptor);
+  auto g = channelsFirst(llvm::cast<RankedTensorType>(adaptor.getLhs().getType()), last);
   auto w = llvm::cast<RankedTensorType>(adaptor.getRhs().getType());
   Window window = windowOf(adaptor);
   ArrayRef<int64_t> spatial = adaptor.getInputSpatial();
@@ -180,15 +212,16 @@ LogicalResult ConvGradInputOp::inferReturnTypes(MLIRContext *, Loc loc, Adaptor 
                      " of an input of spatial size ", list(spatial));
   SmallVector<int64_t> shape = {g.getDimSize(0), channels};
   shape.append(spatial.begin(), spatial.end());
-  out.push_back(RankedTensorType::get(shape, g.getElementType()));
+  out.push_back(inLayout(RankedTensorType::get(shape, g.getElementType()), last));
   return success();
 }
 
 LogicalResult ConvGradWeightOp::inferReturnTypes(MLIRContext *, Loc loc, Adaptor adaptor,
                                                  SmallVectorImpl<Type> &out) {
   StringRef name = getOperationName();
-  auto x = llvm::cast<RankedTensorType>(adaptor.getLhs().getType());
-  auto g = llvm::cast<RankedTensorType>(adaptor.getRhs().getType());
+  bool last = channelsLastOf(adaptor);
+  auto x = channelsFirst(llvm::cast<RankedTensorType>(adaptor.getLhs().getType()), last);
+  auto g = channelsFirst(llvm::cast<RankedTensorType>(adaptor.getRhs().getType()), last);
   Window window = windowOf(adaptor);
   ArrayRef<int64_t> kernel = adaptor.getKernel();
   if (failed(checkOperands(loc, name, x, g, "input [N, C, S...] and grad [N, O, Q...]")) ||

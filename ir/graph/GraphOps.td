@@ -576,7 +576,12 @@ def Graph_AttentionGradOp : Graph_Op<"attention_grad", [InferTypeOpAdaptor, Attr
 // Convolution: an anchor op like matmul, executed by a library (oneDNN on
 // the CPU). The three ops share their window attributes: `strides`,
 // `padding_low`, `padding_high` and `dilation` have one entry per spatial
-// dimension (1 to 3), `groups` divides the channels.
+// dimension (1 to 3), `groups` divides the channels. With `channels_last`
+// the activations (input, output and their cotangents) hold their channels
+// innermost, `[N, S..., C]`; the weight stays `[O, C / groups, K...]`. Fusion
+// chooses that layout on targets whose library runs it without reorders
+// (passes/LayOutChannelsLast.cpp); the shape rules below are stated for the
+// default, channels-first form.
 class Graph_ConvLikeOp<string mnemonic> : Graph_Op<mnemonic, [InferTypeOpAdaptor]> {
   let results = (outs Graph_FloatTensor:$result);
   let assemblyFormat = "$lhs `,` $rhs attr-dict `:` functional-type(operands, results)";
@@ -603,7 +608,8 @@ def Graph_ConvOp : Graph_ConvLikeOp<"conv"> {
   let arguments = (ins Graph_FloatTensor:$lhs, Graph_FloatTensor:$rhs,
                        DenseI64ArrayAttr:$strides, DenseI64ArrayAttr:$padding_low,
                        DenseI64ArrayAttr:$padding_high, DenseI64ArrayAttr:$dilation,
-                       DefaultValuedAttr<I64Attr, "1">:$groups);
+                       DefaultValuedAttr<I64Attr, "1">:$groups,
+                       DefaultValuedAttr<BoolAttr, "false">:$channels_last);
 }
 
 def Graph_ConvBiasActOp : Graph_Op<"conv_bias_act", [InferTypeOpAdaptor]> {
@@ -634,7 +640,8 @@ def Graph_ConvBiasActOp : Graph_Op<"conv_bias_act", [InferTypeOpAdaptor]> {
                        DenseI64ArrayAttr:$strides, DenseI64ArrayAttr:$padding_low,
                        DenseI64ArrayAttr:$padding_high, DenseI64ArrayAttr:$dilation,
                        DefaultValuedAttr<I64Attr, "1">:$groups,
-                       DefaultValuedAttr<StrAttr, "\"none\"">:$activation);
+                       DefaultValuedAttr<StrAttr, "\"none\"">:$activation,
+                       DefaultValuedAttr<BoolAttr, "false">:$channels_last);
   let results = (outs Graph_FloatTensor:$result);
   let assemblyFormat = "$lhs `,` $rhs (`,` $bias^)? attr-dict `:` functional-type(operands, results)";
 }
@@ -652,7 +659,8 @@ def Graph_ConvGradInputOp : Graph_ConvLikeOp<"conv_grad_input"> {
                        DenseI64ArrayAttr:$strides, DenseI64ArrayAttr:$padding_low,
                        DenseI64ArrayAttr:$padding_high, DenseI64ArrayAttr:$dilation,
                        DefaultValuedAttr<I64Attr, "1">:$groups,
-                       DenseI64ArrayAttr:$input_spatial);
+                       DenseI64ArrayAttr:$input_spatial,
+                       DefaultValuedAttr<BoolAttr, "false">:$channels_last);
 }
 
 def Graph_ConvGradWeightOp : Graph_ConvLikeOp<"conv_grad_weight"> {
@@ -666,7 +674,8 @@ def Graph_ConvGradWeightOp : Graph_ConvLikeOp<"conv_grad_weight"> {
                        DenseI64ArrayAttr:$strides, DenseI64ArrayAttr:$padding_low,
                        DenseI64ArrayAttr:$padding_high, DenseI64ArrayAttr:$dilation,
                        DefaultValuedAttr<I64Attr, "1">:$groups,
-                       DenseI64ArrayAttr:$kernel);
+                       DenseI64ArrayAttr:$kernel,
+                       DefaultValuedAttr<BoolAttr, "false">:$channels_last);
 }
 
 def Graph_GatherOp : Graph_Op<"gather", [InferTypeOpAdaptor]> {

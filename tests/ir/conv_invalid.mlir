@@ -88,3 +88,14 @@ func.func @epilogue_activation(%x: tensor<1x2x6x6xf32>, %w: tensor<4x2x3x3xf32>)
   %y = graph.conv_bias_act %x, %w {strides = array<i64: 1, 1>, padding_low = array<i64: 0, 0>, padding_high = array<i64: 0, 0>, dilation = array<i64: 1, 1>, activation = "gelu"} : (tensor<1x2x6x6xf32>, tensor<4x2x3x3xf32>) -> tensor<1x4x4x4xf32>
   return %y : tensor<1x4x4x4xf32>
 }
+
+// -----
+
+// channels_last reads the channels from the last dimension: 4 here, where
+// the weight takes 3 (the message states the channels-first form).
+func.func @channels_last_channels(%x: tensor<2x9x9x4xf32>, %w: tensor<8x3x3x3xf32>) -> tensor<2x7x7x8xf32> {
+  // expected-error @+2 {{'graph.conv' op with 1 groups, expects input channels (4) and output channels (8) divisible by the groups and a weight 'tensor<8x3x3x3xf32>' of [O, C / groups, kernel...]}}
+  // expected-error @+1 {{failed to infer returned types}}
+  %y = graph.conv %x, %w {strides = array<i64: 1, 1>, padding_low = array<i64: 0, 0>, padding_high = array<i64: 0, 0>, dilation = array<i64: 1, 1>, channels_last = true} : (tensor<2x9x9x4xf32>, tensor<8x3x3x3xf32>) -> tensor<2x7x7x8xf32>
+  return %y : tensor<2x7x7x8xf32>
+}

@@ -1,4 +1,4 @@
-// RUN: tilefuse-opt %s --split-input-file --verify-diagnostics --fuse=target=cpu | FileCheck %s
+// RUN: env TILEFUSE_CHANNELS_LAST=0 tilefuse-opt %s --split-input-file --verify-diagnostics --fuse=target=cpu | FileCheck %s
 // On the CPU oneDNN applies a convolution's per-channel bias and its
 // activation while it writes the output: fusion folds a bias, an inference
 // batch norm (its scale into the weight, its shift into the bias) and a

@@ -63,3 +63,14 @@ func.func @epilogue(%x: tensor<1x2x6x6xf32>, %w: tensor<4x2x3x3xf32>, %b: tensor
   %y = graph.conv_bias_act %x, %w, %b {strides = array<i64: 1, 1>, padding_low = array<i64: 0, 0>, padding_high = array<i64: 0, 0>, dilation = array<i64: 1, 1>, activation = "relu"} : (tensor<1x2x6x6xf32>, tensor<4x2x3x3xf32>, tensor<4xf32>) -> tensor<1x4x4x4xf32>
   return %y : tensor<1x4x4x4xf32>
 }
+
+// -----
+
+// Channels-last activations are a layout fusion chooses for the CPU's
+// convolutions; cuDNN is given channels-first ones: refused with the way
+// out.
+func.func @channels_last(%x: tensor<1x6x6x2xf32>, %w: tensor<4x2x3x3xf32>) -> tensor<1x4x4x4xf32> {
+  // expected-error @+1 {{'graph.conv' op has channels-last activations, which cuda:sm_90's convolutions do not take; write it channels-first (fusion chooses the layout each target runs best)}}
+  %y = graph.conv %x, %w {strides = array<i64: 1, 1>, padding_low = array<i64: 0, 0>, padding_high = array<i64: 0, 0>, dilation = array<i64: 1, 1>, channels_last = true} : (tensor<1x6x6x2xf32>, tensor<4x2x3x3xf32>) -> tensor<1x4x4x4xf32>
+  return %y : tensor<1x4x4x4xf32>
+}

@@ -195,12 +195,15 @@ def test_cuda_targets_write_unequal_padding_out(monkeypatch):
     assert max_rel(written.interpret(x, w), graph.interpret(x, w)) <= RTOL
 
 
-def test_weight_gradient_reads_the_blocked_output_gradient_the_input_gradient_made():
+def test_weight_gradient_reads_the_blocked_output_gradient_the_input_gradient_made(monkeypatch):
     """The second of an output gradient's two backward convolutions reads
     the blocked copy the first made (no second reorder):
     two 3x3 convolutions (blocked layouts) trained twice on new data, every
     gradient against PyTorch in float64 each time, so a copy left from the
-    other convolution or the last run would show."""
+    other convolution or the last run would show. Channels-first
+    convolutions (TILEFUSE_CHANNELS_LAST=0): channels-last ones make no
+    blocked copy of their activations."""
+    monkeypatch.setenv("TILEFUSE_CHANNELS_LAST", "0")
     core = tilefuse._core
     rng = np.random.default_rng(3)
     w1 = rng.standard_normal((16, 16, 3, 3)).astype(np.float32) * 0.2

@@ -646,6 +646,96 @@ TEST(CpuLibrary, ConvolutionEpiloguesMatchTheDefinition) {
     }
 }
 
+TEST(CpuLibrary, ChannelsLastConvolutionsMatchChannelsFirst) {
+  // Every direction with channels-last activations against the same
+  // convolution channels-first (the reference loops in double, both
+  // layouts), through the CPU library (oneDNN's nhwc kernels, or the loops
+  // where oneDNN is missing): plain, depthwise and strided, 1x1, with and
+  // without an epilogue.
+  std::mt19937 gen(12);
+  std::uniform_real_distribution<float> dist(-1, 1);
+  struct Shape {
+    int64_t channels, out, groups, kernel, stride, pad;
+  };
+  // [N, C, S] <-> [N, S, C] for `channels` channels over `volume` positions.
+  auto toLast = [](const std::vector<double> &v, int64_t batch, int64_t channels,
+                   int64_t volume) {
+    std::vector<double> out(v.size());
+    for (int64_t n = 0; n < batch; ++n)
+      for (int64_t c = 0; c < channels; ++c)
+        for (int64_t s = 0; s < volume; ++s)
+          out[size_t((n * volume + s) * channels + c)] = v[size_t((n * channels + c) * volume + s)];
+    return out;
+  };
+  for (Shape sh : {Shape{3, 16, 1, 3, 2, 1}, Shape{24, 24, 24, 3, 1, 1}, Shape{5, 12, 1, 1, 1, 0},
+                   Shape{40, 16, 1, 3, 1, 1}})
+    for (ConvDirection direction :
+         {ConvDirection::Forward, ConvDirection::GradInput, ConvDirection::GradWeight})
+      for (bool withEpilogue : {false, true}) {
+        if (withEpilogue && direction != ConvDirection::Forward)
+          continue;
+        ConvParams p;
+        p.spatial = 2, p.batch = 2, p.channels = sh.channels, p.outChannels = sh.out;
+        p.groups = sh.groups;
+        p.input = {9, 11, 0}, p.kernel = {sh.kernel, sh.kernel, 0};
+        p.stride = {sh.stride, sh.stride, 1}, p.padLow = p.padHigh = {sh.pad, sh.pad, 0};
+        for (size_t i = 0; i < 2; ++i)
+          p.output[i] = (p.input[i] + 2 * sh.pad - sh.kernel) / sh.stride + 1;
+        int64_t in = p.inputElements(), w = p.weightElements(), o = p.outputElements();
+        int64_t na = direction == ConvDirection::GradInput ? o : in;
+        int64_t nb = direction == ConvDirection::GradWeight ? o : w;
+        int64_t nout = direction == ConvDirection::Forward     ? o
+                       : direction == ConvDirection::GradInput ? in
+                                                               : w;
+        std::vector<double> a(static_cast<size_t>(na)), b(static_cast<size_t>(nb)),
+            bias(static_cast<size_t>(p.outChannels));
+        for (auto *v : {&a, &b, &bias})
+          for (double &e : *v)
+            e = dist(gen);
+        std::vector<double> want(static_cast<size_t>(nout));
+        convReference<double>(direction, p, a.data(), b.data(), want.data());
+        if (withEpilogue)
+          convEpilogue<double>(p, bias.data(), ConvActivation::Silu, want.data());
+        // The same in channels-last: activations moved, the weight as is.
+        ConvParams q = p;
+        q.channelsLast = true;
+        int64_t inVolume = p.volume(p.input), outVolume = p.volume(p.output);
+        std::vector<double> aLast =
+            direction == ConvDirection::GradInput ? toLast(a, p.batch, p.outChannels, outVolume)
+                                                  : toLast(a, p.batch, p.channels, inVolume);
+        std::vector<double> bLast = direction == ConvDirection::GradWeight
+                                        ? toLast(b, p.batch, p.outChannels, outVolume)
+                                        : b;
+        std::vector<double> wantLast =
+            direction == ConvDirection::Forward     ? toLast(want, p.batch, p.outChannels, outVolume)
+            : direction == ConvDirection::GradInput ? toLast(want, p.batch, p.channels, inVolume)
+                                                    : want;
+        std::vector<double> ref(static_cast<size_t>(nout));
+        convReference<double>(direction, q, aLast.data(), bLast.data(), ref.data());
+        if (withEpilogue)
+          convEpilogue<double>(q, bias.data(), ConvActivation::Silu, ref.data());
+        for (size_t i = 0; i < ref.size(); ++i)
+          ASSERT_NEAR(ref[i], wantLast[i], 1e-12) << "reference, element " << i;
+        Step s;
+        s.kind = direction == ConvDirection::Forward     ? Step::Kind::Conv
+                 : direction == ConvDirection::GradInput ? Step::Kind::ConvGradInput
+                                                         : Step::Kind::ConvGradWeight;
+        s.source = "graph.conv";
+        s.conv = q;
+        if (withEpilogue)
+          s.epilogue = {"bias", "silu"};
+        std::vector<float> af(aLast.begin(), aLast.end()), bf(bLast.begin(), bLast.end()),
+            biasf(bias.begin(), bias.end()), got(static_cast<size_t>(nout));
+        cpu::conv(s, DType::F32, af.data(), bf.data(), got.data(), nullptr,
+                  withEpilogue ? biasf.data() : nullptr);
+        for (size_t i = 0; i < got.size(); ++i)
+          ASSERT_NEAR(got[i], wantLast[i], 1e-5 * (1 + std::abs(wantLast[i])))
+              << "direction " << int(direction) << ", element " << i << " of " << sh.channels
+              << "->" << sh.out << " groups " << sh.groups << " kernel " << sh.kernel
+              << " stride " << sh.stride << (withEpilogue ? " with bias+silu" : "");
+      }
+}
+
 TEST(Program, ValidateRefusesGemmsWhoseShapesContradictTheirTransposes) {
   Program p;
   p.buffers = {buffer("a", DType::F32, {3, 2, 5}, BufferInfo::Role::Argument),  // 0
