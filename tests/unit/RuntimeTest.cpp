@@ -595,15 +595,28 @@ TEST(Program, ValidateRefusesConvolutionStepsThatContradictTheirSizes) {
   refused(r, "step 2 (graph.conv_grad_weight) has convolution epilogue 'relu' at position 0");
 }
 
+/// A square 2-d convolution of two 9x11 images for the CPU library tests.
+struct ConvShape {
+  int64_t channels, out, groups, kernel, stride, pad;
+  ConvParams params() const {
+    ConvParams p;
+    p.spatial = 2, p.batch = 2, p.channels = channels, p.outChannels = out;
+    p.groups = groups;
+    p.input = {9, 11, 0}, p.kernel = {kernel, kernel, 0};
+    p.stride = {stride, stride, 1}, p.padLow = p.padHigh = {pad, pad, 0};
+    for (size_t i = 0; i < 2; ++i)
+      p.output[i] = (p.input[i] + 2 * pad - kernel) / stride + 1;
+    return p;
+  }
+};
+
 TEST(CpuLibrary, ConvolutionEpiloguesMatchTheDefinition) {
   // oneDNN's bias and post-ops (or the loops after the convolution where
   // oneDNN is missing) against the reference loops in double: plain,
   // grouped and strided, 1x1 (oneDNN's plain-layout path).
   std::mt19937 gen(11);
   std::uniform_real_distribution<float> dist(-1, 1);
-  struct Shape {
-    int64_t channels, out, groups, kernel, stride, pad;
-  };
+  using Shape = ConvShape;
   for (Shape sh : {Shape{3, 16, 1, 3, 1, 1}, Shape{8, 8, 8, 3, 2, 1}, Shape{5, 12, 1, 1, 1, 0}})
     for (std::vector<std::string> epilogue :
          {std::vector<std::string>{"bias"}, {"relu"}, {"silu"}, {"bias", "relu"},
@@ -612,13 +625,8 @@ TEST(CpuLibrary, ConvolutionEpiloguesMatchTheDefinition) {
       s.kind = Step::Kind::Conv;
       s.source = "graph.conv_bias_act";
       s.epilogue = epilogue;
-      ConvParams &p = s.conv;
-      p.spatial = 2, p.batch = 2, p.channels = sh.channels, p.outChannels = sh.out;
-      p.groups = sh.groups;
-      p.input = {9, 11, 0}, p.kernel = {sh.kernel, sh.kernel, 0};
-      p.stride = {sh.stride, sh.stride, 1}, p.padLow = p.padHigh = {sh.pad, sh.pad, 0};
-      for (size_t i = 0; i < 2; ++i)
-        p.output[i] = (p.input[i] + 2 * sh.pad - sh.kernel) / sh.stride + 1;
+      s.conv = sh.params();
+      const ConvParams &p = s.conv;
       std::vector<float> x(size_t(p.inputElements())), w(size_t(p.weightElements())),
           bias(size_t(p.outChannels)), y(size_t(p.outputElements()));
       for (auto *v : {&x, &w, &bias})
@@ -654,9 +662,7 @@ TEST(CpuLibrary, ChannelsLastConvolutionsMatchChannelsFirst) {
   // without an epilogue.
   std::mt19937 gen(12);
   std::uniform_real_distribution<float> dist(-1, 1);
-  struct Shape {
-    int64_t channels, out, groups, kernel, stride, pad;
-  };
+  using Shape = ConvShape;
   // [N, C, S] <-> [N, S, C] for `channels` channels over `volume` positions.
   auto toLast = [](const std::vector<double> &v, int64_t batch, int64_t channels,
                    int64_t volume) {
@@ -674,13 +680,7 @@ TEST(CpuLibrary, ChannelsLastConvolutionsMatchChannelsFirst) {
       for (bool withEpilogue : {false, true}) {
         if (withEpilogue && direction != ConvDirection::Forward)
           continue;
-        ConvParams p;
-        p.spatial = 2, p.batch = 2, p.channels = sh.channels, p.outChannels = sh.out;
-        p.groups = sh.groups;
-        p.input = {9, 11, 0}, p.kernel = {sh.kernel, sh.kernel, 0};
-        p.stride = {sh.stride, sh.stride, 1}, p.padLow = p.padHigh = {sh.pad, sh.pad, 0};
-        for (size_t i = 0; i < 2; ++i)
-          p.output[i] = (p.input[i] + 2 * sh.pad - sh.kernel) / sh.stride + 1;
+        ConvParams p = sh.params();
         int64_t in = p.inputElements(), w = p.weightElements(), o = p.outputElements();
         int64_t na = direction == ConvDirection::GradInput ? o : in;
         int64_t nb = direction == ConvDirection::GradWeight ? o : w;
