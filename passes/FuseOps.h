@@ -63,8 +63,12 @@ int foldConvolutionEpilogues(mlir::func::FuncOp func, const TargetInfo &target);
 /// the moved dimensions together): transposes remain where values enter or
 /// leave such a region. For targets whose convolutions run fastest that way
 /// (TargetInfo::convolutionPrefersChannelsLast), except with
-/// TILEFUSE_CHANNELS_LAST=0. Returns how many convolutions changed layout.
-int layOutChannelsLast(mlir::func::FuncOp func);
+/// TILEFUSE_CHANNELS_LAST=0. A region (values connected through such ops)
+/// changes layout when it holds at least two convolutions and, with
+/// `weighCosts`, when the transposes at its edges cost less than the
+/// reorders its convolutions would make channels-first. Returns how many
+/// convolutions changed layout.
+int layOutChannelsLast(mlir::func::FuncOp func, bool weighCosts = true);
 
 /// Groups the primitive graph ops of `func` into graph.fusion kernels (see
 /// FuseOpsPass in Passes.td). With `remarks`, every refused fusion is

@@ -256,6 +256,46 @@ std::optional<Perm> reshapedLayout(ArrayRef<int64_t> from, ArrayRef<int64_t> to,
   return out;
 }
 
+/// What a tile kernel's transpose costs per element against a oneDNN
+/// reorder's: the U-Net's logits, [8, 128, 128, 151] to [8, 151, 128, 128],
+/// took 25.6 ms (1.3 ns an element); the reorders the channels-first
+/// convolutions of that call make, ~6.7 ms for 25M elements (0.27 ns).
+constexpr int64_t kTransposeCost = 4;
+
+int64_t elementsOf(Value v) {
+  RankedTensorType t = typeOf(v);
+  return t ? t.getNumElements() : 0;
+}
+
+/// Whether the channels-first path reorders `conv`'s activations: all but
+/// 1x1 convolutions of stride 1, no padding and one group, which oneDNN
+/// runs on the plain layouts (runtime/CpuDnnl.cpp).
+bool reordersChannelsFirst(Operation *conv) {
+  auto attr = [&](StringRef name) {
+    return conv->getAttrOfType<DenseI64ArrayAttr>(name).asArrayRef();
+  };
+  auto weight = typeOf(conv->getOperand(1));
+  if (llvm::isa<ConvGradWeightOp>(conv))
+    weight = typeOf(conv->getResult(0));
+  auto groups = conv->getAttrOfType<IntegerAttr>("groups");
+  bool pointwise = !groups || groups.getInt() == 1;
+  for (int64_t d = 2; d < weight.getRank(); ++d)
+    pointwise &= weight.getDimSize(d) == 1;
+  for (int64_t v : attr("strides"))
+    pointwise &= v == 1;
+  for (StringRef pad : {"padding_low", "padding_high"})
+    for (int64_t v : attr(pad))
+      pointwise &= v == 0;
+  return !pointwise;
+}
+
+/// Whether `op` reads and writes values in the layouts the pass chooses
+/// (the rest read them channels-first, through a transpose).
+bool carries(Operation *op) {
+  return isElementwise(op) || isConvolution(op) || isReduction(op) ||
+         llvm::isa<BroadcastInDimOp, SliceOp, ConcatOp, TransposeOp, ReshapeOp>(op);
+}
+
 /// Phase one: a layout per value.
 class LayoutChoice {
 public:
@@ -284,21 +324,46 @@ public:
     }
   }
 
-  /// Drops the regions (values connected through layout-carrying ops) that
-  /// hold fewer than two convolutions: a lone convolution gains nothing, its
-  /// transposes in and out cost what the library's reorders cost. Returns
-  /// the convolutions kept.
-  llvm::DenseSet<Operation *> keepRegionsOfSeveralConvolutions() {
-    llvm::DenseMap<Value, int> count;
-    for (Operation *conv : convs)
-      ++count[find(conv->getOperand(0))];
+  /// Keeps the regions (values connected through layout-carrying ops) that
+  /// pay: at least two convolutions, and the elements transposed where
+  /// values enter or leave the region (function arguments and results,
+  /// values other ops read channels-first), each kTransposeCost times an
+  /// element reordered, below the elements the channels-first path
+  /// reorders around its convolutions (their activations, except those of
+  /// 1x1 convolutions, which it runs on plain layouts). A lone convolution
+  /// gains nothing: its transposes in and out cost at least what the
+  /// reorders cost. Neither does the U-Net's inference, which returns
+  /// logits of 151 channels, 20M elements to transpose against 25M
+  /// reordered (75.8 against 59.1 ms a call channels-last). Returns the
+  /// convolutions kept.
+  llvm::DenseSet<Operation *> keepRegionsThatPay(bool weighCosts) {
+    llvm::DenseMap<Value, int64_t> count, reordered, transposed;
+    for (Operation *conv : convs) {
+      Value region = find(conv->getOperand(0));
+      ++count[region];
+      if (!reordersChannelsFirst(conv))
+        continue;
+      bool weightGrad = llvm::isa<ConvGradWeightOp>(conv);
+      reordered[region] += elementsOf(conv->getOperand(0)) +
+                           elementsOf(weightGrad ? conv->getOperand(1) : conv->getResult(0));
+    }
+    for (auto &[v, p] : layout) {
+      bool crosses = llvm::isa<BlockArgument>(v) ||
+                     llvm::any_of(v.getUsers(), [](Operation *user) { return !carries(user); });
+      if (crosses)
+        transposed[find(v)] += elementsOf(v);
+    }
+    auto pays = [&](Value region) {
+      return count.lookup(region) >= 2 &&
+             (!weighCosts || kTransposeCost * transposed.lookup(region) < reordered.lookup(region));
+    };
     llvm::DenseSet<Operation *> kept;
     for (Operation *conv : convs)
-      if (count[find(conv->getOperand(0))] >= 2)
+      if (pays(find(conv->getOperand(0))))
         kept.insert(conv);
     SmallVector<Value> dropped;
     for (auto &[v, p] : layout)
-      if (count.lookup(find(v)) < 2)
+      if (!pays(find(v)))
         dropped.push_back(v);
     for (Value v : dropped)
       layout.erase(v);
@@ -635,14 +700,14 @@ private:
 
 } // namespace
 
-int tilefuse::layOutChannelsLast(func::FuncOp func) {
+int tilefuse::layOutChannelsLast(func::FuncOp func, bool weighCosts) {
   LayoutChoice choice;
   func.walk([&](Operation *op) {
     if (isConvolution(op) && !hasChannelsLast(op))
       choice.seed(op);
   });
   choice.spread();
-  llvm::DenseSet<Operation *> convolutions = choice.keepRegionsOfSeveralConvolutions();
+  llvm::DenseSet<Operation *> convolutions = choice.keepRegionsThatPay(weighCosts);
   if (convolutions.empty())
     return 0;
   Rewriter(func, choice.layout, convolutions).run();
@@ -652,9 +717,10 @@ int tilefuse::layOutChannelsLast(func::FuncOp func) {
 namespace {
 struct LayOutChannelsLastPass
     : tilefuse::impl::LayOutChannelsLastPassBase<LayOutChannelsLastPass> {
+  using LayOutChannelsLastPassBase::LayOutChannelsLastPassBase;
   void runOnOperation() override {
     for (auto func : llvm::to_vector(getOperation().getOps<func::FuncOp>()))
-      layOutChannelsLast(func);
+      layOutChannelsLast(func, weighCosts);
   }
 };
 } // namespace

@@ -169,9 +169,18 @@ def LayOutChannelsLastPass : Pass<"lay-out-channels-last", "mlir::ModuleOp"> {
     (cancelled where they undo the layout) and reshapes that move whole
     groups of dimensions in order (upsampling's interleave). A value needed
     in another layout is transposed once (a view fusion reads through).
-    The fuse pass runs it on targets whose convolutions prefer the layout
-    (oneDNN on the CPU), unless TILEFUSE_CHANNELS_LAST=0.
+    A region (values connected through those ops) changes layout when it
+    holds at least two convolutions and the elements transposed at its
+    edges, weighed at 4 reordered elements each, are fewer than the
+    elements the channels-first convolutions would reorder. The fuse pass
+    runs it on targets whose convolutions prefer the layout (oneDNN on the
+    CPU), unless TILEFUSE_CHANNELS_LAST=0.
   }];
+  let options = [
+    Option<"weighCosts", "weigh-costs", "bool", /*default=*/"true",
+           "keep only the regions whose transposes cost less than the reorders "
+           "they save (false: every region of two or more convolutions)">,
+  ];
   let dependentDialects = ["::tilefuse::graph::GraphDialect"];
 }
 

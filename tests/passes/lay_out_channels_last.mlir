@@ -1,4 +1,5 @@
-// RUN: tilefuse-opt %s --split-input-file --lay-out-channels-last | FileCheck %s
+// RUN: tilefuse-opt %s --split-input-file --lay-out-channels-last=weigh-costs=false | FileCheck %s
+// RUN: tilefuse-opt %s --split-input-file --lay-out-channels-last | FileCheck %s --check-prefix=COST
 // Convolutions take channels-last activations ([N, H, W, C]) and the ops
 // around them run on that layout as they are: the statistics of a batch
 // norm reduce [N, H, W] with the channels innermost, a per-channel vector
@@ -8,6 +9,9 @@
 // conv -> batch statistics -> centre -> relu -> conv: one transpose in (the
 // image), one out (the result), none between.
 // CHECK-LABEL: func.func @conv_norm_relu_conv(
+// COST-LABEL:  func.func @conv_norm_relu_conv(
+// COST-NOT:    channels_last
+// COST:         return
 // CHECK:         %[[X:.*]] = graph.transpose %arg0 {perm = array<i64: 0, 2, 3, 1>} : (tensor<2x3x16x16xf32>) -> tensor<2x16x16x3xf32>
 // CHECK-NEXT:    %[[Y:.*]] = graph.conv %[[X]], %arg1 {channels_last = true{{.*}}} : (tensor<2x16x16x3xf32>, tensor<8x3x3x3xf32>) -> tensor<2x16x16x8xf32>
 // CHECK-NEXT:    %[[S:.*]] = graph.reduce_sum %[[Y]] {dims = array<i64: 0, 1, 2>} : (tensor<2x16x16x8xf32>) -> tensor<8xf32>
@@ -39,6 +43,9 @@ func.func @conv_norm_relu_conv(%x: tensor<2x3x16x16xf32>, %w: tensor<8x3x3x3xf32
 // is), and its per-channel [1, C, 1, 1] result is read channels-last as
 // [1, 1, 1, C]: a reshape, not a transpose.
 // CHECK-LABEL: func.func @conv_grads(
+// COST-LABEL:  func.func @conv_grads(
+// COST-NOT:    channels_last
+// COST:         return
 // CHECK:         %[[M:.*]] = graph.reduce_sum %arg0 {dims = array<i64: 0, 2, 3>, keepdim = true} : (tensor<2x8x8x8xf32>) -> tensor<1x8x1x1xf32>
 // CHECK-NEXT:    %[[ML:.*]] = graph.reshape %[[M]] : (tensor<1x8x1x1xf32>) -> tensor<1x1x1x8xf32>
 // CHECK-NEXT:    %[[MB:.*]] = graph.broadcast_in_dim %[[ML]] {dims = array<i64: 0, 1, 2, 3>} : (tensor<1x1x1x8xf32>) -> tensor<2x8x8x8xf32>
@@ -65,6 +72,9 @@ func.func @conv_grads(%g: tensor<2x8x8x8xf32>, %w: tensor<8x3x3x3xf32>, %x: tens
 // [H, 2] and [W, 2]) keeps the layout; a value a matmul also reads is
 // transposed back for it alone.
 // CHECK-LABEL: func.func @skip_upsample_matmul(
+// COST-LABEL:  func.func @skip_upsample_matmul(
+// COST-NOT:    channels_last
+// COST:         return
 // CHECK:         %[[A:.*]] = graph.conv {{.*}} {channels_last = true{{.*}}} : {{.*}} -> tensor<1x4x4x8xf32>
 // CHECK:         %[[U:.*]] = graph.broadcast_in_dim %[[A]] {dims = array<i64: 0, 1, 3, 5>} : (tensor<1x4x4x8xf32>) -> tensor<1x4x2x4x2x8xf32>
 // CHECK:         %[[UR:.*]] = graph.reshape %[[U]] : (tensor<1x4x2x4x2x8xf32>) -> tensor<1x8x8x8xf32>
@@ -89,6 +99,9 @@ func.func @skip_upsample_matmul(%x: tensor<1x8x4x4xf32>, %w: tensor<8x8x1x1xf32>
 // A lone convolution keeps the graph's layout: its transposes in and out
 // would cost what the library's reorders cost.
 // CHECK-LABEL: func.func @lone_convolution(
+// COST-LABEL:  func.func @lone_convolution(
+// COST-NOT:    channels_last
+// COST:         return
 // CHECK-NOT:     graph.transpose
 // CHECK:         graph.conv %arg0, %arg1 {dilation
 // CHECK-NOT:     channels_last
@@ -98,4 +111,30 @@ func.func @lone_convolution(%x: tensor<2x3x16x16xf32>, %w: tensor<8x3x3x3xf32>) 
   %zero = graph.full 0.0 : tensor<2x8x16x16xf32>
   %r = graph.maximum %y, %zero : tensor<2x8x16x16xf32>
   return %r : tensor<2x8x16x16xf32>
+}
+
+// -----
+
+// Three 3x3 convolutions over 64 channels between an 8-channel input and
+// output: 278528 elements reordered channels-first against 16384 transposed
+// at the edges (x 4): channels-last pays.
+// CHECK-LABEL: func.func @wide_interior(
+// COST-LABEL:  func.func @wide_interior(
+// COST:          graph.transpose %arg0 {perm = array<i64: 0, 2, 3, 1>}
+// COST-NOT:      graph.transpose
+// COST:          graph.conv {{.*}}channels_last = true
+// COST-NOT:      graph.transpose
+// COST:          graph.conv {{.*}}channels_last = true
+// COST-NOT:      graph.transpose
+// COST:          graph.conv {{.*}}channels_last = true
+// COST-NEXT:     graph.transpose {{.*}} {perm = array<i64: 0, 3, 1, 2>}
+// COST-NEXT:     return
+func.func @wide_interior(%x: tensor<1x8x32x32xf32>, %w1: tensor<64x8x3x3xf32>, %w2: tensor<64x64x3x3xf32>, %w3: tensor<8x64x3x3xf32>) -> tensor<1x8x32x32xf32> {
+  %zero = graph.full 0.0 : tensor<1x64x32x32xf32>
+  %a = graph.conv %x, %w1 {strides = array<i64: 1, 1>, padding_low = array<i64: 1, 1>, padding_high = array<i64: 1, 1>, dilation = array<i64: 1, 1>} : (tensor<1x8x32x32xf32>, tensor<64x8x3x3xf32>) -> tensor<1x64x32x32xf32>
+  %ra = graph.maximum %a, %zero : tensor<1x64x32x32xf32>
+  %b = graph.conv %ra, %w2 {strides = array<i64: 1, 1>, padding_low = array<i64: 1, 1>, padding_high = array<i64: 1, 1>, dilation = array<i64: 1, 1>} : (tensor<1x64x32x32xf32>, tensor<64x64x3x3xf32>) -> tensor<1x64x32x32xf32>
+  %rb = graph.maximum %b, %zero : tensor<1x64x32x32xf32>
+  %c = graph.conv %rb, %w3 {strides = array<i64: 1, 1>, padding_low = array<i64: 1, 1>, padding_high = array<i64: 1, 1>, dilation = array<i64: 1, 1>} : (tensor<1x64x32x32xf32>, tensor<8x64x3x3xf32>) -> tensor<1x8x32x32xf32>
+  return %c : tensor<1x8x32x32xf32>
 }
