@@ -15,6 +15,9 @@ round, after two warm-up calls each:
   relu/silu run inside oneDNN's call (graph.conv_bias_act);
 - tilefuse, epilogue kernels: the same with TILEFUSE_CONV_EPILOGUES=0
   (a kernel after each convolution, as before);
+- channels-first: the tilefuse path with TILEFUSE_CHANNELS_LAST=0 (fusion
+  keeps PyTorch's layout even where a region of convolutions would pay
+  for channels-last);
 - inductor: torch.compile(model).
 Models: torchvision's ResNet-18 and WORKLOADS' unet_effnet (EfficientNet-
 style encoder) where installed. The largest difference between tilefuse's
@@ -65,19 +68,20 @@ def _compile_and_note(self, *args, **kwargs):
 tilefuse._tracing.Graph.compile = _compile_and_note
 
 
-def with_setting(setting):
-    """The tilefuse backend compiling with TILEFUSE_CONV_EPILOGUES=setting
-    (None: unset). Inference graphs compile within the backend call."""
+def with_setting(setting, name="TILEFUSE_CONV_EPILOGUES"):
+    """The tilefuse backend compiling with the environment's `name` =
+    setting (None: unset). Inference graphs compile within the backend
+    call."""
     def backend(gm, example_inputs):
-        before = os.environ.pop("TILEFUSE_CONV_EPILOGUES", None)
+        before = os.environ.pop(name, None)
         if setting is not None:
-            os.environ["TILEFUSE_CONV_EPILOGUES"] = setting
+            os.environ[name] = setting
         try:
             return tilefuse.torch_integration.tilefuse_backend(gm, example_inputs)
         finally:
-            os.environ.pop("TILEFUSE_CONV_EPILOGUES", None)
+            os.environ.pop(name, None)
             if before is not None:
-                os.environ["TILEFUSE_CONV_EPILOGUES"] = before
+                os.environ[name] = before
     return backend
 
 
@@ -113,7 +117,8 @@ def main():
     print(f"batch {args.batch}, {args.size}x{args.size}, {args.threads} threads; ms per call "
           f"(median of {args.rounds} rounds of {args.calls})")
     print(f"{'model':<12} {'eager':>8} {'tilefuse':>9} {'epilogue kernels':>17} "
-          f"{'inductor':>9} {'vs eager':>9} {'vs kernels':>11} {'vs inductor':>12} {'max|diff|':>10}")
+          f"{'channels-first':>15} {'inductor':>9} {'vs eager':>9} {'vs kernels':>11} "
+          f"{'vs inductor':>12} {'max|diff|':>10}")
     for name, model in models(args.size):
         with torch.no_grad():
             want = model(x)
@@ -129,6 +134,11 @@ def main():
                 folded = sum(n == "conv_bias_act" for n in seen)
                 assert (folded > 0) == (setting is None), (path, seen)
                 paths[path] = compiled
+            # Channels-first convolutions (TILEFUSE_CHANNELS_LAST=0), where
+            # fusion would otherwise lay them out channels-last.
+            paths["channels-first"] = torch.compile(
+                copy.deepcopy(model), backend=with_setting("0", "TILEFUSE_CHANNELS_LAST"))
+            paths["channels-first"](x)
             diff = (paths["tilefuse"](x) - want).abs().max().item()
             try:
                 inductor = torch.compile(copy.deepcopy(model))
@@ -142,6 +152,7 @@ def main():
             torch._dynamo.reset()
         ms = {k: v * 1e3 for k, v in row.items()}
         print(f"{name:<12} {ms['eager']:8.1f} {ms['tilefuse']:9.1f} {ms['kernels']:17.1f} "
+              f"{ms['channels-first']:15.1f} "
               f"{ms['inductor']:9.1f} {ms['eager'] / ms['tilefuse']:8.2f}x "
               f"{ms['kernels'] / ms['tilefuse']:10.2f}x {ms['inductor'] / ms['tilefuse']:11.2f}x "
               f"{diff:10.2e}")
