@@ -320,7 +320,7 @@ public:
       if (Operation *def = v.getDefiningOp())
         spreadUp(def, p);
       for (OpOperand &use : v.getUses())
-        spreadDown(use.getOwner(), use.getOperandNumber(), p);
+        spreadDown(use.getOwner(), p);
     }
   }
 
@@ -424,9 +424,9 @@ private:
     }
   }
 
-  /// Operand `index` of `user` is held in `p`: its result follows where
-  /// the op can run on that layout as it is.
-  void spreadDown(Operation *user, unsigned index, ArrayRef<int64_t> p) {
+  /// An operand of `user` is held in `p`: its result follows where the op
+  /// can run on that layout as it is.
+  void spreadDown(Operation *user, ArrayRef<int64_t> p) {
     if (isElementwise(user) || llvm::isa<SliceOp, ConcatOp>(user)) {
       assign(user->getResult(0), Perm(p));
     } else if (auto b = llvm::dyn_cast<BroadcastInDimOp>(user)) {
@@ -443,7 +443,6 @@ private:
                                   typeOf(r.getResult()).getShape(), p))
         assign(r.getResult(), *q);
     }
-    (void)index;
   }
 };
 
