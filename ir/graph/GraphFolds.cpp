@@ -128,6 +128,20 @@ OpFoldResult TransposeOp::fold(FoldAdaptor) {
 }
 
 namespace {
+/// A transpose that swaps the last two dimensions and keeps the others.
+bool swapsLastTwo(TransposeOp t) {
+  ArrayRef<int64_t> perm = t.getPerm();
+  int64_t rank = static_cast<int64_t>(perm.size());
+  if (rank < 2)
+    return false;
+  for (int64_t i = 0; i < rank - 2; ++i)
+    if (perm[i] != i)
+      return false;
+  return perm[rank - 2] == rank - 1 && perm[rank - 1] == rank - 2;
+}
+} // namespace
+
+namespace {
 /// transpose(grouped_matmul_weight_grad(a, b), [0, 2, 1]) =
 /// grouped_matmul_weight_grad(b, a): per group (a^T b)^T = b^T a. A
 /// mixture-of-experts layer's weights stored [G, N, K] and multiplied
@@ -144,11 +158,81 @@ struct SwapTransposedWeightGrad : OpRewritePattern<TransposeOp> {
     return success();
   }
 };
+
+/// transpose(matmul(a, b)) = matmul(b, a) with the operands' transposes
+/// swapped and flipped: (op(A) op(B))^T = op(B)^T op(A)^T. The product is
+/// written in the layout its reader wants instead of transposed after it (a
+/// tied LM head's weight gradient, [d, vocab] -> [vocab, d]).
+struct SwapTransposedMatmul : OpRewritePattern<TransposeOp> {
+  using OpRewritePattern::OpRewritePattern;
+  LogicalResult matchAndRewrite(TransposeOp t, PatternRewriter &rewriter) const override {
+    auto mm = t.getOperand().getDefiningOp<MatmulOp>();
+    if (!mm || !swapsLastTwo(t) || !mm->hasOneUse())
+      return rewriter.notifyMatchFailure(t, "not the only reader of a matmul, or not a "
+                                            "transpose of its last two dimensions");
+    rewriter.replaceOpWithNewOp<MatmulOp>(t, t.getType(), mm.getRhs(), mm.getLhs(),
+                                          !mm.getTransposeRhs(), !mm.getTransposeLhs());
+    return success();
+  }
+};
+
+/// transpose(cast(matmul)) = cast(transpose(matmul)), where the transpose
+/// then folds into the matmul (autocast puts the cast between them).
+struct TransposeBeforeCastOfMatmul : OpRewritePattern<TransposeOp> {
+  using OpRewritePattern::OpRewritePattern;
+  LogicalResult matchAndRewrite(TransposeOp t, PatternRewriter &rewriter) const override {
+    auto cast = t.getOperand().getDefiningOp<CastOp>();
+    MatmulOp mm = cast ? cast.getOperand().getDefiningOp<MatmulOp>() : MatmulOp();
+    if (!mm || !swapsLastTwo(t) || !cast->hasOneUse() || !mm->hasOneUse())
+      return rewriter.notifyMatchFailure(t, "not the only reader of a cast of a matmul read "
+                                            "only by the cast");
+    auto castType = llvm::cast<RankedTensorType>(cast.getType());
+    auto transposed = rewriter.create<TransposeOp>(
+        t.getLoc(), RankedTensorType::get(t.getType().getShape(), mm.getType().getElementType()),
+        mm.getResult(), t.getPermAttr());
+    rewriter.replaceOpWithNewOp<CastOp>(
+        t, RankedTensorType::get(t.getType().getShape(), castType.getElementType()),
+        transposed.getResult());
+    return success();
+  }
+};
 } // namespace
 
 void TransposeOp::getCanonicalizationPatterns(RewritePatternSet &patterns,
                                               MLIRContext *context) {
-  patterns.add<SwapTransposedWeightGrad>(context);
+  patterns.add<SwapTransposedWeightGrad, SwapTransposedMatmul, TransposeBeforeCastOfMatmul>(
+      context);
+}
+
+namespace {
+/// cast(transpose(x)) = transpose(cast(x)) when only matmuls read the cast:
+/// they then read the cast value transposed in place, and no kernel writes a
+/// transposed copy (autocast's bf16 copy of a tied LM head's weight, [vocab,
+/// d] read as [d, vocab]). A transpose of a matmul is left to
+/// SwapTransposedMatmul.
+struct CastBeforeTransposeForMatmuls : OpRewritePattern<CastOp> {
+  using OpRewritePattern::OpRewritePattern;
+  LogicalResult matchAndRewrite(CastOp cast, PatternRewriter &rewriter) const override {
+    auto t = cast.getOperand().getDefiningOp<TransposeOp>();
+    if (!t || !swapsLastTwo(t) || t.getOperand().getDefiningOp<MatmulOp>())
+      return rewriter.notifyMatchFailure(cast, "not a cast of a transpose of the last two "
+                                               "dimensions of something other than a matmul");
+    if (cast->use_empty() ||
+        !llvm::all_of(cast->getUsers(), [](Operation *user) { return isa<MatmulOp>(user); }))
+      return rewriter.notifyMatchFailure(cast, "read by something other than matmuls");
+    auto sourceType = llvm::cast<RankedTensorType>(t.getOperand().getType());
+    auto castType = llvm::cast<RankedTensorType>(cast.getType());
+    auto early = rewriter.create<CastOp>(
+        cast.getLoc(), RankedTensorType::get(sourceType.getShape(), castType.getElementType()),
+        t.getOperand());
+    rewriter.replaceOpWithNewOp<TransposeOp>(cast, castType, early.getResult(), t.getPermAttr());
+    return success();
+  }
+};
+} // namespace
+
+void CastOp::getCanonicalizationPatterns(RewritePatternSet &patterns, MLIRContext *context) {
+  patterns.add<CastBeforeTransposeForMatmuls>(context);
 }
 
 OpFoldResult SliceOp::fold(FoldAdaptor) {
@@ -165,20 +249,6 @@ OpFoldResult ConcatOp::fold(FoldAdaptor) {
     return getInputs()[0];
   return {};
 }
-
-namespace {
-/// A transpose that swaps the last two dimensions and keeps the others.
-bool swapsLastTwo(TransposeOp t) {
-  ArrayRef<int64_t> perm = t.getPerm();
-  int64_t rank = static_cast<int64_t>(perm.size());
-  if (rank < 2)
-    return false;
-  for (int64_t i = 0; i < rank - 2; ++i)
-    if (perm[i] != i)
-      return false;
-  return perm[rank - 2] == rank - 1 && perm[rank - 1] == rank - 2;
-}
-} // namespace
 
 OpFoldResult GroupedMatmulOp::fold(FoldAdaptor) {
   // The groups' GEMMs read the matrices transposed where they are (a

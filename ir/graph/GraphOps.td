@@ -218,6 +218,9 @@ def Graph_CastOp : Graph_Op<"cast"> {
   let assemblyFormat = "$operand attr-dict `:` functional-type(operands, results)";
   let hasVerifier = 1;
   let hasFolder = 1;
+  // A transpose read only by matmuls moves after the cast, where the
+  // matmuls read it in place.
+  let hasCanonicalizer = 1;
 }
 
 def Graph_ConstantOp : Graph_Op<"constant", [ConstantLike, InferTypeOpAdaptor]> {

@@ -215,3 +215,55 @@ func.func @matmul_of_transposes(%q: tensor<2x3x4x8xf32>, %k: tensor<2x3x5x8xf32>
   %o = graph.matmul %bt, %kt : (tensor<2x3x4x8xf32>, tensor<2x3x8x5xf32>) -> tensor<2x3x4x5xf32>
   return %s, %g, %y, %o : tensor<2x3x4x5xf32>, tensor<4x4xf32>, tensor<4x4xf32>, tensor<2x3x4x5xf32>
 }
+
+// A transposed product is the product of the swapped operands, written in
+// the layout its reader wants (batch dimensions kept; transposed twice, the
+// product is the first one again); a product with a second reader, or
+// transposed in other dimensions, stays.
+// CHECK-LABEL: func.func @transposed_matmul(
+// CHECK-SAME:      %[[A:[^:]+]]: tensor<2x4x8xf32>, %[[B:[^:]+]]: tensor<2x8x5xf32>, %[[C:[^:]+]]: tensor<2x5x8xf32>)
+// CHECK-NEXT:    %[[P:.+]] = graph.matmul %[[B]], %[[A]] {transpose_lhs = true, transpose_rhs = true} : (tensor<2x8x5xf32>, tensor<2x4x8xf32>) -> tensor<2x5x4xf32>
+// CHECK-NEXT:    %[[Q:.+]] = graph.matmul %[[C]], %[[A]] {transpose_rhs = true} : (tensor<2x5x8xf32>, tensor<2x4x8xf32>) -> tensor<2x5x4xf32>
+// CHECK-NEXT:    %[[R:.+]] = graph.matmul %[[A]], %[[B]] : (tensor<2x4x8xf32>, tensor<2x8x5xf32>) -> tensor<2x4x5xf32>
+// CHECK-NEXT:    %[[RT:.+]] = graph.transpose %[[R]] {perm = array<i64: 0, 2, 1>}
+// CHECK-NEXT:    %[[RB:.+]] = graph.transpose %[[R]] {perm = array<i64: 1, 0, 2>}
+// CHECK-NEXT:    return %[[P]], %[[Q]], %[[RT]], %[[R]], %[[RB]] :
+func.func @transposed_matmul(%a: tensor<2x4x8xf32>, %b: tensor<2x8x5xf32>, %c: tensor<2x5x8xf32>) -> (tensor<2x5x4xf32>, tensor<2x5x4xf32>, tensor<2x5x4xf32>, tensor<2x4x5xf32>, tensor<4x2x5xf32>) {
+  %p = graph.matmul %a, %b : (tensor<2x4x8xf32>, tensor<2x8x5xf32>) -> tensor<2x4x5xf32>
+  %pt = graph.transpose %p {perm = array<i64: 0, 2, 1>} : (tensor<2x4x5xf32>) -> tensor<2x5x4xf32>
+  %q = graph.matmul %c, %a {transpose_rhs = true, transpose_lhs = false} : (tensor<2x5x8xf32>, tensor<2x4x8xf32>) -> tensor<2x5x4xf32>
+  %qt = graph.transpose %q {perm = array<i64: 0, 2, 1>} : (tensor<2x5x4xf32>) -> tensor<2x4x5xf32>
+  %qtt = graph.transpose %qt {perm = array<i64: 0, 2, 1>} : (tensor<2x4x5xf32>) -> tensor<2x5x4xf32>
+  %r = graph.matmul %a, %b : (tensor<2x4x8xf32>, tensor<2x8x5xf32>) -> tensor<2x4x5xf32>
+  %rt = graph.transpose %r {perm = array<i64: 0, 2, 1>} : (tensor<2x4x5xf32>) -> tensor<2x5x4xf32>
+  %rb = graph.transpose %r {perm = array<i64: 1, 0, 2>} : (tensor<2x4x5xf32>) -> tensor<4x2x5xf32>
+  return %pt, %qtt, %rt, %r, %rb : tensor<2x5x4xf32>, tensor<2x5x4xf32>, tensor<2x5x4xf32>, tensor<2x4x5xf32>, tensor<4x2x5xf32>
+}
+
+// Autocast's casts between a transpose and a matmul: a bf16 copy of a
+// transposed weight read only by matmuls is cast untransposed and read
+// transposed in place (a tied LM head); the f32 gradient of a product
+// transposed after its cast becomes the swapped product. A cast with another
+// reader keeps its transpose.
+// CHECK-LABEL: func.func @casts_between_transposes_and_matmuls(
+// CHECK-SAME:      %[[W:[^:]+]]: tensor<16x8xf32>, %[[H:[^:]+]]: tensor<4x8xbf16>, %[[D:[^:]+]]: tensor<4x16xbf16>)
+// CHECK-NEXT:    %[[WC:.+]] = graph.cast %[[W]] : (tensor<16x8xf32>) -> tensor<16x8xbf16>
+// CHECK-NEXT:    %[[L:.+]] = graph.matmul %[[H]], %[[WC]] {transpose_rhs = true} : (tensor<4x8xbf16>, tensor<16x8xbf16>) -> tensor<4x16xbf16>
+// CHECK-NEXT:    %[[G:.+]] = graph.matmul %[[D]], %[[H]] {transpose_lhs = true} : (tensor<4x16xbf16>, tensor<4x8xbf16>) -> tensor<16x8xbf16>
+// CHECK-NEXT:    %[[GC:.+]] = graph.cast %[[G]] : (tensor<16x8xbf16>) -> tensor<16x8xf32>
+// CHECK-NEXT:    %[[WT:.+]] = graph.transpose %[[W]] {perm = array<i64: 1, 0>}
+// CHECK-NEXT:    %[[WTC:.+]] = graph.cast %[[WT]] : (tensor<8x16xf32>) -> tensor<8x16xbf16>
+// CHECK-NEXT:    %[[K:.+]] = graph.matmul %[[H]], %[[WTC]] : (tensor<4x8xbf16>, tensor<8x16xbf16>) -> tensor<4x16xbf16>
+// CHECK-NEXT:    return %[[L]], %[[GC]], %[[K]], %[[WTC]] :
+func.func @casts_between_transposes_and_matmuls(%w: tensor<16x8xf32>, %h: tensor<4x8xbf16>, %d: tensor<4x16xbf16>) -> (tensor<4x16xbf16>, tensor<16x8xf32>, tensor<4x16xbf16>, tensor<8x16xbf16>) {
+  %wt = graph.transpose %w {perm = array<i64: 1, 0>} : (tensor<16x8xf32>) -> tensor<8x16xf32>
+  %wc = graph.cast %wt : (tensor<8x16xf32>) -> tensor<8x16xbf16>
+  %l = graph.matmul %h, %wc : (tensor<4x8xbf16>, tensor<8x16xbf16>) -> tensor<4x16xbf16>
+  %g = graph.matmul %h, %d {transpose_lhs = true} : (tensor<4x8xbf16>, tensor<4x16xbf16>) -> tensor<8x16xbf16>
+  %gc = graph.cast %g : (tensor<8x16xbf16>) -> tensor<8x16xf32>
+  %gt = graph.transpose %gc {perm = array<i64: 1, 0>} : (tensor<8x16xf32>) -> tensor<16x8xf32>
+  %wt2 = graph.transpose %w {perm = array<i64: 1, 0>} : (tensor<16x8xf32>) -> tensor<8x16xf32>
+  %wc2 = graph.cast %wt2 : (tensor<8x16xf32>) -> tensor<8x16xbf16>
+  %k = graph.matmul %h, %wc2 : (tensor<4x8xbf16>, tensor<8x16xbf16>) -> tensor<4x16xbf16>
+  return %l, %gt, %k, %wc2 : tensor<4x16xbf16>, tensor<16x8xf32>, tensor<4x16xbf16>, tensor<8x16xbf16>
+}

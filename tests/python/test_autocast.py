@@ -415,6 +415,39 @@ def test_gradients_of_f32_params_are_f32_and_close(rng):
     assert "bf16" in vg.mlir()
 
 
+def _tied_lm_loss(emb, ids, y):
+    """A language model's ends with its embedding tied to its head: the
+    embedding rows gathered, the logits against the whole table."""
+    h = F.embedding(ids, emb) * 0.5
+    return F.cross_entropy(h @ emb.transpose(0, 1), y)
+
+
+def test_a_tied_head_reads_its_bf16_weight_in_place(rng):
+    # Autocast puts a cast between the head's transposed weight and the GEMM
+    # (and between the weight gradient's GEMM and its transpose): the
+    # casts move so that both GEMMs read and write the [vocab, d] layout,
+    # and no kernel writes a transposed copy of the table or its gradient.
+    vocab, d, n = 301, 24, 10
+    emb = (rng.standard_normal((vocab, d)) * 0.5).astype(np.float32)
+    ids = rng.integers(0, vocab, n).astype(np.int64)
+    y = rng.integers(0, vocab, n).astype(np.int64)
+    vg = tilefuse.trace(_tied_lm_loss, emb, ids, y).autocast("bf16").value_and_grad((0,))
+    fused = vg.fuse("cpu").mlir()
+    fused = fused[fused.rindex("func.func"):]  # the value-and-gradient function
+    transposes = re.findall(r"graph\.transpose .*", fused)
+    assert not [t for t in transposes if f"{vocab}x{d}" in t or f"{d}x{vocab}" in t], fused
+    products = re.findall(r"graph\.matmul .*", fused)
+    assert len(products) == 3, products  # logits, dh, the table's gradient
+    assert all(f"{d}x{vocab}" not in p for p in products), products
+    want = vg.interpret(emb, ids, y)
+    got = vg.compile("cpu")(emb, ids, y)
+    assert_close(got[0], want[0], BF16_TOLERANCE, "tied head loss, compiled vs interpreter")
+    assert_close(got[1], want[1], BF16_TOLERANCE, "tied head gradient, compiled vs interpreter")
+    f32 = tilefuse.trace(_tied_lm_loss, emb, ids, y).value_and_grad((0,)).interpret(emb, ids, y)
+    assert_close(got[0], f32[0], BF16_VS_F32, "tied head loss, bf16 vs f32")
+    assert_close(got[1], f32[1], BF16_GRAD_VS_F32, "tied head gradient, bf16 vs f32")
+
+
 # ---------------------------------------------------------------------------
 # Training
 # ---------------------------------------------------------------------------
