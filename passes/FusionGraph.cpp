@@ -234,6 +234,7 @@ const SmallVector<FusionGraph::Read> &FusionGraph::readsOfValue(Value v) {
           if (remaps) {
             r.remapped = true;
             r.broadcastOnly &= llvm::isa<BroadcastInDimOp>(def);
+            r.reshapeOnly &= llvm::isa<ReshapeOp>(def);
             if (auto b = llvm::dyn_cast<BroadcastInDimOp>(def))
               addDims(r.broadcastDims, expandedDims(b));
           }
@@ -253,6 +254,8 @@ void FusionGraph::merge(SmallVectorImpl<Read> &reads, const Read &r) {
         existing.broadcastOnly =
             (existing.remapped ? existing.broadcastOnly : true) &&
             r.broadcastOnly;
+        existing.reshapeOnly =
+            (existing.remapped ? existing.reshapeOnly : true) && r.reshapeOnly;
         existing.remapped = true;
       }
       return;

@@ -112,6 +112,9 @@ public:
     bool viaOps = false;        ///< some path goes through recomputed ops
     bool remapped = false;      ///< some path reads it at another index
     bool broadcastOnly = true;  ///< every remapping path is a broadcast
+    /// Every remapping path is row-major reshapes alone: the value is read
+    /// at its own linear index, which a pointwise kernel iterates by.
+    bool reshapeOnly = true;
     /// The dimensions (of the reading op's shape) those broadcasts expand;
     /// -1: a position unknown (a reshape after the broadcast moved them).
     /// A row's reduction result read back across its row expands only the

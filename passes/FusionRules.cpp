@@ -50,6 +50,12 @@ bool FusionRules::canJoin(unsigned g, Operation *op, ArrayRef<Read> reads,
     if (groupOf.lookup(read.producer) != g)
       continue;
     viaOps |= read.viaOps;
+    // A pointwise kernel computes every value at the domain's linear index,
+    // so a row-major reshape of its own value reads that value in place
+    // (a GEMM's [B*T, N] result reshaped to [B, T, N] for GELU).
+    if (read.remapped && read.reshapeOnly && !group.hasReduction && !group.library &&
+        !isReduction(op))
+      continue;
     if (read.remapped) {
       broadcastRead = true;
       // Across the row only: a broadcast along a kept dimension reads
@@ -333,6 +339,15 @@ bool FusionRules::canAbsorb(unsigned a, unsigned b, ArrayRef<unsigned> bDeps, st
             "read the row kernel's values across programs";
       return false;
     }
+  // b's values read through a reshape of b's own (see canJoin) would be
+  // recomputed at other rows, and with them a's row results there.
+  for (Operation *op : gb.ops)
+    for (const Read &read : readsOf(op))
+      if (groupOf.lookup(read.producer) == b && read.remapped && read.reshapeOnly) {
+        why = "it reads its own values through a reshape, which in a row kernel would "
+              "recompute the row kernel's values at other rows";
+        return false;
+      }
   // a's values read at their own elements, or a's row results broadcast.
   for (Operation *op : gb.ops)
     for (const Read &read : readsOf(op))

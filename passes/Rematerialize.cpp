@@ -63,18 +63,27 @@ constexpr int64_t kBandwidthBudgetPercent = 5;
 /// The most bytes live at once over `block`'s op order: every value a
 /// top-level op defines lives from its op to its last reader (a recompute
 /// barrier's result and a top-level reshape -- a buffer view -- are their
-/// operand's bytes), results to the end. The Program's lower bound before
-/// scheduling, in small.
-int64_t livePeak(Block &block) {
+/// operand's bytes), the function's results to the end unless
+/// `countResults` is false. The Program's lower bound before scheduling,
+/// in small. Without the results it is the step's own memory: results go
+/// to the caller's buffers, or to parameters and optimizer state updated in
+/// place (counted, they put a training step's peak at its end, where no
+/// saved activation is live any more).
+int64_t livePeak(Block &block, bool countResults) {
   llvm::DenseMap<Operation *, unsigned> position;
   unsigned n = 0;
   for (Operation &op : block)
     position[&op] = n++;
   std::vector<int64_t> delta(n + 2, 0);
+  llvm::DenseSet<Value> returned;
+  if (!countResults)
+    returned.insert(block.getTerminator()->operand_begin(), block.getTerminator()->operand_end());
   for (Operation &op : block.without_terminator()) {
     if (llvm::isa<RecomputeBarrierOp, ReshapeOp>(op))
       continue;
     for (Value v : op.getResults()) {
+      if (returned.contains(v))
+        continue;
       unsigned last = position[&op];
       SmallVector<Value> aliases = {v};
       while (!aliases.empty()) {
@@ -133,6 +142,13 @@ SmallVector<Value> cloneBody(Block &body, IRMapping &map, OpBuilder &b) {
   for (Value y : body.getTerminator()->getOperands())
     yields.push_back(map.lookupOrDefault(y));
   return yields;
+}
+
+/// Whether fusion `f` draws random numbers (a Philox rerun per element).
+bool drawsRandomNumbers(FusionOp f) {
+  bool draws = false;
+  f.getBody().walk([&](RandomUniformOp) { draws = true; });
+  return draws;
 }
 
 FusionOp kernelNamed(Block &block, StringRef name) {
@@ -203,12 +219,16 @@ public:
           return false;
       return true;
     };
+    // Two pointwise kernels compute every value at the domain's linear
+    // index, so a row-major reshape of F's output in B reads it in place.
+    bool pointwise = f.getKind() == "pointwise" && f.getReduced().empty() &&
+                     b.getKind() == "pointwise" && b.getReduced().empty();
     for (auto [arg, in] : llvm::zip(body.getArguments(), b.getInputs()))
       if (in.getDefiningOp() == f.getOperation())
         for (Operation *user : arg.getUsers()) {
           auto bc = llvm::dyn_cast<BroadcastInDimOp>(user);
-          if ((bc && !readsOwnRow(bc)) ||
-              llvm::isa<TransposeOp, SliceOp, ReshapeOp, ConcatOp>(user))
+          if ((bc && !readsOwnRow(bc)) || llvm::isa<TransposeOp, SliceOp, ConcatOp>(user) ||
+              (llvm::isa<ReshapeOp>(user) && !pointwise))
             return false;
         }
     return true;
@@ -481,16 +501,22 @@ LogicalResult tilefuse::rematerializeFunction(func::FuncOp func, const TargetInf
     // Tried on a copy first. Kept where the most bytes live at once drop
     // (live ranges that shrink elsewhere can still meet at a new peak: the
     // recomputing kernel's inputs, outputs and operands), or do not grow
-    // and F is gone (B computes what F did: nothing is computed twice).
+    // and F is gone (B computes what F did: nothing is computed twice), or
+    // where they do not grow and the step's own memory (results aside)
+    // drops: a training step's saved activations (GELU's f32 tanh terms,
+    // recomputed in its backward kernel from the bf16 GEMM result).
     // Recomputing for nothing costs time: a dropout mask's Philox rerun
-    // cost mlp_mnist's CPU step 5%.
+    // cost mlp_mnist's CPU step 5%, so a kernel that draws random numbers
+    // is recomputed only under the first two rules.
     OwningOpRef<func::FuncOp> trial(func.clone());
     Block &trialBlock = trial->getBody().front();
     Plan mapped = here.mapTo(*plan, trialBlock);
     Rematerializer(trialBlock, reductions).apply(mapped);
-    int64_t before = livePeak(block), after = livePeak(trialBlock);
+    int64_t before = livePeak(block, true), after = livePeak(trialBlock, true);
     bool folded = !kernelNamed(trialBlock, name);
-    if (after > before || (after == before && !folded))
+    bool stepMemoryDrops = !drawsRandomNumbers(plan->f) &&
+                           livePeak(trialBlock, false) < livePeak(block, false);
+    if (after > before || (after == before && !folded && !stepMemoryDrops))
       continue;
     func.getBody().takeBody(trial->getBody());
     budget -= plan->extraBytes;

@@ -175,3 +175,51 @@ func.func @padded_row_result_read_across_rows(%x: tensor<4x8xf32>) -> tensor<4x8
   %q = graph.mul %x, %b : tensor<4x8xf32>
   return %q : tensor<4x8xf32>
 }
+
+// A GEMM's [B*T, N] result reshaped to [B, T, N] for GELU and back for the
+// next GEMM: a pointwise kernel computes every value at the domain's linear
+// index, so reading its own values through the reshapes keeps one kernel
+// (bias, GELU and the cast), which writes only the bf16 activation.
+// CHECK-LABEL: func.func @pointwise_through_reshapes(
+// CHECK:         graph.matmul
+// CHECK-NEXT:    graph.fusion "{{.*}}kind = "pointwise"{{.*}} -> tensor<8x16xbf16>
+// CHECK:           graph.tanh
+// CHECK:         graph.matmul
+// CHECK-NOT:     graph.fusion "
+// CHECK:         return
+func.func @pointwise_through_reshapes(%x: tensor<8x16xbf16>, %w: tensor<16x16xbf16>, %b: tensor<16xf32>, %w2: tensor<16x4xbf16>) -> tensor<8x4xbf16> {
+  %h = graph.matmul %x, %w : (tensor<8x16xbf16>, tensor<16x16xbf16>) -> tensor<8x16xbf16>
+  %f = graph.cast %h : (tensor<8x16xbf16>) -> tensor<8x16xf32>
+  %bb = graph.broadcast_in_dim %b {dims = array<i64: 1>} : (tensor<16xf32>) -> tensor<8x16xf32>
+  %a = graph.add %f, %bb : tensor<8x16xf32>
+  %r = graph.reshape %a : (tensor<8x16xf32>) -> tensor<2x4x16xf32>
+  %t = graph.tanh %r : tensor<2x4x16xf32>
+  %g = graph.mul %r, %t : tensor<2x4x16xf32>
+  %back = graph.reshape %g : (tensor<2x4x16xf32>) -> tensor<8x16xf32>
+  %c = graph.cast %back : (tensor<8x16xf32>) -> tensor<8x16xbf16>
+  %y = graph.matmul %c, %w2 : (tensor<8x16xbf16>, tensor<16x4xbf16>) -> tensor<8x4xbf16>
+  return %y : tensor<8x4xbf16>
+}
+
+// A pointwise kernel that reads its own values through a reshape across
+// rows does not merge into the row kernel whose values it reads: there,
+// those values would be recomputed at other rows (with those rows' sums).
+// CHECK-LABEL: func.func @reshape_across_rows_beside_a_row_kernel(
+// CHECK:         graph.fusion "{{.*}}kind = "reduction"
+// CHECK:         graph.matmul
+// CHECK:         graph.fusion "{{.*}}kind = "pointwise"
+// CHECK-NOT:     graph.fusion "
+// CHECK:         return
+// REMARK-DAG: remark: its kernel not merged into the row kernel of 'graph.reduce_sum': it reads its own values through a reshape, which in a row kernel would recompute the row kernel's values at other rows
+func.func @reshape_across_rows_beside_a_row_kernel(%x: tensor<4x8xf32>, %u: tensor<4x3xf32>, %w: tensor<3x8xf32>) -> tensor<4x8xf32> {
+  %s = graph.reduce_sum %x {dims = array<i64: 1>, keepdim = true} : (tensor<4x8xf32>) -> tensor<4x1xf32>
+  %sb = graph.broadcast_in_dim %s {dims = array<i64: 0, 1>} : (tensor<4x1xf32>) -> tensor<4x8xf32>
+  %e = graph.div %x, %sb : tensor<4x8xf32>
+  %m = graph.matmul %u, %w : (tensor<4x3xf32>, tensor<3x8xf32>) -> tensor<4x8xf32>
+  %a = graph.exp %m : tensor<4x8xf32>
+  %r = graph.reshape %a : (tensor<4x8xf32>) -> tensor<8x4xf32>
+  %t = graph.tanh %r : tensor<8x4xf32>
+  %back = graph.reshape %t : (tensor<8x4xf32>) -> tensor<4x8xf32>
+  %o = graph.mul %back, %e : tensor<4x8xf32>
+  return %o : tensor<4x8xf32>
+}

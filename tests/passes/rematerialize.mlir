@@ -143,3 +143,92 @@ func.func @producer_folds_into_consumer(%x: tensor<64xf32>, %y: tensor<64xf32>) 
   }
   return %u : tensor<64xf32>
 }
+
+// -----
+
+// GELU in small: F (bias, tanh) saves two f32 terms for its backward kernel
+// B, which reads them through a reshape ([B*T, N] -> [B, T, N]); both are
+// pointwise, so a reshape reads at the same linear index. The function's
+// large last result (a training step's updated parameters, in small) sets
+// the peak with results counted, which recomputing leaves as it is; the
+// step's own memory (results aside) drops. B recomputes F's body from the
+// GEMM's result; F keeps only the activation the next GEMM reads.
+// CHECK-LABEL: func.func @saved_through_reshape
+// CHECK: %[[H:.+]] = graph.matmul
+// CHECK: %[[F:.+]] = graph.fusion "kernel0"(%[[H]], %arg2) {{.*}} -> tensor<8x16xf32>
+// CHECK: graph.matmul %[[F]], %arg3
+// CHECK: %[[DY:.+]] = graph.matmul %{{.+}}, %arg3 {transpose_rhs = true}
+// CHECK: graph.fusion "kernel1"(%[[DY]], %[[H]], %arg2) {{.*}} -> tensor<8x16xf32> {
+// CHECK: graph.tanh
+// CHECK: graph.reshape
+// CHECK: return
+// A kernel that draws random numbers is not recomputed for the step's
+// memory alone: its Philox rerun costs more time than the bytes save.
+// CHECK-LABEL: func.func @random_saved_through_reshape
+// CHECK: graph.fusion "kernel0"(%{{.+}}, %arg2, %arg5) {{.*}} -> (tensor<8x16xf32>, tensor<2x4x16xf32>, tensor<2x4x16xf32>)
+// CHECK: graph.fusion "kernel1"(%{{.+}}, %{{.+}}, %{{.+}}) {{.*}} : (tensor<8x16xf32>, tensor<2x4x16xf32>, tensor<2x4x16xf32>)
+func.func @saved_through_reshape(%x: tensor<8x16xf32>, %w: tensor<16x16xf32>, %b: tensor<16xf32>,
+                                 %w2: tensor<16x4xf32>, %p: tensor<128x16xf32>)
+    -> (tensor<8x4xf32>, tensor<8x16xf32>, tensor<128x16xf32>) {
+  %h = graph.matmul %x, %w : (tensor<8x16xf32>, tensor<16x16xf32>) -> tensor<8x16xf32>
+  %f:3 = graph.fusion "kernel0"(%h, %b) {domain = array<i64: 8, 16>, kind = "pointwise", reduced = array<i64>}
+      : (tensor<8x16xf32>, tensor<16xf32>) -> (tensor<8x16xf32>, tensor<2x4x16xf32>, tensor<2x4x16xf32>) {
+  ^bb0(%a: tensor<8x16xf32>, %c: tensor<16xf32>):
+    %0 = graph.broadcast_in_dim %c {dims = array<i64: 1>} : (tensor<16xf32>) -> tensor<8x16xf32>
+    %1 = graph.add %a, %0 : tensor<8x16xf32>
+    %2 = graph.reshape %1 : (tensor<8x16xf32>) -> tensor<2x4x16xf32>
+    %3 = graph.tanh %2 : tensor<2x4x16xf32>
+    %4 = graph.mul %2, %3 : tensor<2x4x16xf32>
+    %5 = graph.mul %3, %3 : tensor<2x4x16xf32>
+    %6 = graph.reshape %4 : (tensor<2x4x16xf32>) -> tensor<8x16xf32>
+    graph.yield %6, %3, %5 : tensor<8x16xf32>, tensor<2x4x16xf32>, tensor<2x4x16xf32>
+  }
+  %y = graph.matmul %f#0, %w2 : (tensor<8x16xf32>, tensor<16x4xf32>) -> tensor<8x4xf32>
+  %dy = graph.matmul %y, %w2 {transpose_rhs = true} : (tensor<8x4xf32>, tensor<16x4xf32>) -> tensor<8x16xf32>
+  %dh = graph.fusion "kernel1"(%dy, %f#1, %f#2) {domain = array<i64: 8, 16>, kind = "pointwise", reduced = array<i64>}
+      : (tensor<8x16xf32>, tensor<2x4x16xf32>, tensor<2x4x16xf32>) -> tensor<8x16xf32> {
+  ^bb0(%g: tensor<8x16xf32>, %t: tensor<2x4x16xf32>, %s: tensor<2x4x16xf32>):
+    %0 = graph.reshape %t : (tensor<2x4x16xf32>) -> tensor<8x16xf32>
+    %1 = graph.reshape %s : (tensor<2x4x16xf32>) -> tensor<8x16xf32>
+    %2 = graph.add %0, %1 : tensor<8x16xf32>
+    %3 = graph.mul %g, %2 : tensor<8x16xf32>
+    graph.yield %3 : tensor<8x16xf32>
+  }
+  %dw = graph.matmul %x, %dh {transpose_lhs = true} : (tensor<8x16xf32>, tensor<8x16xf32>) -> tensor<16x16xf32>
+  %big = graph.matmul %p, %dw : (tensor<128x16xf32>, tensor<16x16xf32>) -> tensor<128x16xf32>
+  return %y, %dh, %big : tensor<8x4xf32>, tensor<8x16xf32>, tensor<128x16xf32>
+}
+
+func.func @random_saved_through_reshape(%x: tensor<8x16xf32>, %w: tensor<16x16xf32>, %b: tensor<16xf32>,
+                                        %w2: tensor<16x4xf32>, %p: tensor<128x16xf32>,
+                                        %seed: tensor<i64>)
+    -> (tensor<8x4xf32>, tensor<8x16xf32>, tensor<128x16xf32>) {
+  %h = graph.matmul %x, %w : (tensor<8x16xf32>, tensor<16x16xf32>) -> tensor<8x16xf32>
+  %f:3 = graph.fusion "kernel0"(%h, %b, %seed) {domain = array<i64: 8, 16>, kind = "pointwise", reduced = array<i64>}
+      : (tensor<8x16xf32>, tensor<16xf32>, tensor<i64>) -> (tensor<8x16xf32>, tensor<2x4x16xf32>, tensor<2x4x16xf32>) {
+  ^bb0(%a: tensor<8x16xf32>, %c: tensor<16xf32>, %k: tensor<i64>):
+    %0 = graph.broadcast_in_dim %c {dims = array<i64: 1>} : (tensor<16xf32>) -> tensor<8x16xf32>
+    %1 = graph.add %a, %0 : tensor<8x16xf32>
+    %2 = graph.reshape %1 : (tensor<8x16xf32>) -> tensor<2x4x16xf32>
+    %r = graph.random_uniform %k : (tensor<i64>) -> tensor<2x4x16xf32>
+    %3 = graph.mul %2, %r : tensor<2x4x16xf32>
+    %4 = graph.mul %2, %3 : tensor<2x4x16xf32>
+    %5 = graph.mul %3, %3 : tensor<2x4x16xf32>
+    %6 = graph.reshape %4 : (tensor<2x4x16xf32>) -> tensor<8x16xf32>
+    graph.yield %6, %3, %5 : tensor<8x16xf32>, tensor<2x4x16xf32>, tensor<2x4x16xf32>
+  }
+  %y = graph.matmul %f#0, %w2 : (tensor<8x16xf32>, tensor<16x4xf32>) -> tensor<8x4xf32>
+  %dy = graph.matmul %y, %w2 {transpose_rhs = true} : (tensor<8x4xf32>, tensor<16x4xf32>) -> tensor<8x16xf32>
+  %dh = graph.fusion "kernel1"(%dy, %f#1, %f#2) {domain = array<i64: 8, 16>, kind = "pointwise", reduced = array<i64>}
+      : (tensor<8x16xf32>, tensor<2x4x16xf32>, tensor<2x4x16xf32>) -> tensor<8x16xf32> {
+  ^bb0(%g: tensor<8x16xf32>, %t: tensor<2x4x16xf32>, %s: tensor<2x4x16xf32>):
+    %0 = graph.reshape %t : (tensor<2x4x16xf32>) -> tensor<8x16xf32>
+    %1 = graph.reshape %s : (tensor<2x4x16xf32>) -> tensor<8x16xf32>
+    %2 = graph.add %0, %1 : tensor<8x16xf32>
+    %3 = graph.mul %g, %2 : tensor<8x16xf32>
+    graph.yield %3 : tensor<8x16xf32>
+  }
+  %dw = graph.matmul %x, %dh {transpose_lhs = true} : (tensor<8x16xf32>, tensor<8x16xf32>) -> tensor<16x16xf32>
+  %big = graph.matmul %p, %dw : (tensor<128x16xf32>, tensor<16x16xf32>) -> tensor<128x16xf32>
+  return %y, %dh, %big : tensor<8x4xf32>, tensor<8x16xf32>, tensor<128x16xf32>
+}
