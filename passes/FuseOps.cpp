@@ -66,7 +66,7 @@ public:
       }
       if (!needsMaterializing(&op) && depth <= kMaxRecomputeDepth &&
           (isView(&op) || isPadding(&op) || scalarOfLeaves ||
-           (isCheapToRecompute(&op) && ofLeaves))) {
+           (isCheapToRecompute(&op) && (ofLeaves || remappedOfBuffers(&op))))) {
         recomputed.insert(&op);
         recomputeDepths[&op] = depth;
         continue;
@@ -79,6 +79,44 @@ public:
   }
 
 private:
+  /// A cheap op of leaves and library results (in memory already) that is
+  /// read only through index remaps: no reader can join its kernel, so as a
+  /// kernel it would only copy its operands at another dtype or with a bias
+  /// added; each reader computes it from the operands instead (the bias of
+  /// a QKV product read as three head-major slices, attention gradients
+  /// widened to f32 and transposed back into one gradient). Not where the
+  /// target's GEMM would take the op as its epilogue.
+  bool remappedOfBuffers(Operation *op) {
+    bool readsLibrary = false;
+    for (Value v : op->getOperands()) {
+      Operation *def = v.getDefiningOp();
+      if (!def || isLeafOp(def))
+        continue;
+      if (!isLibraryCall(def) || (llvm::isa<MatmulOp>(def) && target.canFuseMatmulEpilogue(op)))
+        return false;
+      readsLibrary = true;
+    }
+    if (!readsLibrary)
+      return false;
+    // Read through reshapes and further cheap ops (the bias add after a
+    // widening cast), ending in index remaps.
+    SmallVector<Operation *> work(op->getUsers().begin(), op->getUsers().end());
+    llvm::SmallPtrSet<Operation *, 16> seen;
+    while (!work.empty()) {
+      Operation *user = work.pop_back_val();
+      if (!seen.insert(user).second)
+        continue;
+      if (seen.size() > 64 || needsMaterializing(user))
+        return false;
+      if (isIndexRemap(user))
+        continue;
+      if (!llvm::isa<ReshapeOp>(user) && (isView(user) || !isCheapToRecompute(user)))
+        return false;
+      work.append(user->getUsers().begin(), user->getUsers().end());
+    }
+    return true;
+  }
+
   /// A row-major reshape of a value that exists in memory (an argument, a
   /// kernel's or a library call's result), read by matmuls and kernels
   /// only: the same bytes under another shape. The runtime gives

@@ -223,3 +223,30 @@ func.func @reshape_across_rows_beside_a_row_kernel(%x: tensor<4x8xf32>, %u: tens
   %o = graph.mul %back, %e : tensor<4x8xf32>
   return %o : tensor<4x8xf32>
 }
+
+// A bias added to a GEMM's result that is read only through slices and
+// transposes (a QKV product split into head-major Q and K) is no kernel of
+// its own: each slice's kernel adds the bias to the product itself, so no
+// f32 copy of the product is written and read back.
+// CHECK-LABEL: func.func @bias_read_through_slices(
+// CHECK:         %[[P:.+]] = graph.matmul
+// CHECK-NEXT:    graph.fusion "{{.*}}"(%[[P]], %arg2) {{.*}} -> tensor<2x4x8xbf16>
+// CHECK:           graph.slice
+// CHECK:           graph.transpose
+// CHECK:         graph.fusion "{{.*}}"(%[[P]], %arg2) {{.*}} -> tensor<2x4x8xbf16>
+// CHECK-NOT:     graph.fusion "
+// CHECK:         return
+func.func @bias_read_through_slices(%x: tensor<8x16xbf16>, %w: tensor<16x16xbf16>, %b: tensor<16xf32>) -> (tensor<2x4x8xbf16>, tensor<2x4x8xbf16>) {
+  %p = graph.matmul %x, %w : (tensor<8x16xbf16>, tensor<16x16xbf16>) -> tensor<8x16xbf16>
+  %f = graph.cast %p : (tensor<8x16xbf16>) -> tensor<8x16xf32>
+  %bb = graph.broadcast_in_dim %b {dims = array<i64: 1>} : (tensor<16xf32>) -> tensor<8x16xf32>
+  %a = graph.add %f, %bb : tensor<8x16xf32>
+  %r = graph.reshape %a : (tensor<8x16xf32>) -> tensor<4x2x16xf32>
+  %q = graph.slice %r {start = array<i64: 0, 0, 0>, limit = array<i64: 4, 2, 8>, stride = array<i64: 1, 1, 1>} : (tensor<4x2x16xf32>) -> tensor<4x2x8xf32>
+  %k = graph.slice %r {start = array<i64: 0, 0, 8>, limit = array<i64: 4, 2, 16>, stride = array<i64: 1, 1, 1>} : (tensor<4x2x16xf32>) -> tensor<4x2x8xf32>
+  %qt = graph.transpose %q {perm = array<i64: 1, 0, 2>} : (tensor<4x2x8xf32>) -> tensor<2x4x8xf32>
+  %kt = graph.transpose %k {perm = array<i64: 1, 0, 2>} : (tensor<4x2x8xf32>) -> tensor<2x4x8xf32>
+  %qc = graph.cast %qt : (tensor<2x4x8xf32>) -> tensor<2x4x8xbf16>
+  %kc = graph.cast %kt : (tensor<2x4x8xf32>) -> tensor<2x4x8xbf16>
+  return %qc, %kc : tensor<2x4x8xbf16>, tensor<2x4x8xbf16>
+}
