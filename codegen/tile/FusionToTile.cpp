@@ -49,8 +49,17 @@ LogicalResult KernelEmitter::storeDomainOutputs(ArrayRef<unsigned> outputs, cons
   SmallVector<std::tuple<unsigned, Coords, Value>> computed;
   for (unsigned i : outputs) {
     auto s = shapeOf(yield->getOperand(i));
-    Coords oc = squeezed(s) == squeezed(domain) ? matchUnitDims(c, domain, s)
-                                                : delinearize(linearize(c, domain), s);
+    // A result reshaped from the domain keeping its rows ([B*T, N] as
+    // [B, T, N]) maps the leading coordinates alone, so a block stays one
+    // contiguous store even where a row's length is not a multiple of the
+    // block (a vocabulary of 50257).
+    Coords oc;
+    if (squeezed(s) == squeezed(domain))
+      oc = matchUnitDims(c, domain, s);
+    else if (std::optional<Coords> rows = reshapeAlongRows(c, domain, s))
+      oc = std::move(*rows);
+    else
+      oc = delinearize(linearize(c, domain), s);
     FailureOr<Value> v = value(yield->getOperand(i), oc);
     if (failed(v))
       return failure();

@@ -305,3 +305,22 @@ func.func @column_early(%x: tensor<512x64xf32>) -> (tensor<512x64xf32>, tensor<6
   %s = graph.reduce_sum %t {dims = array<i64: 0>} : (tensor<512x64xf32>) -> tensor<64xf32>
   return %t, %s : tensor<512x64xf32>, tensor<64xf32>
 }
+
+// A pointwise kernel whose result is its domain reshaped with the rows kept
+// ([B*T, V] written as [B, T, V]; a row of 100 over blocks of 64): the
+// result's coordinates map the leading ones alone, so a value per row stays
+// one scalar load per program, not a gather per lane.
+// CHECK-LABEL: func.func @row_values_reshaped_on_store_kernel0_{{[0-9a-f]+}}(
+// CHECK-NOT:     tile.gather
+// CHECK:         tile.load {{.*}}{stride = 1 : i64} : !tile.ptr<f32> -> vector<64xf32>
+// CHECK:         tile.load_scalar
+// CHECK-NOT:     tile.gather
+// CHECK:         tile.store {{.*}}stride = 1 : i64} : vector<64xbf16>
+func.func @row_values_reshaped_on_store(%x: tensor<4x100xf32>, %s: tensor<4x1xf32>) -> tensor<2x2x100xbf16> {
+  %e = graph.exp %x : tensor<4x100xf32>
+  %sb = graph.broadcast_in_dim %s {dims = array<i64: 0, 1>} : (tensor<4x1xf32>) -> tensor<4x100xf32>
+  %m = graph.mul %e, %sb : tensor<4x100xf32>
+  %r = graph.reshape %m : (tensor<4x100xf32>) -> tensor<2x2x100xf32>
+  %c = graph.cast %r : (tensor<2x2x100xf32>) -> tensor<2x2x100xbf16>
+  return %c : tensor<2x2x100xbf16>
+}
