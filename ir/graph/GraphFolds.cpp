@@ -121,9 +121,21 @@ OpFoldResult ReshapeOp::fold(FoldAdaptor) {
 }
 
 OpFoldResult TransposeOp::fold(FoldAdaptor) {
+  // A transpose of a transpose is one transpose: result dim i is the inner
+  // result's dim perm[i], which is the operand's dim inner[perm[i]]
+  // (AOTAutograd saves t(t(w)) of a weight the forward read as t(w)).
+  bool composed = false;
+  if (auto inner = getOperand().getDefiningOp<TransposeOp>()) {
+    SmallVector<int64_t> perm;
+    for (int64_t p : getPerm())
+      perm.push_back(inner.getPerm()[p]);
+    getOperandMutable().assign(inner.getOperand());
+    setPerm(perm);
+    composed = true;
+  }
   for (auto [i, p] : llvm::enumerate(getPerm()))
     if (static_cast<int64_t>(i) != p)
-      return {};
+      return composed ? OpFoldResult(getResult()) : OpFoldResult();
   return getOperand();
 }
 

@@ -267,3 +267,18 @@ func.func @casts_between_transposes_and_matmuls(%w: tensor<16x8xf32>, %h: tensor
   %k = graph.matmul %h, %wc2 : (tensor<4x8xbf16>, tensor<8x16xbf16>) -> tensor<4x16xbf16>
   return %l, %gt, %k, %wc2 : tensor<4x16xbf16>, tensor<16x8xf32>, tensor<4x16xbf16>, tensor<8x16xbf16>
 }
+
+// A transpose of a transpose is one transpose of the operand (dim i of the
+// result is the operand's dim inner[outer[i]]), and the operand itself
+// when that is the identity: AOTAutograd saves t(t(w)) of a weight.
+// CHECK-LABEL: func.func @transpose_of_transpose(
+// CHECK-SAME:      %[[X:[^:]+]]: tensor<2x3x4xf32>
+// CHECK:         %[[T:.+]] = graph.transpose %[[X]] {perm = array<i64: 2, 0, 1>} : (tensor<2x3x4xf32>) -> tensor<4x2x3xf32>
+// CHECK-NOT:     graph.transpose
+// CHECK:         return %[[X]], %[[T]]
+func.func @transpose_of_transpose(%x: tensor<2x3x4xf32>) -> (tensor<2x3x4xf32>, tensor<4x2x3xf32>) {
+  %a = graph.transpose %x {perm = array<i64: 1, 0, 2>} : (tensor<2x3x4xf32>) -> tensor<3x2x4xf32>
+  %b = graph.transpose %a {perm = array<i64: 1, 0, 2>} : (tensor<3x2x4xf32>) -> tensor<2x3x4xf32>
+  %c = graph.transpose %a {perm = array<i64: 2, 1, 0>} : (tensor<3x2x4xf32>) -> tensor<4x2x3xf32>
+  return %b, %c : tensor<2x3x4xf32>, tensor<4x2x3xf32>
+}
