@@ -50,11 +50,13 @@ bool FusionRules::canJoin(unsigned g, Operation *op, ArrayRef<Read> reads,
     if (groupOf.lookup(read.producer) != g)
       continue;
     viaOps |= read.viaOps;
-    // A pointwise kernel computes every value at the domain's linear index,
-    // so a row-major reshape of its own value reads that value in place
-    // (a GEMM's [B*T, N] result reshaped to [B, T, N] for GELU).
-    if (read.remapped && read.reshapeOnly && !group.hasReduction && !group.library &&
-        !isReduction(op))
+    // A value that reads no reduction is its inputs' at the same linear
+    // index, computed at whatever coordinates a reader asks: a row-major
+    // reshape of it reads it in place (a GEMM's [B*T, N] result reshaped to
+    // [B, T, N] for GELU and back for the next GEMM; GELU's backward beside
+    // its bias gradient's column sums).
+    if (read.remapped && read.reshapeOnly && !group.library &&
+        !group.afterReduction.contains(read.producer))
       continue;
     if (read.remapped) {
       broadcastRead = true;
@@ -110,7 +112,10 @@ bool FusionRules::canJoin(unsigned g, Operation *op, ArrayRef<Read> reads,
   // domain when the kernel owns whole rows.
   ArrayRef<int64_t> full = group.domain.shape;
   ArrayRef<int64_t> dims = group.domain.reduced;
-  bool atFull = onlyUnitDimsChange(d.shape, full);
+  // At the full size: the domain, or (values that read no reduction, each
+  // element on its own) the domain's elements in another shape.
+  bool atFull = onlyUnitDimsChange(d.shape, full) ||
+                (numel(d.shape) == numel(full) && !isReduction(op) && !readsReduced(g, op));
   bool atReduced = onlyUnitDimsChange(d.shape, reducedShape(full, dims, false));
   if (llvm::isa<ReshapeOp>(op) &&
       !onlyUnitDimsChange(shapeOf(op->getOperand(0)), d.shape)) {

@@ -143,9 +143,8 @@ def RematerializePass : Pass<"rematerialize", "mlir::ModuleOp"> {
     order) drop, or do not grow and F disappears into B, or do not grow
     and the function's own peak (its results aside: they are the caller's
     buffers or state updated in place) drops, unless F draws random
-    numbers. Two pointwise kernels read each other's values through
-    row-major reshapes at the same linear index, so such reads count as in
-    place. No kernel is added, and the bytes F and B move beyond
+    numbers. B reads a pointwise F's values through row-major reshapes
+    in place (F computes them at whatever coordinates B asks). No kernel is added, and the bytes F and B move beyond
     what they moved before come out of a budget of 5% of the bytes all the
     function's kernels and library calls move (the softmax's backward
     kernel writes the probabilities again for the GEMM that needs them).

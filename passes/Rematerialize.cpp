@@ -219,10 +219,10 @@ public:
           return false;
       return true;
     };
-    // Two pointwise kernels compute every value at the domain's linear
-    // index, so a row-major reshape of F's output in B reads it in place.
-    bool pointwise = f.getKind() == "pointwise" && f.getReduced().empty() &&
-                     b.getKind() == "pointwise" && b.getReduced().empty();
+    // A pointwise F's values are its inputs' at the same linear index, so
+    // B computes them at any coordinates a row-major reshape maps its own
+    // to (whether B reduces or not).
+    bool pointwise = f.getKind() == "pointwise" && f.getReduced().empty();
     for (auto [arg, in] : llvm::zip(body.getArguments(), b.getInputs()))
       if (in.getDefiningOp() == f.getOperation())
         for (Operation *user : arg.getUsers()) {

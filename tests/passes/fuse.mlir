@@ -250,3 +250,26 @@ func.func @bias_read_through_slices(%x: tensor<8x16xbf16>, %w: tensor<16x16xbf16
   %kc = graph.cast %kt : (tensor<2x4x8xf32>) -> tensor<2x4x8xbf16>
   return %qc, %kc : tensor<2x4x8xbf16>, tensor<2x4x8xbf16>
 }
+
+// GELU's backward beside its bias gradient: the gradient, computed through
+// [B, T, N] reshapes of the GEMM's [B*T, N] results, is summed over its
+// rows (the bias gradient) and written in bf16 for the GEMMs, in one
+// column kernel. Values that read no reduction are computed at whatever
+// coordinates a reader asks, so the reduction and the cast read them
+// through the reshapes.
+// CHECK-LABEL: func.func @column_sums_through_reshapes(
+// CHECK:         graph.fusion "{{.*}}kind = "reduction", reduced = array<i64: 0, 1>} {{.*}} -> (tensor<16xf32>, tensor<8x16xbf16>)
+// CHECK-NOT:     graph.fusion "
+// CHECK:         return
+func.func @column_sums_through_reshapes(%g: tensor<8x16xbf16>, %h: tensor<8x16xbf16>) -> (tensor<16xf32>, tensor<8x16xbf16>) {
+  %gf = graph.cast %g : (tensor<8x16xbf16>) -> tensor<8x16xf32>
+  %hf = graph.cast %h : (tensor<8x16xbf16>) -> tensor<8x16xf32>
+  %gr = graph.reshape %gf : (tensor<8x16xf32>) -> tensor<2x4x16xf32>
+  %hr = graph.reshape %hf : (tensor<8x16xf32>) -> tensor<2x4x16xf32>
+  %t = graph.tanh %hr : tensor<2x4x16xf32>
+  %d = graph.mul %gr, %t : tensor<2x4x16xf32>
+  %s = graph.reduce_sum %d {dims = array<i64: 0, 1>} : (tensor<2x4x16xf32>) -> tensor<16xf32>
+  %back = graph.reshape %d : (tensor<2x4x16xf32>) -> tensor<8x16xf32>
+  %c = graph.cast %back : (tensor<8x16xf32>) -> tensor<8x16xbf16>
+  return %s, %c : tensor<16xf32>, tensor<8x16xbf16>
+}
