@@ -110,7 +110,7 @@ private:
         return false;
       if (isIndexRemap(user))
         continue;
-      if (!llvm::isa<ReshapeOp>(user) && (isView(user) || !isCheapToRecompute(user)))
+      if (llvm::isa<BroadcastInDimOp>(user) || !isCheapToRecompute(user))
         return false;
       work.append(user->getUsers().begin(), user->getUsers().end());
     }

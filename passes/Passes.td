@@ -144,8 +144,9 @@ def RematerializePass : Pass<"rematerialize", "mlir::ModuleOp"> {
     and the function's own peak (its results aside: they are the caller's
     buffers or state updated in place) drops, unless F draws random
     numbers. B reads a pointwise F's values through row-major reshapes
-    in place (F computes them at whatever coordinates B asks). No kernel is added, and the bytes F and B move beyond
-    what they moved before come out of a budget of 5% of the bytes all the
+    in place (F computes them at whatever coordinates B asks). No kernel
+    is added, and the bytes F and B move beyond what they moved before
+    come out of a budget of 5% of the bytes all the
     function's kernels and library calls move (the softmax's backward
     kernel writes the probabilities again for the GEMM that needs them).
     TILEFUSE_REMATERIALIZE=N sets that share to N percent (0 turns the

@@ -514,9 +514,10 @@ LogicalResult tilefuse::rematerializeFunction(func::FuncOp func, const TargetInf
     Rematerializer(trialBlock, reductions).apply(mapped);
     int64_t before = livePeak(block, true), after = livePeak(trialBlock, true);
     bool folded = !kernelNamed(trialBlock, name);
-    bool stepMemoryDrops = !drawsRandomNumbers(plan->f) &&
-                           livePeak(trialBlock, false) < livePeak(block, false);
-    if (after > before || (after == before && !folded && !stepMemoryDrops))
+    if (after > before)
+      continue;
+    if (after == before && !folded &&
+        (drawsRandomNumbers(plan->f) || livePeak(trialBlock, false) >= livePeak(block, false)))
       continue;
     func.getBody().takeBody(trial->getBody());
     budget -= plan->extraBytes;
