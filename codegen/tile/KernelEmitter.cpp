@@ -707,9 +707,17 @@ Coords KernelEmitter::keptDomainCoords(const KeptSpace &k, Value pid) {
     return delinearize({start, 1, {}, block}, k.domain);
   }
   Coords dc(rank);
-  scatterIndex(divS(pid, k.blocksPerRow), k.progDims, k.progSizes, dc);
+  Value rest = pid;
+  SmallVector<int64_t> dims = k.progDims, sizes = k.progSizes;
+  if (k.fastProgDim >= 0) {
+    dc[dims[k.fastProgDim]] = {remS(pid, sizes[k.fastProgDim]), 0, {}, 1};
+    rest = divS(pid, sizes[k.fastProgDim]);
+    dims.erase(dims.begin() + k.fastProgDim);
+    sizes.erase(sizes.begin() + k.fastProgDim);
+  }
+  scatterIndex(divS(rest, k.blocksPerRow), dims, sizes, dc);
   if (k.lanesKept) {
-    Value start = mulS(remS(pid, k.blocksPerRow), block);
+    Value start = mulS(remS(rest, k.blocksPerRow), block);
     dc[k.laneDim] = {start, 1, {}, block};
     activeLimit = lanesLeft(k.domain[k.laneDim], start);
     activeFirst = Value();

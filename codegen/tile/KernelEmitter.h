@@ -120,6 +120,10 @@ struct KeptSpace {
   bool lanesKept = false;
   bool flat = false; ///< lanes across rows: programs are blocks of the domain
   int64_t laneDim = -1; ///< the kept dimension lanes run along
+  /// Index into progDims of the dimension consecutive programs step along
+  /// (-1: programs walk the blocks of a row first, then rows in row-major
+  /// order). Set for kernels reading an input transposed, see emit().
+  int64_t fastProgDim = -1;
   int64_t blocksPerRow = 1, programs = 1, elements = 1;
 };
 

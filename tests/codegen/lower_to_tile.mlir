@@ -62,6 +62,31 @@ func.func @views(%x: tensor<8x64xf32>, %b: tensor<64xf32>, %r: tensor<8x1xf32>, 
   return %6 : tensor<8x64xf32>
 }
 
+// A transpose whose rows span several blocks: consecutive programs step
+// along the result's rows (the input's columns) and only then along the
+// blocks of a row, so the input's lines a block gathers from are read again
+// by the next programs while still cached.
+// CHECK-LABEL: func.func @transposed_program_order_kernel0_{{[0-9a-f]+}}(
+// CHECK-SAME:    tile.grid = 1536 : i64
+// CHECK:         %[[PID:.*]] = tile.program_id
+// CHECK-DAG:     %[[ROW:.*]] = arith.remui %[[PID]], %c384_i64
+// CHECK-DAG:     %[[REST:.*]] = arith.divui %[[PID]], %c384_i64
+// CHECK-DAG:     %[[BLOCK:.*]] = arith.remui %[[REST]], %c4_i64
+// CHECK:         tile.load %arg0[{{.*}}], {{.*}}{stride = 384 : i64}
+// CHECK:         tile.store {{.*}}{alignment = 64 : i64, stride = 1 : i64}
+// The same kernel reading its input in place walks rows in order.
+// CHECK-LABEL: func.func @row_major_program_order_kernel0_{{[0-9a-f]+}}(
+// CHECK:         %[[PID2:.*]] = tile.program_id
+// CHECK:         arith.divui %[[PID2]], %c4_i64
+func.func @transposed_program_order(%x: tensor<256x384xf32>) -> tensor<384x256xf32> {
+  %0 = graph.transpose %x {perm = array<i64: 1, 0>} : (tensor<256x384xf32>) -> tensor<384x256xf32>
+  return %0 : tensor<384x256xf32>
+}
+func.func @row_major_program_order(%x: tensor<384x256xf32>) -> tensor<384x256xf32> {
+  %0 = graph.neg %x : tensor<384x256xf32>
+  return %0 : tensor<384x256xf32>
+}
+
 // A long f32 row sum: each lane accumulates in f64, the lanes fold in f64,
 // the result is rounded to f32 once.
 // CHECK-LABEL: func.func @long_row_sum_kernel0_{{[0-9a-f]+}}(

@@ -564,6 +564,11 @@ TRANSPOSES = [
     ((3, 5, 7), lambda t: t.transpose(0, -1), lambda a: a.swapaxes(0, -1)),
     ((2, 3, 4, 5), lambda t: t.transpose(1, 2), lambda a: a.swapaxes(1, 2)),
     ((1,), lambda t: t.permute(0), lambda a: a),
+    # Rows of several blocks with a masked tail: programs step along the
+    # input's rows first (one row of programs per block of the result).
+    ((130, 70), lambda t: t.T, lambda a: a.T),
+    ((4, 130, 70), lambda t: t.transpose(1, 2), lambda a: a.swapaxes(1, 2)),
+    ((70, 3, 130), lambda t: t.permute(2, 1, 0), lambda a: a.transpose(2, 1, 0)),
 ]
 
 
