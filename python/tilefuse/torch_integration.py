@@ -731,8 +731,14 @@ def _compiled_callable(gm, device, compile=True, updates=None):
     # values to compute: it is made empty at each call.
     empties = {i: _val(o) for i, o in enumerate(outs) if isinstance(o, torch.fx.Node)
                and isinstance(_val(o), torch.Tensor) and _val(o).numel() == 0}
+    # An output that is an input itself (AOTAutograd's forward saving a
+    # parameter for the backward) is that very tensor, as running the graph
+    # in PyTorch gives: nothing to compute or copy.
+    inputs_returned = {i: placeholders.index(o) for i, o in enumerate(outs)
+                       if isinstance(o, torch.fx.Node) and o.op == "placeholder"
+                       and i not in empties}
     present = [i for i, o in enumerate(outs) if isinstance(o, torch.fx.Node)
-               and i not in empties]
+               and i not in empties and i not in inputs_returned]
     constants = {i: o for i, o in enumerate(outs)
                  if o is not None and not isinstance(o, torch.fx.Node)}
     out_vals = [_val(outs[i]) for i in present]
@@ -740,17 +746,20 @@ def _compiled_callable(gm, device, compile=True, updates=None):
         raise aten_import.UnsupportedOp("a graph output that is not a tensor")
     random = aten_import.uses_random(gm)
 
-    def uncomputed():
-        """The outputs no kernel computes (numbers, None, empty tensors), in
-        place; the computed ones left None for the caller to fill."""
+    def uncomputed(args):
+        """The outputs no kernel computes (numbers, None, empty tensors,
+        inputs returned), in place; the computed ones left None for the
+        caller to fill."""
         full = [constants.get(i) for i in range(len(outs))]
         for i, v in empties.items():
             full[i] = torch.empty(tuple(v.shape), dtype=v.dtype)
+        for i, j in inputs_returned.items():
+            full[i] = args[j]
         return full
 
-    if not present:  # nothing to compute: every output empty, None or a number
+    if not present:  # nothing to compute: every output empty, None, a number or an input
         def nothing(*args):
-            full = uncomputed()
+            full = uncomputed(args)
             return full[0] if single else full
         return nothing if compile else None
 
@@ -801,7 +810,7 @@ def _compiled_callable(gm, device, compile=True, updates=None):
                         else np.empty(tuple(out_vals[k].shape), _numpy_dtype(want[k]))
                         for k in range(len(present))]
         results = exe.run(arrays, None, "bits", into)
-        full = uncomputed()
+        full = uncomputed(args)
         for k, (i, r, w) in enumerate(zip(present, results, want)):
             if k in in_place:
                 full[i] = in_place[k]
