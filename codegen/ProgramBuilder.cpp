@@ -164,21 +164,9 @@ private:
     }
     if (auto view = llvm::dyn_cast<graph::ReshapeOp>(op)) {
       // A row-major reshape between kernels and library calls (fusion left
-      // it as a view): the same bytes, so the operand's buffer. The return
-      // gets a copy of its own shape.
-      int source = bufferOf(view.getOperand());
-      bool returned = llvm::any_of(op.getUsers(), [](Operation *user) {
-        return llvm::isa<func::ReturnOp>(user);
-      });
-      if (!returned) {
-        buffers[view.getResult()] = source;
-        return success();
-      }
-      Step s;
-      s.kind = Step::Kind::Copy;
-      s.source = "graph.reshape";
-      s.buffers = {source, result(op)};
-      prog.steps.push_back(s);
+      // it as a view): the same bytes, so the operand's buffer. One the
+      // function returns is settled at the return (returnedView).
+      buffers[view.getResult()] = bufferOf(view.getOperand());
       return success();
     }
     if (auto g = llvm::dyn_cast<graph::GatherOp>(op)) {
@@ -268,6 +256,21 @@ private:
       for (auto [index, v] : llvm::enumerate(ret.getOperands())) {
         int b = bufferOf(v);
         auto alias = func.getResultAttrOfType<IntegerAttr>(index, kAliasAttrName);
+        if (auto view = v.getDefiningOp<graph::ReshapeOp>()) {
+          if (!alias && returnedView(ret, view, b)) {
+            // The result is its operand's buffer under the returned shape.
+            prog.buffers[size_t(b)].shape = shapeOf(v);
+          } else {
+            Step s;
+            s.kind = Step::Kind::Copy;
+            s.source = "graph.reshape";
+            int copy = newBuffer(v, BufferInfo::Role::Intermediate,
+                                 "reshape" + std::to_string(prog.buffers.size()));
+            s.buffers = {b, copy};
+            prog.steps.push_back(s);
+            b = copy;
+          }
+        }
         // Results never alias the caller's arguments: an argument returned
         // as is is copied. A result that becomes an argument's next value
         // gets a buffer of its own, so a runtime can swap the two.
@@ -291,6 +294,27 @@ private:
     }
     return op.emitOpError() << "is outside any kernel after fusion; no runtime "
                                "step runs it (run the fuse pass first)";
+  }
+
+  /// Whether returned reshape `view` of buffer `b` can be `b` itself under
+  /// the returned shape (a language model's logits, [B*T, V] as [B, T, V],
+  /// returned without a copy): `b` is a step's result that nothing else
+  /// returns (a result's shape is the one its caller gets) and that no
+  /// gather or scatter reads (they take their tables' rows from the
+  /// buffer's shape). Every other step takes its sizes from the graph.
+  bool returnedView(func::ReturnOp ret, graph::ReshapeOp view, int b) {
+    if (prog.buffers[size_t(b)].role != BufferInfo::Role::Intermediate ||
+        llvm::is_contained(prog.results, b))
+      return false;
+    unsigned returnedHere = 0;
+    for (Value r : ret.getOperands())
+      returnedHere += bufferOf(r) == b;
+    if (returnedHere != 1)
+      return false;
+    return llvm::none_of(prog.steps, [&](const Step &s) {
+      return (s.kind == Step::Kind::Gather || s.kind == Step::Kind::ScatterAdd) &&
+             llvm::is_contained(s.buffers, b);
+    });
   }
 
   /// A GEMM whose library applies the elementwise epilogue (the target

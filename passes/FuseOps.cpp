@@ -122,7 +122,10 @@ private:
   /// only: the same bytes under another shape. The runtime gives
   /// it its operand's buffer, so it is no kernel (a copy) of its own;
   /// kernels that read it apply the reshape as any view. A reshape the
-  /// function returns stays a kernel: the result needs its own buffer.
+  /// function returns is one only of a library call's result the function
+  /// does not return itself (a language model's logits): the result is the
+  /// library's buffer under the returned shape; of a kernel's result it
+  /// joins that kernel, which writes the returned shape.
   bool isBufferView(Operation *op) {
     auto reshape = llvm::dyn_cast<ReshapeOp>(op);
     if (!reshape || !needsMaterializing(op))
@@ -138,7 +141,13 @@ private:
     // GEMM, attention and convolution steps take their sizes from the
     // graph's types; gathers and scatters read their buffers' shapes, so
     // those get a real reshape.
-    return llvm::all_of(op->getUsers(), [](Operation *user) {
+    bool operandReturned = llvm::any_of(reshape.getOperand().getUsers(), [](Operation *user) {
+      return llvm::isa<func::ReturnOp>(user);
+    });
+    bool returnable = def && isLibraryCall(def) && !operandReturned;
+    return llvm::all_of(op->getUsers(), [&](Operation *user) {
+      if (llvm::isa<func::ReturnOp>(user))
+        return returnable;
       return llvm::isa<GraphDialect>(user->getDialect()) &&
              (!isLibraryCall(user) ||
               llvm::isa<MatmulOp, GroupedMatmulOp, GroupedMatmulWeightGradOp, SortOp, AttentionOp,
@@ -503,6 +512,9 @@ LogicalResult Fuser::materialize() {
                    "kernels; please report this graph");
     return failure();
   }
+  // A returned view (of a library result) is read there in a copy of its own.
+  b.setInsertionPoint(ret);
+  readViewsOfTheirOwn(ret, b);
   // Kernel members and recomputed ops are now only read by each other: the
   // kernels hold their own copies.
   dead.append(recomputed.begin(), recomputed.end());

@@ -56,3 +56,25 @@ func.func @reshape_view(%x: tensor<4x8x16xf32>, %w: tensor<16x16xf32>) -> (tenso
   %b = graph.matmul %r, %w {transpose_rhs = true} : (tensor<32x16xf32>, tensor<16x16xf32>) -> tensor<32x16xf32>
   return %a, %b : tensor<32x16xf32>, tensor<32x16xf32>
 }
+
+// A product returned reshaped: the GEMM writes the result's buffer, one
+// step, the buffer in the returned shape; of two reshapes of it returned,
+// one gets a copy (each result its own buffer).
+// CHECK-LABEL: func @returned_logits (cpu)
+// CHECK: memory plan: 1 steps
+// CHECK: | f32[2, 4, 40] | 1280 | {{[0-9]+}} | 0..end | forward | graph.matmul
+// CHECK-LABEL: func @returned_logits_twice (cpu)
+// CHECK: memory plan: 2 steps
+// CHECK-DAG: | f32[2, 4, 40] | 1280 | {{[0-9]+}} | 1..end | forward | graph.reshape
+// CHECK-DAG: | f32[4, 2, 40] | 1280 | {{[0-9]+}} | 0..end | forward | graph.matmul
+func.func @returned_logits(%h: tensor<8x16xf32>, %w: tensor<40x16xf32>) -> tensor<2x4x40xf32> {
+  %0 = graph.matmul %h, %w {transpose_rhs = true} : (tensor<8x16xf32>, tensor<40x16xf32>) -> tensor<8x40xf32>
+  %1 = graph.reshape %0 : (tensor<8x40xf32>) -> tensor<2x4x40xf32>
+  return %1 : tensor<2x4x40xf32>
+}
+func.func @returned_logits_twice(%h: tensor<8x16xf32>, %w: tensor<40x16xf32>) -> (tensor<2x4x40xf32>, tensor<4x2x40xf32>) {
+  %0 = graph.matmul %h, %w {transpose_rhs = true} : (tensor<8x16xf32>, tensor<40x16xf32>) -> tensor<8x40xf32>
+  %1 = graph.reshape %0 : (tensor<8x40xf32>) -> tensor<2x4x40xf32>
+  %2 = graph.reshape %0 : (tensor<8x40xf32>) -> tensor<4x2x40xf32>
+  return %1, %2 : tensor<2x4x40xf32>, tensor<4x2x40xf32>
+}

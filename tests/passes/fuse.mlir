@@ -137,6 +137,29 @@ func.func @returned_reshape(%x: tensor<4x8x16xf32>, %w: tensor<16x16xf32>) -> (t
   return %a, %r : tensor<32x16xf32>, tensor<32x16xf32>
 }
 
+// A library result the function returns reshaped (a language model's
+// logits, [B*T, V] as [B, T, V]) is no kernel: the reshape stays a view the
+// return reads, so the GEMM's buffer is the result. Returned beside its
+// operand, it is a kernel of its own (a second buffer).
+// CHECK-LABEL: func.func @returned_reshape_of_a_product(
+// CHECK-NOT:     graph.fusion
+// CHECK:         %[[M:.+]] = graph.matmul
+// CHECK-NEXT:    %[[V:.+]] = graph.reshape %[[M]] : (tensor<8x40xf32>) -> tensor<2x4x40xf32>
+// CHECK-NEXT:    return %[[V]] :
+// CHECK-LABEL: func.func @returned_reshape_beside_its_product(
+// CHECK:         %[[M:.+]] = graph.matmul
+// CHECK:         graph.fusion "kernel0"(%[[M]])
+func.func @returned_reshape_of_a_product(%h: tensor<8x16xf32>, %w: tensor<40x16xf32>) -> tensor<2x4x40xf32> {
+  %0 = graph.matmul %h, %w {transpose_rhs = true} : (tensor<8x16xf32>, tensor<40x16xf32>) -> tensor<8x40xf32>
+  %1 = graph.reshape %0 : (tensor<8x40xf32>) -> tensor<2x4x40xf32>
+  return %1 : tensor<2x4x40xf32>
+}
+func.func @returned_reshape_beside_its_product(%h: tensor<8x16xf32>, %w: tensor<40x16xf32>) -> (tensor<2x4x40xf32>, tensor<8x40xf32>) {
+  %0 = graph.matmul %h, %w {transpose_rhs = true} : (tensor<8x16xf32>, tensor<40x16xf32>) -> tensor<8x40xf32>
+  %1 = graph.reshape %0 : (tensor<8x40xf32>) -> tensor<2x4x40xf32>
+  return %1, %0 : tensor<2x4x40xf32>, tensor<8x40xf32>
+}
+
 // Paddings (a value concatenated with constants: zeros around a kernel's
 // result, zeros interleaved along a new dimension) are read through like
 // views: the add's kernel reads exp's result through both paddings, no

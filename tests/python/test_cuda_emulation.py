@@ -505,3 +505,25 @@ def test_softmax_over_channels_and_its_gradient_in_one_kernel(log, tmp_path):
     src = g._graph.cuda_source("cuda:sm_90")
     assert src.count("__global__") <= 3, src[:2000]
     check_emulated(g, (x, t), str(tmp_path), 1e-5, 1e-5, name="channel softmax")
+
+
+def test_products_returned_reshaped_are_their_gemms_buffers(tmp_path):
+    """A language model's logits: a product returned as [B, T, V] is the
+    GEMM's own buffer under the returned shape (no copy step); returned
+    twice in two shapes, one of them is copied. Values as the interpreter's,
+    on the CPU and on the emulated GPU."""
+    rng = np.random.default_rng(11)
+    h = rng.standard_normal((8, 16)).astype(np.float32)
+    w = rng.standard_normal((40, 16)).astype(np.float32)
+    once = tilefuse.trace(lambda h, w: (h @ w.T).reshape(2, 4, 40), h, w)
+    twice = tilefuse.trace(lambda h, w: ((h @ w.T).reshape(2, 4, 40),
+                                         (h @ w.T).reshape(4, 2, 40)), h, w)
+    for name, g, steps in (("once", once, ["library"]), ("twice", twice, ["library", "copy"])):
+        compiled = g.compile("cpu")
+        got = compiled(h, w)
+        want = g.interpret(h, w)
+        for a, b in zip(got if isinstance(got, tuple) else [got],
+                        want if isinstance(want, tuple) else [want]):
+            assert a.shape == b.shape and np.allclose(a, b, rtol=1e-5, atol=1e-5), name
+        assert sorted(r.get("kind") for r in compiled.report()) == sorted(steps), name
+        check_emulated(g, (h, w), str(tmp_path / name), 1e-5, 1e-5, name=f"logits {name}")
