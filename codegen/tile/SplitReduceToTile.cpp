@@ -110,11 +110,14 @@ static bool isTotalOf(Operation *op, FusionOp fusion) {
          int64_t(dims.size()) == int64_t(fusion.getDomain().size());
 }
 
-/// A result of the domain's shape that reads no reduction: the partial
-/// kernel of a split column reduction stores it where its walk computes it
-/// (a batch norm's normalised output beside the next statistics).
+/// A result of the domain's elements (its shape, or a row-major reshape of
+/// it: a layer norm's gradient input widened as [B*T, d] beside [B, T, d]
+/// column sums) that reads no reduction: the partial kernel of a split
+/// column reduction stores it where its walk computes it (a batch norm's
+/// normalised output beside the next statistics), as storeDomainOutputs
+/// maps the walk's coordinates to the result's.
 static bool isColumnWalkResult(Value v, FusionOp fusion) {
-  return ArrayRef<int64_t>(shapeOf(v)) == fusion.getDomain() && !readsReduction(v);
+  return numel(shapeOf(v)) == numel(fusion.getDomain()) && !readsReduction(v);
 }
 
 /// The results of split column reduction `fusion` its partial kernel

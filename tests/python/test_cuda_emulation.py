@@ -527,3 +527,19 @@ def test_products_returned_reshaped_are_their_gemms_buffers(tmp_path):
             assert a.shape == b.shape and np.allclose(a, b, rtol=1e-5, atol=1e-5), name
         assert sorted(r.get("kind") for r in compiled.report()) == sorted(steps), name
         check_emulated(g, (h, w), str(tmp_path / name), 1e-5, 1e-5, name=f"logits {name}")
+
+
+def test_column_sums_beside_a_reshaped_full_size_result(tmp_path):
+    """A layer norm's dgamma/dbeta over [2, T, d] beside its widened
+    gradient returned as [2T, d]: one split column kernel whose partial
+    kernel stores the reshaped result, as the interpreter computes it."""
+    rng = np.random.default_rng(12)
+    x2 = rng.standard_normal((300, 130)).astype(np.float32)
+    y = rng.standard_normal((2, 150, 130)).astype(np.float32)
+
+    def f(x2, y):
+        xf = x2 * 3.0
+        x = xf.reshape(2, 150, 130)
+        return x.sum((0, 1)), (x * y).sum((0, 1)), xf
+    g = tilefuse.trace(f, x2, y)
+    check_emulated(g, (x2, y), str(tmp_path), 1e-5, 1e-5, name="column sums beside [2T, d]")

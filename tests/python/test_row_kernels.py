@@ -343,6 +343,31 @@ def test_column_sum_and_mean(shape, rng, seed):
         f"x.sum(0) {shape}: no column partial kernel in {kernel_names(fn)}")
 
 
+# Column sums over [2, T, d] beside a full-size result of the same elements
+# in another shape ([2T, d]: a layer norm's widened gradient beside its
+# dgamma and dbeta): the kernel still splits, its partial kernel's walk
+# storing the reshaped result.
+def test_column_sums_beside_a_reshaped_full_size_result(rng, seed):
+    x2 = rng.standard_normal((300, 130)).astype(np.float32)
+    y = rng.standard_normal((2, 150, 130)).astype(np.float32)
+
+    def f(x2, y):
+        xf = x2 * 3.0
+        x = xf.reshape(2, 150, 130)
+        return x.sum((0, 1)), (x * y).sum((0, 1)), xf
+    fn = tilefuse.compile(f, x2, y, device="cpu")
+    s, t, xf = fn(x2, y)
+    x64 = (f64(x2) * 3.0).reshape(2, 150, 130)
+    shapes = [x2.shape, y.shape]
+    assert_close("x.sum((0, 1))", s, x64.sum((0, 1)), np.float32, seed, shapes,
+                 magnitude=np.abs(x64).sum((0, 1)))
+    assert_close("(x * y).sum((0, 1))", t, (x64 * y).sum((0, 1)), np.float32, seed, shapes,
+                 magnitude=np.abs(x64 * y).sum((0, 1)))
+    assert_close("x2 * 3", xf, x64.reshape(300, 130), np.float32, seed, shapes)
+    names = kernel_names(fn)
+    assert len(names) == 2 and any(k.endswith("_partial") for k in names), names
+
+
 # Five column sums in one kernel: f64 accumulators of 4000 columns (160 KB)
 # fit the 256 KiB scratch (one program per slice of rows); of 8000 columns
 # (320 KB) they do not (one program per block of columns and slice).
