@@ -250,15 +250,28 @@ bool fullBlock(Value limit, int64_t n) {
 Value zeroOf(OpBuilder &b, Location loc, VectorType t) {
   return b.create<arith::ConstantOp>(loc, b.getZeroAttr(t));
 }
+/// The vector type blocks of `vt` move through memory as: 16-bit floats as
+/// i16. A masked load, store, gather or scatter of bf16 or f16 vectors is
+/// legal only on CPUs with AVX512-BF16 / AVX512-FP16; elsewhere LLVM splits
+/// it into one access per lane (a bf16 row max 17x slower on an AVX-512 CPU
+/// without BF16). The bits are the same, so a bitcast on either side.
+VectorType memoryVectorOf(VectorType vt) {
+  Type e = vt.getElementType();
+  if (e.isBF16() || e.isF16())
+    return VectorType::get(vt.getShape(), IntegerType::get(vt.getContext(), 16));
+  return vt;
+}
+Value bitcastIfNeeded(OpBuilder &b, Location loc, Value v, VectorType to) {
+  return v.getType() == to ? v : b.create<LLVM::BitcastOp>(loc, to, v).getResult();
+}
 
 /// A load whose lanes repeat each element `div` times or skip elements
 /// (lane l at offset + (l / div) * stride): where `div` divides the block
 /// and the elements it reads span at most four blocks, one (masked)
 /// contiguous load of that span and a shuffle picking the lanes' elements;
 /// otherwise a gather.
-Value spreadLoad(ConversionPatternRewriter &rewriter, Location loc, tile::LoadOp op, Value base,
-                 Value mask, bool unmasked) {
-  auto vt = llvm::cast<VectorType>(op.getType());
+Value spreadLoad(ConversionPatternRewriter &rewriter, Location loc, tile::LoadOp op, VectorType vt,
+                 Value base, Value mask, bool unmasked) {
   Type element = vt.getElementType();
   int64_t n = vt.getNumElements(), div = op.getDiv(), stride = op.getStride();
   auto ptrTy = LLVM::LLVMPointerType::get(rewriter.getContext());
@@ -323,7 +336,8 @@ struct LoadLowering : ConvertOpToLLVMPattern<tile::LoadOp> {
   LogicalResult matchAndRewrite(tile::LoadOp op, OpAdaptor a,
                                 ConversionPatternRewriter &rewriter) const override {
     Location loc = op.getLoc();
-    auto vt = llvm::cast<VectorType>(op.getType());
+    auto blockType = llvm::cast<VectorType>(op.getType());
+    VectorType vt = memoryVectorOf(blockType);
     Type element = vt.getElementType();
     int64_t n = vt.getNumElements();
     auto ptrTy = LLVM::LLVMPointerType::get(getContext());
@@ -335,7 +349,7 @@ struct LoadLowering : ConvertOpToLLVMPattern<tile::LoadOp> {
     int64_t div = op.getDiv();
     Value result;
     if ((div > 1 && op.getStride() != 0) || (op.getStride() > 1 && op.getStride() <= 4)) {
-      result = spreadLoad(rewriter, loc, op, a.getPtr(), mask, unmasked);
+      result = spreadLoad(rewriter, loc, op, vt, a.getPtr(), mask, unmasked);
     } else if (op.getStride() == 0) {
       Value p = rewriter.create<LLVM::GEPOp>(loc, ptrTy, element, a.getPtr(), ValueRange{op.getOffset()});
       Value s = rewriter.create<LLVM::LoadOp>(loc, element, p);
@@ -354,7 +368,7 @@ struct LoadLowering : ConvertOpToLLVMPattern<tile::LoadOp> {
           loc, vt, ptrs, mask, ValueRange{zeroOf(rewriter, loc, vt)},
           rewriter.getI32IntegerAttr(alignmentOf(element)));
     }
-    rewriter.replaceOp(op, result);
+    rewriter.replaceOp(op, bitcastIfNeeded(rewriter, loc, result, blockType));
     return success();
   }
 };
@@ -364,12 +378,14 @@ struct GatherLowering : ConvertOpToLLVMPattern<tile::GatherOp> {
   LogicalResult matchAndRewrite(tile::GatherOp op, OpAdaptor a,
                                 ConversionPatternRewriter &rewriter) const override {
     Location loc = op.getLoc();
-    auto vt = llvm::cast<VectorType>(op.getType());
+    auto blockType = llvm::cast<VectorType>(op.getType());
+    VectorType vt = memoryVectorOf(blockType);
     int64_t n = vt.getNumElements();
     Value ptrs = lanePointers(rewriter, loc, a.getPtr(), vt.getElementType(), op.getOffsets(), n);
-    rewriter.replaceOpWithNewOp<LLVM::masked_gather>(
-        op, vt, ptrs, op.getMask(), ValueRange{zeroOf(rewriter, loc, vt)},
+    Value result = rewriter.create<LLVM::masked_gather>(
+        loc, vt, ptrs, op.getMask(), ValueRange{zeroOf(rewriter, loc, vt)},
         rewriter.getI32IntegerAttr(alignmentOf(vt.getElementType())));
+    rewriter.replaceOp(op, bitcastIfNeeded(rewriter, loc, result, blockType));
     return success();
   }
 };
@@ -391,11 +407,12 @@ struct StoreLowering : ConvertOpToLLVMPattern<tile::StoreOp> {
   LogicalResult matchAndRewrite(tile::StoreOp op, OpAdaptor a,
                                 ConversionPatternRewriter &rewriter) const override {
     Location loc = op.getLoc();
-    auto vt = llvm::cast<VectorType>(op.getValue().getType());
+    VectorType vt = memoryVectorOf(llvm::cast<VectorType>(op.getValue().getType()));
     Type element = vt.getElementType();
     int64_t n = vt.getNumElements();
     auto ptrTy = LLVM::LLVMPointerType::get(getContext());
     Value mask = laneMask(rewriter, loc, op.getLimit(), n);
+    Value value = bitcastIfNeeded(rewriter, loc, a.getValue(), vt);
     int64_t vectorBytes = n * std::max<int64_t>(1, element.getIntOrFloatBitWidth() / 8);
     std::optional<int64_t> limit = getConstantIntValue(op.getLimit());
     if (op.getStride() == 1 && op.getStreaming() && limit && *limit >= n &&
@@ -403,19 +420,19 @@ struct StoreLowering : ConvertOpToLLVMPattern<tile::StoreOp> {
       // A full, aligned block bypasses the cache: no read for ownership of
       // lines it overwrites entirely (SplitStreamingStores made it full).
       Value p = rewriter.create<LLVM::GEPOp>(loc, ptrTy, element, a.getPtr(), ValueRange{op.getOffset()});
-      rewriter.replaceOpWithNewOp<LLVM::StoreOp>(op, a.getValue(), p, /*alignment=*/64,
+      rewriter.replaceOpWithNewOp<LLVM::StoreOp>(op, value, p, /*alignment=*/64,
                                                  /*isVolatile=*/false, /*isNonTemporal=*/true);
     } else if (op.getStride() == 1 && fullBlock(op.getLimit(), n)) {
       Value p = rewriter.create<LLVM::GEPOp>(loc, ptrTy, element, a.getPtr(), ValueRange{op.getOffset()});
-      rewriter.replaceOpWithNewOp<LLVM::StoreOp>(op, a.getValue(), p, alignmentOf(element));
+      rewriter.replaceOpWithNewOp<LLVM::StoreOp>(op, value, p, alignmentOf(element));
     } else if (op.getStride() == 1) {
       Value p = rewriter.create<LLVM::GEPOp>(loc, ptrTy, element, a.getPtr(), ValueRange{op.getOffset()});
-      rewriter.replaceOpWithNewOp<LLVM::MaskedStoreOp>(op, a.getValue(), p, mask,
+      rewriter.replaceOpWithNewOp<LLVM::MaskedStoreOp>(op, value, p, mask,
                                                        alignmentOf(element));
     } else {
       Value ptrs = lanePointers(rewriter, loc, a.getPtr(), element,
                                 stridedOffsets(rewriter, loc, op.getOffset(), op.getStride(), n), n);
-      rewriter.replaceOpWithNewOp<LLVM::masked_scatter>(op, a.getValue(), ptrs, mask,
+      rewriter.replaceOpWithNewOp<LLVM::masked_scatter>(op, value, ptrs, mask,
                                                         alignmentOf(element));
     }
     return success();
@@ -426,11 +443,12 @@ struct ScatterLowering : ConvertOpToLLVMPattern<tile::ScatterOp> {
   using ConvertOpToLLVMPattern::ConvertOpToLLVMPattern;
   LogicalResult matchAndRewrite(tile::ScatterOp op, OpAdaptor a,
                                 ConversionPatternRewriter &rewriter) const override {
-    auto vt = llvm::cast<VectorType>(op.getValue().getType());
+    VectorType vt = memoryVectorOf(llvm::cast<VectorType>(op.getValue().getType()));
     Value ptrs = lanePointers(rewriter, op.getLoc(), a.getPtr(), vt.getElementType(),
                               op.getOffsets(), vt.getNumElements());
-    rewriter.replaceOpWithNewOp<LLVM::masked_scatter>(op, a.getValue(), ptrs, op.getMask(),
-                                                      alignmentOf(vt.getElementType()));
+    rewriter.replaceOpWithNewOp<LLVM::masked_scatter>(
+        op, bitcastIfNeeded(rewriter, op.getLoc(), a.getValue(), vt), ptrs, op.getMask(),
+        alignmentOf(vt.getElementType()));
     return success();
   }
 };

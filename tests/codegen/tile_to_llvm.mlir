@@ -43,3 +43,21 @@ func.func @rows(%x: tensor<16x4096xf32>) -> tensor<16x4096xf32> {
   %0 = graph.neg %x : tensor<16x4096xf32>
   return %0 : tensor<16x4096xf32>
 }
+
+// 16-bit floats move through memory as i16 blocks and are reinterpreted in
+// registers: masked loads and stores of bf16 vectors are legal only on CPUs
+// with AVX512-BF16 (elsewhere LLVM splits them lane by lane).
+// CHECK-LABEL: llvm.func @bf16_row_max_kernel0_{{[0-9a-f]+}}(
+// CHECK:         llvm.intr.masked.load {{.*}} -> vector<{{[0-9]+}}xi16>
+// CHECK-NOT:     llvm.intr.masked.load {{.*}} -> vector<{{[0-9]+}}xbf16>
+// CHECK-LABEL: llvm.func @bf16_scale_kernel0_{{[0-9a-f]+}}(
+// CHECK-NOT:     xbf16>, vector<{{[0-9]+}}xi1> into
+// CHECK:         llvm.intr.masked.store {{.*}} : vector<{{[0-9]+}}xi16>, vector<{{[0-9]+}}xi1> into !llvm.ptr
+func.func @bf16_row_max(%x: tensor<4x1000xbf16>) -> tensor<4xbf16> {
+  %0 = graph.reduce_max %x {dims = array<i64: 1>} : (tensor<4x1000xbf16>) -> tensor<4xbf16>
+  return %0 : tensor<4xbf16>
+}
+func.func @bf16_scale(%x: tensor<1000xbf16>) -> tensor<1000xbf16> {
+  %0 = graph.add %x, %x : tensor<1000xbf16>
+  return %0 : tensor<1000xbf16>
+}
