@@ -31,6 +31,11 @@ def TileToLLVMPass : Pass<"tilefuse-tile-to-llvm", "mlir::ModuleOp"> {
     the LLVM dialect: masked vector loads and stores for contiguous blocks,
     gathers and scatters otherwise. What `--emit=llvm` prints.
   }];
+  let options = [
+    Option<"narrowMaskedLanes", "narrow-masked-lanes", "bool", /*default=*/"true",
+           "The target masks 8- and 16-bit vector lanes in hardware (AVX-512BW); "
+           "false splits such blocks into whole (unmasked) and tail accesses">
+  ];
   let dependentDialects = ["::mlir::LLVM::LLVMDialect", "::mlir::cf::ControlFlowDialect"];
 }
 

@@ -258,7 +258,7 @@ FailureOr<CpuCode> tilefuse::jitCpuKernels(ModuleOp module,
   std::map<std::string, std::string> representative = eraseRepeatedKernels(module);
   if (CompileProgress *p = CompileProgress::current(); p && !representative.empty())
     p->kernelsDone(int64_t(representative.size())); // done with their kept kernel
-  if (failed(lowerTileToLLVM(module)))
+  if (failed(lowerTileToLLVM(module, masksNarrowLanes(*target))))
     return failure();
   // LLVM's code generation dominates compile time: one shard per core
   // (at least 4 kernels each, below that threads cost more than they save).

@@ -43,7 +43,10 @@ FailureOr<CpuSharedLibrary> tilefuse::emitCpuSharedLibrary(ModuleOp module) {
   registerLLVMDialectTranslation(*module.getContext());
   // Repeated kernels are compiled once; their names become aliases of it.
   std::map<std::string, std::string> representative = eraseRepeatedKernels(module);
-  if (failed(lowerTileToLLVM(module)))
+  auto target = selectCpuTarget(/*runsHere=*/false);
+  if (!target)
+    return module.emitError("cannot compile the CPU kernels: ") << llvm::toString(target.takeError());
+  if (failed(lowerTileToLLVM(module, masksNarrowLanes(*target))))
     return failure();
   llvm::LLVMContext ctx;
   std::unique_ptr<llvm::Module> ir = translateModuleToLLVMIR(module, ctx);
@@ -56,9 +59,6 @@ FailureOr<CpuSharedLibrary> tilefuse::emitCpuSharedLibrary(ModuleOp module) {
     llvm::GlobalAlias::create(f->getLinkage(), name, f);
   }
 
-  auto target = selectCpuTarget(/*runsHere=*/false);
-  if (!target)
-    return module.emitError("cannot compile the CPU kernels: ") << llvm::toString(target.takeError());
   auto created = createCpuTargetMachine(*target);
   if (!created)
     return module.emitError("cannot compile the CPU kernels: ")

@@ -92,6 +92,11 @@ llvm::Expected<CpuTarget> tilefuse::selectCpuTarget(bool runsHere) {
   return target;
 }
 
+bool tilefuse::masksNarrowLanes(const CpuTarget &target) {
+  return std::find(target.requiredFeatures.begin(), target.requiredFeatures.end(),
+                   "avx512bw") != target.requiredFeatures.end();
+}
+
 llvm::Expected<std::unique_ptr<llvm::TargetMachine>>
 tilefuse::createCpuTargetMachine(const CpuTarget &target) {
   initializeNativeTarget();

@@ -34,6 +34,10 @@ struct CpuTarget {
 /// this machine lacks.
 llvm::Expected<CpuTarget> selectCpuTarget(bool runsHere);
 
+/// Whether `target` masks 8- and 16-bit vector lanes in hardware (x86:
+/// AVX-512BW).
+bool masksNarrowLanes(const CpuTarget &target);
+
 /// A target machine for `target` (position-independent code, one section
 /// per function). Each compiling thread needs its own.
 llvm::Expected<std::unique_ptr<llvm::TargetMachine>>

@@ -20,8 +20,10 @@ namespace tilefuse {
 
 /// Rewrites every tile kernel of `module` to the CPU calling convention and
 /// lowers the module to the LLVM dialect (vector math with polynomial
-/// approximations of exp, log, tanh and erf).
-mlir::LogicalResult lowerTileToLLVM(mlir::ModuleOp module);
+/// approximations of exp, log, tanh and erf). `narrowMaskedLanes`: the
+/// target masks 8- and 16-bit vector lanes in hardware (AVX-512BW);
+/// otherwise blocks of such lanes are accessed unmasked where whole.
+mlir::LogicalResult lowerTileToLLVM(mlir::ModuleOp module, bool narrowMaskedLanes = true);
 
 /// Erases every tile kernel of `module` that is the same program as an
 /// earlier one (each layer of a deep model repeats its kernels, which then
