@@ -245,11 +245,16 @@ void CpuExecutor::runSteps() {
                   pointers[s.buffers[0]], pointers[s.buffers[1]],
                   pointers[s.buffers[2]], s.source);
       break;
-    case Step::Kind::ScatterAdd:
-      cpu::scatterAdd(prog.buffers[s.buffers[0]], prog.buffers[s.buffers[1]],
-                      pointers[s.buffers[0]], pointers[s.buffers[1]],
-                      pointers[s.buffers[2]], pointers[s.buffers[3]]);
+    case Step::Kind::ScatterAdd: {
+      // A base of constant zeros (autodiff's gradient of a gather) is never
+      // read: the output is cleared.
+      const BufferInfo &base = prog.buffers[s.buffers[0]];
+      bool zeros = base.role == BufferInfo::Role::Constant && base.splat &&
+                   std::all_of(base.data.begin(), base.data.end(), [](uint8_t x) { return x == 0; });
+      cpu::scatterAdd(base, prog.buffers[s.buffers[1]], zeros ? nullptr : pointers[s.buffers[0]],
+                      pointers[s.buffers[1]], pointers[s.buffers[2]], pointers[s.buffers[3]]);
       break;
+    }
     case Step::Kind::Copy:
       copyBytes(pointers[s.buffers[1]], pointers[s.buffers[0]],
                   prog.buffers[s.buffers[0]].byteSize());

@@ -37,7 +37,9 @@ void conv(const Step &s, DType dtype, const void *a, const void *b, void *out,
 void gather(const BufferInfo &table, const BufferInfo &indices,
             const void *tablePtr, const void *indexPtr, void *out,
             const std::string &what = "graph.gather");
-/// out = base; out[indices[q], ...] += updates[q, ...].
+/// out = base; out[indices[q], ...] += updates[q, ...]. A null `basePtr`
+/// is a base of zeros (an embedding's gradient): `out` is cleared instead
+/// of copied, so the base's bytes are never read.
 void scatterAdd(const BufferInfo &base, const BufferInfo &indices,
                 const void *basePtr, const void *indexPtr,
                 const void *updatesPtr, void *out);

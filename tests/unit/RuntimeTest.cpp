@@ -300,6 +300,52 @@ TEST(CpuExecutor, KernelGemmGatherScatterCopy) {
   EXPECT_EQ(out[3].getDouble(2), 1);
 }
 
+// A scatter-add onto constant zeros (autodiff's gradient of a gather)
+// clears its output instead of reading the constant: the result is the
+// scattered rows alone, call after call (the output's memory holds the
+// previous call's values), in f32 and bf16; a nonzero constant base is
+// still added.
+TEST(CpuExecutor, ScatterAddOntoZerosClearsItsOutput) {
+  for (DType dt : {DType::F32, DType::BF16}) {
+    for (float baseValue : {0.0f, 0.5f}) {
+      Program p;
+      p.buffers = {buffer("ids", DType::I64, {3}, BufferInfo::Role::Argument),     // 0
+                   buffer("rows", dt, {3, 4}, BufferInfo::Role::Argument),         // 1
+                   buffer("zeros", dt, {5, 4}, BufferInfo::Role::Constant),        // 2
+                   buffer("table", dt, {5, 4})};                                   // 3
+      HostTensor one(dt, {});
+      one.setDouble(0, baseValue);
+      p.buffers[2].data = one.bytes;
+      p.buffers[2].splat = true;
+      Step sa;
+      sa.kind = Step::Kind::ScatterAdd;
+      sa.buffers = {2, 0, 1, 3};
+      p.steps.push_back(sa);
+      p.arguments = {0, 1};
+      p.results = {3};
+      CpuExecutor exe(p, {}, nullptr);
+      for (int call = 0; call < 2; ++call) {
+        HostTensor ids(DType::I64, {3}), rows(dt, {3, 4});
+        ids.setInt(0, 4), ids.setInt(1, call), ids.setInt(2, 4);
+        for (int64_t i = 0; i < 12; ++i)
+          rows.setDouble(i, double(i + 1 + 10 * call));
+        auto out = exe.run({ids, rows});
+        ASSERT_EQ(out.size(), 1u);
+        for (int64_t r = 0; r < 5; ++r)
+          for (int64_t c = 0; c < 4; ++c) {
+            double want = baseValue;
+            for (int64_t q = 0; q < 3; ++q)
+              if (ids.getInt(q) == r)
+                want += rows.getDouble(q * 4 + c);
+            EXPECT_EQ(out[0].getDouble(r * 4 + c), want)
+                << dtypeName(dt) << " base " << baseValue << " call " << call << " at " << r
+                << ", " << c;
+          }
+      }
+    }
+  }
+}
+
 TEST(CpuExecutor, RefusesArgumentsOfTheWrongShape) {
   CpuExecutor exe(doublingProgram(4), {&doubleKernel}, nullptr);
   try {
