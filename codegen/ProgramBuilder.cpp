@@ -253,39 +253,35 @@ private:
     if (auto grad = llvm::dyn_cast<graph::AttentionGradOp>(op))
       return attentionStep(op, grad, {grad.getResult(), grad.getLogsumexp(), grad.getGrad()});
     if (auto ret = llvm::dyn_cast<func::ReturnOp>(op)) {
+      // A copy of buffer `from` into a new buffer of result `v`'s shape.
+      auto copyOf = [&](Value v, int from, const char *source, const char *prefix) {
+        Step s;
+        s.kind = Step::Kind::Copy;
+        s.source = source;
+        int copy = newBuffer(v, BufferInfo::Role::Intermediate,
+                             prefix + std::to_string(prog.buffers.size()));
+        s.buffers = {from, copy};
+        prog.steps.push_back(s);
+        return copy;
+      };
       for (auto [index, v] : llvm::enumerate(ret.getOperands())) {
         int b = bufferOf(v);
         auto alias = func.getResultAttrOfType<IntegerAttr>(index, kAliasAttrName);
         if (auto view = v.getDefiningOp<graph::ReshapeOp>()) {
-          if (!alias && returnedView(ret, view, b)) {
-            // The result is its operand's buffer under the returned shape.
+          // The result is its operand's buffer under the returned shape,
+          // where it can be; else a copy.
+          if (!alias && returnedView(ret, view, b))
             prog.buffers[size_t(b)].shape = shapeOf(v);
-          } else {
-            Step s;
-            s.kind = Step::Kind::Copy;
-            s.source = "graph.reshape";
-            int copy = newBuffer(v, BufferInfo::Role::Intermediate,
-                                 "reshape" + std::to_string(prog.buffers.size()));
-            s.buffers = {b, copy};
-            prog.steps.push_back(s);
-            b = copy;
-          }
+          else
+            b = copyOf(v, b, "graph.reshape", "reshape");
         }
         // Results never alias the caller's arguments: an argument returned
         // as is is copied. A result that becomes an argument's next value
         // gets a buffer of its own, so a runtime can swap the two.
         bool shared = prog.buffers[b].role != BufferInfo::Role::Intermediate ||
                       llvm::is_contained(prog.results, b);
-        if (prog.buffers[b].role == BufferInfo::Role::Argument || (alias && shared)) {
-          Step s;
-          s.kind = Step::Kind::Copy;
-          s.source = "return";
-          int copy = newBuffer(v, BufferInfo::Role::Intermediate,
-                               "copy" + std::to_string(prog.buffers.size()));
-          s.buffers = {b, copy};
-          prog.steps.push_back(s);
-          b = copy;
-        }
+        if (prog.buffers[b].role == BufferInfo::Role::Argument || (alias && shared))
+          b = copyOf(v, b, "return", "copy");
         if (alias)
           prog.aliases.emplace_back(int(prog.results.size()), int(alias.getInt()));
         prog.results.push_back(b);

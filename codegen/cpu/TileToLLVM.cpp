@@ -176,6 +176,23 @@ struct SubnormalSafeExp : OpRewritePattern<math::ExpOp> {
   }
 };
 
+/// Replaces store `op` by "limit >= block ? a copy storing the whole block :
+/// a copy as it is" and returns that second copy (the tail's).
+tile::StoreOp splitStoreAtWholeBlocks(tile::StoreOp op, PatternRewriter &rewriter) {
+  Location loc = op.getLoc();
+  int64_t n = llvm::cast<VectorType>(op.getValue().getType()).getNumElements();
+  Value full = rewriter.create<arith::CmpIOp>(loc, arith::CmpIPredicate::sge, op.getLimit(),
+                                              rewriter.create<arith::ConstantIntOp>(loc, n, 64));
+  auto branch = rewriter.create<scf::IfOp>(loc, full, /*withElseRegion=*/true);
+  rewriter.setInsertionPointToStart(branch.thenBlock());
+  auto whole = llvm::cast<tile::StoreOp>(rewriter.clone(*op));
+  whole.getLimitMutable().assign(rewriter.create<arith::ConstantIntOp>(loc, n, 64));
+  rewriter.setInsertionPointToStart(branch.elseBlock());
+  auto tail = llvm::cast<tile::StoreOp>(rewriter.clone(*op));
+  rewriter.eraseOp(op);
+  return tail;
+}
+
 /// Step 2: a streaming store becomes "full block ? non-temporal store :
 /// masked store", so only the tail of a row pays for the mask.
 struct SplitStreamingStores : OpRewritePattern<tile::StoreOp> {
@@ -187,18 +204,7 @@ struct SplitStreamingStores : OpRewritePattern<tile::StoreOp> {
     if (!op.getStreaming() || (limit && *limit >= n) ||
         op->getParentOfType<scf::IfOp>())
       return failure();
-    Location loc = op.getLoc();
-    Value full = rewriter.create<arith::CmpIOp>(
-        loc, arith::CmpIPredicate::sge, op.getLimit(),
-        rewriter.create<arith::ConstantIntOp>(loc, n, 64));
-    auto branch = rewriter.create<scf::IfOp>(loc, full, /*withElseRegion=*/true);
-    rewriter.setInsertionPointToStart(branch.thenBlock());
-    auto whole = llvm::cast<tile::StoreOp>(rewriter.clone(*op));
-    whole.getLimitMutable().assign(rewriter.create<arith::ConstantIntOp>(loc, n, 64));
-    rewriter.setInsertionPointToStart(branch.elseBlock());
-    auto tail = llvm::cast<tile::StoreOp>(rewriter.clone(*op));
-    tail.setStreaming(false);
-    rewriter.eraseOp(op);
+    splitStoreAtWholeBlocks(op, rewriter).setStreaming(false);
     return success();
   }
 };
@@ -248,17 +254,7 @@ struct SplitNarrowMaskedStores : OpRewritePattern<tile::StoreOp> {
     auto vt = llvm::cast<VectorType>(op.getValue().getType());
     if (!isNarrowMaskedAccess(op, vt) || op.getStreaming())
       return failure();
-    Location loc = op.getLoc();
-    int64_t n = vt.getNumElements();
-    Value full = rewriter.create<arith::CmpIOp>(loc, arith::CmpIPredicate::sge, op.getLimit(),
-                                                rewriter.create<arith::ConstantIntOp>(loc, n, 64));
-    auto branch = rewriter.create<scf::IfOp>(loc, full, /*withElseRegion=*/true);
-    rewriter.setInsertionPointToStart(branch.thenBlock());
-    auto whole = llvm::cast<tile::StoreOp>(rewriter.clone(*op));
-    whole.getLimitMutable().assign(rewriter.create<arith::ConstantIntOp>(loc, n, 64));
-    rewriter.setInsertionPointToStart(branch.elseBlock());
-    rewriter.clone(*op)->setAttr(kTailAccess, rewriter.getUnitAttr());
-    rewriter.eraseOp(op);
+    splitStoreAtWholeBlocks(op, rewriter)->setAttr(kTailAccess, rewriter.getUnitAttr());
     return success();
   }
 };
