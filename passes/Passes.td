@@ -153,7 +153,11 @@ def RematerializePass : Pass<"rematerialize", "mlir::ModuleOp"> {
     pass off; compile_train_step(memory_budget=...) raises it to fit).
     Kernels that reduce (F of kind reduction) are recomputed on targets
     whose kernels are memory-bound (TargetInfo::rematerializesReductions:
-    CUDA), on the CPU only with a share above the default.
+    CUDA), on the CPU only with a share above the default. Last, an output
+    of a kernel that is a cheap pointwise function of the kernel's other
+    outputs (a layer norm's x-hat of x - mean and rstd) is computed by its
+    readers from those, where all of them are kernels and each output a
+    reader did not read before is at most 1/8 of the derived one.
   }];
   let options = [
     Option<"target", "target", "std::string", /*default=*/"\"cpu\"",

@@ -158,6 +158,38 @@ FusionOp kernelNamed(Block &block, StringRef name) {
   return {};
 }
 
+/// F without the outputs nobody reads any more (or gone entirely).
+void shrink(FusionOp f) {
+  SmallVector<unsigned> live;
+  for (auto [i, r] : llvm::enumerate(f.getResults()))
+    if (!r.use_empty())
+      live.push_back(unsigned(i));
+  if (live.empty()) {
+    f.erase();
+    return;
+  }
+  if (live.size() == f.getNumResults())
+    return;
+  OpBuilder builder(f);
+  SmallVector<Type> types;
+  for (unsigned i : live)
+    types.push_back(f.getResult(i).getType());
+  auto smaller = builder.create<FusionOp>(f.getLoc(), types, f.getKernelNameAttr(),
+                                          f.getInputs(), f.getKindAttr(), f.getDomainAttr(),
+                                          f.getReducedAttr());
+  smaller.getBody().takeBody(f.getBody());
+  Operation *yield = smaller.getBody().front().getTerminator();
+  SmallVector<Value> kept;
+  for (unsigned i : live)
+    kept.push_back(yield->getOperand(i));
+  OpBuilder atYield(yield);
+  atYield.create<YieldOp>(yield->getLoc(), kept);
+  yield->erase();
+  for (auto [k, i] : llvm::enumerate(live))
+    f.getResult(i).replaceAllUsesWith(smaller.getResult(unsigned(k)));
+  f.erase();
+}
+
 class Rematerializer {
 public:
   /// `reductions`: whether kernels that reduce may be recomputed.
@@ -416,43 +448,122 @@ public:
   }
 
 private:
-  /// F without the outputs nobody reads any more (or gone entirely).
-  void shrink(FusionOp f) {
-    SmallVector<unsigned> live;
-    for (auto [i, r] : llvm::enumerate(f.getResults()))
-      if (!r.use_empty())
-        live.push_back(unsigned(i));
-    if (live.empty()) {
-      f.erase();
-      return;
-    }
-    if (live.size() == f.getNumResults())
-      return;
-    OpBuilder builder(f);
-    SmallVector<Type> types;
-    for (unsigned i : live)
-      types.push_back(f.getResult(i).getType());
-    auto smaller = builder.create<FusionOp>(f.getLoc(), types, f.getKernelNameAttr(),
-                                            f.getInputs(), f.getKindAttr(), f.getDomainAttr(),
-                                            f.getReducedAttr());
-    smaller.getBody().takeBody(f.getBody());
-    Operation *yield = smaller.getBody().front().getTerminator();
-    SmallVector<Value> kept;
-    for (unsigned i : live)
-      kept.push_back(yield->getOperand(i));
-    OpBuilder atYield(yield);
-    atYield.create<YieldOp>(yield->getLoc(), kept);
-    yield->erase();
-    for (auto [k, i] : llvm::enumerate(live))
-      f.getResult(i).replaceAllUsesWith(smaller.getResult(unsigned(k)));
-    f.erase();
-  }
-
   Block &block;
   bool reductions;
   llvm::DenseMap<Operation *, unsigned> position;
 };
 
+
+/// The ops of F's body that compute output `i` from F's other outputs
+/// (`leaves`: their result numbers) by cheap pointwise ops, in body order;
+/// empty when output `i` reads anything else (an input, a reduction, a
+/// transcendental).
+SmallVector<Operation *> derivation(FusionOp f, unsigned i, SmallVector<unsigned> &leaves) {
+  Block &body = f.getBody().front();
+  Operation *yield = body.getTerminator();
+  llvm::DenseMap<Value, unsigned> outputOf;
+  for (auto [j, v] : llvm::enumerate(yield->getOperands()))
+    if (j != i)
+      outputOf.try_emplace(v, unsigned(j));
+  llvm::SetVector<Operation *> chain;
+  SmallVector<Value> work = {yield->getOperand(i)};
+  llvm::SetVector<unsigned> found;
+  while (!work.empty()) {
+    Value x = work.pop_back_val();
+    if (auto it = outputOf.find(x); it != outputOf.end() && x != yield->getOperand(i)) {
+      found.insert(it->second);
+      continue;
+    }
+    Operation *def = x.getDefiningOp();
+    if (!def || chain.size() > 8)
+      return {};
+    if (!llvm::isa<MulOp, AddOp, SubOp, NegOp, BroadcastInDimOp, CastOp, FullOp>(def))
+      return {};
+    if (chain.insert(def))
+      work.append(def->operand_begin(), def->operand_end());
+  }
+  if (found.empty())
+    return {};
+  leaves.assign(found.begin(), found.end());
+  SmallVector<Operation *> ordered(chain.begin(), chain.end());
+  llvm::sort(ordered, [](Operation *a, Operation *b) { return a->isBeforeInBlock(b); });
+  return ordered;
+}
+
+/// Outputs of a kernel F that are cheap pointwise functions of F's other,
+/// much smaller or already read outputs (a layer norm's x-hat =
+/// (x - mean) * rstd beside x - mean and rstd, both saved for the backward):
+/// each kernel reading such an output computes it from those instead, and F
+/// stops writing it. GPT-2 small: 24 x 3 MB of x-hat written in the forward
+/// and read in the backward. Only where every reader is a kernel, and every
+/// output a reader did not read yet is at most 1/8 of the derived one (the
+/// per-row values), so no large value lives longer.
+void recomputeDerivedOutputs(Block &block) {
+  SmallVector<FusionOp> kernels(block.getOps<FusionOp>());
+  for (FusionOp f : kernels) {
+    bool changed = false;
+    for (unsigned i = 0; i < f.getNumResults(); ++i) {
+      Value out = f.getResult(i);
+      if (out.use_empty())
+        continue;
+      SmallVector<unsigned> leaves;
+      SmallVector<Operation *> chain = derivation(f, i, leaves);
+      if (chain.empty())
+        continue;
+      int64_t bytes = bytesOf(out);
+      bool readersOk = llvm::all_of(out.getUsers(), [&](Operation *user) {
+        auto b = llvm::dyn_cast<FusionOp>(user);
+        if (!b || b == f || user->getBlock() != &block)
+          return false;
+        return llvm::all_of(leaves, [&](unsigned j) {
+          return llvm::is_contained(b.getInputs(), f.getResult(j)) ||
+                 bytesOf(f.getResult(j)) * 8 <= bytes;
+        });
+      });
+      if (!readersOk)
+        continue;
+      SmallVector<Operation *> readers(out.getUsers().begin(), out.getUsers().end());
+      llvm::SetVector<Operation *> unique(readers.begin(), readers.end());
+      for (Operation *user : unique) {
+        auto b = llvm::cast<FusionOp>(user);
+        Block &bBody = b.getBody().front();
+        // B's block arguments for F's outputs the derivation reads.
+        IRMapping map;
+        Block &fBody = f.getBody().front();
+        Operation *fYield = fBody.getTerminator();
+        for (unsigned j : leaves) {
+          Value leaf = f.getResult(j);
+          Value arg;
+          for (auto [k, in] : llvm::enumerate(b.getInputs()))
+            if (in == leaf) {
+              arg = bBody.getArgument(unsigned(k));
+              break;
+            }
+          if (!arg) {
+            b->insertOperands(b->getNumOperands(), leaf);
+            arg = bBody.addArgument(leaf.getType(), leaf.getLoc());
+          }
+          map.map(fYield->getOperand(j), arg);
+        }
+        OpBuilder inner = OpBuilder::atBlockBegin(&bBody);
+        for (Operation *op : chain)
+          inner.clone(*op, map);
+        Value recomputed = map.lookup(fYield->getOperand(i));
+        // B's arguments that were F's output i now read the recomputed value.
+        for (int k = int(b.getInputs().size()) - 1; k >= 0; --k) {
+          if (b.getInputs()[k] != out)
+            continue;
+          bBody.getArgument(unsigned(k)).replaceAllUsesWith(recomputed);
+          bBody.eraseArgument(unsigned(k));
+          b->eraseOperand(unsigned(k));
+        }
+      }
+      changed = true;
+    }
+    if (changed)
+      shrink(f);
+  }
+}
 
 struct RematerializePass : tilefuse::impl::RematerializePassBase<RematerializePass> {
   using RematerializePassBase::RematerializePassBase;
@@ -522,5 +633,6 @@ LogicalResult tilefuse::rematerializeFunction(func::FuncOp func, const TargetInf
     func.getBody().takeBody(trial->getBody());
     budget -= plan->extraBytes;
   }
+  recomputeDerivedOutputs(func.getBody().front());
   return success();
 }

@@ -163,10 +163,15 @@ func.func @producer_folds_into_consumer(%x: tensor<64xf32>, %y: tensor<64xf32>) 
 // CHECK: graph.reshape
 // CHECK: return
 // A kernel that draws random numbers is not recomputed for the step's
-// memory alone: its Philox rerun costs more time than the bytes save.
+// memory alone: its Philox rerun costs more time than the bytes save. Its
+// third output, the square of its second, is a cheap function of another
+// output the reader reads anyway: the reader squares it itself and the
+// kernel no longer writes it (no random number is drawn again).
 // CHECK-LABEL: func.func @random_saved_through_reshape
-// CHECK: graph.fusion "kernel0"(%{{.+}}, %arg2, %arg5) {{.*}} -> (tensor<8x16xf32>, tensor<2x4x16xf32>, tensor<2x4x16xf32>)
-// CHECK: graph.fusion "kernel1"(%{{.+}}, %{{.+}}, %{{.+}}) {{.*}} : (tensor<8x16xf32>, tensor<2x4x16xf32>, tensor<2x4x16xf32>)
+// CHECK: %[[F:.+]]:2 = graph.fusion "kernel0"(%{{.+}}, %arg2, %arg5) {{.*}} -> (tensor<8x16xf32>, tensor<2x4x16xf32>)
+// CHECK: graph.fusion "kernel1"(%{{.+}}, %[[F]]#1) {{.*}} : (tensor<8x16xf32>, tensor<2x4x16xf32>)
+// CHECK-NEXT: ^bb0(%{{.+}}: tensor<8x16xf32>, %[[T:.+]]: tensor<2x4x16xf32>):
+// CHECK-NEXT: graph.mul %[[T]], %[[T]] : tensor<2x4x16xf32>
 func.func @saved_through_reshape(%x: tensor<8x16xf32>, %w: tensor<16x16xf32>, %b: tensor<16xf32>,
                                  %w2: tensor<16x4xf32>, %p: tensor<128x16xf32>)
     -> (tensor<8x4xf32>, tensor<8x16xf32>, tensor<128x16xf32>) {
@@ -231,4 +236,56 @@ func.func @random_saved_through_reshape(%x: tensor<8x16xf32>, %w: tensor<16x16xf
   %dw = graph.matmul %x, %dh {transpose_lhs = true} : (tensor<8x16xf32>, tensor<8x16xf32>) -> tensor<16x16xf32>
   %big = graph.matmul %p, %dw : (tensor<128x16xf32>, tensor<16x16xf32>) -> tensor<128x16xf32>
   return %y, %dh, %big : tensor<8x4xf32>, tensor<8x16xf32>, tensor<128x16xf32>
+}
+
+// -----
+
+// A layer norm's forward row kernel writes x - mean, rstd and x-hat =
+// (x - mean) * rstd for the backward; the column kernel reading x-hat
+// (dgamma) reads x - mean too. It computes x-hat from x - mean and the
+// per-row rstd (4 KiB where x-hat is 1 MiB) and the row kernel stops writing
+// x-hat. An output read by the function's return is left alone.
+// CHECK-LABEL: func.func @derived_output
+// CHECK: %[[F:.+]]:2 = graph.fusion "kernel0"(%arg0) {{.*}} -> (tensor<1024x256xf32>, tensor<1024x1xf32>)
+// CHECK: graph.fusion "kernel1"(%arg1, %[[F]]#0, %[[F]]#1) {{.*}} : (tensor<1024x256xf32>, tensor<1024x256xf32>, tensor<1024x1xf32>) -> tensor<256xf32>
+// CHECK-NEXT: ^bb0(%{{.+}}: tensor<1024x256xf32>, %[[C:.+]]: tensor<1024x256xf32>, %[[R:.+]]: tensor<1024x1xf32>):
+// CHECK-NEXT: %[[B:.+]] = graph.broadcast_in_dim %[[R]]
+// CHECK-NEXT: graph.mul %[[C]], %[[B]]
+// CHECK-LABEL: func.func @derived_output_returned
+// CHECK: graph.fusion "kernel0"(%arg0) {{.*}} -> (tensor<1024x256xf32>, tensor<1024x1xf32>, tensor<1024x256xf32>)
+func.func @derived_output(%x: tensor<1024x256xf32>, %dy: tensor<1024x256xf32>) -> (tensor<1024x256xf32>, tensor<256xf32>) {
+  %f:3 = graph.fusion "kernel0"(%x) {domain = array<i64: 1024, 256>, kind = "reduction", reduced = array<i64: 1>}
+      : (tensor<1024x256xf32>) -> (tensor<1024x256xf32>, tensor<1024x1xf32>, tensor<1024x256xf32>) {
+  ^bb0(%a: tensor<1024x256xf32>):
+    %s = graph.reduce_sum %a {dims = array<i64: 1>, keepdim = true} : (tensor<1024x256xf32>) -> tensor<1024x1xf32>
+    %sb = graph.broadcast_in_dim %s {dims = array<i64: 0, 1>} : (tensor<1024x1xf32>) -> tensor<1024x256xf32>
+    %c = graph.sub %a, %sb : tensor<1024x256xf32>
+    %r = graph.rsqrt %s : tensor<1024x1xf32>
+    %rb = graph.broadcast_in_dim %r {dims = array<i64: 0, 1>} : (tensor<1024x1xf32>) -> tensor<1024x256xf32>
+    %n = graph.mul %c, %rb : tensor<1024x256xf32>
+    graph.yield %c, %r, %n : tensor<1024x256xf32>, tensor<1024x1xf32>, tensor<1024x256xf32>
+  }
+  %dg = graph.fusion "kernel1"(%dy, %f#2, %f#0) {domain = array<i64: 1024, 256>, kind = "reduction", reduced = array<i64: 0>}
+      : (tensor<1024x256xf32>, tensor<1024x256xf32>, tensor<1024x256xf32>) -> tensor<256xf32> {
+  ^bb0(%g: tensor<1024x256xf32>, %n: tensor<1024x256xf32>, %c: tensor<1024x256xf32>):
+    %0 = graph.mul %g, %n : tensor<1024x256xf32>
+    %1 = graph.mul %0, %c : tensor<1024x256xf32>
+    %2 = graph.reduce_sum %1 {dims = array<i64: 0>} : (tensor<1024x256xf32>) -> tensor<256xf32>
+    graph.yield %2 : tensor<256xf32>
+  }
+  return %f#0, %dg : tensor<1024x256xf32>, tensor<256xf32>
+}
+func.func @derived_output_returned(%x: tensor<1024x256xf32>) -> (tensor<1024x256xf32>, tensor<1024x1xf32>, tensor<1024x256xf32>) {
+  %f:3 = graph.fusion "kernel0"(%x) {domain = array<i64: 1024, 256>, kind = "reduction", reduced = array<i64: 1>}
+      : (tensor<1024x256xf32>) -> (tensor<1024x256xf32>, tensor<1024x1xf32>, tensor<1024x256xf32>) {
+  ^bb0(%a: tensor<1024x256xf32>):
+    %s = graph.reduce_sum %a {dims = array<i64: 1>, keepdim = true} : (tensor<1024x256xf32>) -> tensor<1024x1xf32>
+    %sb = graph.broadcast_in_dim %s {dims = array<i64: 0, 1>} : (tensor<1024x1xf32>) -> tensor<1024x256xf32>
+    %c = graph.sub %a, %sb : tensor<1024x256xf32>
+    %r = graph.rsqrt %s : tensor<1024x1xf32>
+    %rb = graph.broadcast_in_dim %r {dims = array<i64: 0, 1>} : (tensor<1024x1xf32>) -> tensor<1024x256xf32>
+    %n = graph.mul %c, %rb : tensor<1024x256xf32>
+    graph.yield %c, %r, %n : tensor<1024x256xf32>, tensor<1024x1xf32>, tensor<1024x256xf32>
+  }
+  return %f#0, %f#1, %f#2 : tensor<1024x256xf32>, tensor<1024x1xf32>, tensor<1024x256xf32>
 }
