@@ -2,6 +2,8 @@
 group through a file store, trains on its part of each batch and writes what
 the test compares. Run as `python distributed_worker.py CASE RANK WORLD STORE OUT`,
 or under torchrun (rank, world size and rendezvous from its environment)."""
+import datetime
+import gc
 import os
 import sys
 
@@ -30,6 +32,17 @@ def main():
     except Exception as e:  # noqa: BLE001 (the test reads the message)
         result = {"error": np.array(f"{type(e).__name__}: {e}")}
     np.savez(f"{out}.rank{dist.get_rank()}.npz", **result)
+    # Shut down in order: eager DDP wrappers the case made (their reducers
+    # hold the process group; reference cycles can keep them alive) are
+    # collected first, and no rank tears its group down while the other may
+    # still be in a collective (an abort at exit, std::terminate on a
+    # joinable thread, was seen once after a case had written its results).
+    gc.collect()
+    if "error" not in result:
+        try:  # bounded: a rank that failed may never arrive
+            dist.monitored_barrier(timeout=datetime.timedelta(seconds=60))
+        except RuntimeError:
+            pass
     dist.destroy_process_group()
 
 
