@@ -35,6 +35,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <memory>
 #include <vector>
 
 using namespace tilefuse;
@@ -144,34 +145,102 @@ inline __attribute__((always_inline)) Floats vectorExp(const Floats &x) {
   return expR * power;
 }
 
+typedef uint32_t Words __attribute__((vector_size(kLanes * sizeof(uint32_t))));
+typedef uint16_t Halves __attribute__((vector_size(kLanes * sizeof(uint16_t))));
+
+/// x rounded to bf16 (to nearest even, NaN kept quiet: HostTensor's
+/// floatToBF16, a vector at a time).
+inline __attribute__((always_inline)) Halves roundToBf16(const Floats &x) {
+  Words bits;
+  std::memcpy(&bits, &x, sizeof bits);
+  Words rounded = (bits + (0x7fffu + ((bits >> 16) & 1u))) >> 16;
+  Words nan = (bits >> 16) | 0x40u;
+  Words out = (bits & 0x7fffffffu) > 0x7f800000u ? nan : rounded;
+  return __builtin_convertvector(out, Halves);
+}
+
+/// The first n (<= kLanes) lanes of x rounded to bf16 into dst.
+inline __attribute__((always_inline)) void storeBf16(uint16_t *dst, int64_t n, const Floats &x) {
+  Halves h = roundToBf16(x);
+  if (n == kLanes) {
+    std::memcpy(dst, &h, sizeof h);
+    return;
+  }
+  uint16_t lanes[kLanes];
+  std::memcpy(lanes, &h, sizeof h);
+  std::copy(lanes, lanes + n, dst);
+}
+
+/// 16 bf16 values widened to f32 (exact).
+inline __attribute__((always_inline)) Floats loadBf16(const uint16_t *p) {
+  Halves h;
+  std::memcpy(&h, p, sizeof h);
+  Words bits = __builtin_convertvector(h, Words) << 16;
+  Floats x;
+  std::memcpy(&x, &bits, sizeof x);
+  return x;
+}
+
+/// The first n (< kLanes) floats of x times scale, the other lanes -inf
+/// (whatever the scale's sign).
+inline __attribute__((always_inline)) Floats loadScaledPartial(const float *x, int64_t n,
+                                                               float scale) {
+  float lanes[kLanes];
+  std::fill(lanes, lanes + kLanes, kNegInf);
+  for (int64_t l = 0; l < n; ++l)
+    lanes[l] = x[l] * scale;
+  return load(lanes);
+}
+
+/// max_j (x[j] * scale) over n floats (-inf for none): the row's largest
+/// scaled score, the same floats the exponential pass computes.
 TILEFUSE_VECTOR_CLONES
-float rowMax(const float *x, int64_t n) {
+float scaledRowMax(const float *x, int64_t n, float scale) {
   Floats lanes = Floats{} + kNegInf;
   int64_t j = 0;
   for (; j + kLanes <= n; j += kLanes) {
-    Floats v = load(x + j);
+    Floats v = load(x + j) * scale;
     lanes = lanes < v ? v : lanes;
   }
-  Floats tail = loadPartial(x + j, n - j, kNegInf);
-  lanes = lanes < tail ? tail : lanes;
+  if (j < n) {
+    Floats tail = loadScaledPartial(x + j, n - j, scale);
+    lanes = lanes < tail ? tail : lanes;
+  }
   return horizontalMax(lanes);
 }
 
-/// x = exp(x - shift) in place; returns the sum of the new x.
+/// e[j] = exp(x[j] * scale - shift) for j < visible, 0 for visible <= j < n:
+/// stored over x where `keepF32`, rounded to bf16 into `bf16` where it is
+/// not null (the operand of the next product). Returns the sum of e in f32.
+/// One pass over the row, where scaling, exponentials and rounding each
+/// took one (the scores block lives in L2: the passes were the cost).
 TILEFUSE_VECTOR_CLONES
-float expShiftedSum(float *x, int64_t n, float shift) {
+float exponentials(float *x, int64_t visible, int64_t n, float scale, float shift, bool keepF32,
+                   uint16_t *bf16) {
   Floats sum = {};
   int64_t j = 0;
-  for (; j + kLanes <= n; j += kLanes) {
-    Floats e = vectorExp(load(x + j) - shift);
-    store(x + j, e);
+  for (; j + kLanes <= visible; j += kLanes) {
+    Floats e = vectorExp(load(x + j) * scale - shift);
+    if (keepF32)
+      store(x + j, e);
+    if (bf16)
+      storeBf16(bf16 + j, kLanes, e);
     sum += e;
   }
-  if (j < n) {
-    Floats e = vectorExp(loadPartial(x + j, n - j, kNegInf) - shift);
-    storePartial(x + j, n - j, e);
+  if (j < visible) {
+    Floats e = vectorExp(loadScaledPartial(x + j, visible - j, scale) - shift);
+    int64_t lanes = std::min(kLanes, n - j);
+    if (keepF32)
+      storePartial(x + j, lanes, e); // lanes past `visible` hold exp(-inf) = 0
+    if (bf16)
+      storeBf16(bf16 + j, lanes, e);
     sum += e;
+    j += lanes;
   }
+  if (keepF32)
+    std::fill(x + j, x + n, 0.0f);
+  if (bf16)
+    std::fill(bf16 + j, bf16 + n, uint16_t(0));
   return horizontalSum(sum);
 }
 
@@ -185,39 +254,56 @@ float dot(const float *x, const float *y, int64_t n) {
   return horizontalSum(sum);
 }
 
+/// The dot product of two bf16 rows, accumulated in f32.
+TILEFUSE_VECTOR_CLONES
+float dotBf16(const uint16_t *x, const uint16_t *y, int64_t n) {
+  Floats sum = {};
+  int64_t j = 0;
+  for (; j + kLanes <= n; j += kLanes)
+    sum += loadBf16(x + j) * loadBf16(y + j);
+  float tail = 0.0f;
+  for (; j < n; ++j)
+    tail += bf16ToFloat(x[j]) * bf16ToFloat(y[j]);
+  return horizontalSum(sum) + tail;
+}
+
 TILEFUSE_VECTOR_CLONES
 void scaleRow(float *x, int64_t n, float factor) {
   for (int64_t j = 0; j < n; ++j)
     x[j] *= factor;
 }
 
-/// p = p * (dp - delta): the softmax's gradient for one row.
+/// dS = p * (dp - delta) * scale, the softmax's gradient for one row times
+/// the softmax's scale (what both of dS's products take): over p where
+/// `bf16` is null, else rounded to bf16 into it.
 TILEFUSE_VECTOR_CLONES
-void softmaxGradient(float *p, const float *dp, int64_t n, float delta) {
-  for (int64_t j = 0; j < n; ++j)
-    p[j] *= dp[j] - delta;
+void softmaxGradient(float *p, const float *dp, int64_t n, float delta, float scale,
+                     uint16_t *bf16) {
+  int64_t j = 0;
+  for (; j + kLanes <= n; j += kLanes) {
+    Floats g = load(p + j) * (load(dp + j) - delta) * scale;
+    if (bf16)
+      storeBf16(bf16 + j, kLanes, g);
+    else
+      store(p + j, g);
+  }
+  if (j < n) {
+    Floats g = loadPartial(p + j, n - j, 0.0f) * (loadPartial(dp + j, n - j, 0.0f) - delta) * scale;
+    if (bf16)
+      storeBf16(bf16 + j, n - j, g);
+    else
+      storePartial(p + j, n - j, g);
+  }
 }
 
-typedef uint32_t Words __attribute__((vector_size(kLanes * sizeof(uint32_t))));
-typedef uint16_t Halves __attribute__((vector_size(kLanes * sizeof(uint16_t))));
-
-/// dst[n] = scale * src rounded to bf16 (to nearest even, NaN kept quiet:
-/// HostTensor's floatToBF16, a vector at a time).
+/// dst[n] = scale * src rounded to bf16.
 TILEFUSE_VECTOR_CLONES
 void roundRowToBf16(const float *src, int64_t n, float scale, uint16_t *dst) {
   int64_t j = 0;
-  for (; j + kLanes <= n; j += kLanes) {
-    Floats x = load(src + j) * scale;
-    Words bits;
-    std::memcpy(&bits, &x, sizeof bits);
-    Words rounded = (bits + (0x7fffu + ((bits >> 16) & 1u))) >> 16;
-    Words nan = (bits >> 16) | 0x40u;
-    Words out = (bits & 0x7fffffffu) > 0x7f800000u ? nan : rounded;
-    Halves h = __builtin_convertvector(out, Halves);
-    std::memcpy(dst + j, &h, sizeof h);
-  }
-  for (; j < n; ++j)
-    dst[j] = floatToBF16(src[j] * scale);
+  for (; j + kLanes <= n; j += kLanes)
+    storeBf16(dst + j, kLanes, load(src + j) * scale);
+  if (j < n)
+    storeBf16(dst + j, n - j, loadPartial(src + j, n - j, 0.0f) * scale);
 }
 
 /// dst[rows x cols] (leading dimension ldd) = scale * src (leading
@@ -335,21 +421,25 @@ public:
     return s.causal ? std::clamp<int64_t>(i + 1 - j0, 0, n) : n;
   }
 
-  /// scores[r x n] (leading dimension kKeyBlock) = the masked, scaled
-  /// scores of query rows [i0, i0 + r) of head (b, h) against keys
-  /// [j0, j0 + n); causality is left to visibleKeys.
-  void scores(int64_t b, int64_t h, int64_t i0, int64_t r, int64_t j0, int64_t n,
-              float *out) const {
+  /// scores[r x n] (leading dimension kKeyBlock) = the masked scores of
+  /// query rows [i0, i0 + r) of head (b, h) against keys [j0, j0 + n);
+  /// causality is left to visibleKeys. Returns the factor the scores still
+  /// need, which the caller's next pass over them applies: the softmax's
+  /// scale for unmasked bf16 operands, else 1 (scaled here).
+  float scores(int64_t b, int64_t h, int64_t i0, int64_t r, int64_t j0, int64_t n,
+               float *out) const {
     int64_t qRow = queryRow(b, h, i0), kRow = keyRow(b, h, j0);
     if (bf16) {
       BlockScratch &scratch = BlockScratch::forThisThread();
       bf16Product(false, true, r, n, s.headDim, rowOf<uint16_t>(q, qRow, s.headDim), s.headDim,
                   rowOf<uint16_t>(k, kRow, s.headDim), s.headDim, out, kKeyBlock, false,
                   scratch.wideA, scratch.wideB);
+      if (s.mask == AttentionMask::None)
+        return scale;
       for (int64_t row = 0; row < r; ++row)
         scaleRow(out + row * kKeyBlock, n, scale);
       addMask(b, h, i0, r, j0, n, out);
-      return;
+      return 1.0f;
     }
     const float *qRows = rowOf<float>(q, qRow, s.headDim);
     const float *kRows = rowOf<float>(k, kRow, s.headDim);
@@ -368,6 +458,7 @@ public:
                         0.0f, out, kKeyBlock);
     }
     addMask(b, h, i0, r, j0, n, out);
+    return 1.0f;
   }
 
   /// The mask applied to a block of scaled scores (see scores).
@@ -395,42 +486,46 @@ public:
     }
   }
 
-  /// scores -> P = exp(score - lse) for rows [i0, i0 + r), 0 where a key is
-  /// causally hidden. A fully masked row has lse 0 and scores -inf: P = 0.
+  /// scores -> P = exp(pendingScale * score - lse) for rows [i0, i0 + r),
+  /// 0 where a key is causally hidden, in place; also rounded to bf16 into
+  /// p16 (leading dimension kKeyBlock) where it is not null. A fully masked
+  /// row has lse 0 and scores -inf: P = 0.
   void probabilities(int64_t i0, int64_t r, int64_t j0, int64_t n, const float *lse,
-                     float *scoreBlock) const {
-    for (int64_t row = 0; row < r; ++row) {
-      float *p = scoreBlock + row * kKeyBlock;
-      int64_t visible = visibleKeys(i0 + row, j0, n);
-      expShiftedSum(p, visible, lse[row]);
-      std::fill(p + visible, p + n, 0.0f);
-    }
+                     float pendingScale, float *scoreBlock, uint16_t *p16) const {
+    for (int64_t row = 0; row < r; ++row)
+      exponentials(scoreBlock + row * kKeyBlock, visibleKeys(i0 + row, j0, n), n, pendingScale,
+                   lse[row], /*keepF32=*/true, p16 ? p16 + row * kKeyBlock : nullptr);
   }
 
-  /// Recomputes P for a block and turns it into dS = P * (dP - delta),
-  /// where dP = dO V^T; `dV` (the key rows' value gradient), when given,
-  /// gets P^T dO first. Returns dS in scratch.scores.
+  /// Recomputes P for a block and turns it into dS = scale * P * (dP - delta)
+  /// (the softmax's scale included: both of dS's products take it), where
+  /// dP = dO V^T; `dV` (the key rows' value gradient), when given, gets
+  /// P^T dO first. dS is left in scratch.scores for f32 operands, rounded to
+  /// bf16 in scratch.block16 for bf16 ones.
   void scoreGradients(int64_t b, int64_t h, int64_t i0, int64_t r, int64_t j0, int64_t n,
                       const float *lse, const float *delta, const void *dOut, float *dV,
                       BlockScratch &scratch) const {
     float *p = scratch.scores.data(), *dP = scratch.scoreGrads.data();
-    scores(b, h, i0, r, j0, n, p);
-    probabilities(i0, r, j0, n, lse + queryRow(b, h, i0), p);
+    float pendingScale = scores(b, h, i0, r, j0, n, p);
+    const float *kept = s.dropoutP != 0 ? keptFactors(b, h, i0, r, j0, n, scratch) : nullptr;
+    uint16_t *p16 = nullptr;
     if (bf16) {
-      bf16ScoreGradients(b, h, i0, r, j0, n, delta, dOut, dV, scratch);
+      scratch.block16.resize(size_t(kQueryBlock * kKeyBlock));
+      // Without dropout, dV's product takes P itself: rounded as it is made.
+      if (dV && !kept)
+        p16 = scratch.block16.data();
+    }
+    probabilities(i0, r, j0, n, lse + queryRow(b, h, i0), pendingScale, p, p16);
+    if (bf16) {
+      bf16ScoreGradients(b, h, i0, r, j0, n, delta, dOut, dV, kept, scratch);
       return;
     }
     const float *dOutRows = rowOf<float>(dOut, queryRow(b, h, i0), s.valueDim);
     // With dropout the output reads P * kept: dV takes the dropped
     // probabilities, and dP (the cotangent of P) is dO V^T * kept; dS
     // still multiplies the undropped P.
-    const float *kept = nullptr;
-    if (s.dropoutP != 0) {
-      kept = keptFactors(b, h, i0, r, j0, n, scratch);
-      for (int64_t row = 0; row < r; ++row)
-        for (int64_t c = 0; c < n; ++c)
-          dP[row * kKeyBlock + c] = p[row * kKeyBlock + c] * kept[row * kKeyBlock + c];
-    }
+    if (kept)
+      dropped(p, kept, r, n, dP);
     if (dV)
       accumulateProduct(true, false, n, s.valueDim, r, kept ? dP : p, kKeyBlock, dOutRows,
                         s.valueDim, dV, s.valueDim);
@@ -442,8 +537,16 @@ public:
     softmaxGradients(b, h, i0, r, n, kept, delta, scratch);
   }
 
-  /// dS = P * (dP * kept - delta) in scratch.scores, from P there and dO V^T
-  /// in scratch.scoreGrads (kept: dropout's factors, or null).
+  /// out = p * kept over a block of r x n (leading dimension kKeyBlock).
+  static void dropped(const float *p, const float *kept, int64_t r, int64_t n, float *out) {
+    for (int64_t row = 0; row < r; ++row)
+      for (int64_t c = 0; c < n; ++c)
+        out[row * kKeyBlock + c] = p[row * kKeyBlock + c] * kept[row * kKeyBlock + c];
+  }
+
+  /// dS = scale * P * (dP * kept - delta) from P in scratch.scores and dO V^T
+  /// in scratch.scoreGrads (kept: dropout's factors, or null): over P for
+  /// f32 operands, rounded to bf16 into scratch.block16 for bf16 ones.
   void softmaxGradients(int64_t b, int64_t h, int64_t i0, int64_t r, int64_t n,
                         const float *kept, const float *delta, BlockScratch &scratch) const {
     float *p = scratch.scores.data(), *dP = scratch.scoreGrads.data();
@@ -452,28 +555,27 @@ public:
         for (int64_t c = 0; c < n; ++c)
           dP[row * kKeyBlock + c] *= kept[row * kKeyBlock + c];
     const float *rowDelta = delta + queryRow(b, h, i0);
+    uint16_t *dS16 = bf16 ? scratch.block16.data() : nullptr;
     for (int64_t row = 0; row < r; ++row)
-      softmaxGradient(p + row * kKeyBlock, dP + row * kKeyBlock, n, rowDelta[row]);
+      softmaxGradient(p + row * kKeyBlock, dP + row * kKeyBlock, n, rowDelta[row], scale,
+                      dS16 ? dS16 + row * kKeyBlock : nullptr);
   }
 
-  /// scoreGradients' products for bf16 operands, given P in scratch.scores:
-  /// P (dropped) rounded to bf16 for dV += P^T dO, dP = dO V^T.
+  /// scoreGradients' products for bf16 operands, given P in scratch.scores
+  /// (and, without dropout, P rounded in scratch.block16 where dV is
+  /// wanted): P (dropped) for dV += P^T dO, dP = dO V^T.
   void bf16ScoreGradients(int64_t b, int64_t h, int64_t i0, int64_t r, int64_t j0, int64_t n,
-                          const float *delta, const void *dOut, float *dV,
+                          const float *delta, const void *dOut, float *dV, const float *kept,
                           BlockScratch &scratch) const {
     float *p = scratch.scores.data(), *dP = scratch.scoreGrads.data();
     const uint16_t *dOutRows = rowOf<uint16_t>(dOut, queryRow(b, h, i0), s.valueDim);
     const uint16_t *vRows = rowOf<uint16_t>(v, keyRow(b, h, j0), s.valueDim);
-    const float *kept = s.dropoutP != 0 ? keptFactors(b, h, i0, r, j0, n, scratch) : nullptr;
     if (dV) {
-      scratch.block16.resize(size_t(kQueryBlock * kKeyBlock));
       uint16_t *p16 = scratch.block16.data();
       if (kept) { // the dropped probabilities in dP's block, then rounded
-        for (int64_t row = 0; row < r; ++row)
-          for (int64_t c = 0; c < n; ++c)
-            dP[row * kKeyBlock + c] = p[row * kKeyBlock + c] * kept[row * kKeyBlock + c];
+        dropped(p, kept, r, n, dP);
+        toBf16(dP, r, n, kKeyBlock, 1.0f, p16, kKeyBlock);
       }
-      toBf16(kept ? dP : p, r, n, kKeyBlock, 1.0f, p16, kKeyBlock);
       bf16Product(true, false, n, s.valueDim, r, p16, kKeyBlock, dOutRows, s.valueDim, dV,
                   s.valueDim, true, scratch.wideA, scratch.wideB);
     }
@@ -482,15 +584,8 @@ public:
     softmaxGradients(b, h, i0, r, n, kept, delta, scratch);
   }
 
-  /// dS (scratch.scores, r x n) times the softmax scale, rounded to bf16
-  /// into scratch.block16 for bf16ScoreGradientProduct.
-  void roundScoreGradients(int64_t r, int64_t n, BlockScratch &scratch) const {
-    scratch.block16.resize(size_t(kQueryBlock * kKeyBlock));
-    toBf16(scratch.scores.data(), r, n, kKeyBlock, scale, scratch.block16.data(), kKeyBlock);
-  }
-
-  /// C += (scale dS) op(X) for bf16 X (Q or K rows), the rounded dS (r x n,
-  /// or its transpose with `transposed`) in scratch.block16.
+  /// C += dS op(X) for bf16 X (Q or K rows), the rounded dS (r x n, or its
+  /// transpose with `transposed`) in scratch.block16.
   void bf16ScoreGradientProduct(bool transposed, int64_t r, int64_t n, const uint16_t *x,
                                 int64_t dim, float *c, BlockScratch &scratch) const {
     bf16Product(transposed, false, transposed ? n : r, dim, transposed ? r : n,
@@ -559,20 +654,28 @@ void forwardBlock(const Attention &a, int64_t b, int64_t h, int64_t i0, void *ou
   int64_t keyEnd = a.keyEnd(i0 + r);
   for (int64_t j0 = 0; j0 < keyEnd; j0 += kKeyBlock) {
     int64_t n = std::min(kKeyBlock, keyEnd - j0);
-    a.scores(b, h, i0, r, j0, n, p);
+    float pendingScale = a.scores(b, h, i0, r, j0, n, p);
+    // bf16 without dropout: P is rounded for its product with V as it is
+    // made, and its f32 values are not kept.
+    uint16_t *p16 = nullptr;
+    if (a.bf16) {
+      scratch.block16.resize(size_t(kQueryBlock * kKeyBlock));
+      if (s.dropoutP == 0)
+        p16 = scratch.block16.data();
+    }
     for (int64_t row = 0; row < r; ++row) {
       float *pRow = p + row * kKeyBlock;
+      uint16_t *p16Row = p16 ? p16 + row * kKeyBlock : nullptr;
       int64_t visible = a.visibleKeys(i0 + row, j0, n);
       float oldMax = runningMax[row];
-      float newMax = std::max(oldMax, rowMax(pRow, visible));
+      float newMax = std::max(oldMax, scaledRowMax(pRow, visible, pendingScale));
       // Every score so far is -inf: exp(-inf - -inf) would be NaN, and
       // the row has nothing to add yet.
       if (newMax == kNegInf) {
-        std::fill(pRow, pRow + n, 0.0f);
+        exponentials(pRow, 0, n, pendingScale, 0.0f, !p16Row, p16Row); // zeros
         continue;
       }
-      float sum = expShiftedSum(pRow, visible, newMax);
-      std::fill(pRow + visible, pRow + n, 0.0f);
+      float sum = exponentials(pRow, visible, n, pendingScale, newMax, !p16Row, p16Row);
       if (newMax != oldMax) {
         float rescale = std::exp(oldMax - newMax);
         runningSum[row] *= rescale;
@@ -588,8 +691,8 @@ void forwardBlock(const Attention &a, int64_t b, int64_t h, int64_t i0, void *ou
           p[row * kKeyBlock + c] *= kept[row * kKeyBlock + c];
     }
     if (a.bf16) { // P rounded to bf16 for its product with V
-      scratch.block16.resize(size_t(kQueryBlock * kKeyBlock));
-      toBf16(p, r, n, kKeyBlock, 1.0f, scratch.block16.data(), kKeyBlock);
+      if (!p16)
+        toBf16(p, r, n, kKeyBlock, 1.0f, scratch.block16.data(), kKeyBlock);
       bf16Product(false, false, r, s.valueDim, n, scratch.block16.data(), kKeyBlock,
                   Attention::rowOf<uint16_t>(a.v, a.keyRow(b, h, j0), s.valueDim), s.valueDim,
                   outRows, s.valueDim, true, scratch.wideA, scratch.wideB);
@@ -625,12 +728,8 @@ void rowDeltas(const Attention &a, int64_t b, int64_t h, int64_t i0, int64_t r, 
                        dv);
       continue;
     }
-    const uint16_t *x = Attention::rowOf<uint16_t>(dOut, row, dv);
-    const uint16_t *y = Attention::rowOf<uint16_t>(out, row, dv);
-    float sum = 0.0f;
-    for (int64_t d = 0; d < dv; ++d)
-      sum += bf16ToFloat(x[d]) * bf16ToFloat(y[d]);
-    delta[row] = sum;
+    delta[row] = dotBf16(Attention::rowOf<uint16_t>(dOut, row, dv),
+                         Attention::rowOf<uint16_t>(out, row, dv), dv);
   }
 }
 
@@ -648,14 +747,11 @@ void queryGradientBlock(const Attention &a, int64_t b, int64_t h, int64_t i0, co
     int64_t n = std::min(kKeyBlock, keyEnd - j0);
     a.scoreGradients(b, h, i0, r, j0, n, lse, delta, dOut, nullptr, scratch);
     if (a.bf16) {
-      a.roundScoreGradients(r, n, scratch);
       a.bf16ScoreGradientProduct(false, r, n,
                                  Attention::rowOf<uint16_t>(a.k, a.keyRow(b, h, j0), s.headDim),
                                  s.headDim, dqRows, scratch);
       continue;
     }
-    for (int64_t row = 0; row < r; ++row) // the softmax's scale, applied to dS once
-      scaleRow(scratch.scores.data() + row * kKeyBlock, n, a.scale);
     accumulateProduct(false, false, r, s.headDim, n, scratch.scores.data(), kKeyBlock,
                       Attention::rowOf<float>(a.k, a.keyRow(b, h, j0), s.headDim), s.headDim,
                       dqRows, s.headDim);
@@ -681,7 +777,6 @@ void keyGradientBlock(const Attention &a, int64_t b, int64_t kvHead, int64_t j0,
       int64_t n = std::min(blockKeys, a.keyEnd(i0 + r) - j0);
       a.scoreGradients(b, h, i0, r, j0, n, lse, delta, dOut, dvRows, scratch);
       if (a.bf16) {
-        a.roundScoreGradients(r, n, scratch);
         a.bf16ScoreGradientProduct(
             true, r, n, Attention::rowOf<uint16_t>(a.q, a.queryRow(b, h, i0), s.headDim),
             s.headDim, dkRows, scratch);
@@ -692,8 +787,6 @@ void keyGradientBlock(const Attention &a, int64_t b, int64_t kvHead, int64_t j0,
         continue;
       }
       float *dS = scratch.scores.data();
-      for (int64_t row = 0; row < r; ++row) // the softmax's scale, applied to dS once
-        scaleRow(dS + row * kKeyBlock, n, a.scale);
       const float *qRows = Attention::rowOf<float>(a.q, a.queryRow(b, h, i0), s.headDim);
       const float *kRows = Attention::rowOf<float>(a.k, keyRow, s.headDim);
       accumulateProduct(true, false, n, s.headDim, r, dS, kKeyBlock, qRows, s.headDim, dkRows,
@@ -799,12 +892,11 @@ void cpu::checkAttentionType(DType dtype) {
 
 namespace {
 
-/// `x` rounded to bf16 into `p`.
-void narrow(const std::vector<float> &x, void *p) {
+/// x[0, n) rounded to bf16 into `p`.
+void narrow(const float *x, int64_t n, void *p) {
   auto *h = static_cast<uint16_t *>(p);
-  ThreadPool::global().parallelFor(int64_t(x.size()), 1 << 16, [&](int64_t first, int64_t end) {
-    for (int64_t i = first; i < end; ++i)
-      h[i] = floatToBF16(x[size_t(i)]);
+  ThreadPool::global().parallelFor(n, 1 << 16, [&](int64_t first, int64_t end) {
+    roundRowToBf16(x + first, end - first, 1.0f, h + first);
   });
 }
 
@@ -838,11 +930,15 @@ void cpu::attentionBackward(const AttentionShape &s, DType dtype, const void *q,
     return;
   }
   // bf16: the gradients accumulate over blocks in f32 and are rounded once.
-  std::vector<float> dq32(size_t(s.batch * s.heads * s.queries * s.headDim));
-  std::vector<float> dk32(size_t(s.batch * s.kvHeads * s.keys * s.headDim));
-  std::vector<float> dv32(size_t(s.batch * s.kvHeads * s.keys * s.valueDim));
-  backward(a, out, lse, dOut, dq32.data(), dk32.data(), dv32.data());
-  narrow(dq32, dq);
-  narrow(dk32, dk);
-  narrow(dv32, dv);
+  // The backward writes all of them (zeros first), so they start
+  // uninitialised: no pass clearing 12 bytes per element.
+  int64_t dqSize = s.batch * s.heads * s.queries * s.headDim;
+  int64_t dkSize = s.batch * s.kvHeads * s.keys * s.headDim;
+  int64_t dvSize = s.batch * s.kvHeads * s.keys * s.valueDim;
+  std::unique_ptr<float[]> dq32(new float[size_t(dqSize)]), dk32(new float[size_t(dkSize)]),
+      dv32(new float[size_t(dvSize)]);
+  backward(a, out, lse, dOut, dq32.get(), dk32.get(), dv32.get());
+  narrow(dq32.get(), dqSize, dq);
+  narrow(dk32.get(), dkSize, dk);
+  narrow(dv32.get(), dvSize, dv);
 }
