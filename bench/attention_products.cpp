@@ -3,7 +3,8 @@
 // The CPU attention kernels' products with A transposed (dV += P^T dO,
 // dK += dS^T Q), through oneDNN's matmul and through blockProduct, and the
 // whole f32 backward (T = 4096, 2 heads, head size 64, 2 threads) either
-// way. Run with interleaving so both ways see the same machine:
+// way; and GPT-2 small's bf16 attention, forward and backward
+// (BM_attention_bf16_gpt2). Run with interleaving so both ways see the same machine:
 //
 //   build/bin/tilefuse-attention-bench --benchmark_repetitions=6 \
 //       --benchmark_enable_random_interleaving=true \
@@ -82,8 +83,52 @@ void BM_attention_backward(benchmark::State &state) {
       benchmark::Counter(flops * double(state.iterations()), benchmark::Counter::kIsRate);
 }
 
+/// bf16 q, k, v of `s` (random normal values rounded to bf16).
+std::vector<uint16_t> bf16Normal(size_t n, uint32_t seed) {
+  std::vector<float> x = normal(n, seed);
+  std::vector<uint16_t> h(n);
+  for (size_t i = 0; i < n; ++i)
+    h[i] = floatToBF16(x[i]);
+  return h;
+}
+
+/// GPT-2 small's attention in bf16 (batch 2, 12 heads, 512 tokens, head
+/// size 64, causal): the forward (arg 0) or the backward (arg 1).
+void BM_attention_bf16_gpt2(benchmark::State &state) {
+  cpu::AttentionShape s;
+  s.batch = 2;
+  s.heads = s.kvHeads = 12;
+  s.queries = s.keys = 512;
+  s.headDim = s.valueDim = 64;
+  s.scale = 0.125;
+  s.causal = true;
+  size_t elements = size_t(s.batch * s.heads * s.queries * s.headDim);
+  std::vector<uint16_t> q = bf16Normal(elements, 1), k = bf16Normal(elements, 2),
+                        v = bf16Normal(elements, 3), dOut = bf16Normal(elements, 4);
+  std::vector<uint16_t> out(elements), dq(elements), dk(elements), dv(elements);
+  std::vector<float> lse(size_t(s.batch * s.heads * s.queries));
+  cpu::attentionForward(s, DType::BF16, q.data(), k.data(), v.data(), nullptr, out.data(),
+                        lse.data());
+  bool backward = state.range(0) == 1;
+  for (auto _ : state) {
+    if (backward)
+      cpu::attentionBackward(s, DType::BF16, q.data(), k.data(), v.data(), nullptr, out.data(),
+                             lse.data(), dOut.data(), dq.data(), dk.data(), dv.data());
+    else
+      cpu::attentionForward(s, DType::BF16, q.data(), k.data(), v.data(), nullptr, out.data(),
+                            lse.data());
+  }
+  // The causal products' useful work: half of the scores; two products
+  // forward, five backward.
+  double flops = 2.0 * (backward ? 5 : 2) * double(s.batch * s.heads) *
+                 double(s.queries * s.keys / 2 * s.headDim);
+  state.counters["GFLOP/s"] =
+      benchmark::Counter(flops * double(state.iterations()), benchmark::Counter::kIsRate);
+}
+
 } // namespace
 
+BENCHMARK(BM_attention_bf16_gpt2)->Arg(0)->Arg(1)->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_transposed_block_product)->Arg(0)->Arg(1)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_attention_backward)->Arg(0)->Arg(1)->UseRealTime()->Unit(benchmark::kMillisecond);
 

@@ -35,7 +35,6 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
-#include <memory>
 #include <vector>
 
 using namespace tilefuse;
@@ -733,15 +732,56 @@ void rowDeltas(const Attention &a, int64_t b, int64_t h, int64_t i0, int64_t r, 
   }
 }
 
+/// One of the backward's outputs (dq, dk or dv), `width` floats a row, and
+/// how a task writes its rows: f32 outputs are accumulated in place; bf16
+/// ones accumulate in f32 rows of the task's thread and are rounded once,
+/// when the task is done with them (no gradient-sized f32 buffer, no
+/// separate pass rounding one).
+struct GradientOutput {
+  void *data;
+  int64_t width;
+  bool bf16;
+
+  /// Zeroed f32 rows [first, first + count) to accumulate into: the
+  /// output's own, or `scratch` (grown as needed) for bf16.
+  float *open(int64_t first, int64_t count, std::vector<float> &scratch) const {
+    float *rows = static_cast<float *>(data) + first * width;
+    if (bf16) {
+      scratch.resize(std::max(scratch.size(), size_t(count * width)));
+      rows = scratch.data();
+    }
+    std::fill(rows, rows + count * width, 0.0f);
+    return rows;
+  }
+  /// The rows of open(first, count) are final: bf16 ones are rounded.
+  void close(const float *rows, int64_t first, int64_t count) const {
+    if (bf16)
+      roundRowToBf16(rows, count * width, 1.0f, static_cast<uint16_t *>(data) + first * width);
+  }
+};
+
+struct Gradients {
+  GradientOutput dq, dk, dv;
+};
+
+/// Per-thread f32 rows of the gradients a bf16 backward task accumulates.
+struct GradientScratch {
+  std::vector<float> dq, dk, dv;
+  static GradientScratch &forThisThread() {
+    thread_local GradientScratch scratch;
+    return scratch;
+  }
+};
+
 /// dQ for a block of query rows (computing their deltas first).
 void queryGradientBlock(const Attention &a, int64_t b, int64_t h, int64_t i0, const void *out,
-                        const float *lse, const void *dOut, float *delta, float *dq) {
+                        const float *lse, const void *dOut, float *delta, const Gradients &g) {
   const AttentionShape &s = a.s;
   BlockScratch &scratch = BlockScratch::forThisThread();
   int64_t r = std::min(kQueryBlock, s.queries - i0);
   rowDeltas(a, b, h, i0, r, out, dOut, delta);
-  float *dqRows = dq + a.queryRow(b, h, i0) * s.headDim;
-  std::fill(dqRows, dqRows + r * s.headDim, 0.0f);
+  int64_t firstRow = a.queryRow(b, h, i0);
+  float *dqRows = g.dq.open(firstRow, r, GradientScratch::forThisThread().dq);
   int64_t keyEnd = a.keyEnd(i0 + r);
   for (int64_t j0 = 0; j0 < keyEnd; j0 += kKeyBlock) {
     int64_t n = std::min(kKeyBlock, keyEnd - j0);
@@ -756,19 +796,21 @@ void queryGradientBlock(const Attention &a, int64_t b, int64_t h, int64_t i0, co
                       Attention::rowOf<float>(a.k, a.keyRow(b, h, j0), s.headDim), s.headDim,
                       dqRows, s.headDim);
   }
+  g.dq.close(dqRows, firstRow, r);
 }
 
 /// dK and dV for a block of key rows of key/value head (b, kvHead), over
-/// every query head that reads it; with `dq`, also adds the block's share
-/// of those heads' dQ (the caller then owns all of their query rows).
+/// every query head that reads it, into dkRows and dvRows (the block's
+/// rows); with `dqHeads` (the f32 dQ rows of the group's query heads, all
+/// queries of each), also adds the block's share of those heads' dQ.
 void keyGradientBlock(const Attention &a, int64_t b, int64_t kvHead, int64_t j0, const float *lse,
-                      const void *dOut, const float *delta, float *dq, float *dk, float *dv) {
+                      const void *dOut, const float *delta, float *dqHeads, float *dkRows,
+                      float *dvRows) {
   const AttentionShape &s = a.s;
   BlockScratch &scratch = BlockScratch::forThisThread();
   int64_t firstHead = kvHead * a.group;
   int64_t keyRow = a.keyRow(b, firstHead, j0);
   int64_t blockKeys = std::min(kKeyBlock, s.keys - j0);
-  float *dkRows = dk + keyRow * s.headDim, *dvRows = dv + keyRow * s.valueDim;
   for (int64_t h = firstHead; h < firstHead + a.group; ++h)
     for (int64_t i0 = a.firstQuery(j0) / kQueryBlock * kQueryBlock; i0 < s.queries;
          i0 += kQueryBlock) {
@@ -776,14 +818,16 @@ void keyGradientBlock(const Attention &a, int64_t b, int64_t kvHead, int64_t j0,
       // Causal: the keys past the block's last row get nothing from it.
       int64_t n = std::min(blockKeys, a.keyEnd(i0 + r) - j0);
       a.scoreGradients(b, h, i0, r, j0, n, lse, delta, dOut, dvRows, scratch);
+      float *dqRows =
+          dqHeads ? dqHeads + ((h - firstHead) * s.queries + i0) * s.headDim : nullptr;
       if (a.bf16) {
         a.bf16ScoreGradientProduct(
             true, r, n, Attention::rowOf<uint16_t>(a.q, a.queryRow(b, h, i0), s.headDim),
             s.headDim, dkRows, scratch);
-        if (dq)
+        if (dqRows)
           a.bf16ScoreGradientProduct(false, r, n,
                                      Attention::rowOf<uint16_t>(a.k, keyRow, s.headDim),
-                                     s.headDim, dq + a.queryRow(b, h, i0) * s.headDim, scratch);
+                                     s.headDim, dqRows, scratch);
         continue;
       }
       float *dS = scratch.scores.data();
@@ -791,9 +835,9 @@ void keyGradientBlock(const Attention &a, int64_t b, int64_t kvHead, int64_t j0,
       const float *kRows = Attention::rowOf<float>(a.k, keyRow, s.headDim);
       accumulateProduct(true, false, n, s.headDim, r, dS, kKeyBlock, qRows, s.headDim, dkRows,
                         s.headDim);
-      if (dq)
+      if (dqRows)
         accumulateProduct(false, false, r, s.headDim, n, dS, kKeyBlock, kRows, s.headDim,
-                          dq + a.queryRow(b, h, i0) * s.headDim, s.headDim);
+                          dqRows, s.headDim);
     }
 }
 
@@ -801,19 +845,22 @@ void keyGradientBlock(const Attention &a, int64_t b, int64_t kvHead, int64_t j0,
 /// it, on one thread: five products per block pair instead of the two
 /// phases' seven, for grids with enough heads to keep every thread busy.
 void headGroupGradients(const Attention &a, int64_t b, int64_t kvHead, const void *out,
-                        const float *lse, const void *dOut, float *delta, float *dq, float *dk,
-                        float *dv) {
+                        const float *lse, const void *dOut, float *delta, const Gradients &g) {
   const AttentionShape &s = a.s;
   int64_t firstHead = kvHead * a.group;
   for (int64_t h = firstHead; h < firstHead + a.group; ++h)
     rowDeltas(a, b, h, 0, s.queries, out, dOut, delta);
-  float *dqRows = dq + a.queryRow(b, firstHead, 0) * s.headDim;
-  std::fill(dqRows, dqRows + a.group * s.queries * s.headDim, 0.0f);
-  int64_t keyRow = a.keyRow(b, firstHead, 0);
-  std::fill(dk + keyRow * s.headDim, dk + (keyRow + s.keys) * s.headDim, 0.0f);
-  std::fill(dv + keyRow * s.valueDim, dv + (keyRow + s.keys) * s.valueDim, 0.0f);
+  GradientScratch &scratch = GradientScratch::forThisThread();
+  int64_t queryRow = a.queryRow(b, firstHead, 0), keyRow = a.keyRow(b, firstHead, 0);
+  float *dqRows = g.dq.open(queryRow, a.group * s.queries, scratch.dq);
+  float *dkRows = g.dk.open(keyRow, s.keys, scratch.dk);
+  float *dvRows = g.dv.open(keyRow, s.keys, scratch.dv);
   for (int64_t j0 = 0; j0 < s.keys; j0 += kKeyBlock)
-    keyGradientBlock(a, b, kvHead, j0, lse, dOut, delta, dq, dk, dv);
+    keyGradientBlock(a, b, kvHead, j0, lse, dOut, delta, dqRows, dkRows + j0 * s.headDim,
+                     dvRows + j0 * s.valueDim);
+  g.dq.close(dqRows, queryRow, a.group * s.queries);
+  g.dk.close(dkRows, keyRow, s.keys);
+  g.dv.close(dvRows, keyRow, s.keys);
 }
 
 void forward(const Attention &a, void *out, float *lse) {
@@ -829,9 +876,9 @@ void forward(const Attention &a, void *out, float *lse) {
       });
 }
 
-/// The gradients into f32 dq, dk, dv (see attentionBackward).
-void backward(const Attention &a, const void *out, const float *lse, const void *dOut, float *dq,
-              float *dk, float *dv) {
+/// The gradients into g's dq, dk, dv (see attentionBackward).
+void backward(const Attention &a, const void *out, const float *lse, const void *dOut,
+              const Gradients &g) {
   const AttentionShape &s = a.s;
   ThreadPool &pool = ThreadPool::global();
   thread_local std::vector<float> deltaStorage;
@@ -850,7 +897,7 @@ void backward(const Attention &a, const void *out, const float *lse, const void 
                      [&](int64_t first, int64_t end) {
                        for (int64_t t = first; t < end; ++t)
                          headGroupGradients(a, t / s.kvHeads, t % s.kvHeads, out, lse, dOut, delta,
-                                            dq, dk, dv);
+                                            g);
                      });
     return;
   }
@@ -861,7 +908,7 @@ void backward(const Attention &a, const void *out, const float *lse, const void 
                      for (int64_t t = first; t < end; ++t) {
                        int64_t head = t / queryBlocks;
                        queryGradientBlock(a, head / s.heads, head % s.heads,
-                                          t % queryBlocks * kQueryBlock, out, lse, dOut, delta, dq);
+                                          t % queryBlocks * kQueryBlock, out, lse, dOut, delta, g);
                      }
                    });
   int64_t keyBlocks = blocks(s.keys, kKeyBlock);
@@ -869,14 +916,17 @@ void backward(const Attention &a, const void *out, const float *lse, const void 
                          double(std::min(s.keys, kKeyBlock)) / double(std::max<int64_t>(1, s.keys));
   pool.parallelFor(headGroups * keyBlocks, minItemsPerRange(keyBlockFlops),
                    [&](int64_t first, int64_t end) {
+                     GradientScratch &scratch = GradientScratch::forThisThread();
                      for (int64_t t = first; t < end; ++t) {
                        int64_t group = t / keyBlocks, j0 = t % keyBlocks * kKeyBlock;
                        int64_t keyRow = group * s.keys + j0;
                        int64_t n = std::min(kKeyBlock, s.keys - j0);
-                       std::fill(dk + keyRow * s.headDim, dk + (keyRow + n) * s.headDim, 0.0f);
-                       std::fill(dv + keyRow * s.valueDim, dv + (keyRow + n) * s.valueDim, 0.0f);
+                       float *dkRows = g.dk.open(keyRow, n, scratch.dk);
+                       float *dvRows = g.dv.open(keyRow, n, scratch.dv);
                        keyGradientBlock(a, group / s.kvHeads, group % s.kvHeads, j0, lse, dOut,
-                                        delta, nullptr, dk, dv);
+                                        delta, nullptr, dkRows, dvRows);
+                       g.dk.close(dkRows, keyRow, n);
+                       g.dv.close(dvRows, keyRow, n);
                      }
                    });
 }
@@ -890,18 +940,6 @@ void cpu::checkAttentionType(DType dtype) {
                        "attention)");
 }
 
-namespace {
-
-/// x[0, n) rounded to bf16 into `p`.
-void narrow(const float *x, int64_t n, void *p) {
-  auto *h = static_cast<uint16_t *>(p);
-  ThreadPool::global().parallelFor(n, 1 << 16, [&](int64_t first, int64_t end) {
-    roundRowToBf16(x + first, end - first, 1.0f, h + first);
-  });
-}
-
-} // namespace
-
 void cpu::attentionForward(const AttentionShape &s, const float *q, const float *k, const float *v,
                            const void *mask, float *out, float *lse) {
   forward(Attention(s, q, k, v, mask, false), out, lse);
@@ -910,7 +948,8 @@ void cpu::attentionForward(const AttentionShape &s, const float *q, const float 
 void cpu::attentionBackward(const AttentionShape &s, const float *q, const float *k, const float *v,
                             const void *mask, const float *out, const float *lse, const float *dOut,
                             float *dq, float *dk, float *dv) {
-  backward(Attention(s, q, k, v, mask, false), out, lse, dOut, dq, dk, dv);
+  backward(Attention(s, q, k, v, mask, false), out, lse, dOut,
+           {{dq, s.headDim, false}, {dk, s.headDim, false}, {dv, s.valueDim, false}});
 }
 
 void cpu::attentionForward(const AttentionShape &s, DType dtype, const void *q, const void *k,
@@ -923,22 +962,7 @@ void cpu::attentionBackward(const AttentionShape &s, DType dtype, const void *q,
                             const void *v, const void *mask, const void *out, const float *lse,
                             const void *dOut, void *dq, void *dk, void *dv) {
   checkAttentionType(dtype);
-  Attention a(s, q, k, v, mask, dtype == DType::BF16);
-  if (dtype == DType::F32) {
-    backward(a, out, lse, dOut, static_cast<float *>(dq), static_cast<float *>(dk),
-             static_cast<float *>(dv));
-    return;
-  }
-  // bf16: the gradients accumulate over blocks in f32 and are rounded once.
-  // The backward writes all of them (zeros first), so they start
-  // uninitialised: no pass clearing 12 bytes per element.
-  int64_t dqSize = s.batch * s.heads * s.queries * s.headDim;
-  int64_t dkSize = s.batch * s.kvHeads * s.keys * s.headDim;
-  int64_t dvSize = s.batch * s.kvHeads * s.keys * s.valueDim;
-  std::unique_ptr<float[]> dq32(new float[size_t(dqSize)]), dk32(new float[size_t(dkSize)]),
-      dv32(new float[size_t(dvSize)]);
-  backward(a, out, lse, dOut, dq32.get(), dk32.get(), dv32.get());
-  narrow(dq32.get(), dqSize, dq);
-  narrow(dk32.get(), dkSize, dk);
-  narrow(dv32.get(), dvSize, dv);
+  bool bf16 = dtype == DType::BF16;
+  backward(Attention(s, q, k, v, mask, bf16), out, lse, dOut,
+           {{dq, s.headDim, bf16}, {dk, s.headDim, bf16}, {dv, s.valueDim, bf16}});
 }
