@@ -241,10 +241,34 @@ struct CastBeforeTransposeForMatmuls : OpRewritePattern<CastOp> {
     return success();
   }
 };
+
+/// cast(reshape(x)) = reshape(cast(x)) when only matmuls read the cast: the
+/// cast is then at x's shape, where it joins the kernel that computes x (a
+/// layer norm's [B, T, d] row kernel writes its bf16 output for the next
+/// GEMM instead of an f32 one that a kernel of its own casts as [B*T, d]),
+/// and the GEMMs read the reshaped buffer in place.
+struct CastBeforeReshapeForMatmuls : OpRewritePattern<CastOp> {
+  using OpRewritePattern::OpRewritePattern;
+  LogicalResult matchAndRewrite(CastOp cast, PatternRewriter &rewriter) const override {
+    auto reshape = cast.getOperand().getDefiningOp<ReshapeOp>();
+    if (!reshape)
+      return rewriter.notifyMatchFailure(cast, "not a cast of a reshape");
+    if (cast->use_empty() ||
+        !llvm::all_of(cast->getUsers(), [](Operation *user) { return isa<MatmulOp>(user); }))
+      return rewriter.notifyMatchFailure(cast, "read by something other than matmuls");
+    auto sourceType = llvm::cast<RankedTensorType>(reshape.getOperand().getType());
+    auto castType = llvm::cast<RankedTensorType>(cast.getType());
+    auto early = rewriter.create<CastOp>(
+        cast.getLoc(), RankedTensorType::get(sourceType.getShape(), castType.getElementType()),
+        reshape.getOperand());
+    rewriter.replaceOpWithNewOp<ReshapeOp>(cast, castType, early.getResult());
+    return success();
+  }
+};
 } // namespace
 
 void CastOp::getCanonicalizationPatterns(RewritePatternSet &patterns, MLIRContext *context) {
-  patterns.add<CastBeforeTransposeForMatmuls>(context);
+  patterns.add<CastBeforeTransposeForMatmuls, CastBeforeReshapeForMatmuls>(context);
 }
 
 OpFoldResult SliceOp::fold(FoldAdaptor) {

@@ -202,12 +202,14 @@ func.func @padded_row_result_read_across_rows(%x: tensor<4x8xf32>) -> tensor<4x8
 // A GEMM's [B*T, N] result reshaped to [B, T, N] for GELU and back for the
 // next GEMM: a pointwise kernel computes every value at the domain's linear
 // index, so reading its own values through the reshapes keeps one kernel
-// (bias, GELU and the cast), which writes only the bf16 activation.
+// (bias, GELU and the cast), which writes only the bf16 activation (the
+// cast moved before the reshape back, which the GEMM reads as a view).
 // CHECK-LABEL: func.func @pointwise_through_reshapes(
 // CHECK:         graph.matmul
-// CHECK-NEXT:    graph.fusion "{{.*}}kind = "pointwise"{{.*}} -> tensor<8x16xbf16>
+// CHECK-NEXT:    %[[K:.+]] = graph.fusion "{{.*}}kind = "pointwise"{{.*}} -> tensor<2x4x16xbf16>
 // CHECK:           graph.tanh
-// CHECK:         graph.matmul
+// CHECK:         %[[V:.+]] = graph.reshape %[[K]] : (tensor<2x4x16xbf16>) -> tensor<8x16xbf16>
+// CHECK-NEXT:    graph.matmul %[[V]]
 // CHECK-NOT:     graph.fusion "
 // CHECK:         return
 func.func @pointwise_through_reshapes(%x: tensor<8x16xbf16>, %w: tensor<16x16xbf16>, %b: tensor<16xf32>, %w2: tensor<16x4xbf16>) -> tensor<8x4xbf16> {
@@ -295,4 +297,28 @@ func.func @column_sums_through_reshapes(%g: tensor<8x16xbf16>, %h: tensor<8x16xb
   %back = graph.reshape %d : (tensor<2x4x16xf32>) -> tensor<8x16xf32>
   %c = graph.cast %back : (tensor<8x16xf32>) -> tensor<8x16xbf16>
   return %s, %c : tensor<16xf32>, tensor<8x16xbf16>
+}
+
+// A layer norm's output cast to bf16 for GEMMs that read it as [B*T, d]
+// (GPT-2's next product and, in the backward, its weight gradient), its
+// input the residual stream's sum: the cast moves before the reshape
+// (CastOp's canonicalization), joins the row kernel, and the kernel writes
+// the bf16 rows alone; the GEMMs read them through a reshape (a view).
+// Before, the row kernel wrote f32 rows that a pointwise kernel of their
+// own cast as [B*T, d].
+// CHECK-LABEL: func.func @layer_norm_cast_for_gemms(
+// CHECK:         %[[K:.+]]:2 = graph.fusion "{{.*}}kind = "reduction", reduced = array<i64: 2>} {{.*}} -> (tensor<2x4x16xf32>, tensor<2x4x16xbf16>)
+// CHECK:           graph.cast {{.*}} -> tensor<2x4x16xbf16>
+// CHECK:         %[[V:.+]] = graph.reshape %[[K]]#1 : (tensor<2x4x16xbf16>) -> tensor<8x16xbf16>
+// CHECK:         graph.matmul %[[V]]
+// CHECK-NOT:     graph.fusion "
+// CHECK:         return
+func.func @layer_norm_cast_for_gemms(%x: tensor<2x4x16xf32>, %res: tensor<2x4x16xf32>, %g: tensor<16xf32>, %b: tensor<16xf32>, %w: tensor<16x8xbf16>, %d: tensor<8x8xbf16>) -> (tensor<2x4x16xf32>, tensor<8x8xbf16>, tensor<16x8xbf16>) {
+  %s = graph.add %x, %res : tensor<2x4x16xf32>
+  %y = graph.layer_norm %s, %g, %b : (tensor<2x4x16xf32>, tensor<16xf32>, tensor<16xf32>) -> tensor<2x4x16xf32>
+  %r = graph.reshape %y : (tensor<2x4x16xf32>) -> tensor<8x16xf32>
+  %c = graph.cast %r : (tensor<8x16xf32>) -> tensor<8x16xbf16>
+  %h = graph.matmul %c, %w : (tensor<8x16xbf16>, tensor<16x8xbf16>) -> tensor<8x8xbf16>
+  %dw = graph.matmul %c, %d {transpose_lhs = true} : (tensor<8x16xbf16>, tensor<8x8xbf16>) -> tensor<16x8xbf16>
+  return %s, %h, %dw : tensor<2x4x16xf32>, tensor<8x8xbf16>, tensor<16x8xbf16>
 }
