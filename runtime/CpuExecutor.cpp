@@ -41,13 +41,19 @@ CpuExecutor::CpuExecutor(Program program, std::vector<CpuKernelFn> fns,
   if (poisonArenaRequested())
     poison = poisonSchedule(prog);
   collectives = std::make_unique<CollectiveRunner>(prog);
-  // oneDNN runs convolutions on the process's OpenMP threads, which spin for
-  // a while after each; the pool's own workers would then compete with
-  // them for the same cores between convolutions (a U-Net step ran 20%
-  // slower so). Grids run on those OpenMP threads instead, where one OpenMP
-  // runtime serves the process (ThreadPool::setTeam refuses otherwise).
-  bool convolves = std::any_of(prog.steps.begin(), prog.steps.end(), isConvolution);
-  if (convolves && cpu::dnnlStatus() == "loaded")
+  // oneDNN runs convolutions and bf16 GEMMs on the process's OpenMP
+  // threads, which spin for a while after each; the pool's own workers
+  // would then compete with them for the same cores between those steps (a
+  // U-Net step ran 20% slower so; GPT-2 small's bf16 attention after its
+  // QKV GEMM took 1.5x its time alone). Grids run on those OpenMP threads
+  // instead, where one OpenMP runtime serves the process
+  // (ThreadPool::setTeam refuses otherwise).
+  auto onOpenMPThreads = [&](const Step &s) {
+    return isConvolution(s) ||
+           (s.kind == Step::Kind::Gemm && prog.buffers[size_t(s.buffers[2])].dtype == DType::BF16);
+  };
+  if (std::any_of(prog.steps.begin(), prog.steps.end(), onOpenMPThreads) &&
+      cpu::dnnlStatus() == "loaded")
     ThreadPool::global().setTeam(ThreadPool::Team::OpenMP);
   for (size_t b = 0; b < prog.buffers.size(); ++b) {
     if (prog.plan.offsets[b] == MemoryPlan::kNotInArena)

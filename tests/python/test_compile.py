@@ -230,6 +230,38 @@ def test_same_results_on_openmp_threads(rng):
     assert_compiled_close(outs[1], fn.graph.interpret(x, w), "softmax(x @ w) on OpenMP threads")
 
 
+def test_programs_with_bf16_gemms_run_their_grids_on_onednns_openmp_threads():
+    """oneDNN runs bf16 GEMMs on the process's OpenMP threads, which spin
+    after each: loading a program with one moves tilefuse's CPU grids onto
+    those threads (where the process can: one OpenMP runtime, no
+    TILEFUSE_THREAD_POOL), as for convolutions; an f32 GEMM (slabs on
+    tilefuse's own threads) leaves the team as it is. A fresh process: the
+    team is process-wide."""
+    code = textwrap.dedent("""
+        import os, numpy as np, tilefuse, tilefuse.functional as F
+        core = tilefuse._core
+        possible = core.cpu_thread_team("openmp") == "openmp" and \\
+            "TILEFUSE_THREAD_POOL" not in os.environ
+        core.cpu_thread_team("own")
+        x = np.ones((64, 96), np.float32)
+        w = np.ones((96, 32), np.float32)
+        f32 = tilefuse.compile(lambda x, w: F.softmax(x @ w, -1), x, w, device="cpu")(x, w)
+        after_f32 = core.cpu_thread_team()
+        bf16 = tilefuse.compile(lambda x, w: F.softmax(x @ w, -1), x, w, device="cpu",
+                                precision="bf16")(x, w)
+        assert np.allclose(f32, 1 / 32) and np.allclose(bf16, 1 / 32)
+        print(possible and core.onednn_status() == "loaded", after_f32, core.cpu_thread_team())
+    """)
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    can, after_f32, after_bf16 = r.stdout.split()[-3:]
+    assert after_f32 == "own", r.stdout
+    if can != "True":
+        pytest.skip("no OpenMP team or no oneDNN in this process: the team stays tilefuse's own")
+    assert after_bf16 == "openmp", r.stdout
+
+
 @pytest.mark.skipif(not _openmp_team_here(), reason=_NO_OPENMP_TEAM)
 def test_forked_child_runs_grids_after_the_parent_ran_openmp_teams():
     """libgomp cannot start a team in a child forked after the parent ran
