@@ -764,12 +764,21 @@ struct Gradients {
   GradientOutput dq, dk, dv;
 };
 
-/// Per-thread f32 rows of the gradients a bf16 backward task accumulates.
+/// Per-thread f32 rows of the gradients a bf16 backward task accumulates,
+/// kept between tasks and calls up to kKeptGradientFloats each (a head
+/// group of GPT-2 small's: 128 KiB); larger ones (long sequences, many
+/// query heads per key/value head) are given back when the task is done.
+constexpr size_t kKeptGradientFloats = size_t(1) << 22; // 16 MiB
 struct GradientScratch {
   std::vector<float> dq, dk, dv;
   static GradientScratch &forThisThread() {
     thread_local GradientScratch scratch;
     return scratch;
+  }
+  void trim() {
+    for (std::vector<float> *rows : {&dq, &dk, &dv})
+      if (rows->size() > kKeptGradientFloats)
+        std::vector<float>().swap(*rows);
   }
 };
 
@@ -797,6 +806,7 @@ void queryGradientBlock(const Attention &a, int64_t b, int64_t h, int64_t i0, co
                       dqRows, s.headDim);
   }
   g.dq.close(dqRows, firstRow, r);
+  GradientScratch::forThisThread().trim();
 }
 
 /// dK and dV for a block of key rows of key/value head (b, kvHead), over
@@ -861,6 +871,7 @@ void headGroupGradients(const Attention &a, int64_t b, int64_t kvHead, const voi
   g.dq.close(dqRows, queryRow, a.group * s.queries);
   g.dk.close(dkRows, keyRow, s.keys);
   g.dv.close(dvRows, keyRow, s.keys);
+  scratch.trim();
 }
 
 void forward(const Attention &a, void *out, float *lse) {
@@ -927,6 +938,7 @@ void backward(const Attention &a, const void *out, const float *lse, const void 
                                         delta, nullptr, dkRows, dvRows);
                        g.dk.close(dkRows, keyRow, n);
                        g.dv.close(dvRows, keyRow, n);
+                       scratch.trim();
                      }
                    });
 }
