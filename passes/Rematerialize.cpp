@@ -12,6 +12,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "passes/FuseOps.h"
+#include "passes/FusionGraph.h"
 
 #include "ir/graph/GraphDialect.h"
 #include "passes/Passes.h"
@@ -454,99 +455,191 @@ private:
 };
 
 
-/// The ops of F's body that compute output `i` from F's other outputs
-/// (`leaves`: their result numbers) by cheap pointwise ops, in body order;
-/// empty when output `i` reads anything else (an input, a reduction, a
-/// transcendental).
-SmallVector<Operation *> derivation(FusionOp f, unsigned i, SmallVector<unsigned> &leaves) {
+/// How a kernel F's output is computed from values a reader can have: the
+/// cheap pointwise ops of F's body (in body order) from F's other outputs,
+/// F's inputs, and values at F's reduced shape that F does not yield yet
+/// (a layer norm's mean beside x and x - mean).
+struct Derivation {
+  SmallVector<Operation *> chain;
+  SmallVector<unsigned> outputs; ///< F's other results read
+  SmallVector<unsigned> inputs;  ///< F's operands read (block argument numbers)
+  SmallVector<Value> exported;   ///< values of F's body F would yield as well
+};
+
+/// The derivation of F's output `i`; nullopt when it reads anything else (a
+/// full-size value F does not yield, a reduction, a transcendental).
+std::optional<Derivation> derivation(FusionOp f, unsigned i) {
   Block &body = f.getBody().front();
   Operation *yield = body.getTerminator();
+  Value derived = yield->getOperand(i);
   llvm::DenseMap<Value, unsigned> outputOf;
   for (auto [j, v] : llvm::enumerate(yield->getOperands()))
     if (j != i)
       outputOf.try_emplace(v, unsigned(j));
+  // Per-row (or per-column) values of a reduction kernel: its reduced shape.
+  SmallVector<int64_t> reduced;
+  bool reduces = f.getKind() == "reduction";
+  if (reduces)
+    reduced = fusion::reducedShape(f.getDomain(), f.getReduced(), false);
+  int64_t derivedElements = fusion::numel(fusion::shapeOf(derived));
   llvm::SetVector<Operation *> chain;
-  SmallVector<Value> work = {yield->getOperand(i)};
-  llvm::SetVector<unsigned> found;
+  llvm::SetVector<unsigned> outputs, inputs;
+  llvm::SetVector<Value> exported;
+  SmallVector<Value> work = {derived};
   while (!work.empty()) {
     Value x = work.pop_back_val();
-    if (auto it = outputOf.find(x); it != outputOf.end() && x != yield->getOperand(i)) {
-      found.insert(it->second);
+    if (auto it = outputOf.find(x); it != outputOf.end() && x != derived) {
+      outputs.insert(it->second);
+      continue;
+    }
+    if (auto arg = llvm::dyn_cast<BlockArgument>(x)) {
+      if (arg.getOwner() != &body)
+        return std::nullopt;
+      inputs.insert(arg.getArgNumber());
       continue;
     }
     Operation *def = x.getDefiningOp();
+    if (reduces && x != derived && !llvm::isa_and_nonnull<FullOp>(def) &&
+        fusion::numel(fusion::shapeOf(x)) * 8 <= derivedElements &&
+        fusion::onlyUnitDimsChange(fusion::shapeOf(x), reduced)) {
+      exported.insert(x);
+      continue;
+    }
     if (!def || chain.size() > 8)
-      return {};
+      return std::nullopt;
     if (!llvm::isa<MulOp, AddOp, SubOp, NegOp, BroadcastInDimOp, CastOp, FullOp>(def))
-      return {};
+      return std::nullopt;
     if (chain.insert(def))
       work.append(def->operand_begin(), def->operand_end());
   }
-  if (found.empty())
-    return {};
-  leaves.assign(found.begin(), found.end());
-  SmallVector<Operation *> ordered(chain.begin(), chain.end());
-  llvm::sort(ordered, [](Operation *a, Operation *b) { return a->isBeforeInBlock(b); });
-  return ordered;
+  // A derivation from nothing but inputs is the reader's own pointwise
+  // work on them, which fusion already weighed.
+  if (outputs.empty())
+    return std::nullopt;
+  Derivation d;
+  d.chain.assign(chain.begin(), chain.end());
+  llvm::sort(d.chain, [](Operation *a, Operation *b) { return a->isBeforeInBlock(b); });
+  d.outputs.assign(outputs.begin(), outputs.end());
+  d.inputs.assign(inputs.begin(), inputs.end());
+  d.exported.assign(exported.begin(), exported.end());
+  return d;
 }
 
-/// Outputs of a kernel F that are cheap pointwise functions of F's other,
-/// much smaller or already read outputs (a layer norm's x-hat =
-/// (x - mean) * rstd beside x - mean and rstd, both saved for the backward):
-/// each kernel reading such an output computes it from those instead, and F
-/// stops writing it. GPT-2 small: 24 x 3 MB of x-hat written in the forward
-/// and read in the backward. Only where every reader is a kernel, and every
-/// output a reader did not read yet is at most 1/8 of the derived one (the
-/// per-row values), so no large value lives longer.
+/// F with `extra` (values of its body) yielded after its results; F's uses
+/// move to the new kernel, which replaces it.
+FusionOp yieldAlso(FusionOp f, ArrayRef<Value> extra) {
+  OpBuilder builder(f);
+  SmallVector<Type> types(f.getResultTypes());
+  for (Value v : extra)
+    types.push_back(v.getType());
+  auto grown = builder.create<FusionOp>(f.getLoc(), types, f.getKernelNameAttr(), f.getInputs(),
+                                        f.getKindAttr(), f.getDomainAttr(), f.getReducedAttr());
+  grown.getBody().takeBody(f.getBody());
+  Operation *yield = grown.getBody().front().getTerminator();
+  SmallVector<Value> values(yield->getOperands());
+  values.append(extra.begin(), extra.end());
+  OpBuilder atYield(yield);
+  atYield.create<YieldOp>(yield->getLoc(), values);
+  yield->erase();
+  for (unsigned i = 0; i < f.getNumResults(); ++i)
+    f.getResult(i).replaceAllUsesWith(grown.getResult(i));
+  f.erase();
+  return grown;
+}
+
+/// Outputs of a kernel F that are cheap pointwise functions of F's other
+/// outputs, its inputs and its per-row values (a layer norm's x-hat =
+/// (x - mean) * rstd beside x - mean and rstd, and x - mean beside x and the
+/// mean, all read by the backward): each kernel reading such an output
+/// computes it instead, and F stops writing it (yielding the per-row values
+/// it needs, if it did not). GPT-2 small: 24 x 3 MB of x-hat and 25 x 3 MB of
+/// x - mean written in the forward and read in the backward. Only where
+/// every reader is a kernel, and every value a reader did not read yet is
+/// at most 1/8 of the derived one (the per-row values), so no large value
+/// lives longer.
 void recomputeDerivedOutputs(Block &block) {
   SmallVector<FusionOp> kernels(block.getOps<FusionOp>());
   for (FusionOp f : kernels) {
     bool changed = false;
-    for (unsigned i = 0; i < f.getNumResults(); ++i) {
+    // Outputs computed last first: one derived from another derived output
+    // (x-hat from x - mean) hands its readers that output, which is then
+    // derived in turn (x - mean from x and the mean).
+    SmallVector<unsigned> order;
+    for (unsigned i = 0; i < f.getNumResults(); ++i)
+      order.push_back(i);
+    Operation *fYield0 = f.getBody().front().getTerminator();
+    auto definedAt = [&](unsigned i) { return fYield0->getOperand(i).getDefiningOp(); };
+    llvm::stable_sort(order, [&](unsigned x, unsigned y) {
+      Operation *a = definedAt(x), *b = definedAt(y);
+      return a && (!b || b->isBeforeInBlock(a));
+    });
+    for (unsigned i : order) {
       Value out = f.getResult(i);
       if (out.use_empty())
         continue;
-      SmallVector<unsigned> leaves;
-      SmallVector<Operation *> chain = derivation(f, i, leaves);
-      if (chain.empty())
+      std::optional<Derivation> d = derivation(f, i);
+      if (!d)
         continue;
       int64_t bytes = bytesOf(out);
+      // What a reader does not read yet: per-row values (at most 1/8 of the
+      // derived output), and at most the derived output's bytes of larger
+      // ones, which then replace it (x for x - mean: the reader reads no
+      // more, and x lives on in place of x - mean, which is never written).
       bool readersOk = llvm::all_of(out.getUsers(), [&](Operation *user) {
         auto b = llvm::dyn_cast<FusionOp>(user);
         if (!b || b == f || user->getBlock() != &block)
           return false;
-        return llvm::all_of(leaves, [&](unsigned j) {
-          return llvm::is_contained(b.getInputs(), f.getResult(j)) ||
-                 bytesOf(f.getResult(j)) * 8 <= bytes;
-        });
+        int64_t added = 0;
+        auto count = [&](Value v) {
+          if (!llvm::is_contained(b.getInputs(), v) && bytesOf(v) * 8 > bytes)
+            added += bytesOf(v);
+        };
+        for (unsigned j : d->outputs)
+          count(f.getResult(j));
+        for (unsigned k : d->inputs)
+          count(f.getInputs()[k]);
+        return added <= bytes;
       });
       if (!readersOk)
         continue;
+      // The per-row values the derivation reads become F's outputs.
+      if (!d->exported.empty()) {
+        unsigned first = f.getNumResults();
+        f = yieldAlso(f, d->exported);
+        out = f.getResult(i);
+        for (unsigned k = 0; k < d->exported.size(); ++k)
+          d->outputs.push_back(first + k);
+      }
+      Block &fBody = f.getBody().front();
+      Operation *fYield = fBody.getTerminator();
+      // Outer values the derivation reads, each with F's value for it.
+      SmallVector<std::pair<Value, Value>> sources;
+      for (unsigned j : d->outputs)
+        sources.push_back({f.getResult(j), fYield->getOperand(j)});
+      for (unsigned k : d->inputs)
+        sources.push_back({f.getInputs()[k], fBody.getArgument(k)});
       SmallVector<Operation *> readers(out.getUsers().begin(), out.getUsers().end());
       llvm::SetVector<Operation *> unique(readers.begin(), readers.end());
       for (Operation *user : unique) {
         auto b = llvm::cast<FusionOp>(user);
         Block &bBody = b.getBody().front();
-        // B's block arguments for F's outputs the derivation reads.
+        // B's block arguments for the values the derivation reads.
         IRMapping map;
-        Block &fBody = f.getBody().front();
-        Operation *fYield = fBody.getTerminator();
-        for (unsigned j : leaves) {
-          Value leaf = f.getResult(j);
+        for (auto [outer, inner] : sources) {
           Value arg;
           for (auto [k, in] : llvm::enumerate(b.getInputs()))
-            if (in == leaf) {
+            if (in == outer) {
               arg = bBody.getArgument(unsigned(k));
               break;
             }
           if (!arg) {
-            b->insertOperands(b->getNumOperands(), leaf);
-            arg = bBody.addArgument(leaf.getType(), leaf.getLoc());
+            b->insertOperands(b->getNumOperands(), outer);
+            arg = bBody.addArgument(outer.getType(), outer.getLoc());
           }
-          map.map(fYield->getOperand(j), arg);
+          map.map(inner, arg);
         }
         OpBuilder inner = OpBuilder::atBlockBegin(&bBody);
-        for (Operation *op : chain)
+        for (Operation *op : d->chain)
           inner.clone(*op, map);
         Value recomputed = map.lookup(fYield->getOperand(i));
         // B's arguments that were F's output i now read the recomputed value.

@@ -289,3 +289,47 @@ func.func @derived_output_returned(%x: tensor<1024x256xf32>) -> (tensor<1024x256
   }
   return %f#0, %f#1, %f#2 : tensor<1024x256xf32>, tensor<1024x1xf32>, tensor<1024x256xf32>
 }
+
+// -----
+
+// A layer norm's x - mean, saved for the backward, beside x (the residual
+// stream, computed by the kernel and read by the next layer): the backward's
+// kernels read x and the mean (a new per-row output) instead and compute
+// x - mean, which the forward kernel no longer writes; x-hat (from x - mean
+// and rstd) is derived first and hands its reader x - mean, which is then
+// derived in turn. The readers read no more bytes than before.
+// CHECK-LABEL: func.func @derived_from_an_output_and_a_row_value
+// CHECK: %[[F:.+]]:3 = graph.fusion "kernel0"(%arg0, %arg1) {{.*}} -> (tensor<1024x256xf32>, tensor<1024x1xf32>, tensor<1024x1xf32>)
+// CHECK: graph.yield %[[X:.+]], %[[R:.+]], %[[M:.+]] :
+// CHECK: graph.fusion "kernel1"(%arg2, %[[F]]#1, %[[F]]#0, %[[F]]#2)
+// CHECK-NEXT: ^bb0(%{{.+}}: tensor<1024x256xf32>, %[[RS:.+]]: tensor<1024x1xf32>, %[[XA:.+]]: tensor<1024x256xf32>, %[[MA:.+]]: tensor<1024x1xf32>):
+// CHECK: %[[MB:.+]] = graph.broadcast_in_dim %[[MA]]
+// CHECK-NEXT: %[[C:.+]] = graph.sub %[[XA]], %[[MB]]
+// CHECK: graph.mul %[[C]],
+// CHECK: return
+func.func @derived_from_an_output_and_a_row_value(%a: tensor<1024x256xf32>, %res: tensor<1024x256xf32>, %dy: tensor<1024x256xf32>) -> (tensor<1024x256xf32>, tensor<256xf32>) {
+  %f:4 = graph.fusion "kernel0"(%a, %res) {domain = array<i64: 1024, 256>, kind = "reduction", reduced = array<i64: 1>}
+      : (tensor<1024x256xf32>, tensor<1024x256xf32>) -> (tensor<1024x256xf32>, tensor<1024x256xf32>, tensor<1024x1xf32>, tensor<1024x256xf32>) {
+  ^bb0(%x0: tensor<1024x256xf32>, %r0: tensor<1024x256xf32>):
+    %x = graph.add %x0, %r0 : tensor<1024x256xf32>
+    %s = graph.reduce_sum %x {dims = array<i64: 1>, keepdim = true} : (tensor<1024x256xf32>) -> tensor<1024x1xf32>
+    %k = graph.full 3.906250e-03 : tensor<1024x1xf32>
+    %m = graph.mul %s, %k : tensor<1024x1xf32>
+    %mb = graph.broadcast_in_dim %m {dims = array<i64: 0, 1>} : (tensor<1024x1xf32>) -> tensor<1024x256xf32>
+    %c = graph.sub %x, %mb : tensor<1024x256xf32>
+    %q = graph.mul %c, %c : tensor<1024x256xf32>
+    %v = graph.reduce_sum %q {dims = array<i64: 1>, keepdim = true} : (tensor<1024x256xf32>) -> tensor<1024x1xf32>
+    %r = graph.rsqrt %v : tensor<1024x1xf32>
+    %rb = graph.broadcast_in_dim %r {dims = array<i64: 0, 1>} : (tensor<1024x1xf32>) -> tensor<1024x256xf32>
+    %n = graph.mul %c, %rb : tensor<1024x256xf32>
+    graph.yield %x, %c, %r, %n : tensor<1024x256xf32>, tensor<1024x256xf32>, tensor<1024x1xf32>, tensor<1024x256xf32>
+  }
+  %dg = graph.fusion "kernel1"(%dy, %f#3) {domain = array<i64: 1024, 256>, kind = "reduction", reduced = array<i64: 0>}
+      : (tensor<1024x256xf32>, tensor<1024x256xf32>) -> tensor<256xf32> {
+  ^bb0(%g: tensor<1024x256xf32>, %nn: tensor<1024x256xf32>):
+    %0 = graph.mul %g, %nn : tensor<1024x256xf32>
+    %1 = graph.reduce_sum %0 {dims = array<i64: 0>} : (tensor<1024x256xf32>) -> tensor<256xf32>
+    graph.yield %1 : tensor<256xf32>
+  }
+  return %f#0, %dg : tensor<1024x256xf32>, tensor<256xf32>
+}
