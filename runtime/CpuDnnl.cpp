@@ -565,7 +565,7 @@ struct TeamOfOne {
 bool tilefuse::cpu::dnnlGemm(const Step &s, DType dtype, const void *a, const void *b,
                              void *c) {
   Dnnl &d = Dnnl::get();
-  if (!d.engine || dtype != DType::BF16)
+  if (!d.engine || !dnnlTakesGemm(dtype))
     return false;
   // oneDNN's bf16 matmuls keep the thread count they were made with, and
   // an OpenMP team cannot start in a child forked after the parent ran one:
@@ -811,3 +811,5 @@ size_t tilefuse::cpu::dnnlConvScratchBytes() { return 0; }
 int64_t tilefuse::cpu::dnnlConvReordersReused() { return 0; }
 
 #endif
+
+bool tilefuse::cpu::dnnlTakesGemm(DType dtype) { return dtype == DType::BF16; }

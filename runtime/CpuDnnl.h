@@ -16,6 +16,10 @@ namespace tilefuse::cpu {
 /// fails to run a GEMM it accepted.
 bool dnnlGemm(const Step &s, DType dtype, const void *a, const void *b, void *c);
 
+/// Whether oneDNN, where it is loaded, runs GEMMs of `dtype` (dnnlGemm's
+/// element types): on the process's OpenMP team, as it runs convolutions.
+bool dnnlTakesGemm(DType dtype);
+
 /// One slab of an f32 GEMM on the calling thread (an OpenMP team of one:
 /// tilefuse's pool splits the GEMM into slabs): C[rows x n] (leading
 /// dimension ldc) = op(A)[rows x k] op(B)[k x n], row-major, a transposed

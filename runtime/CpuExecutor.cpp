@@ -49,8 +49,8 @@ CpuExecutor::CpuExecutor(Program program, std::vector<CpuKernelFn> fns,
   // instead, where one OpenMP runtime serves the process
   // (ThreadPool::setTeam refuses otherwise).
   auto onOpenMPThreads = [&](const Step &s) {
-    return isConvolution(s) ||
-           (s.kind == Step::Kind::Gemm && prog.buffers[size_t(s.buffers[2])].dtype == DType::BF16);
+    return isConvolution(s) || (s.kind == Step::Kind::Gemm &&
+                                cpu::dnnlTakesGemm(prog.buffers[size_t(s.buffers[2])].dtype));
   };
   if (std::any_of(prog.steps.begin(), prog.steps.end(), onOpenMPThreads) &&
       cpu::dnnlStatus() == "loaded")
