@@ -69,6 +69,8 @@ struct Dnnl {
   decltype(&dnnl_primitive_attr_set_post_ops) attrSetPostOps = nullptr;
   // OpenMP (oneDNN's threading): an f32 slab runs on one thread of
   // tilefuse's pool with a team of one.
+  /// oneDNN's BLAS-like f32 GEMM (its own blocked kernels, no primitive).
+  decltype(&dnnl_sgemm) sgemm = nullptr;
   int (*ompGetMaxThreads)() = nullptr;
   void (*ompSetNumThreads)(int) = nullptr;
 
@@ -173,6 +175,7 @@ struct Dnnl {
         dlsym(lib, "dnnl_primitive_attr_set_post_ops"));
     attrSetFpmathMode = reinterpret_cast<dnnl_status_t (*)(dnnl_primitive_attr_t, int)>(
         dlsym(lib, "dnnl_primitive_attr_set_fpmath_mode"));
+    sgemm = reinterpret_cast<decltype(sgemm)>(dlsym(lib, "dnnl_sgemm"));
     ompGetMaxThreads = reinterpret_cast<int (*)()>(dlsym(lib, "omp_get_max_threads"));
     ompSetNumThreads = reinterpret_cast<void (*)(int)>(dlsym(lib, "omp_set_num_threads"));
     if (!ok || engineCreate(&engine, dnnl_cpu, 0) != dnnl_success ||
@@ -763,8 +766,22 @@ bool tilefuse::cpu::dnnlSgemmSlab(bool transA, bool transB, int64_t rows, int64_
   Dnnl &d = Dnnl::get();
   if (!d.engine || !d.f32 || rows <= 0 || n <= 0 || k <= 0)
     return false;
-  if (!runSlab({rows, n, k, transA, transB, lda, ldb, ldc, false, accumulate}, a, b, c))
-    return false;
+  if (accumulate) {
+    // The sum post-op needs the primitive.
+    if (!runSlab({rows, n, k, transA, transB, lda, ldb, ldc, false, true}, a, b, c))
+      return false;
+  } else {
+    // C = op(A) op(B) through dnnl_sgemm: as fast as the slab primitive
+    // where that is fast, and 0.45x its time where it is not (1024x768 @
+    // 768x3072: the primitive took 2.2x the BLAS's time, dnnl_sgemm 0.97x).
+    // Row-major with the same leading dimensions as the BLAS call.
+    if (!d.sgemm)
+      return false;
+    TeamOfOne team(d);
+    if (d.sgemm(transA ? 'T' : 'N', transB ? 'T' : 'N', rows, n, k, 1.0f, a, lda, b, ldb, 0.0f,
+                c, ldc) != dnnl_success)
+      return false;
+  }
   d.f32Slabs.fetch_add(1, std::memory_order_relaxed);
   return true;
 }

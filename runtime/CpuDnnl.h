@@ -25,9 +25,11 @@ bool dnnlTakesGemm(DType dtype);
 /// dimension ldc) = op(A)[rows x k] op(B)[k x n], row-major, a transposed
 /// operand stored the other way round with its leading dimension. False
 /// when oneDNN is not loaded, its f32 path is off (TILEFUSE_DNNL_F32=0), it
-/// has only a reference kernel for the shape, or it failed: the caller then
-/// runs the slab through the BLAS.
-/// `accumulate`: C += op(A) op(B) (a sum post-op) instead.
+/// lacks dnnl_sgemm (which runs C = op(A) op(B)) or has only a reference
+/// kernel for the shape, or it failed: the caller then runs the slab through
+/// the BLAS.
+/// `accumulate`: C += op(A) op(B) (a matmul primitive with a sum post-op)
+/// instead.
 bool dnnlSgemmSlab(bool transA, bool transB, int64_t rows, int64_t n, int64_t k, const float *a,
                    int64_t lda, const float *b, int64_t ldb, float *c, int64_t ldc,
                    bool accumulate = false);

@@ -210,19 +210,23 @@ void cpu::sgemmOnThisThread(bool transposeA, bool transposeB, int64_t m, int64_t
 
 bool cpu::f32GemmPrefersDnnl(bool transposeA, bool transposeB, int64_t m, int64_t n,
                              int64_t k) {
-  // TILEFUSE_DNNL_F32=all: oneDNN whatever the shape (to measure it).
-  static const bool always = [] {
-    const char *v = std::getenv("TILEFUSE_DNNL_F32");
-    return v && std::string(v) == "all";
-  }();
-  if (transposeB || always)
+  // TILEFUSE_DNNL_F32=all: oneDNN whatever the shape, =0: the BLAS. Read
+  // at every GEMM step (a lookup beside a GEMM's microseconds), so that one
+  // process can time the libraries in turn (bench/f32_gemm_library.py).
+  const char *library = std::getenv("TILEFUSE_DNNL_F32");
+  if (library && std::string(library) == "0")
+    return false;
+  if (!transposeA || (library && std::string(library) == "all"))
     return true;
-  // A transposed: oneDNN up to ~0.5 GFLOP (0.74-0.94x OpenBLAS's time at
-  // gpt2_mini's sizes), OpenBLAS above (oneDNN 1.1-1.45x slower at GPT-2
-  // small's). Untransposed: OpenBLAS (oneDNN 0.83-2.35x its time, 2.35x
-  // on 1024x768 @ 768x3072).
+  // Untransposed A: oneDNN's dnnl_sgemm, 0.73-1.00x OpenBLAS's time on
+  // gpt2_mini's and GPT-2 small's GEMMs (0.87x on the LM head's 1024x50257
+  // @ 50257x768). A transposed (weight gradients): oneDNN up to ~0.5 GFLOP
+  // (0.74-0.89x OpenBLAS's time at gpt2_mini's sizes), OpenBLAS above
+  // (oneDNN 0.94-1.27x its time at GPT-2 small's, no better on the whole).
+  // Measured in one process, the libraries taking turns:
+  // bench/f32_gemm_library.py.
   constexpr double kSmallTransposedAFlops = 5e8;
-  return transposeA && 2.0 * double(m) * double(n) * double(k) <= kSmallTransposedAFlops;
+  return 2.0 * double(m) * double(n) * double(k) <= kSmallTransposedAFlops;
 }
 
 void cpu::gemm(const Step &s, DType dtype, const void *a, const void *b, void *c) {

@@ -1074,12 +1074,12 @@ TEST(CpuLibrary, Bf16GemmsThroughOneDnnMatchTheWideningPath) {
 }
 
 TEST(CpuLibrary, F32GemmLibraryFollowsTheMeasuredShapes) {
-  // B transposed: oneDNN at every size.
+  // A untransposed: oneDNN's dnnl_sgemm at every size (B transposed or not).
   EXPECT_TRUE(cpu::f32GemmPrefersDnnl(false, true, 1024, 3072, 768));
   EXPECT_TRUE(cpu::f32GemmPrefersDnnl(false, true, 8, 8, 8));
-  // Untransposed: the BLAS (oneDNN 2.35x slower on 1024x768 @ 768x3072).
-  EXPECT_FALSE(cpu::f32GemmPrefersDnnl(false, false, 1024, 3072, 768));
-  EXPECT_FALSE(cpu::f32GemmPrefersDnnl(false, false, 512, 512, 128));
+  EXPECT_TRUE(cpu::f32GemmPrefersDnnl(false, false, 1024, 3072, 768));
+  EXPECT_TRUE(cpu::f32GemmPrefersDnnl(false, false, 1024, 768, 50257));
+  EXPECT_TRUE(cpu::f32GemmPrefersDnnl(false, false, 512, 512, 128));
   // A transposed: oneDNN while small (gpt2_mini's weight gradients), the
   // BLAS from ~0.5 GFLOP (GPT-2 small's).
   EXPECT_TRUE(cpu::f32GemmPrefersDnnl(true, false, 128, 384, 512));
@@ -1090,10 +1090,11 @@ TEST(CpuLibrary, F32GemmsThroughOneDnnSlabsMatchDoublePrecision) {
   if (cpu::dnnlStatus() != "loaded")
     GTEST_SKIP() << "oneDNN GEMMs: " << cpu::dnnlStatus();
   // cpu::gemm splits a 2-D f32 GEMM into row slabs over the pool, each run
-  // by oneDNN on its thread (its own memories and scratchpad); odd sizes,
-  // every transpose, one slab and several; run twice (the second time from
-  // the primitives made by the first). Error bound: f32 accumulation of k
-  // products, relative to the sum of their magnitudes.
+  // by oneDNN on its thread (dnnl_sgemm with a team of one); odd sizes,
+  // every transpose, one slab and several; an accumulating slab (C += A B:
+  // a matmul primitive with a sum post-op) beside them; run twice (the
+  // second time from the primitives made by the first). Error bound: f32
+  // accumulation of k products, relative to the sum of their magnitudes.
   std::mt19937 gen(11);
   std::uniform_real_distribution<float> dist(-1, 1);
   int64_t slabsBefore = cpu::dnnlF32SlabsRun();
@@ -1118,6 +1119,9 @@ TEST(CpuLibrary, F32GemmsThroughOneDnnSlabsMatchDoublePrecision) {
       std::vector<float> slab(size_t(m * n), 7.0f);
       bool viaDnnl = cpu::dnnlSgemmSlab(ta, tb, m, n, k, a.data(), ta ? m : k, b.data(),
                                         tb ? k : n, slab.data(), n);
+      std::vector<float> sum(size_t(m * n), 7.0f);
+      bool summedViaDnnl = cpu::dnnlSgemmSlab(ta, tb, m, n, k, a.data(), ta ? m : k, b.data(),
+                                              tb ? k : n, sum.data(), n, /*accumulate=*/true);
       for (int64_t r = 0; r < m; ++r)
         for (int64_t col = 0; col < n; ++col) {
           double want = 0, magnitude = 0;
@@ -1127,12 +1131,16 @@ TEST(CpuLibrary, F32GemmsThroughOneDnnSlabsMatchDoublePrecision) {
             want += p;
             magnitude += std::abs(p);
           }
-          for (const std::vector<float> *got : {&c, &slab})
-            if (got == &c || viaDnnl)
-              ASSERT_NEAR((*got)[size_t(r * n + col)], want, 1e-6 * double(k) * magnitude + 1e-7)
-                << (got == &c ? "cpu::gemm" : "one oneDNN slab") << ": row " << r << " col "
-                << col << " of " << m << "x" << n << "x" << k << (ta ? " A^T" : "")
-                << (tb ? " B^T" : "") << ", round " << round;
+          for (const std::vector<float> *got : {&c, &slab, &sum}) {
+            if ((got == &slab && !viaDnnl) || (got == &sum && !summedViaDnnl))
+              continue;
+            double offset = got == &sum ? 7.0 : 0.0;
+            ASSERT_NEAR((*got)[size_t(r * n + col)], want + offset,
+                        1e-6 * double(k) * magnitude + 1e-6 * offset + 1e-7)
+                << (got == &c ? "cpu::gemm" : got == &slab ? "one oneDNN slab" : "C += A B")
+                << ": row " << r << " col " << col << " of " << m << "x" << n << "x" << k
+                << (ta ? " A^T" : "") << (tb ? " B^T" : "") << ", round " << round;
+          }
         }
     }
   EXPECT_GT(cpu::dnnlF32SlabsRun(), slabsBefore) << "no GEMM slab ran through oneDNN";
