@@ -690,7 +690,46 @@ def _val(node):
     return node.meta.get("val", node.meta.get("example_value"))
 
 
-def _compiled_callable(gm, device, compile=True, updates=None):
+def _memory_order(t):
+    """The permutation p for which t.permute(p) is contiguous, where t is a
+    dense tensor laid out in another order (a transposed view, say); None
+    where t is contiguous, empty, or not dense in any order of its dims."""
+    if t.is_contiguous() or t.numel() == 0:
+        return None
+    order = sorted(range(t.dim()), key=lambda d: -t.stride(d))
+    return order if t.permute(order).is_contiguous() else None
+
+
+def _input_view_chain(node, placeholders):
+    """Whether FX node `node` is a chain of view ops, at least one of them
+    transposing, over one of `placeholders`."""
+    torch = _torch()
+    aten = torch.ops.aten
+    transposing = {aten.permute.default, aten.t.default, aten.transpose.int}
+    reshaping = {aten.view.default, aten.alias.default}
+    transposes = False
+    while (isinstance(node, torch.fx.Node) and node.op == "call_function"
+           and node.target in transposing | reshaping):
+        transposes |= node.target in transposing
+        node = node.args[0]
+    return transposes and isinstance(node, torch.fx.Node) and node in placeholders
+
+
+def _view_of_input(node, placeholders, args):
+    """The view chain `node` (_input_view_chain) applied to the input tensor."""
+    if node.op == "placeholder":
+        return args[placeholders.index(node)]
+    return node.target(_view_of_input(node.args[0], placeholders, args), *node.args[1:])
+
+
+def _inverse(order):
+    inverse = [0] * len(order)
+    for position, d in enumerate(order):
+        inverse[d] = position
+    return inverse
+
+
+def _compiled_callable(gm, device, compile=True, updates=None, layouts=None):
     """A callable running FX graph `gm` (every node supported) through
     tilefuse, taking and returning torch tensors (CPU tensors share memory
     with the arrays tilefuse reads and returns). With compile=False the
@@ -698,7 +737,12 @@ def _compiled_callable(gm, device, compile=True, updates=None):
     ({output index: input index}): outputs that are an input's new value
     (an optimizer's parameters and state, updated in place by PyTorch's
     code): they are written into that input's memory and the input itself
-    is returned, so the caller's copy into the input is no copy at all."""
+    is returned, so the caller's copy into the input is no copy at all.
+    `layouts` (shared by a forward graph and its backward): the forward
+    notes there, by node name, the outputs it returns laid out in another
+    order than their dims' ({name: (shape, order)}); the backward reads
+    those of its inputs so (its own graph says they are contiguous: the
+    partitioner gives saved tensors fresh metadata)."""
     from . import aten_import
     from ._tracing import trace
     torch = _torch()
@@ -721,6 +765,24 @@ def _compiled_callable(gm, device, compile=True, updates=None):
             examples.append(TypedExample("bf16", v.shape))
             continue
         examples.append(np.zeros(tuple(v.shape), dtype=_numpy_dtype(v.dtype)))
+    # Inputs and outputs laid out in another order than their dims' (a
+    # transposed view AOTAutograd's forward saves for the backward's weight
+    # gradient, read there as the transpose it is) cross in memory order:
+    # the graph permutes them, where the permute is free (a view a GEMM
+    # reads transposed, or one permute undoing another), so neither side
+    # copies them.
+    in_orders = {}
+    for j, n in enumerate(placeholders):
+        order = _memory_order(_val(n)) if j not in stand_ins else None
+        shape, saved_order = (layouts or {}).get(n.name, (None, None))
+        if order is None and shape == tuple(_val(n).shape):
+            order = saved_order
+        if order is not None:
+            in_orders[j] = order
+            e = examples[j]
+            shape = [_val(n).shape[d] for d in order]
+            examples[j] = (type(e)(e.dtype, shape) if not isinstance(e, np.ndarray)
+                           else np.zeros(shape, dtype=e.dtype))
     out_node = next(n for n in gm.graph.nodes if n.op == "output")
     outs = out_node.args[0]
     single = not isinstance(outs, (list, tuple))
@@ -737,13 +799,23 @@ def _compiled_callable(gm, device, compile=True, updates=None):
     inputs_returned = {i: placeholders.index(o) for i, o in enumerate(outs)
                        if isinstance(o, torch.fx.Node) and o.op == "placeholder"
                        and i not in empties}
+    # An output that is an input transposed (x^T, saved for a weight's
+    # gradient), through views, is that view of the input tensor, made by
+    # PyTorch: no copy.
+    input_views = {i: o for i, o in enumerate(outs)
+                   if i not in empties and _input_view_chain(o, placeholders)}
     present = [i for i, o in enumerate(outs) if isinstance(o, torch.fx.Node)
-               and i not in empties and i not in inputs_returned]
+               and i not in empties and i not in inputs_returned and i not in input_views]
     constants = {i: o for i, o in enumerate(outs)
                  if o is not None and not isinstance(o, torch.fx.Node)}
     out_vals = [_val(outs[i]) for i in present]
     if any(not isinstance(o, torch.Tensor) for o in out_vals):
         raise aten_import.UnsupportedOp("a graph output that is not a tensor")
+    out_orders = {k: order for k, order in enumerate(map(_memory_order, out_vals))
+                  if order is not None}
+    if layouts is not None:
+        for k, order in out_orders.items():
+            layouts[outs[present[k]].name] = (tuple(out_vals[k].shape), order)
     random = aten_import.uses_random(gm)
 
     def uncomputed(args):
@@ -755,9 +827,11 @@ def _compiled_callable(gm, device, compile=True, updates=None):
             full[i] = torch.empty(tuple(v.shape), dtype=v.dtype)
         for i, j in inputs_returned.items():
             full[i] = args[j]
+        for i, view in input_views.items():
+            full[i] = _view_of_input(view, placeholders, args)
         return full
 
-    if not present:  # nothing to compute: every output empty, None, a number or an input
+    if not present:  # nothing to compute: every output empty, None, a number or an input (view)
         def nothing(*args):
             full = uncomputed(args)
             return full[0] if single else full
@@ -767,9 +841,13 @@ def _compiled_callable(gm, device, compile=True, updates=None):
         # With random ops, the last input is a seed drawn per call from
         # torch's generator (so torch.manual_seed makes runs repeatable).
         seed = xs[-1] if random else None
-        result = aten_import.run_fx(gm, list(xs[:-1] if random else xs), seed=seed)
+        xs = list(xs[:-1] if random else xs)
+        for j, order in in_orders.items():
+            xs[j] = xs[j].permute(*_inverse(order))
+        result = aten_import.run_fx(gm, xs, seed=seed)
         result = [result] if single else list(result)
-        return tuple(result[i] for i in present)
+        return tuple(result[i].permute(*out_orders[k]) if k in out_orders else result[i]
+                     for k, i in enumerate(present))
 
     graph = trace(fn, *(examples + ([np.int64(0)] if random else [])))
     if not compile:
@@ -784,7 +862,10 @@ def _compiled_callable(gm, device, compile=True, updates=None):
             if j in stand_ins:
                 arrays.append(np.zeros(tuple(a.shape), dtype=np.float32))
                 continue
-            t = a.detach().contiguous().cpu()
+            t = a.detach()
+            if j in in_orders:
+                t = t.permute(in_orders[j])
+            t = t.contiguous().cpu()
             if t.dtype == torch.bfloat16:  # its bits: numpy has no bf16
                 arrays.append(t.view(torch.int16).numpy().view(np.uint16))
                 continue
@@ -796,7 +877,7 @@ def _compiled_callable(gm, device, compile=True, updates=None):
         if updates:
             for k, i in enumerate(present):
                 j = updates.get(i)
-                if j is None or j >= len(args):
+                if j is None or j >= len(args) or k in out_orders:
                     continue
                 target = args[j]
                 if (target.dtype == want[k] and target.dtype != torch.bfloat16
@@ -820,7 +901,8 @@ def _compiled_callable(gm, device, compile=True, updates=None):
                 o = torch.from_numpy(r.view(np.int16)).view(torch.bfloat16)
             else:
                 o = torch.from_numpy(r)
-            full[i] = o.to(w) if o.dtype != w else o
+            o = o.to(w) if o.dtype != w else o
+            full[i] = o.permute(*_inverse(out_orders[k])) if k in out_orders else o
         return full[0] if single else full
     run.tilefuse_compiled = compiled
     return run
@@ -840,7 +922,7 @@ def _statically_supported(node):
     return aten_import.is_supported(node)
 
 
-def _split_graph(gm, device, compile=True, updates=None):
+def _split_graph(gm, device, compile=True, updates=None, layouts=None):
     """(callable, {op: [node names]} left to PyTorch) for one ATen graph:
     compiled whole when every node converts, else split by torch.fx's
     capability-based partitioner so the converted parts run in tilefuse and
@@ -873,7 +955,7 @@ def _split_graph(gm, device, compile=True, updates=None):
         gm = torch.fx.GraphModule(original, copy.deepcopy(original.graph))
         if not excluded:
             try:
-                return _compiled_callable(gm, device, compile, updates), {}
+                return _compiled_callable(gm, device, compile, updates, layouts), {}
             except aten_import.UnsupportedOp as e:
                 if e.node is None or e.node in excluded:
                     raise
@@ -1031,7 +1113,7 @@ def _input_updates(forward):
             if meta.input_info[i].mutates_data and not meta.input_info[i].mutates_metadata}
 
 
-def _compile_aten_graph(gm, example_inputs, device, forward=False):
+def _compile_aten_graph(gm, example_inputs, device, forward=False, layouts=None):
     """One ATen graph from aot_autograd, compiled whole or split
     (_split_graph), or per input shapes where they are symbolic; the ops
     left to PyTorch are logged once and counted. A graph of tensors off the
@@ -1055,15 +1137,15 @@ def _compile_aten_graph(gm, example_inputs, device, forward=False):
         _share_openmp_threads()
     if _has_symbolic_shapes(gm):
         return _boxed(_ShapeSpecialized(gm, device))
-    return _boxed(_compile_static_graph(gm, device, _input_updates(forward)))
+    return _boxed(_compile_static_graph(gm, device, _input_updates(forward), layouts))
 
 
-def _compile_static_graph(gm, device, updates=None):
+def _compile_static_graph(gm, device, updates=None, layouts=None):
     """A callable for ATen graph `gm` with static shapes: tilefuse's
     compile of it, whole or split, or `gm` itself when nothing converts.
-    `updates`: see _compiled_callable."""
+    `updates`, `layouts`: see _compiled_callable."""
     try:
-        run, left = _split_graph(gm, device, updates=updates)
+        run, left = _split_graph(gm, device, updates=updates, layouts=layouts)
     except CompileError as e:
         _log.warning("tilefuse: could not compile a graph, it runs in PyTorch: %s", e)
         stats.eager += 1
@@ -1123,11 +1205,15 @@ def tilefuse_backend(gm, example_inputs, device="cpu"):
     stats._seen_code.add(key)
     _keep_interpolation_whole(gm)
 
+    # The saved tensors the forward returns as transposed views, which the
+    # backward then reads in memory order (_compiled_callable).
+    layouts = {}
+
     def fw_compiler(aten_gm, inputs):
-        return _compile_aten_graph(aten_gm, inputs, device, forward=True)
+        return _compile_aten_graph(aten_gm, inputs, device, forward=True, layouts=layouts)
 
     def bw_compiler(aten_gm, inputs):
-        return _compile_aten_graph(aten_gm, inputs, device)
+        return _compile_aten_graph(aten_gm, inputs, device, layouts=layouts)
 
     # Inductor's partitioner: the backward recomputes views and cheap
     # pointwise ops instead of the forward saving them (a transposed weight

@@ -286,6 +286,67 @@ def test_saved_parameters_come_back_as_themselves(monkeypatch):
     assert not [r for r in forward_steps if r.get("kind") == "copy"], forward_steps
 
 
+def test_saved_transposes_cross_as_views(monkeypatch):
+    """HF's Conv1D computes x @ W + b, whose weight gradient is x^T @ dY:
+    AOTAutograd's forward saves the transposed activations for the
+    backward. The compiled forward returns a transposed computed value as a
+    transposed view of its buffer and a transposed input as a view of the
+    input (no copies), and the backward reads them in memory order, its
+    GEMMs taking the operand transposed (no transposed copies there
+    either); gradients stay eager's."""
+    from tilefuse import torch_integration as TI
+    returned, compiled = [], []
+    real = TI._compiled_callable
+
+    def watch(*args, **kwargs):
+        run = real(*args, **kwargs)
+        if run is None or not hasattr(run, "tilefuse_compiled"):
+            return run
+        compiled.append(run.tilefuse_compiled)
+
+        def call(*xs):
+            out = run(*xs)
+            returned.append(out if isinstance(out, (list, tuple)) else [out])
+            return out
+        return call
+    monkeypatch.setattr(TI, "_compiled_callable", watch)
+
+    class Conv1DPair(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w1, self.b1 = (torch.nn.Parameter(torch.randn(*s)) for s in ((24, 40), (40,)))
+            self.w2, self.b2 = (torch.nn.Parameter(torch.randn(*s)) for s in ((40, 8), (8,)))
+
+        def forward(self, x):
+            h = torch.nn.functional.gelu(torch.addmm(self.b1, x.view(-1, 24), self.w1)).view(4, 9, 40)
+            return torch.addmm(self.b2, h.view(-1, 40), self.w2).view(4, 9, 8)
+
+    torch.manual_seed(3)
+    model = Conv1DPair()
+    twin = copy.deepcopy(model)
+    x = torch.randn(4, 9, 24)
+    got = torch.compile(model, backend="tilefuse", dynamic=False)(x).square().mean()
+    got.backward()
+    want = twin(x).square().mean()
+    want.backward()
+    assert abs(got.item() - want.item()) <= RTOL * abs(want.item())
+    for (name, p), q in zip(model.named_parameters(), twin.parameters()):
+        err = (p.grad - q.grad).abs().max().item()
+        assert err <= 1e-5 * q.grad.abs().max().item(), name
+    assert (stats.compiled, stats.partitioned, stats.eager) == (2, 0, 0), stats
+    saved = {tuple(t.shape): t for t in returned[0] if isinstance(t, torch.Tensor)}
+    # gelu(x W1 + b1)^T, for W2's gradient: the forward's buffer, transposed.
+    assert saved[(40, 36)].stride() == (1, 40), saved[(40, 36)].stride()
+    # x^T, for W1's gradient: the input itself, transposed.
+    assert saved[(24, 36)].data_ptr() == x.data_ptr()
+    assert saved[(24, 36)].stride() == (1, 24), saved[(24, 36)].stride()
+    forward_steps, backward_steps = (program.report() for program in compiled[:2])
+    assert not [r for r in forward_steps if r.get("kind") == "copy"], forward_steps
+    for steps in (forward_steps, backward_steps):
+        transposes = [r for r in steps if "graph.transpose" in r["ops"]]
+        assert not transposes, transposes
+
+
 def _sgd_like_eager(model, x, steps=3, also=None):
     """`steps` SGD steps of `model` through the backend against an eager
     twin, losses within RTOL; `also(x)`, a from_torch step of a third
