@@ -242,14 +242,11 @@ def test_a_tied_head_reads_the_embedding_in_place(monkeypatch):
     assert not [r for r in kernels if r.get("ops") == ["graph.transpose"]], kernels
 
 
-def test_saved_parameters_come_back_as_themselves(monkeypatch):
-    """AOTAutograd's forward returns the parameters its backward reads
-    (linear weights) among the saved tensors: the compiled forward hands
-    back those very tensors, as the graph run in PyTorch would, instead of
-    copying them into new ones (GPT-2 small: ~65 ms of copies a step), and
-    the gradients stay eager's."""
+def _watch_compiled(monkeypatch):
+    """([(arguments, outputs)] of each call, [compiled programs]) of the
+    backend's compiled graphs, in the order they are made and called."""
     from tilefuse import torch_integration as TI
-    returned, compiled = [], []
+    calls, compiled = [], []
     real = TI._compiled_callable
 
     def watch(*args, **kwargs):
@@ -260,16 +257,17 @@ def test_saved_parameters_come_back_as_themselves(monkeypatch):
 
         def call(*xs):
             out = run(*xs)
-            outs = out if isinstance(out, (list, tuple)) else [out]
-            returned.append([any(o is x for x in xs) for o in outs])
+            calls.append((xs, out if isinstance(out, (list, tuple)) else [out]))
             return out
         return call
     monkeypatch.setattr(TI, "_compiled_callable", watch)
+    return calls, compiled
 
-    torch.manual_seed(5)
-    model = torch.nn.Sequential(torch.nn.Linear(6, 16), torch.nn.Tanh(), torch.nn.Linear(16, 3))
+
+def _square_mean_grads_match_eager(model, x):
+    """One backward of mean(model(x)^2) through the backend, compiled whole
+    (forward and backward), against an eager twin: loss and gradients."""
     twin = copy.deepcopy(model)
-    x = torch.randn(9, 6)
     got = torch.compile(model, backend="tilefuse", dynamic=False)(x).square().mean()
     got.backward()
     want = twin(x).square().mean()
@@ -279,9 +277,24 @@ def test_saved_parameters_come_back_as_themselves(monkeypatch):
         err = (p.grad - q.grad).abs().max().item()
         assert err <= 1e-5 * q.grad.abs().max().item(), name
     assert (stats.compiled, stats.partitioned, stats.eager) == (2, 0, 0), stats
+
+
+def test_saved_parameters_come_back_as_themselves(monkeypatch):
+    """AOTAutograd's forward returns the parameters its backward reads
+    (linear weights) among the saved tensors: the compiled forward hands
+    back those very tensors, as the graph run in PyTorch would, instead of
+    copying them into new ones (GPT-2 small: ~65 ms of copies a step), and
+    the gradients stay eager's."""
+    calls, compiled = _watch_compiled(monkeypatch)
+
+    torch.manual_seed(5)
+    model = torch.nn.Sequential(torch.nn.Linear(6, 16), torch.nn.Tanh(), torch.nn.Linear(16, 3))
+    x = torch.randn(9, 6)
+    _square_mean_grads_match_eager(model, x)
     # The forward (the first call) returns the second layer's weight for
     # the backward as the input tensor itself; no step of it is a copy.
-    assert returned and any(returned[0]), returned
+    xs, outs = calls[0]
+    assert any(o is x for o in outs for x in xs), calls
     forward_steps = compiled[0].report()
     assert not [r for r in forward_steps if r.get("kind") == "copy"], forward_steps
 
@@ -294,22 +307,7 @@ def test_saved_transposes_cross_as_views(monkeypatch):
     input (no copies), and the backward reads them in memory order, its
     GEMMs taking the operand transposed (no transposed copies there
     either); gradients stay eager's."""
-    from tilefuse import torch_integration as TI
-    returned, compiled = [], []
-    real = TI._compiled_callable
-
-    def watch(*args, **kwargs):
-        run = real(*args, **kwargs)
-        if run is None or not hasattr(run, "tilefuse_compiled"):
-            return run
-        compiled.append(run.tilefuse_compiled)
-
-        def call(*xs):
-            out = run(*xs)
-            returned.append(out if isinstance(out, (list, tuple)) else [out])
-            return out
-        return call
-    monkeypatch.setattr(TI, "_compiled_callable", watch)
+    calls, compiled = _watch_compiled(monkeypatch)
 
     class Conv1DPair(torch.nn.Module):
         def __init__(self):
@@ -323,18 +321,9 @@ def test_saved_transposes_cross_as_views(monkeypatch):
 
     torch.manual_seed(3)
     model = Conv1DPair()
-    twin = copy.deepcopy(model)
     x = torch.randn(4, 9, 24)
-    got = torch.compile(model, backend="tilefuse", dynamic=False)(x).square().mean()
-    got.backward()
-    want = twin(x).square().mean()
-    want.backward()
-    assert abs(got.item() - want.item()) <= RTOL * abs(want.item())
-    for (name, p), q in zip(model.named_parameters(), twin.parameters()):
-        err = (p.grad - q.grad).abs().max().item()
-        assert err <= 1e-5 * q.grad.abs().max().item(), name
-    assert (stats.compiled, stats.partitioned, stats.eager) == (2, 0, 0), stats
-    saved = {tuple(t.shape): t for t in returned[0] if isinstance(t, torch.Tensor)}
+    _square_mean_grads_match_eager(model, x)
+    saved = {tuple(t.shape): t for t in calls[0][1] if isinstance(t, torch.Tensor)}
     # gelu(x W1 + b1)^T, for W2's gradient: the forward's buffer, transposed.
     assert saved[(40, 36)].stride() == (1, 40), saved[(40, 36)].stride()
     # x^T, for W1's gradient: the input itself, transposed.
