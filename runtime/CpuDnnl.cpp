@@ -2,8 +2,9 @@
 //
 // OpenBLAS has no bf16 GEMM; oneDNN's matmul uses AVX512-BF16 where the CPU
 // has it (383 GFLOP/s on a 2-core Zen 4 for 2048^3, against 146 for the
-// widen-to-f32 path). Its f32 matmul also beats Debian's OpenBLAS on the
-// row slabs tilefuse's pool gives each thread (see dnnlSgemmSlab). libdnnl
+// widen-to-f32 path). Its f32 GEMM (dnnl_sgemm) also beats Debian's
+// OpenBLAS on most of the row slabs tilefuse's pool gives each thread (see
+// dnnlSgemmSlab and cpu::f32GemmPrefersDnnl). libdnnl
 // is loaded with dlopen like the BLAS: no link dependency, and the BLAS or
 // widening path where it is missing, where its matmul would be a reference
 // implementation, or with TILEFUSE_DNNL=none.
