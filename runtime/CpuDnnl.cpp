@@ -68,10 +68,10 @@ struct Dnnl {
   decltype(&dnnl_post_ops_append_eltwise) postOpsAppendEltwise = nullptr;
   decltype(&dnnl_post_ops_append_sum) postOpsAppendSum = nullptr;
   decltype(&dnnl_primitive_attr_set_post_ops) attrSetPostOps = nullptr;
-  // OpenMP (oneDNN's threading): an f32 slab runs on one thread of
-  // tilefuse's pool with a team of one.
   /// oneDNN's BLAS-like f32 GEMM (its own blocked kernels, no primitive).
   decltype(&dnnl_sgemm) sgemm = nullptr;
+  // OpenMP (oneDNN's threading): an f32 slab runs on one thread of
+  // tilefuse's pool with a team of one.
   int (*ompGetMaxThreads)() = nullptr;
   void (*ompSetNumThreads)(int) = nullptr;
 

@@ -218,9 +218,9 @@ bool cpu::f32GemmPrefersDnnl(bool transposeA, bool transposeB, int64_t m, int64_
     return false;
   if (!transposeA || (library && std::string(library) == "all"))
     return true;
-  // Untransposed A: oneDNN's dnnl_sgemm, 0.73-1.00x OpenBLAS's time on
-  // gpt2_mini's and GPT-2 small's GEMMs (0.87x on the LM head's 1024x50257
-  // @ 50257x768). A transposed (weight gradients): oneDNN up to ~0.5 GFLOP
+  // Untransposed A: oneDNN's dnnl_sgemm, 0.72-1.14x OpenBLAS's time on
+  // gpt2_mini's and GPT-2 small's GEMMs, 0.86x the median (0.87x on the LM
+  // head's 1024x50257 @ 50257x768). A transposed (weight gradients): oneDNN up to ~0.5 GFLOP
   // (0.74-0.89x OpenBLAS's time at gpt2_mini's sizes), OpenBLAS above
   // (oneDNN 0.94-1.27x its time at GPT-2 small's, no better on the whole).
   // Measured in one process, the libraries taking turns:

@@ -722,13 +722,6 @@ def _view_of_input(node, placeholders, args):
     return node.target(_view_of_input(node.args[0], placeholders, args), *node.args[1:])
 
 
-def _inverse(order):
-    inverse = [0] * len(order)
-    for position, d in enumerate(order):
-        inverse[d] = position
-    return inverse
-
-
 def _compiled_callable(gm, device, compile=True, updates=None, layouts=None):
     """A callable running FX graph `gm` (every node supported) through
     tilefuse, taking and returning torch tensors (CPU tensors share memory
@@ -843,7 +836,7 @@ def _compiled_callable(gm, device, compile=True, updates=None, layouts=None):
         seed = xs[-1] if random else None
         xs = list(xs[:-1] if random else xs)
         for j, order in in_orders.items():
-            xs[j] = xs[j].permute(*_inverse(order))
+            xs[j] = xs[j].permute(*np.argsort(order).tolist())
         result = aten_import.run_fx(gm, xs, seed=seed)
         result = [result] if single else list(result)
         return tuple(result[i].permute(*out_orders[k]) if k in out_orders else result[i]
@@ -902,7 +895,7 @@ def _compiled_callable(gm, device, compile=True, updates=None, layouts=None):
             else:
                 o = torch.from_numpy(r)
             o = o.to(w) if o.dtype != w else o
-            full[i] = o.permute(*_inverse(out_orders[k])) if k in out_orders else o
+            full[i] = o.permute(*np.argsort(out_orders[k]).tolist()) if k in out_orders else o
         return full[0] if single else full
     run.tilefuse_compiled = compiled
     return run
