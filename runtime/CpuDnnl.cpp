@@ -787,6 +787,20 @@ bool tilefuse::cpu::dnnlSgemmSlab(bool transA, bool transB, int64_t rows, int64_
   return true;
 }
 
+bool tilefuse::cpu::dnnlSgemm(bool transA, bool transB, int64_t m, int64_t n, int64_t k,
+                              float alpha, const float *a, int64_t lda, const float *b,
+                              int64_t ldb, float beta, float *c, int64_t ldc) {
+  Dnnl &d = Dnnl::get();
+  if (!d.engine || !d.f32 || !d.sgemm || m <= 0 || n <= 0 || k <= 0)
+    return false;
+  TeamOfOne team(d);
+  if (d.sgemm(transA ? 'T' : 'N', transB ? 'T' : 'N', m, n, k, alpha, a, lda, b, ldb, beta, c,
+              ldc) != dnnl_success)
+    return false;
+  d.f32Slabs.fetch_add(1, std::memory_order_relaxed);
+  return true;
+}
+
 bool tilefuse::cpu::dnnlBf16GemmSlab(bool transA, bool transB, int64_t rows, int64_t n,
                                      int64_t k, const uint16_t *a, int64_t lda,
                                      const uint16_t *b, int64_t ldb, float *c, int64_t ldc,
@@ -814,6 +828,11 @@ std::string tilefuse::cpu::dnnlStatus() {
 
 bool tilefuse::cpu::dnnlSgemmSlab(bool, bool, int64_t, int64_t, int64_t, const float *, int64_t,
                                   const float *, int64_t, float *, int64_t, bool) {
+  return false;
+}
+
+bool tilefuse::cpu::dnnlSgemm(bool, bool, int64_t, int64_t, int64_t, float, const float *,
+                              int64_t, const float *, int64_t, float, float *, int64_t) {
   return false;
 }
 

@@ -34,6 +34,13 @@ bool dnnlSgemmSlab(bool transA, bool transB, int64_t rows, int64_t n, int64_t k,
                    int64_t lda, const float *b, int64_t ldb, float *c, int64_t ldc,
                    bool accumulate = false);
 
+/// C = alpha op(A) op(B) + beta C on the calling thread through
+/// dnnl_sgemm (a team of one), row-major with CBLAS's leading dimensions;
+/// false where oneDNN or its f32 path is not available or it failed.
+bool dnnlSgemm(bool transA, bool transB, int64_t m, int64_t n, int64_t k, float alpha,
+               const float *a, int64_t lda, const float *b, int64_t ldb, float beta, float *c,
+               int64_t ldc);
+
 /// The same on this thread for bf16 A and B and an f32 C (f32
 /// accumulation): C = op(A) op(B), or C += op(A) op(B) with `accumulate`.
 /// False when oneDNN is not loaded, cannot give the slab a team of one

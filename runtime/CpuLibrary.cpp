@@ -7,6 +7,7 @@
 #include "runtime/ThreadPool.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstring>
 #include <numeric>
@@ -52,7 +53,29 @@ void gemmLoop(const Step &s, int64_t rows, const T *a, int64_t lda, const T *b,
 /// Xeons and falls back to its slowest kernels, so the core type is set
 /// from the CPU's features unless the user chose one; its own threads are
 /// switched off because GEMMs are split across tilefuse's thread pool
-/// (two sets of spinning threads on the same cores slow both).
+/// (two sets of spinning threads on the same cores slow both). A core type
+/// the environment chose is kept, and noted: OpenBLAS's AVX2 kernels on a
+/// CPU with full-width AVX-512 (OPENBLAS_CORETYPE=Haswell on a Zen 5) run
+/// f32 GEMMs at half oneDNN's speed, so cpu::f32GemmPrefersDnnl sends them
+/// to oneDNN, which picks its kernels from the CPU itself.
+bool cpuHasAvx512() {
+#if defined(__x86_64__)
+  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
+#else
+  return false;
+#endif
+}
+
+/// OpenBLAS's x86 kernel families with AVX-512 GEMM kernels (its
+/// openblas_get_corename names).
+bool isAvx512Core(const std::string &core) {
+  std::string lower;
+  for (char ch : core)
+    lower += char(std::tolower(static_cast<unsigned char>(ch)));
+  return lower == "skylakex" || lower == "cooperlake" || lower == "sapphirerapids";
+}
+
 struct Blas {
   using Sgemm = void (*)(int, int, int, int, int, int, float, const float *, int,
                          const float *, int, float, float *, int);
@@ -61,6 +84,10 @@ struct Blas {
   Sgemm sgemm = nullptr;
   Dgemm dgemm = nullptr;
   std::string name = "built-in loop";
+  /// OpenBLAS's kernel family ("Haswell", "SkylakeX"); empty for others.
+  std::string core;
+  /// Whether those kernels use narrower vectors than the CPU has.
+  bool narrowerThanCpu = false;
 
   static const Blas &get() {
     static Blas blas = load();
@@ -95,6 +122,10 @@ private:
       b.sgemm = s;
       b.dgemm = d;
       b.name = c.file;
+      if (auto corename = reinterpret_cast<char *(*)()>(dlsym(h, "openblas_get_corename")))
+        if (const char *core = corename())
+          b.core = core;
+      b.narrowerThanCpu = !b.core.empty() && cpuHasAvx512() && !isAvx512Core(b.core);
       return b;
     }
     return b;
@@ -109,6 +140,7 @@ template <typename T, typename Fn>
 void gemmParallel(const Step &s, const T *a, const T *b, T *c, Fn blas) {
   ThreadPool &pool = ThreadPool::global();
   bool dnnlFirst = cpu::f32GemmPrefersDnnl(s.transposeA, s.transposeB, s.m, s.n, s.k);
+  bool blasNarrower = cpu::blasNarrowerThanCpu();
   int64_t slabsPerMatrix = 1;
   if (s.batch < int64_t(pool.size()))
     slabsPerMatrix = std::max<int64_t>(1, std::min<int64_t>(int64_t(pool.size()), s.m / 32));
@@ -126,10 +158,11 @@ void gemmParallel(const Step &s, const T *a, const T *b, T *c, Fn blas) {
       const T *pb = b + i * s.k * s.n;
       T *pc = c + i * s.m * s.n + r0 * s.n;
       // 2-D f32 GEMMs: oneDNN's slab kernels where it is loaded and
-      // faster for the shape (batched ones stay with the BLAS: oneDNN is
-      // slower on transposed batches).
+      // faster for the shape (batched ones stay with the BLAS, oneDNN being
+      // slower on transposed batches, unless the BLAS's kernels are
+      // narrower than the CPU's).
       if constexpr (std::is_same_v<T, float>)
-        if (s.batch == 1 && dnnlFirst &&
+        if ((s.batch == 1 || blasNarrower) && dnnlFirst &&
             cpu::dnnlSgemmSlab(s.transposeA, s.transposeB, r1 - r0, s.n, s.k, pa, lda, pb,
                                s.transposeB ? s.k : s.n, pc, s.n))
           continue;
@@ -186,12 +219,22 @@ void trim(std::vector<float> &buffer) {
 
 } // namespace
 
-std::string cpu::blasName() { return Blas::get().name; }
+std::string cpu::blasName() {
+  const Blas &b = Blas::get();
+  return b.core.empty() ? b.name : b.name + " (" + b.core + " kernels)";
+}
+
+bool cpu::blasNarrowerThanCpu() { return Blas::get().narrowerThanCpu; }
 
 void cpu::sgemmOnThisThread(bool transposeA, bool transposeB, int64_t m, int64_t n, int64_t k,
                              float alpha, const float *a, int64_t lda, const float *b,
                              int64_t ldb, float beta, float *c, int64_t ldc) {
   if (m <= 0 || n <= 0)
+    return;
+  // The attention's block products: oneDNN where the BLAS's kernels are
+  // narrower than the CPU's (see f32GemmRule).
+  if (blasNarrowerThanCpu() &&
+      dnnlSgemm(transposeA, transposeB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc))
     return;
   if (auto sgemm = Blas::get().sgemm) {
     sgemm(kRowMajor, transposeA ? kTrans : kNoTrans, transposeB ? kTrans : kNoTrans, int(m),
@@ -216,14 +259,26 @@ bool cpu::f32GemmPrefersDnnl(bool transposeA, bool transposeB, int64_t m, int64_
   const char *library = std::getenv("TILEFUSE_DNNL_F32");
   if (library && std::string(library) == "0")
     return false;
-  if (!transposeA || (library && std::string(library) == "all"))
+  if (library && std::string(library) == "all")
+    return true;
+  return f32GemmRule(blasNarrowerThanCpu(), transposeA, transposeB, m, n, k);
+}
+
+bool cpu::f32GemmRule(bool blasNarrower, bool transposeA, bool /*transposeB*/, int64_t m,
+                      int64_t n, int64_t k) {
+  // A BLAS running narrower kernels than the CPU's (AVX2 on full-width
+  // AVX-512) is oneDNN's equal nowhere: 0.48-0.53x oneDNN's speed on GPT-2
+  // small's GEMMs, every transpose, on a 2-core Zen 5 with
+  // OPENBLAS_CORETYPE=Haswell; with its AVX-512 kernels it is oneDNN's
+  // equal there (0.95-1.02x).
+  if (blasNarrower || !transposeA)
     return true;
   // Untransposed A: oneDNN's dnnl_sgemm, 0.72-1.14x OpenBLAS's time on
   // gpt2_mini's and GPT-2 small's GEMMs, 0.86x the median (0.87x on the LM
   // head's 1024x50257 @ 50257x768). A transposed (weight gradients): oneDNN up to ~0.5 GFLOP
   // (0.74-0.89x OpenBLAS's time at gpt2_mini's sizes), OpenBLAS above
   // (oneDNN 0.94-1.27x its time at GPT-2 small's, no better on the whole).
-  // Measured in one process, the libraries taking turns:
+  // Measured on a 2-core Zen 4 in one process, the libraries taking turns:
   // bench/f32_gemm_library.py.
   constexpr double kSmallTransposedAFlops = 5e8;
   return 2.0 * double(m) * double(n) * double(k) <= kSmallTransposedAFlops;

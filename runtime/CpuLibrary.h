@@ -51,16 +51,25 @@ void sgemmOnThisThread(bool transposeA, bool transposeB, int64_t m, int64_t n, i
                        float alpha, const float *a, int64_t lda, const float *b, int64_t ldb,
                        float beta, float *c, int64_t ldc);
 /// Whether a 2-D f32 GEMM of this shape runs its row slabs through oneDNN
-/// (where it is loaded) rather than the BLAS. Measured per shape and
-/// transpose on 2 AVX-512 cores (bench/results/2026-12-05-f32-gemm-library.md):
-/// oneDNN 2.6 is the faster with B transposed at every size and on small
-/// GEMMs with A transposed; OpenBLAS is the faster, up to 2.4x, on
-/// untransposed operands and on large GEMMs with A transposed.
-/// TILEFUSE_DNNL_F32=all picks oneDNN for every shape, =0 none.
+/// (where it is loaded) rather than the BLAS: f32GemmRule for the BLAS
+/// loaded in this process. TILEFUSE_DNNL_F32=all picks oneDNN for every
+/// shape, =0 none.
 bool f32GemmPrefersDnnl(bool transposeA, bool transposeB, int64_t m, int64_t n, int64_t k);
-/// The BLAS library GEMMs go to ("libopenblas.so.0", "libblis.so.4"), or
-/// "built-in loop" when none loads (or TILEFUSE_BLAS=none).
+/// The rule, measured per shape and transpose on 2-core Zen 4 and Zen 5
+/// machines (bench/f32_gemm_library.py): oneDNN's dnnl_sgemm for every
+/// shape when the BLAS runs narrower vector kernels than the CPU has
+/// (`blasNarrower`); else for untransposed A at every size and for small
+/// GEMMs with A transposed, OpenBLAS for large ones with A transposed.
+bool f32GemmRule(bool blasNarrower, bool transposeA, bool transposeB, int64_t m, int64_t n,
+                 int64_t k);
+/// The BLAS library GEMMs go to ("libopenblas.so.0 (SkylakeX kernels)",
+/// "libblis.so.4"), or "built-in loop" when none loads (or
+/// TILEFUSE_BLAS=none).
 std::string blasName();
+/// Whether the BLAS's kernels use narrower vectors than this CPU's: an
+/// OpenBLAS core type without AVX-512 (OPENBLAS_CORETYPE=Haswell, say) on
+/// a CPU with AVX-512.
+bool blasNarrowerThanCpu();
 
 } // namespace tilefuse::cpu
 

@@ -5,6 +5,7 @@
 #include "runtime/Artifact.h"
 #include "runtime/Communicator.h"
 #include "runtime/CpuDnnl.h"
+#include "runtime/CpuLibrary.h"
 #include "runtime/CpuExecutor.h"
 #include "runtime/CudaDriver.h"
 #include "runtime/MemoryPlan.h"
@@ -746,6 +747,13 @@ void tilefuse::python::registerExecutorBindings(py::module_ &m) {
   }, "(number of usable CUDA devices, why none): the driver and cuBLAS are loaded at run time");
   m.def("onednn_status", &cpu::dnnlStatus,
         "'loaded', or why oneDNN (the CPU's convolutions and bf16 GEMMs) is not used");
+  m.def("onednn_f32_gemms", &cpu::dnnlF32SlabsRun,
+        "f32 GEMMs (or row slabs of one) oneDNN ran in this process; -1 without oneDNN");
+  m.def("blas_name", &cpu::blasName,
+        "the BLAS the CPU's f32 GEMMs may go to, with OpenBLAS's kernel family");
+  m.def("blas_narrower_than_cpu", &cpu::blasNarrowerThanCpu,
+        "whether the BLAS's kernels use narrower vectors than this CPU's (f32 GEMMs then go "
+        "to oneDNN)");
   m.def("onednn_conv_scratch_bytes", &cpu::dnnlConvScratchBytes,
         "bytes of the one buffer for convolutions' operands in oneDNN's blocked layouts");
   m.def("onednn_conv_reorders_reused", &cpu::dnnlConvReordersReused,

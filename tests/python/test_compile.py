@@ -6,6 +6,7 @@ Tolerances (compiled vs interpreted): float32 results within
 fusion_checks.COMPILED_TOLERANCES (1e-4 relative to max(1, max |want|) plus
 1e-4 relative); integers and booleans identical.
 """
+import json
 import os
 import subprocess
 import sys
@@ -590,3 +591,62 @@ def test_split_column_reduction_with_more_results_than_reductions(rng):
     assert any(r["name"].endswith("_partial") for r in tilefuse.compile(fn, x).report())
     for g, w in zip(got, want):
         np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5)
+
+
+def _weight_gradient_gemm_in_a_process(coretype):
+    """(BLAS name, whether its kernels are narrower than the CPU's, f32
+    GEMMs oneDNN ran, worst error) of one large weight-gradient GEMM
+    (x^T dy, 3.6 GFLOP: the BLAS's by shape when its kernels are as wide as
+    the CPU's) in a fresh process whose OPENBLAS_CORETYPE is `coretype`
+    (None: unset, tilefuse picks)."""
+    code = textwrap.dedent("""
+        import json, numpy as np, tilefuse
+        core = tilefuse._core
+        rng = np.random.default_rng(0)
+        x = rng.standard_normal((1024, 768), dtype=np.float32)
+        dy = rng.standard_normal((1024, 2304), dtype=np.float32)
+        fn = tilefuse.compile(lambda x, dy: x.T @ dy, x, dy, device="cpu")
+        before = core.onednn_f32_gemms()
+        got = fn(x, dy)
+        want = x.astype(np.float64).T @ dy.astype(np.float64)
+        err = float(np.max(np.abs(got - want)) / np.max(np.abs(want)))
+        print(json.dumps([core.blas_name(), core.blas_narrower_than_cpu(),
+                          core.onednn_f32_gemms() - before, err]))
+    """)
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("OPENBLAS_CORETYPE", "TILEFUSE_DNNL_F32")}
+    if coretype:
+        env["OPENBLAS_CORETYPE"] = coretype
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       timeout=300, env=env)
+    assert r.returncode == 0, r.stderr[-3000:]
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def test_f32_gemms_leave_a_blas_whose_kernels_are_narrower_than_the_cpu():
+    """OpenBLAS told to run AVX2 kernels (OPENBLAS_CORETYPE=Haswell, as some
+    environments set) on a CPU with AVX-512 runs f32 GEMMs at half oneDNN's
+    speed: tilefuse keeps the user's core type, names it, and sends every
+    f32 GEMM to oneDNN, large weight gradients included, which OpenBLAS
+    with its AVX-512 kernels (the core type tilefuse picks when none is
+    set) keeps. The results match float64 either way."""
+    import tilefuse
+    if tilefuse._core.onednn_status() != "loaded":
+        pytest.skip(f"oneDNN is not used here: {tilefuse._core.onednn_status()}")
+    if "openblas" not in tilefuse._core.blas_name():
+        pytest.skip(f"the BLAS here is {tilefuse._core.blas_name()}, not OpenBLAS")
+    with open("/proc/cpuinfo") as f:
+        flags = next((line.split(":", 1)[1].split() for line in f if line.startswith("flags")),
+                     [])
+    avx512 = all(f in flags for f in ("avx512f", "avx512bw", "avx512vl", "avx512dq"))
+
+    name, narrower, dnnl_gemms, err = _weight_gradient_gemm_in_a_process("Haswell")
+    assert "Haswell" in name, name
+    assert narrower == avx512, (name, flags)
+    assert (dnnl_gemms > 0) == avx512, (name, dnnl_gemms)
+    assert err < 1e-5, err
+
+    name, narrower, dnnl_gemms, err = _weight_gradient_gemm_in_a_process(None)
+    assert not narrower, name
+    assert dnnl_gemms == 0, (name, dnnl_gemms)
+    assert err < 1e-5, err

@@ -1074,16 +1074,21 @@ TEST(CpuLibrary, Bf16GemmsThroughOneDnnMatchTheWideningPath) {
 }
 
 TEST(CpuLibrary, F32GemmLibraryFollowsTheMeasuredShapes) {
+  // A BLAS with AVX-512 kernels on an AVX-512 CPU:
   // A untransposed: oneDNN's dnnl_sgemm at every size (B transposed or not).
-  EXPECT_TRUE(cpu::f32GemmPrefersDnnl(false, true, 1024, 3072, 768));
-  EXPECT_TRUE(cpu::f32GemmPrefersDnnl(false, true, 8, 8, 8));
-  EXPECT_TRUE(cpu::f32GemmPrefersDnnl(false, false, 1024, 3072, 768));
-  EXPECT_TRUE(cpu::f32GemmPrefersDnnl(false, false, 1024, 768, 50257));
-  EXPECT_TRUE(cpu::f32GemmPrefersDnnl(false, false, 512, 512, 128));
+  EXPECT_TRUE(cpu::f32GemmRule(false, false, true, 1024, 3072, 768));
+  EXPECT_TRUE(cpu::f32GemmRule(false, false, true, 8, 8, 8));
+  EXPECT_TRUE(cpu::f32GemmRule(false, false, false, 1024, 3072, 768));
+  EXPECT_TRUE(cpu::f32GemmRule(false, false, false, 1024, 768, 50257));
+  EXPECT_TRUE(cpu::f32GemmRule(false, false, false, 512, 512, 128));
   // A transposed: oneDNN while small (gpt2_mini's weight gradients), the
   // BLAS from ~0.5 GFLOP (GPT-2 small's).
-  EXPECT_TRUE(cpu::f32GemmPrefersDnnl(true, false, 128, 384, 512));
-  EXPECT_FALSE(cpu::f32GemmPrefersDnnl(true, false, 768, 2304, 1024));
+  EXPECT_TRUE(cpu::f32GemmRule(false, true, false, 128, 384, 512));
+  EXPECT_FALSE(cpu::f32GemmRule(false, true, false, 768, 2304, 1024));
+  // A BLAS running narrower kernels than the CPU's: oneDNN for every shape.
+  EXPECT_TRUE(cpu::f32GemmRule(true, true, false, 768, 2304, 1024));
+  EXPECT_TRUE(cpu::f32GemmRule(true, true, false, 50257, 768, 1024));
+  EXPECT_TRUE(cpu::f32GemmRule(true, false, true, 1024, 3072, 768));
 }
 
 TEST(CpuLibrary, F32GemmsThroughOneDnnSlabsMatchDoublePrecision) {
