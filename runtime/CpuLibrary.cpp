@@ -267,10 +267,10 @@ bool cpu::f32GemmPrefersDnnl(bool transposeA, bool transposeB, int64_t m, int64_
 bool cpu::f32GemmRule(bool blasNarrower, bool transposeA, bool /*transposeB*/, int64_t m,
                       int64_t n, int64_t k) {
   // A BLAS running narrower kernels than the CPU's (AVX2 on full-width
-  // AVX-512) is oneDNN's equal nowhere: 0.48-0.53x oneDNN's speed on GPT-2
-  // small's GEMMs, every transpose, on a 2-core Zen 5 with
-  // OPENBLAS_CORETYPE=Haswell; with its AVX-512 kernels it is oneDNN's
-  // equal there (0.95-1.02x).
+  // AVX-512) is oneDNN's equal nowhere: oneDNN takes 0.46-0.85x its time
+  // (0.53x the median) on gpt2_mini's and GPT-2 small's GEMMs, every
+  // transpose, on a 2-core Zen 5 with OPENBLAS_CORETYPE=Haswell; against
+  // OpenBLAS's AVX-512 kernels there, 0.92-1.03x.
   if (blasNarrower || !transposeA)
     return true;
   // Untransposed A: oneDNN's dnnl_sgemm, 0.72-1.14x OpenBLAS's time on
@@ -278,7 +278,7 @@ bool cpu::f32GemmRule(bool blasNarrower, bool transposeA, bool /*transposeB*/, i
   // head's 1024x50257 @ 50257x768). A transposed (weight gradients): oneDNN up to ~0.5 GFLOP
   // (0.74-0.89x OpenBLAS's time at gpt2_mini's sizes), OpenBLAS above
   // (oneDNN 0.94-1.27x its time at GPT-2 small's, no better on the whole).
-  // Measured on a 2-core Zen 4 in one process, the libraries taking turns:
+  // Measured on a 2-core Intel Xeon (AVX-512) in one process, the libraries taking turns:
   // bench/f32_gemm_library.py.
   constexpr double kSmallTransposedAFlops = 5e8;
   return 2.0 * double(m) * double(n) * double(k) <= kSmallTransposedAFlops;

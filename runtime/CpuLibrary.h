@@ -55,8 +55,8 @@ void sgemmOnThisThread(bool transposeA, bool transposeB, int64_t m, int64_t n, i
 /// loaded in this process. TILEFUSE_DNNL_F32=all picks oneDNN for every
 /// shape, =0 none.
 bool f32GemmPrefersDnnl(bool transposeA, bool transposeB, int64_t m, int64_t n, int64_t k);
-/// The rule, measured per shape and transpose on 2-core Zen 4 and Zen 5
-/// machines (bench/f32_gemm_library.py): oneDNN's dnnl_sgemm for every
+/// The rule, measured per shape and transpose on a 2-core Intel Xeon and a
+/// 2-core Zen 5 (bench/f32_gemm_library.py): oneDNN's dnnl_sgemm for every
 /// shape when the BLAS runs narrower vector kernels than the CPU has
 /// (`blasNarrower`); else for untransposed A at every size and for small
 /// GEMMs with A transposed, OpenBLAS for large ones with A transposed.
