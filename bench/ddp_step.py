@@ -21,7 +21,8 @@ the bytes each rank actually sent (the loopback
 device's counter over the profiled steps, all ranks being on this machine),
 the time its waits blocked (exposed communication), and the time the same
 all-reduces take alone (torch.distributed on buckets of the same sizes);
-hidden = 1 - exposed / alone.
+hidden = 1 - exposed / alone; and the same bucket by bucket (each bucket's
+all-reduce alone, one at a time), with where in the step each starts.
 """
 import argparse
 import json
@@ -131,10 +132,31 @@ def rank_main(rank, world, store, out, args):
             for w in works:
                 w.wait()
             alone.append(time.perf_counter() - t)
+        # Bucket by bucket: where in the step it starts (the fraction of
+        # the step's steps before it), how long its wait blocked, and how
+        # long its all-reduce takes alone. A wait belongs to the first
+        # started bucket of its size not yet waited for.
+        start_rows = [i for i, r in enumerate(rows) if r["name"] == "all_reduce_start"]
+        open_starts = [(n, k) for k, n in enumerate(sizes)]
+        per_bucket = [{"elements": n, "start_at": i / len(rows), "wait_s": 0.0}
+                      for n, i in zip(sizes, start_rows)]
+        for sec, r in zip(seconds, rows):
+            if r["name"] == "all_reduce_wait":
+                j = next(k for k, (n, _) in enumerate(open_starts) if n == r["shape"][0])
+                per_bucket[open_starts.pop(j)[1]]["wait_s"] = sec / calls
+        for b, bucket in zip(per_bucket, buckets):
+            one = []
+            for _ in range(args.steps):
+                dist.barrier()
+                t = time.perf_counter()
+                dist.all_reduce(bucket)
+                one.append(time.perf_counter() - t)
+            b["alone_s"] = statistics.median(one)
         grad_bytes = 4 * sum(p.numel() for p in base.parameters())
         result.update(buckets=len(sizes), bucket_bytes=4 * sum(sizes), grad_bytes=grad_bytes,
                       ring_min_bytes=2 * (world - 1) / world * grad_bytes,
-                      exposed_s=waits, alone_s=statistics.median(alone), sent_bytes=sent)
+                      exposed_s=waits, alone_s=statistics.median(alone), sent_bytes=sent,
+                      per_bucket=per_bucket)
     if rank == 0:
         with open(out, "w") as f:
             json.dump(result, f)
@@ -190,6 +212,12 @@ def main():
               f"waits blocked {r['exposed_s'] * 1e3:.2f} ms per step, the same all-reduces "
               f"alone take {r['alone_s'] * 1e3:.2f} ms: {hidden:.0%} of the communication "
               "hidden behind the backward pass")
+        for k, b in enumerate(r["per_bucket"]):
+            part = max(0.0, 1 - b["wait_s"] / b["alone_s"]) if b["alone_s"] > 0 else 0.0
+            print(f"  bucket {k + 1}: {4 * b['elements'] / 2**20:.2f} MiB, started "
+                  f"{b['start_at']:.0%} of the way through the step's steps, its wait blocked "
+                  f"{b['wait_s'] * 1e3:.2f} ms, alone {b['alone_s'] * 1e3:.2f} ms: {part:.0%} "
+                  "hidden")
 
 
 if __name__ == "__main__":
