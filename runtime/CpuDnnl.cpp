@@ -775,13 +775,7 @@ bool tilefuse::cpu::dnnlSgemmSlab(bool transA, bool transB, int64_t rows, int64_
     // C = op(A) op(B) through dnnl_sgemm: as fast as the slab primitive
     // where that is fast, and 0.45x its time where it is not (1024x768 @
     // 768x3072: the primitive took 2.2x the BLAS's time, dnnl_sgemm 0.97x).
-    // Row-major with the same leading dimensions as the BLAS call.
-    if (!d.sgemm)
-      return false;
-    TeamOfOne team(d);
-    if (d.sgemm(transA ? 'T' : 'N', transB ? 'T' : 'N', rows, n, k, 1.0f, a, lda, b, ldb, 0.0f,
-                c, ldc) != dnnl_success)
-      return false;
+    return dnnlSgemm(transA, transB, rows, n, k, 1.0f, a, lda, b, ldb, 0.0f, c, ldc);
   }
   d.f32Slabs.fetch_add(1, std::memory_order_relaxed);
   return true;
@@ -793,6 +787,7 @@ bool tilefuse::cpu::dnnlSgemm(bool transA, bool transB, int64_t m, int64_t n, in
   Dnnl &d = Dnnl::get();
   if (!d.engine || !d.f32 || !d.sgemm || m <= 0 || n <= 0 || k <= 0)
     return false;
+  // Row-major with the same leading dimensions as the BLAS call.
   TeamOfOne team(d);
   if (d.sgemm(transA ? 'T' : 'N', transB ? 'T' : 'N', m, n, k, alpha, a, lda, b, ldb, beta, c,
               ldc) != dnnl_success)
