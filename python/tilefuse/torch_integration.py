@@ -878,10 +878,11 @@ def _compiled_callable(gm, device, compile=True, updates=None, layouts=None):
                         and tuple(target.shape) == tuple(out_vals[k].shape)):
                     in_place[k] = target
             if in_place:
-                # bf16 results (numpy has no bf16) come back as new arrays.
-                into = [in_place[k].detach().numpy() if k in in_place
-                        else None if want[k] == torch.bfloat16
-                        else np.empty(tuple(out_vals[k].shape), _numpy_dtype(want[k]))
+                # The others come back as new arrays, made by the executor:
+                # it knows their shapes (an output crossing in memory order
+                # has its dims permuted) and their bits (bf16, which numpy
+                # lacks).
+                into = [in_place[k].detach().numpy() if k in in_place else None
                         for k in range(len(present))]
         results = exe.run(arrays, None, "bits", into)
         full = uncomputed(args)

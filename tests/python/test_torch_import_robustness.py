@@ -336,6 +336,34 @@ def test_saved_transposes_cross_as_views(monkeypatch):
         assert not transposes, transposes
 
 
+def test_saved_transposes_beside_running_statistics():
+    """A forward that updates batch norm's running statistics in place
+    (outputs written into their inputs) and saves a transposed activation
+    for the backward: the transposed output comes back as a view of its
+    buffer beside the in-place ones (timm's MobileViT and LeViT; the
+    executor was once given an output array of the unpermuted shape, and
+    failed). Gradients and running statistics stay eager's."""
+    class NormGeluMatmul(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.norm = torch.nn.BatchNorm1d(24)
+            self.w = torch.nn.Parameter(torch.randn(24, 8))
+
+        def forward(self, x):
+            # W's gradient reads gelu(norm(x))^T
+            return torch.nn.functional.gelu(self.norm(x)) @ self.w
+
+    torch.manual_seed(4)
+    model = NormGeluMatmul()
+    twin = copy.deepcopy(model)
+    x = torch.randn(36, 24)
+    _square_mean_grads_match_eager(model, x)
+    twin(x)
+    for name in ("running_mean", "running_var"):
+        got, want = getattr(model.norm, name), getattr(twin.norm, name)
+        assert torch.allclose(got, want, rtol=1e-5, atol=1e-6), (name, got, want)
+
+
 def _sgd_like_eager(model, x, steps=3, also=None):
     """`steps` SGD steps of `model` through the backend against an eager
     twin, losses within RTOL; `also(x)`, a from_torch step of a third
