@@ -1,4 +1,5 @@
-"""torchvision's ResNet-18 and timm's EfficientNet-B0 (from PyPI, as users
+"""torchvision's ResNet-18 and timm's EfficientNet-B0, MobileViT-XXS and
+LeViT-128S (convolutions, batch norm and attention; from PyPI, as users
 bring them) through tilefuse.from_torch and torch.compile(backend=
 "tilefuse"): batch 8 at 64x64, training mode (batch norm with batch
 statistics, running statistics updated), 5 SGD-momentum steps, converted
@@ -42,7 +43,9 @@ def make(name):
     torch.manual_seed(0)
     if name == "resnet18":
         return WithLoss(torchvision.models.resnet18(num_classes=10))
-    return WithLoss(timm.create_model("efficientnet_b0", num_classes=10))
+    # LeViT's attention biases are sized for its input resolution.
+    sized = {"img_size": 64} if name.startswith("levit") else {}
+    return WithLoss(timm.create_model(name, num_classes=10, **sized))
 
 
 def batches():
@@ -94,7 +97,7 @@ def statistics_error(got, want):
 
 
 @pytest.mark.parametrize("path", ["from_torch", "backend"])
-@pytest.mark.parametrize("name", ["resnet18", "efficientnet_b0"])
+@pytest.mark.parametrize("name", ["resnet18", "efficientnet_b0", "mobilevit_xxs", "levit_128s"])
 def test_vision_model_trains_like_pytorch(name, path):
     (exact, _), (single, single_stats) = references(name)
     model = make(name)
