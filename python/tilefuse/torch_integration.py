@@ -574,7 +574,7 @@ _KEPT_WHOLE = ("nll_loss_forward", "nll_loss_backward", "nll_loss2d_forward",
 _MULTI_OUTPUT_DECOMPOSITIONS_CHECKED = (
     "aten::_fused_rms_norm", "aten::var_mean", "aten::var_mean.dim", "aten::std_mean",
     "aten::std_mean.correction", "aten::std_mean.dim", "aten::aminmax",
-    "aten::log_sigmoid_forward")
+    "aten::log_sigmoid_forward", "aten::_weight_norm_interface")
 
 
 def _tensor_outputs(op):

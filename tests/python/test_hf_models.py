@@ -3,7 +3,7 @@ train through tilefuse as in eager PyTorch: 10 AdamW steps through
 torch.compile(model, backend="tilefuse") and through tilefuse.from_torch
 (GPT-2, Llama, BERT, Mistral, Qwen2, RoBERTa, OPT, GPT-NeoX, GPT-J, Phi-3,
 Gemma 2, Falcon, T5, DistilBERT, and the mixtures of experts Mixtral and
-Qwen2-MoE; BLOOM through the backend),
+Qwen2-MoE; BLOOM through the backend; wav2vec2 on raw audio),
 every graph converted whole (tilefuse.explain lists nothing, the backend's
 stats count no partition and no fallback), the loss within 1e-5 relative
 of eager's at every step.
@@ -270,3 +270,53 @@ def test_gpt2_with_its_attention_dropout_runs_the_fused_kernels_through_from_tor
     assert "dropout_p = 1.0" in step.train_step.graph.mlir()
     losses = [step(*batch) for _ in range(8)]
     assert all(torch.isfinite(torch.tensor(losses))) and losses[-1] < losses[0], losses
+
+
+class AudioClassifierLoss(torch.nn.Module):
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def forward(self, audio, labels):
+        return self.model(input_values=audio, labels=labels).loss
+
+
+def test_wav2vec2_trains_through_both_paths_like_eager():
+    """wav2vec2 (raw audio in): strided 1-D convolutions with group norm,
+    a weight-normalised positional convolution (aten._weight_norm_interface
+    and its backward), attention and mean pooling; 10 AdamW steps through
+    both paths, every graph converted whole, each loss within LOSS_RTOL of
+    eager's."""
+    torch.manual_seed(0)
+    model = AudioClassifierLoss(T.Wav2Vec2ForSequenceClassification(T.Wav2Vec2Config(
+        num_hidden_layers=2, hidden_size=64, num_attention_heads=4, intermediate_size=128,
+        conv_dim=(32, 32), conv_stride=(5, 2), conv_kernel=(10, 3), num_conv_pos_embeddings=16,
+        num_conv_pos_embedding_groups=4, num_labels=4, hidden_dropout=0.0, attention_dropout=0.0,
+        activation_dropout=0.0, feat_proj_dropout=0.0, final_dropout=0.0, layerdrop=0.0,
+        mask_time_prob=0.0)))
+    model.train()
+    g = torch.Generator().manual_seed(1)
+    batches = [(torch.randn(BATCH, 400, generator=g), torch.randint(0, 4, (BATCH,), generator=g))
+               for _ in range(STEPS)]
+    want = _eager_losses(copy.deepcopy(model), batches)
+    explanation = tilefuse.explain(model, *batches[0])
+    assert explanation.ok, explanation
+
+    third = copy.deepcopy(model)
+    step = tilefuse.from_torch(third, batches[0], torch.optim.AdamW(third.parameters(), lr=1e-3))
+    _check("wav2vec2", "from_torch", [step(*b) for b in batches], want)
+
+    torch._dynamo.reset()
+    stats.reset()
+    compiled = torch.compile(model, backend="tilefuse")
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    got = []
+    for b in batches:
+        opt.zero_grad()
+        loss = compiled(*b)
+        loss.backward()
+        opt.step()
+        got.append(loss.item())
+    assert stats.compiled >= 2 and stats.partitioned == 0 and stats.eager == 0, stats
+    assert not stats.unsupported, stats
+    _check("wav2vec2", "torch.compile(backend='tilefuse')", got, want)

@@ -31,6 +31,10 @@ def _samples():
         "aten::std_mean": (aten.std_mean.default, (x,)),
         "aten::aminmax": (aten.aminmax.default, (x,)),
         "aten::log_sigmoid_forward": (aten.log_sigmoid_forward.default, (x,)),
+        # A Conv1d weight normalised over its last dim (wav2vec2's
+        # positional convolution), and over its first (the default).
+        "aten::_weight_norm_interface": (aten._weight_norm_interface.default,
+                                         (x, x.norm(dim=(0, 1), keepdim=True) * 1.5, 2)),
     }
 
 

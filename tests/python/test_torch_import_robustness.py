@@ -439,6 +439,34 @@ def test_rotate_every_two_trains_whole():
     assert stats.partitioned == 0 and stats.eager == 0, stats
 
 
+@pytest.mark.parametrize("dim", [0, 2])
+def test_weight_normalised_convolutions_train_whole(dim):
+    """torch.nn.utils.parametrizations.weight_norm (wav2vec2's and HuBERT's
+    positional convolution, normalised over the kernel's last dim; the
+    default, its first): the forward's aten._weight_norm_interface is
+    decomposed, its backward op converted, so both paths compile the step
+    whole and train like eager (the backward was left to PyTorch, and
+    from_torch refused the model)."""
+    class WeightNormConv(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = torch.nn.utils.parametrizations.weight_norm(
+                torch.nn.Conv1d(8, 8, 5, padding=2, groups=2), name="weight", dim=dim)
+
+        def forward(self, x):
+            return torch.nn.functional.gelu(self.conv(x)).square().mean()
+
+    torch.manual_seed(0)
+    model, x = WeightNormConv(), torch.randn(3, 8, 12)
+    third = copy.deepcopy(model)
+    assert tilefuse.explain(model, x).ok, tilefuse.explain(model, x)
+    step = tilefuse.from_torch(third, (x,), torch.optim.SGD(third.parameters(), lr=0.1))
+    twin = _sgd_like_eager(model, x, also=step)
+    assert stats.partitioned == 0 and stats.eager == 0, stats
+    for p, q in zip(model.parameters(), twin.parameters()):
+        assert torch.allclose(p, q, rtol=1e-5, atol=1e-6)
+
+
 class RoundThrough(torch.autograd.Function):
     """Rounding with a straight-through gradient: a backward that is not
     the forward's derivative (that is 0)."""

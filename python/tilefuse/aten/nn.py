@@ -267,6 +267,18 @@ def _batch_norm_backward_update(grad, x, weight, running_mean, running_var, save
                                 save_var, update, eps, output_mask)
 
 
+@converts(aten._weight_norm_interface_backward.default)
+def _weight_norm_backward(grad_w, v, g, norms, dim):
+    """(dv, dg) of w = v * g / norms, `norms` the 2-norm of v over every dim
+    but `dim` (kept, as g), as PyTorch's kernel computes them from the
+    forward's saved norms: with s the sum of grad_w * v over those dims,
+    dv = g / norms * (grad_w - v * s / norms^2) and dg = s / norms."""
+    others = tuple(d for d in range(v.ndim) if d != dim % v.ndim)
+    s = (grad_w * v).sum(others, keepdim=True)
+    dv = (g / norms) * (grad_w - v * (s / (norms * norms)))
+    return dv, s / norms
+
+
 # -- activations --------------------------------------------------------------------------
 
 @converts(aten.elu.default)
