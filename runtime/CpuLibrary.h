@@ -45,7 +45,8 @@ void scatterAdd(const BufferInfo &base, const BufferInfo &indices,
                 const void *updatesPtr, void *out);
 /// c = alpha op(a) op(b) + beta c on the calling thread only (row-major,
 /// leading dimensions as CBLAS takes them), through the BLAS loaded at run
-/// time or a plain loop: for kernels that split work over the pool
+/// time (oneDNN's dnnl_sgemm where the BLAS's kernels are narrower than the
+/// CPU's) or a plain loop: for kernels that split work over the pool
 /// themselves and multiply blocks inside each task.
 void sgemmOnThisThread(bool transposeA, bool transposeB, int64_t m, int64_t n, int64_t k,
                        float alpha, const float *a, int64_t lda, const float *b, int64_t ldb,
