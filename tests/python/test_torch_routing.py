@@ -1,5 +1,6 @@
 """Mixture-of-experts routing ops through the torch.compile backend and
-from_torch: topk, kthvalue, sort with equal keys, histc and the grouped
+from_torch: topk, kthvalue, median and nanmedian along a dim, sort with
+equal keys, histc and the grouped
 GEMMs (aten._grouped_mm in its three forms, transformers' grouped_mm
 custom op and its backward), converted whole, against eager PyTorch.
 
@@ -74,6 +75,37 @@ def test_kthvalue_matches_eager(k, dim, keepdim):
     want, got = f(x), _compiled(f)(x)
     assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
     _converted_whole()
+
+
+@pytest.mark.parametrize("op", ["median", "nanmedian"])
+@pytest.mark.parametrize("dim,keepdim,n", [(-1, False, 7), (1, True, 6), (0, False, 5),
+                                           (-1, True, 5000)])
+def test_median_along_a_dim_matches_eager_with_nans(op, dim, keepdim, n):
+    """median and nanmedian along a dim: the lower median, NaN handling
+    (median: the row's first NaN; nanmedian: the median of the rest),
+    indices and the gradient (all of it to the picked element) equal
+    eager's; rows of 5000 are sorted by the library step. Rows here have
+    no equal values (PyTorch's pick among equal ones, an all-NaN row's
+    included, is its selection algorithm's)."""
+    g = torch.Generator().manual_seed(n + dim)
+    x = torch.randn(4, n, 3, generator=g) if n < 1000 else torch.randn(3, n, generator=g)
+    x.view(-1)[5] = float("nan")
+    x.view(-1)[n + 2] = float("nan")
+    x.view(-1)[n + 3] = float("nan")
+
+    def f(x):
+        return getattr(torch, op)(x, dim, keepdim)
+
+    xs = [x.clone().requires_grad_(), x.clone().requires_grad_()]
+    want = f(xs[0])
+    got = _compiled(f)(xs[1])
+    torch.testing.assert_close(got[0], want[0], rtol=0, atol=0, equal_nan=True)
+    assert torch.equal(got[1], want[1])
+    w = torch.randn(want[0].shape, generator=g)
+    (torch.nan_to_num(want[0]) * w).sum().backward()
+    (torch.nan_to_num(got[0]) * w).sum().backward()
+    assert torch.equal(xs[1].grad, xs[0].grad)
+    _converted_whole(2)
 
 
 def test_unstable_sort_of_keys_with_many_equal_values_orders_them_stably():

@@ -1,5 +1,5 @@
-"""Sorting and searching: sort (and argsort), topk, kthvalue, histc,
-searchsorted and bucketize.
+"""Sorting and searching: sort (and argsort), topk, kthvalue, median and
+nanmedian along a dim, histc, searchsorted and bucketize.
 
 Sorting compares every element with every other of its row (n^2
 comparisons per row of n, which every target fuses); rows of more than
@@ -144,6 +144,60 @@ def _kthvalue(x, k, dim=-1, keepdim=False):
     d = dim % x.ndim
     values, order = _selected(x, d, False, np.array([k - 1]), aten.kthvalue)
     return (values, order) if keepdim else (values.squeeze(d), order.squeeze(d))
+
+
+def _gather_last(xl, index):
+    """xl[.., index[.., j]] along the last dim (index: [.., k])."""
+    return _rows_gather(_flat(xl), _along(xl.shape, xl.ndim - 1, index))
+
+
+def _median_dim(x, dim, keepdim, op, ignore_nan):
+    """(value, index) of the lower median along dim, as PyTorch's median
+    and nanmedian: in the stable ascending order (NaN last) the element at
+    position (n - 1) // 2, n the row's length, or, for median, the row's
+    first NaN where it has one (position: the count of non-NaN elements);
+    for nanmedian n counts the non-NaN elements only, and a row of NaNs
+    gives its first element. Ties pick the earliest equal element, one of
+    the choices PyTorch allows (its pick among equal elements, the NaNs of
+    an all-NaN row included, is its selection algorithm's). The value is a gather at the index, so its
+    gradient is PyTorch's (all of it to that element)."""
+    if x.ndim == 0:
+        return x, importer().constant(np.zeros(()), "i64")
+    d = dim % x.ndim
+    n = x.shape[d]
+    xl, back = _last(x, d)
+    finite_count = (xl == xl).to("i64").sum((-1,), keepdim=True)    # non-NaN per row
+    if ignore_nan:  # max(0, (count - 1) // 2), in floats (exact below 2^24)
+        position = ((finite_count.to("f32") - 1.0).clamp(0.0, None) * 0.5).floor().to("i64")
+    else:
+        position = where(finite_count < n, finite_count, (n - 1) // 2)
+    rows = x.numel() // max(n, 1)
+    if _comparisons_fit(rows, n, n):
+        rank = _ranks(xl, False)                                    # [.., n]
+        iota = importer().constant(np.arange(n), "i64")
+        order = where(rank == position, iota, 0).sum((-1,), keepdim=True)
+    else:
+        if xl.dtype == "i1":
+            raise UnsupportedOp(op, f"booleans in rows of {n} (sorted by comparisons up to "
+                                    f"{MAX_ROW})")
+        _, sorted_order = sort_rows(xl, False)
+        order = _gather_last(sorted_order, position)
+    value = _gather_last(xl, order)
+    if back is not None:
+        value, order = value.permute(*back), order.permute(*back)
+    if not keepdim:
+        value, order = value.squeeze(d), order.squeeze(d)
+    return value, order
+
+
+@converts(aten.median.dim)
+def _median(x, dim, keepdim=False):
+    return _median_dim(x, dim, keepdim, aten.median, ignore_nan=False)
+
+
+@converts(aten.nanmedian.dim)
+def _nanmedian(x, dim, keepdim=False):
+    return _median_dim(x, dim, keepdim, aten.nanmedian, ignore_nan=True)
 
 
 @converts(aten.histc.default)
