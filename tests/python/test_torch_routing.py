@@ -108,6 +108,24 @@ def test_median_along_a_dim_matches_eager_with_nans(op, dim, keepdim, n):
     _converted_whole(2)
 
 
+@pytest.mark.parametrize("op", ["median", "nanmedian"])
+def test_median_of_a_0d_tensor_along_dim_0(op):
+    """OpInfo's sample: a 0-d tensor, dim 0, keepdim; its backward scatters
+    a 0-d gradient into a 0-d tensor (aten.scatter.src, which once took
+    only sources of the index's rank and left the backward to PyTorch)."""
+    xs = [torch.tensor(1.5, requires_grad=True), torch.tensor(1.5, requires_grad=True)]
+
+    def f(x):
+        return getattr(torch, op)(x, 0, True)
+
+    want, got = f(xs[0]), _compiled(f)(xs[1])
+    assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
+    (want[0] * 3.0).backward()
+    (got[0] * 3.0).backward()
+    assert torch.equal(xs[1].grad, xs[0].grad)
+    _converted_whole(2)
+
+
 def test_unstable_sort_of_keys_with_many_equal_values_orders_them_stably():
     """stable=False leaves the order of equal keys to the implementation
     (PyTorch's CPU kernel mixes it past 16 elements): tilefuse keeps the

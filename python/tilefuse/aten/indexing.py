@@ -340,6 +340,8 @@ def _scatter_elements(x, dim, index, src, mode, op, include_self=True):
         if index.ndim < len(shape) else index
     dim = dim % len(shape)
     positions = _along(shape, dim, idx).reshape(idx.numel())
+    if isinstance(src, Tensor) and src.ndim < len(shape):  # a 0-d source of a 0-d x
+        src = src.reshape(*([1] * (len(shape) - src.ndim) + list(src.shape)))
     updates = _updates(src, idx, x.dtype)
     base = _flat(xs)
     if mode == "set":
