@@ -201,16 +201,9 @@ def _check(name, path, got, want):
             f"(relative {abs(g - w) / abs(w):.3g} > {LOSS_RTOL:g})")
 
 
-pytestmark = pytest.mark.usefixtures("fresh_torch_backend")
-
-
-@pytest.mark.parametrize("name", list(MODELS) + list(BACKEND_ONLY))
-def test_hf_model_trains_through_the_backend_like_eager(name):
-    model, twin = _twins(name)
-    batches = [_inputs(s) for s in range(STEPS)]
-    want = _eager_losses(twin, batches)
-    explanation = tilefuse.explain(model, *batches[0])
-    assert explanation.ok, f"{name}:\n{explanation}"
+def _backend_losses(model, batches):
+    """The losses of AdamW steps through torch.compile(backend="tilefuse"),
+    every graph compiled whole (no partition, nothing left to PyTorch)."""
     torch._dynamo.reset()
     stats.reset()
     compiled = torch.compile(model, backend="tilefuse")
@@ -224,7 +217,20 @@ def test_hf_model_trains_through_the_backend_like_eager(name):
         got.append(loss.item())
     assert stats.compiled >= 2 and stats.partitioned == 0 and stats.eager == 0, stats
     assert not stats.unsupported, stats
-    _check(name, "torch.compile(backend='tilefuse')", got, want)
+    return got
+
+
+pytestmark = pytest.mark.usefixtures("fresh_torch_backend")
+
+
+@pytest.mark.parametrize("name", list(MODELS) + list(BACKEND_ONLY))
+def test_hf_model_trains_through_the_backend_like_eager(name):
+    model, twin = _twins(name)
+    batches = [_inputs(s) for s in range(STEPS)]
+    want = _eager_losses(twin, batches)
+    explanation = tilefuse.explain(model, *batches[0])
+    assert explanation.ok, f"{name}:\n{explanation}"
+    _check(name, "torch.compile(backend='tilefuse')", _backend_losses(model, batches), want)
 
 
 @pytest.mark.parametrize("name", list(MODELS))
@@ -306,17 +312,4 @@ def test_wav2vec2_trains_through_both_paths_like_eager():
     step = tilefuse.from_torch(third, batches[0], torch.optim.AdamW(third.parameters(), lr=1e-3))
     _check("wav2vec2", "from_torch", [step(*b) for b in batches], want)
 
-    torch._dynamo.reset()
-    stats.reset()
-    compiled = torch.compile(model, backend="tilefuse")
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    got = []
-    for b in batches:
-        opt.zero_grad()
-        loss = compiled(*b)
-        loss.backward()
-        opt.step()
-        got.append(loss.item())
-    assert stats.compiled >= 2 and stats.partitioned == 0 and stats.eager == 0, stats
-    assert not stats.unsupported, stats
-    _check("wav2vec2", "torch.compile(backend='tilefuse')", got, want)
+    _check("wav2vec2", "torch.compile(backend='tilefuse')", _backend_losses(model, batches), want)
