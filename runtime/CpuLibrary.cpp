@@ -47,17 +47,8 @@ void gemmLoop(const Step &s, int64_t rows, const T *a, int64_t lda, const T *b,
   }
 }
 
-/// A CBLAS found at run time. Loading it here rather than linking it keeps
-/// the runtime free of build-time BLAS dependencies, and lets us configure
-/// it first: OpenBLAS 0.3.21 (Debian 12) does not recognise some recent
-/// Xeons and falls back to its slowest kernels, so the core type is set
-/// from the CPU's features unless the user chose one; its own threads are
-/// switched off because GEMMs are split across tilefuse's thread pool
-/// (two sets of spinning threads on the same cores slow both). A core type
-/// the environment chose is kept, and noted: OpenBLAS's AVX2 kernels on a
-/// CPU with full-width AVX-512 (OPENBLAS_CORETYPE=Haswell on a Zen 5) run
-/// f32 GEMMs at half oneDNN's speed, so cpu::f32GemmPrefersDnnl sends them
-/// to oneDNN, which picks its kernels from the CPU itself.
+/// Whether the CPU has the AVX-512 subsets (F, BW, VL, DQ) OpenBLAS's
+/// AVX-512 kernels use.
 bool cpuHasAvx512() {
 #if defined(__x86_64__)
   return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
@@ -76,6 +67,17 @@ bool isAvx512Core(const std::string &core) {
   return lower == "skylakex" || lower == "cooperlake" || lower == "sapphirerapids";
 }
 
+/// A CBLAS found at run time. Loading it here rather than linking it keeps
+/// the runtime free of build-time BLAS dependencies, and lets us configure
+/// it first: OpenBLAS 0.3.21 (Debian 12) does not recognise some recent
+/// Xeons and falls back to its slowest kernels, so the core type is set
+/// from the CPU's features unless the user chose one; its own threads are
+/// switched off because GEMMs are split across tilefuse's thread pool
+/// (two sets of spinning threads on the same cores slow both). A core type
+/// the environment chose is kept, and noted: OpenBLAS's AVX2 kernels on a
+/// CPU with full-width AVX-512 (OPENBLAS_CORETYPE=Haswell on a Zen 5) run
+/// f32 GEMMs at half oneDNN's speed, so cpu::f32GemmPrefersDnnl sends them
+/// to oneDNN, which picks its kernels from the CPU itself.
 struct Blas {
   using Sgemm = void (*)(int, int, int, int, int, int, float, const float *, int,
                          const float *, int, float, float *, int);

@@ -325,6 +325,8 @@ def _updates(src, index, dtype):
     k = index.numel()
     if not isinstance(src, Tensor):
         return _const(np.full(k, src), dtype)
+    if src.ndim < index.ndim:  # a 0-d source, for the 0-d x of a 0-d index
+        src = src.reshape(*([1] * (index.ndim - src.ndim) + list(src.shape)))
     if tuple(src.shape) != tuple(index.shape):
         src = src[tuple(slice(0, s) for s in index.shape)]
     src = src.reshape(k)
@@ -340,8 +342,6 @@ def _scatter_elements(x, dim, index, src, mode, op, include_self=True):
         if index.ndim < len(shape) else index
     dim = dim % len(shape)
     positions = _along(shape, dim, idx).reshape(idx.numel())
-    if isinstance(src, Tensor) and src.ndim < len(shape):  # a 0-d source of a 0-d x
-        src = src.reshape(*([1] * (len(shape) - src.ndim) + list(src.shape)))
     updates = _updates(src, idx, x.dtype)
     base = _flat(xs)
     if mode == "set":

@@ -71,12 +71,23 @@ def _ranks(xl, descending):
     return where(before, True, same & earlier).to("i64").sum((-1,))     # [.., i]
 
 
-def _library_sorted(xl, descending, wanted, op):
-    """_leading through graph.sort (a CPU library step): for rows too long
-    to compare every pair."""
+def _gather_last(xl, index):
+    """xl[.., index[.., j]] along the last dim (index: [.., k])."""
+    return _rows_gather(_flat(xl), _along(xl.shape, xl.ndim - 1, index))
+
+
+def _check_library_sortable(xl, op):
+    """graph.sort takes no booleans: rows of them only as long as they can
+    be compared pair by pair."""
     if xl.dtype == "i1":
         raise UnsupportedOp(op, f"booleans in rows of {xl.shape[-1]} (sorted by comparisons "
                                 f"up to {MAX_ROW})")
+
+
+def _library_sorted(xl, descending, wanted, op):
+    """_leading through graph.sort (a CPU library step): for rows too long
+    to compare every pair."""
+    _check_library_sortable(xl, op)
     values, order = sort_rows(xl, descending)
     lo, hi = int(np.min(wanted)), int(np.max(wanted)) + 1   # a contiguous run of positions
     keep = (slice(None),) * (xl.ndim - 1) + (slice(lo, hi),)
@@ -91,7 +102,7 @@ def _leading(xl, descending, wanted):
     positions = importer().constant(wanted, "i64")
     hit = rank.unsqueeze(-2) == positions.unsqueeze(-1)     # [.., r, i]
     order = where(hit, importer().constant(np.arange(n), "i64"), 0).sum((-1,))  # [.., r]
-    return _rows_gather(_flat(xl), _along(xl.shape, xl.ndim - 1, order)), order
+    return _gather_last(xl, order), order
 
 
 def _selected(x, dim, descending, wanted, op):
@@ -146,11 +157,6 @@ def _kthvalue(x, k, dim=-1, keepdim=False):
     return (values, order) if keepdim else (values.squeeze(d), order.squeeze(d))
 
 
-def _gather_last(xl, index):
-    """xl[.., index[.., j]] along the last dim (index: [.., k])."""
-    return _rows_gather(_flat(xl), _along(xl.shape, xl.ndim - 1, index))
-
-
 def _median_dim(x, dim, keepdim, op, ignore_nan):
     """(value, index) of the lower median along dim, as PyTorch's median
     and nanmedian: in the stable ascending order (NaN last) the element at
@@ -159,8 +165,9 @@ def _median_dim(x, dim, keepdim, op, ignore_nan):
     for nanmedian n counts the non-NaN elements only, and a row of NaNs
     gives its first element. Ties pick the earliest equal element, one of
     the choices PyTorch allows (its pick among equal elements, the NaNs of
-    an all-NaN row included, is its selection algorithm's). The value is a gather at the index, so its
-    gradient is PyTorch's (all of it to that element)."""
+    an all-NaN row included, is its selection algorithm's). The value is a
+    gather at the index, so its gradient is PyTorch's (all of it to that
+    element)."""
     if x.ndim == 0:
         return x, importer().constant(np.zeros(()), "i64")
     d = dim % x.ndim
@@ -177,9 +184,7 @@ def _median_dim(x, dim, keepdim, op, ignore_nan):
         iota = importer().constant(np.arange(n), "i64")
         order = where(rank == position, iota, 0).sum((-1,), keepdim=True)
     else:
-        if xl.dtype == "i1":
-            raise UnsupportedOp(op, f"booleans in rows of {n} (sorted by comparisons up to "
-                                    f"{MAX_ROW})")
+        _check_library_sortable(xl, op)
         _, sorted_order = sort_rows(xl, False)
         order = _gather_last(sorted_order, position)
     value = _gather_last(xl, order)
