@@ -3,11 +3,11 @@
 DistributedDataParallel, both on gloo, one thread per rank, same run.
 
     PYTHONPATH=build/python python3 bench/ddp_step.py [--steps 10] [--rounds 3]
-        [--bucket-mb 25] [--world 1 2] [--modes ddp zero2 zero3]
+        [--bucket-mb 25] [--world 1 2] [--modes ddp zero2 zero3] [--link-rate 1gbit]
 
 The model is gpt2_mini (tests/python/torch_zoo.py's GPT at gpt2_mini's
 sizes: vocab 1024, seq 128, d 128, 4 heads, 2 layers, dropout 0, tied LM
-head), batch 4 per rank (each rank adds its own 4 sequences: weak scaling),
+head), batch 4 per rank (--batch; each rank adds its own sequences: weak scaling),
 AdamW (lr 1e-3, weight decay 0.01). For each world size the script spawns
 the ranks (a file store on this machine), and each rank measures, in turn:
 - tilefuse: tilefuse.from_torch(model, ..., parallel=<mode>) for each of
@@ -18,13 +18,28 @@ Medians over --rounds rounds of --steps steps. Rank 0 also reports, for the
 tilefuse step: the bytes it all-reduces per step against the ring
 all-reduce's minimum (2 (n-1)/n of the gradient bytes, sent by each rank),
 the bytes each rank actually sent (the loopback
-device's counter over the profiled steps, all ranks being on this machine),
+device's counter over the profiled steps, all ranks being on this machine,
+or the rank's own link's),
 the time its waits blocked (exposed communication), and the time the same
 all-reduces take alone (torch.distributed on buckets of the same sizes);
 hidden = 1 - exposed / alone; and the same bucket by bucket (each bucket's
-all-reduce alone, one at a time), with where in the step each starts.
+all-reduce alone, one at a time), with when in the step each starts and
+when gloo completes it. A step that does not wait can still pay for its
+communication (CPU time for gloo and the network stack, the collectives'
+starts, gradient kernels that no longer fuse with the optimizer), so the
+script also times the step without communication, every rank training
+alone at the same time: hidden = 1 - (ddp step - that step) / alone is the
+whole-step measure.
+
+On the loopback device a transfer costs CPU time and no wire time, so on a
+machine with no cores to spare there is nothing for the backward pass to
+hide. --link-rate (root, Linux) runs each rank in its own network namespace
+with a link of that rate each way (tc's rate syntax: 1gbit, 500mbit;
+tests/python/emulated_link.py): communication then waits on the link, as it does
+between machines.
 """
 import argparse
+import contextlib
 import json
 import os
 import statistics
@@ -35,15 +50,17 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, os.pardir, "tests", "python"))
+from emulated_link import EmulatedLink  # noqa: E402  (tests/python)
 
 
-def loopback_bytes():
-    """Bytes the loopback device has sent (Linux), 0 where unknown."""
+def sent_bytes(device):
+    """Bytes `device` has sent (Linux; this process's network namespace), 0
+    where unknown."""
     try:
         with open("/proc/net/dev") as f:
             for line in f:
                 name, _, rest = line.partition(":")
-                if name.strip() == "lo":
+                if name.strip() == device:
                     return int(rest.split()[8])
     except OSError:
         pass
@@ -62,7 +79,7 @@ def rank_main(rank, world, store, out, args):
     dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world)
 
     class GPT(torch_zoo.GPT):  # gpt2_mini's sizes
-        vocab, seq, d, n_head, n_layer, batch = 1024, 128, 128, 4, 2, 4
+        vocab, seq, d, n_head, n_layer, batch = 1024, 128, 128, 4, 2, args.batch
     torch.manual_seed(0)
     base = GPT()
     g = torch.Generator().manual_seed(1 + rank)
@@ -73,6 +90,20 @@ def rank_main(rank, world, store, out, args):
         m = GPT()
         m.load_state_dict(base.state_dict())
         return m
+    # When each collective of a step starts and when gloo completes it (its
+    # future's callback, on gloo's thread), for the in-flight timeline.
+    flights = []
+    start = tilefuse.distributed.TorchCommunicator.start
+
+    def timed_start(self, *a):
+        begun = time.perf_counter()
+        handle = start(self, *a)
+        flight = [begun, None]
+        flights.append(flight)
+        self._works[handle].get_future().then(
+            lambda _, f=flight: f.__setitem__(1, time.perf_counter()))
+        return handle
+    tilefuse.distributed.TorchCommunicator.start = timed_start
     modes = args.modes if world > 1 else ["one process"]
     steps, cold = {}, {}
     for mode in modes:
@@ -94,6 +125,13 @@ def rank_main(rank, world, store, out, args):
         return loss.item()
     paths = {f"tilefuse {mode}": (lambda s=s: s(idx, tgt)) for mode, s in steps.items()}
     paths["pytorch"] = torch_step
+    if world > 1:
+        # The same step without communication, every rank training alone at
+        # the same time: what the ranks' compute costs when they share the
+        # machine, the baseline the communication's cost is measured from.
+        apart = tilefuse.from_torch(fresh(), (idx, tgt), tilefuse.optim.AdamW(
+            lr=1e-3, weight_decay=0.01), device="cpu")
+        paths["tilefuse apart"] = lambda: apart(idx, tgt)
     for fn in paths.values():
         fn()
     times = {name: [] for name in paths}
@@ -111,16 +149,21 @@ def rank_main(rank, world, store, out, args):
     starts = [r for r in rows if r["name"] == "all_reduce_start"]
     if starts:
         dist.barrier()
-        sent = loopback_bytes()
+        # On loopback every rank's traffic is counted once per byte sent,
+        # barriers included; on an emulated link each rank counts its own.
+        device = os.environ.get("GLOO_SOCKET_IFNAME", "lo")
+        sent = sent_bytes(device)
         exe.set_profiling(True)
+        spans = []
         for _ in range(args.steps):
+            flights.clear()
+            t = time.perf_counter()
             tf(idx, tgt)
+            spans.append([(a - t, b - t) for a, b in flights] + [(time.perf_counter() - t,) * 2])
         seconds, calls = exe.step_seconds()
         exe.set_profiling(False)
         dist.barrier()
-        # Every rank's traffic crosses the loopback device (counted once per
-        # byte sent), barriers included: per rank and step.
-        sent = (loopback_bytes() - sent) / world / args.steps
+        sent = (sent_bytes(device) - sent) / (world if device == "lo" else 1) / args.steps
         waits = sum(s for s, r in zip(seconds, rows) if r["name"] == "all_reduce_wait") / calls
         sizes = [r["shape"][0] for r in starts]
         buckets = [torch.zeros(n) for n in sizes]
@@ -132,18 +175,21 @@ def rank_main(rank, world, store, out, args):
             for w in works:
                 w.wait()
             alone.append(time.perf_counter() - t)
-        # Bucket by bucket: where in the step it starts (the fraction of
-        # the step's steps before it), how long its wait blocked, and how
+        # Bucket by bucket: when in the step it starts (the profiled time of
+        # the program's steps before it), how long its wait blocked, and how
         # long its all-reduce takes alone. A wait belongs to the first
         # started bucket of its size not yet waited for.
         start_rows = [i for i, r in enumerate(rows) if r["name"] == "all_reduce_start"]
         open_starts = [(n, k) for k, n in enumerate(sizes)]
-        per_bucket = [{"elements": n, "start_at": i / len(rows), "wait_s": 0.0}
+        per_bucket = [{"elements": n, "start_s": sum(seconds[:i]) / calls, "wait_s": 0.0}
                       for n, i in zip(sizes, start_rows)]
         for sec, r in zip(seconds, rows):
             if r["name"] == "all_reduce_wait":
                 j = next(k for k, (n, _) in enumerate(open_starts) if n == r["shape"][0])
                 per_bucket[open_starts.pop(j)[1]]["wait_s"] = sec / calls
+        # In flight: median start and completion (from the call's start).
+        for k, b in enumerate(per_bucket):
+            b["flight_s"] = [statistics.median(span[k][j] for span in spans) for j in (0, 1)]
         for b, bucket in zip(per_bucket, buckets):
             one = []
             for _ in range(args.steps):
@@ -156,7 +202,8 @@ def rank_main(rank, world, store, out, args):
         result.update(buckets=len(sizes), bucket_bytes=4 * sum(sizes), grad_bytes=grad_bytes,
                       ring_min_bytes=2 * (world - 1) / world * grad_bytes,
                       exposed_s=waits, alone_s=statistics.median(alone), sent_bytes=sent,
-                      per_bucket=per_bucket)
+                      per_bucket=per_bucket, profiled_s=sum(seconds) / calls,
+                      call_s=statistics.median(span[-1][0] for span in spans))
     if rank == 0:
         with open(out, "w") as f:
             json.dump(result, f)
@@ -168,31 +215,41 @@ def main():
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--bucket-mb", type=float, default=25.0)
+    ap.add_argument("--batch", type=int, default=4, help="sequences per rank")
     ap.add_argument("--world", type=int, nargs="+", default=[1, 2])
     ap.add_argument("--modes", nargs="+", default=["ddp"],
                     choices=["ddp", "zero1", "zero2", "zero3"])
+    ap.add_argument("--link-rate", help="each rank on its own link of this rate (tc's syntax: "
+                    "1gbit, 500mbit; root, Linux); default: loopback")
     ap.add_argument("--rank", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--store", help=argparse.SUPPRESS)
     ap.add_argument("--out", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.rank is not None:
         return rank_main(args.rank, args.world[0], args.store, args.out, args)
+    if args.link_rate:
+        why = EmulatedLink.unavailable()
+        if why:
+            sys.exit(f"--link-rate {args.link_rate}: an emulated link {why}")
     results = []
     for world in args.world:
-        with tempfile.TemporaryDirectory() as tmp:
+        with tempfile.TemporaryDirectory() as tmp, contextlib.ExitStack() as stack:
             store, out = os.path.join(tmp, "store"), os.path.join(tmp, "out.json")
-            procs = [subprocess.Popen([sys.executable, __file__, "--rank", str(r), "--world",
-                                       str(world), "--store", store, "--out", out, "--steps",
-                                       str(args.steps), "--rounds", str(args.rounds),
-                                       "--bucket-mb", str(args.bucket_mb), "--modes",
-                                       *args.modes])
+            link = stack.enter_context(EmulatedLink(world, args.link_rate)) if args.link_rate else None
+            env = {**os.environ, **(link.env if link else {})}
+            procs = [subprocess.Popen((link.prefix(r) if link else []) + [
+                sys.executable, __file__, "--rank", str(r), "--world", str(world), "--store",
+                store, "--out", out, "--steps", str(args.steps), "--rounds", str(args.rounds),
+                "--bucket-mb", str(args.bucket_mb), "--batch", str(args.batch), "--modes", *args.modes],
+                env=env)
                      for r in range(world)]
             for p in procs:
                 if p.wait() != 0:
                     sys.exit(f"a rank of world size {world} failed")
             with open(out) as f:
                 results.append(json.load(f))
-    print("gpt2_mini data-parallel step, batch 4 per rank, gloo, 1 thread per rank\n")
+    where = f"each rank on its own {args.link_rate} link" if args.link_rate else "loopback"
+    print(f"gpt2_mini data-parallel step, batch {args.batch} per rank, gloo ({where}), 1 thread per rank\n")
     print("| world | tilefuse | tilefuse step | PyTorch step | PyTorch / tilefuse | "
           "tilefuse cold compile |")
     print("|---|---|---|---|---|---|")
@@ -205,19 +262,28 @@ def main():
         if "buckets" not in r:
             continue
         hidden = max(0.0, 1 - r["exposed_s"] / r["alone_s"]) if r["alone_s"] > 0 else 0.0
-        print(f"\nworld {r['world']}, {r['modes'][0]}: {r['buckets']} bucket(s), {r['bucket_bytes'] / 2**20:.2f} MiB "
+        apart = r["tilefuse apart"]
+        added = r[f"tilefuse {r['modes'][0]}"] - apart
+        print(f"\nworld {r['world']}, {r['modes'][0]}: the step without communication (every "
+              f"rank training alone, at the same time) takes {apart * 1e3:.1f} ms; communicating "
+              f"added {added * 1e3:.1f} ms to it, against {r['alone_s'] * 1e3:.1f} ms for its "
+              f"all-reduces alone: {max(0.0, 1 - added / r['alone_s']):.0%} of the communication "
+              "hidden")
+        print(f"{r['buckets']} bucket(s), {r['bucket_bytes'] / 2**20:.2f} MiB "
               f"all-reduced per step = the gradients' {r['grad_bytes'] / 2**20:.2f} MiB (ring "
               f"all-reduce: each rank sends at least {r['ring_min_bytes'] / 2**20:.2f} MiB; measured "
-              f"on the loopback device: {r['sent_bytes'] / 2**20:.2f} MiB per rank and step); "
+              f"on the {'link' if args.link_rate else 'loopback device'}: "
+              f"{r['sent_bytes'] / 2**20:.2f} MiB per rank and step); "
               f"waits blocked {r['exposed_s'] * 1e3:.2f} ms per step, the same all-reduces "
-              f"alone take {r['alone_s'] * 1e3:.2f} ms: {hidden:.0%} of the communication "
-              "hidden behind the backward pass")
+              f"alone take {r['alone_s'] * 1e3:.2f} ms: {hidden:.0%} hidden, counting only the "
+              "time the waits blocked")
         for k, b in enumerate(r["per_bucket"]):
             part = max(0.0, 1 - b["wait_s"] / b["alone_s"]) if b["alone_s"] > 0 else 0.0
             print(f"  bucket {k + 1}: {4 * b['elements'] / 2**20:.2f} MiB, started "
-                  f"{b['start_at']:.0%} of the way through the step's steps, its wait blocked "
+                  f"{b['start_s'] * 1e3:.1f} ms into the {r['profiled_s'] * 1e3:.1f} ms step, its wait blocked "
                   f"{b['wait_s'] * 1e3:.2f} ms, alone {b['alone_s'] * 1e3:.2f} ms: {part:.0%} "
-                  "hidden")
+                  f"hidden; in flight from {b['flight_s'][0] * 1e3:.1f} to "
+                  f"{b['flight_s'][1] * 1e3:.1f} ms of the {r['call_s'] * 1e3:.1f} ms call")
 
 
 if __name__ == "__main__":

@@ -21,6 +21,7 @@ if not dist.is_available():
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import distributed_cases as cases  # noqa: E402
+from emulated_link import EmulatedLink  # noqa: E402
 
 TIMEOUT = 300
 
@@ -101,20 +102,44 @@ def test_ddp_trains_like_one_process_on_the_whole_batch(case, world):
     assert all(int(g["collectives"]) >= 2 for g in got)
 
 
+def _torchrun_two_nodes(tmp, master_addr, prefix=lambda node: [], **env):
+    out, port = os.path.join(tmp, "out"), _free_port()
+    procs = [subprocess.Popen(
+        prefix(node) + [sys.executable, "-m", "torch.distributed.run", "--nnodes=2",
+                        "--nproc_per_node=1", f"--node_rank={node}", f"--master_addr={master_addr}",
+                        f"--master_port={port}", os.path.join(HERE, "distributed_worker.py"),
+                        "mlp", out],
+        env={**_env(), **env}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        for node in range(2)]
+    logs = [p.communicate(timeout=TIMEOUT)[0].decode(errors="replace") for p in procs]
+    for p, log in zip(procs, logs):
+        assert p.returncode == 0, log
+    return _results(out, 2)
+
+
 def test_ddp_under_torchrun_with_two_nodes():
     """torchrun's rendezvous across two "nodes" on this machine."""
     with tempfile.TemporaryDirectory() as tmp:
-        out, port = os.path.join(tmp, "out"), _free_port()
-        procs = [subprocess.Popen(
-            [sys.executable, "-m", "torch.distributed.run", "--nnodes=2", "--nproc_per_node=1",
-             f"--node_rank={node}", "--master_addr=127.0.0.1", f"--master_port={port}",
-             os.path.join(HERE, "distributed_worker.py"), "mlp", out],
-            env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT) for node in range(2)]
-        logs = [p.communicate(timeout=TIMEOUT)[0].decode(errors="replace") for p in procs]
-        for p, log in zip(procs, logs):
-            assert p.returncode == 0, log
-        got = _results(out, 2)
+        got = _torchrun_two_nodes(tmp, "127.0.0.1")
     _check_against_one_process("mlp", got)
+
+
+def test_ddp_under_torchrun_with_two_hosts_on_a_network():
+    """The same across two hosts with addresses of their own, joined by a
+    1 Gbit/s link (network namespaces: tests/python/emulated_link.py), the
+    rendezvous and every collective crossing the link."""
+    why = EmulatedLink.unavailable()
+    if why:
+        pytest.skip(f"no emulated network on this machine: it {why}")
+    with tempfile.TemporaryDirectory() as tmp, EmulatedLink(2, "1gbit") as link:
+        before = link.sent_bytes(1)
+        got = _torchrun_two_nodes(tmp, link.address(0), link.prefix, **link.env)
+        sent = link.sent_bytes(1) - before
+    _check_against_one_process("mlp", got)
+    # Node 1's gradients crossed its link: a ring all-reduce over 2 ranks
+    # sends each rank's whole gradient once a step.
+    grad_bytes = sum(v.nbytes for k, v in got[1].items() if k.startswith("param/"))
+    assert sent >= grad_bytes * cases.STEPS, (sent, grad_bytes)
 
 
 def test_ranks_that_compiled_different_steps_fail_clearly():
