@@ -91,17 +91,19 @@ def rank_main(rank, world, store, out, args):
         m.load_state_dict(base.state_dict())
         return m
     # When each collective of a step starts and when gloo completes it (its
-    # future's callback, on gloo's thread), for the in-flight timeline.
-    flights = []
+    # future's callback, on gloo's thread), for the in-flight timeline; only
+    # in the profiled steps (`flights` a list), never in the timed rounds.
+    flights = None
     start = tilefuse.distributed.TorchCommunicator.start
 
     def timed_start(self, *a):
         begun = time.perf_counter()
         handle = start(self, *a)
-        flight = [begun, None]
-        flights.append(flight)
-        self._works[handle].get_future().then(
-            lambda _, f=flight: f.__setitem__(1, time.perf_counter()))
+        if flights is not None:
+            flight = [begun, None]
+            flights.append(flight)
+            self._works[handle].get_future().then(
+                lambda _, f=flight: f.__setitem__(1, time.perf_counter()))
         return handle
     tilefuse.distributed.TorchCommunicator.start = timed_start
     modes = args.modes if world > 1 else ["one process"]
@@ -156,7 +158,7 @@ def rank_main(rank, world, store, out, args):
         exe.set_profiling(True)
         spans = []
         for _ in range(args.steps):
-            flights.clear()
+            flights = []
             t = time.perf_counter()
             tf(idx, tgt)
             spans.append([(a - t, b - t) for a, b in flights] + [(time.perf_counter() - t,) * 2])
