@@ -4,6 +4,7 @@ DistributedDataParallel, both on gloo, one thread per rank, same run.
 
     PYTHONPATH=build/python python3 bench/ddp_step.py [--steps 10] [--rounds 3]
         [--bucket-mb 25] [--world 1 2] [--modes ddp zero2 zero3] [--link-rate 1gbit]
+        [--idle-comm-threads]
 
 The model is gpt2_mini (tests/python/torch_zoo.py's GPT at gpt2_mini's
 sizes: vocab 1024, seq 128, d 128, 4 heads, 2 layers, dropout 0, tied LM
@@ -29,7 +30,10 @@ communication (CPU time for gloo and the network stack, the collectives'
 starts, gradient kernels that no longer fuse with the optimizer), so the
 script also times the step without communication, every rank training
 alone at the same time: hidden = 1 - (ddp step - that step) / alone is the
-whole-step measure.
+whole-step measure. Where that time goes: each tilefuse step's CPU time per
+step in the thread that runs it and in the process's other threads (gloo's),
+the times that thread was preempted, and each collective start's share of
+the step against its own CPU time (Linux: /proc's per-thread counters).
 
 On the loopback device a transfer costs CPU time and no wire time, so on a
 machine with no cores to spare there is nothing for the backward pass to
@@ -40,6 +44,7 @@ between machines.
 """
 import argparse
 import contextlib
+import gc
 import json
 import os
 import statistics
@@ -65,6 +70,30 @@ def sent_bytes(device):
     except OSError:
         pass
     return 0
+
+
+def thread_cpu():
+    """(CPU seconds of this thread, of the process's other threads, this
+    thread's involuntary context switches) so far (Linux: each thread's
+    schedstat run time and status; zeros elsewhere). The other threads are
+    gloo's (and torch's): a collective's CPU work for this rank."""
+    import threading
+    me = threading.get_native_id()
+    mine = others = switches = 0
+    try:
+        for tid in os.listdir("/proc/self/task"):
+            with open(f"/proc/self/task/{tid}/schedstat") as f:
+                ns = int(f.read().split()[0])
+            if int(tid) == me:
+                mine = ns
+                with open(f"/proc/self/task/{tid}/status") as f:
+                    switches = next(int(line.split(":")[1]) for line in f
+                                    if line.startswith("nonvoluntary_ctxt_switches"))
+            else:
+                others += ns
+    except (OSError, StopIteration, ValueError):
+        return 0.0, 0.0, 0
+    return mine / 1e9, others / 1e9, switches
 
 
 def rank_main(rank, world, store, out, args):
@@ -93,13 +122,16 @@ def rank_main(rank, world, store, out, args):
     # When each collective of a step starts and when gloo completes it (its
     # future's callback, on gloo's thread), for the in-flight timeline; only
     # in the profiled steps (`flights` a list), never in the timed rounds.
+    # Each start's own CPU time goes to `start_cpu` in the same steps.
     flights = None
+    start_cpu = []
     start = tilefuse.distributed.TorchCommunicator.start
 
     def timed_start(self, *a):
-        begun = time.perf_counter()
+        begun, cpu = time.perf_counter(), time.thread_time()
         handle = start(self, *a)
         if flights is not None:
+            start_cpu.append(time.thread_time() - cpu)
             flight = [begun, None]
             flights.append(flight)
             self._works[handle].get_future().then(
@@ -136,6 +168,14 @@ def rank_main(rank, world, store, out, args):
         paths["tilefuse apart"] = lambda: apart(idx, tgt)
     for fn in paths.values():
         fn()
+    if args.idle_comm_threads:
+        # gloo's threads exist now (started by the process group and the
+        # warm-up): from here on they run only when a core has nothing else.
+        import threading
+        me = threading.get_native_id()
+        for tid in os.listdir("/proc/self/task"):
+            if int(tid) != me:
+                os.sched_setscheduler(int(tid), os.SCHED_IDLE, os.sched_param(0))
     times = {name: [] for name in paths}
     for _ in range(args.rounds):
         for name, fn in paths.items():
@@ -146,6 +186,19 @@ def rank_main(rank, world, store, out, args):
             times[name].append((time.perf_counter() - t) / args.steps)
     result = {"world": world, "cold_s": cold, "modes": modes,
               **{name: statistics.median(v) for name, v in times.items()}}
+    # Where each tilefuse step's time goes on this rank: the CPU time of the
+    # thread that runs it, of the other threads (gloo's), and how often the
+    # step's thread was preempted, per step.
+    cpu = {}
+    for name, fn in paths.items():
+        if name.startswith("tilefuse"):
+            dist.barrier()
+            before = thread_cpu()
+            for _ in range(args.steps):
+                fn()
+            after = thread_cpu()
+            cpu[name] = [(b - a) / args.steps for a, b in zip(before, after)]
+    result["cpu"] = cpu
     exe = tf.train_step.compiled._exe
     rows = exe.kernels()
     starts = [r for r in rows if r["name"] == "all_reduce_start"]
@@ -205,10 +258,23 @@ def rank_main(rank, world, store, out, args):
                       ring_min_bytes=2 * (world - 1) / world * grad_bytes,
                       exposed_s=waits, alone_s=statistics.median(alone), sent_bytes=sent,
                       per_bucket=per_bucket, profiled_s=sum(seconds) / calls,
-                      call_s=statistics.median(span[-1][0] for span in spans))
+                      call_s=statistics.median(span[-1][0] for span in spans),
+                      start_s=sum(s for s, r in zip(seconds, rows)
+                                  if r["name"].endswith("_start")) / calls / len(starts),
+                      start_cpu_s=statistics.mean(start_cpu))
     if rank == 0:
         with open(out, "w") as f:
             json.dump(result, f)
+    # Shut down in order (as tests/python/distributed_worker.py): the DDP
+    # module's reducer and the steps' communicators, which hold the process
+    # group, go first, and no rank tears the group down while another is
+    # still in a collective (a rank aborting at exit, std::terminate on a
+    # joinable thread, was seen in 2 of 13 runs without this).
+    del net, opt, paths, steps, tf, exe
+    if world > 1:
+        del apart
+    gc.collect()
+    dist.barrier()
     dist.destroy_process_group()
 
 
@@ -223,6 +289,10 @@ def main():
                     choices=["ddp", "zero1", "zero2", "zero3"])
     ap.add_argument("--link-rate", help="each rank on its own link of this rate (tc's syntax: "
                     "1gbit, 500mbit; root, Linux); default: loopback")
+    ap.add_argument("--idle-comm-threads", action="store_true",
+                    help="an experiment (Linux): after the warm-up, run every thread but the "
+                    "step's (gloo's) at SCHED_IDLE, so that a collective never takes the "
+                    "step's core")
     ap.add_argument("--rank", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--store", help=argparse.SUPPRESS)
     ap.add_argument("--out", help=argparse.SUPPRESS)
@@ -242,7 +312,8 @@ def main():
             procs = [subprocess.Popen((link.prefix(r) if link else []) + [
                 sys.executable, __file__, "--rank", str(r), "--world", str(world), "--store",
                 store, "--out", out, "--steps", str(args.steps), "--rounds", str(args.rounds),
-                "--bucket-mb", str(args.bucket_mb), "--batch", str(args.batch), "--modes", *args.modes],
+                "--bucket-mb", str(args.bucket_mb), "--batch", str(args.batch), "--modes", *args.modes]
+                + (["--idle-comm-threads"] if args.idle_comm_threads else []),
                 env=env)
                      for r in range(world)]
             for p in procs:
@@ -279,6 +350,13 @@ def main():
               f"waits blocked {r['exposed_s'] * 1e3:.2f} ms per step, the same all-reduces "
               f"alone take {r['alone_s'] * 1e3:.2f} ms: {hidden:.0%} hidden, counting only the "
               "time the waits blocked")
+        for name, (mine, others, switches) in r["cpu"].items():
+            print(f"{name}, CPU per step: {mine * 1e3:.1f} ms in the thread running the step, "
+                  f"{others * 1e3:.1f} ms in gloo's and other threads; the step's thread "
+                  f"preempted {switches:.1f} times")
+        print(f"a collective's start takes {r['start_s'] * 1e3:.2f} ms of the step (mean), of "
+              f"which {r['start_cpu_s'] * 1e3:.2f} ms its own CPU time; the rest is the thread it "
+              "woke (gloo's) taking the core from the step")
         for k, b in enumerate(r["per_bucket"]):
             part = max(0.0, 1 - b["wait_s"] / b["alone_s"]) if b["alone_s"] > 0 else 0.0
             print(f"  bucket {k + 1}: {4 * b['elements'] / 2**20:.2f} MiB, started "

@@ -274,7 +274,89 @@ def _artifact(rank, world):
     return out
 
 
+def _hf_model(name):
+    """A HuggingFace model from a small config (no weights), with its own
+    loss on next-token prediction: GPT-2 (tied token embedding and LM head)
+    or Llama (grouped-query attention, rotary positions, RMSNorm)."""
+    import torch
+    import transformers as T
+
+    if name == "gpt2":
+        model = T.GPT2LMHeadModel(T.GPT2Config(
+            n_layer=2, n_embd=64, n_head=4, vocab_size=128, n_positions=64, resid_pdrop=0.0,
+            embd_pdrop=0.0, attn_pdrop=0.0, bos_token_id=0, eos_token_id=0))
+    else:
+        model = T.LlamaForCausalLM(T.LlamaConfig(
+            num_hidden_layers=2, hidden_size=64, num_attention_heads=4, num_key_value_heads=2,
+            intermediate_size=128, vocab_size=128, max_position_embeddings=64,
+            bos_token_id=0, eos_token_id=0, pad_token_id=0))
+
+    class WithLoss(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.model = model
+
+        def forward(self, ids):
+            return self.model(input_ids=ids, labels=ids).loss
+    return WithLoss().train()
+
+
+def _hf_data_parallel(rank, world, name, path):
+    """A HuggingFace model trained data-parallel through tilefuse (`path`:
+    from_torch with parallel="ddp"|"zero2"|"zero3", or "compile":
+    torch.compile(DDP(model), backend="tilefuse")) against eager
+    DistributedDataParallel in the same processes, each rank on its own
+    batches: the losses step by step and the parameters after STEPS AdamW
+    steps."""
+    import torch
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    from tilefuse import torch_integration
+    torch.manual_seed(0)
+    eager_model = _hf_model(name)
+    ours = _hf_model(name)
+    ours.load_state_dict(eager_model.state_dict())
+    eager = DDP(eager_model)
+    opt = torch.optim.AdamW(eager.parameters(), lr=1e-3)
+    gen = torch.Generator().manual_seed(11 + rank)  # each rank's own sequences
+    batches = [torch.randint(3, 128, (2, 16), generator=gen) for _ in range(STEPS)]
+    torch_integration.stats.reset()
+    if path == "compile":
+        compiled = torch.compile(DDP(ours), backend="tilefuse")
+        ours_opt = torch.optim.AdamW(ours.parameters(), lr=1e-3)
+
+        def step(ids):
+            ours_opt.zero_grad()
+            loss = compiled(ids)
+            loss.backward()
+            ours_opt.step()
+            return loss.item()
+    else:
+        step = tilefuse.from_torch(ours, (batches[0],),
+                                   torch.optim.AdamW(ours.parameters(), lr=1e-3), device="cpu",
+                                   parallel=path, bucket_bytes=32 << 10)
+    losses = []
+    for ids in batches:
+        opt.zero_grad()
+        loss = eager(ids)
+        loss.backward()
+        opt.step()
+        losses.append([loss.item(), step(ids)])
+    if path != "compile":
+        step.copy_to(ours)
+    out = {"losses": np.array(losses), "graphs": np.array(torch_integration.stats.graphs),
+           "compiled": np.array(torch_integration.stats.compiled),
+           "partitioned": np.array(torch_integration.stats.partitioned),
+           "eager_graphs": np.array(torch_integration.stats.eager)}
+    for (key, a), b in zip(eager_model.named_parameters(), ours.parameters()):
+        out[f"eager/{key}"], out[f"compiled/{key}"] = a.detach().numpy(), b.detach().numpy()
+    return out
+
+
 def run_rank(case, rank, world):
+    if case.startswith("hf:"):  # hf:<model>:<path>
+        _, name, path = case.split(":")
+        return _hf_data_parallel(rank, world, name, path)
     if case == "artifact":
         return _artifact(rank, world)
     if case == "compiled_ddp":

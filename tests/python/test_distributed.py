@@ -158,14 +158,21 @@ def test_a_dead_rank_makes_the_others_fail():
     assert "error" in res, "rank 0 finished a step whose all-reduce had no partner"
 
 
-def _check_against_eager_ddp(got, what):
+def _check_against_eager_ddp(got, what, excluded=lambda name, value: None):
+    """Losses step by step and parameters at the end against eager DDP's in
+    the same processes; `excluded(name, value)`: entries of a parameter left
+    out of the comparison (a slice), which must stay at rounding-noise level."""
     for r, res in enumerate(got):
         assert "error" not in res, res["error"]
         np.testing.assert_allclose(res["losses"][:, 1], res["losses"][:, 0], rtol=1e-5,
                                    err_msg=f"rank {r}: {what} losses vs eager DDP")
         for name in res:
             if name.startswith("eager/"):
-                want, have = res[name], res["compiled/" + name[len("eager/"):]]
+                want, have = res[name].copy(), res["compiled/" + name[len("eager/"):]].copy()
+                skip = excluded(name[len("eager/"):], want)
+                if skip is not None:
+                    assert max(np.abs(want[skip]).max(), np.abs(have[skip]).max()) < 3e-3, name
+                    want[skip] = have[skip] = 0
                 err = np.linalg.norm(have - want) / max(np.linalg.norm(want), 1e-30)
                 assert err <= 1e-5, f"rank {r}: {what}: {name[6:]} differs from eager DDP by {err:.2e}"
 
@@ -197,6 +204,46 @@ def test_torch_compile_of_a_ddp_module_compiles_through_tilefuse():
             f"rank {r}: the backend compiled {int(res['graphs'])} graphs")
         said = str(res["sequential"])
         assert said.startswith("0 ATen graphs") and "wraps torch.nn.Sequential" in said, said
+
+
+def _gpt2_key_bias(name, value):
+    """GPT-2's key biases (the middle third of attn.c_attn.bias) have a zero
+    gradient in exact arithmetic (see distributed_cases.excluded): rounding
+    noise, different for every summation order."""
+    if name.endswith("attn.c_attn.bias"):
+        d = value.shape[0] // 3
+        return slice(d, 2 * d)
+    return None
+
+
+@pytest.mark.parametrize("model,path", [
+    ("gpt2", "ddp"), ("gpt2", "zero3"), ("llama", "zero2"), ("gpt2", "compile"),
+    ("llama", "compile")])
+def test_huggingface_models_train_data_parallel_like_eager_ddp(model, path):
+    """HuggingFace GPT-2 (tied embeddings) and Llama (grouped-query
+    attention, rotary positions), two ranks, each on its own batches:
+    through from_torch(parallel=...) and torch.compile(DDP(model),
+    backend="tilefuse"), 10 AdamW steps give eager DDP's losses and
+    parameters, every graph the backend is handed compiled whole."""
+    pytest.importorskip("transformers", reason="transformers is installed by tools/dev.sh; "
+                        "run the README's test command")
+    with tempfile.TemporaryDirectory() as tmp:
+        procs, logs, out = _spawn(f"hf:{model}:{path}", 2, tmp)
+        for p, log in zip(procs, logs):
+            assert p.returncode == 0, log
+        got = _results(out, 2)
+    what = (f"torch.compile(DDP({model}), backend=\"tilefuse\")" if path == "compile" else
+            f"from_torch({model}, parallel=\"{path}\")")
+    _check_against_eager_ddp(got, what, _gpt2_key_bias if model == "gpt2" else
+                             lambda name, value: None)
+    for r, res in enumerate(got):
+        if path == "compile":
+            assert int(res["compiled"]) >= 2, f"rank {r}: the backend compiled {int(res['compiled'])} graphs"
+            assert int(res["partitioned"]) == 0 and int(res["eager_graphs"]) == 0, (
+                f"rank {r}: {what}: {int(res['partitioned'])} graphs partitioned, "
+                f"{int(res['eager_graphs'])} left to PyTorch")
+        else:
+            assert int(res["graphs"]) == 0, f"rank {r}: from_torch went through the backend"
 
 
 def test_a_sharded_checkpoint_resumes_bit_for_bit_and_loads_at_another_world_size():
