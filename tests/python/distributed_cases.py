@@ -50,26 +50,70 @@ def excluded(case, name):
     changes nothing), so what any run computes for them is rounding noise,
     different for every summation order; the test checks they stay at noise
     level instead."""
+    case = case.split("+")[0]  # options do not change which
     if case == "gpt2" and name.endswith("attn.qkv.b"):
         d = CASES[case]()[1][name].shape[0] // 3
         return slice(d, 2 * d)
     return None
 
 
-def _shard(batch, rank, world):
+def _shard(batch, rank, world, axis=0):
     out = {}
     for k, v in batch.items():
-        n = v.shape[0] // world
-        out[k] = v[rank * n:(rank + 1) * n]
+        n = v.shape[axis] // world
+        out[k] = np.take(v, np.arange(rank * n, (rank + 1) * n), axis=axis)
     return out
 
 
-def _optimizer():
-    return optim.AdamW(lr=3e-3, weight_decay=0.01)
+ADAMW_LR = 3e-3
 
 
-def _train(step, batches, rank=0, world=1):
-    losses = [step(_shard(b, rank, world)) for b in batches]
+def _optimizer(sgd=False, **kwargs):
+    if sgd:
+        # Scale-sensitive (AdamW and always-active clipping are not): a
+        # gradient summed instead of averaged over the ranks shows.
+        return optim.SGD(lr=0.05, momentum=0.9, weight_decay=0.01, **kwargs)
+    return optim.AdamW(lr=ADAMW_LR, weight_decay=0.01, **kwargs)
+
+
+# Options a case takes after "+" ("mlp+clip", "mlp+fp16+sgd"), each run the
+# same way in every rank and in the one-process reference: (optimizer
+# arguments, compile_train_step arguments, micro-batches per step). The
+# global-norm clip is small enough to clip every step; fp16 runs with
+# dynamic loss scaling, whose overflow check every rank must agree on.
+OPTIONS = {"clip": ({"clip_grad_norm": 0.05}, {}, 1),
+           "sgd": ({"sgd": True}, {}, 1),
+           "accumulate": ({}, {"accumulate": 2}, 2),
+           "bf16": ({}, {"precision": "bf16"}, 1),
+           "fp16": ({}, {"precision": "fp16"}, 1)}
+
+
+def precision(case):
+    """The case's precision policy ("fp32", "bf16" or "fp16")."""
+    return next((o for o in case.split("+")[1:] if o in ("bf16", "fp16")), "fp32")
+
+
+def _case(case):
+    """(loss_fn, params, batches, compile arguments, optimizer arguments,
+    batch axis the ranks split) of `case` with its "+option"s; with
+    accumulate=k each batch holds k micro-batches stacked on a new first
+    axis, and the ranks split the one after it."""
+    name, *options = case.split("+")
+    loss_fn, params, batches, extra = CASES[name]()
+    opt_kwargs, axis = {}, 0
+    for option in options:
+        o, c, k = OPTIONS[option]
+        opt_kwargs.update(o)
+        extra = {**extra, **c}
+        if k > 1:
+            batches = [{key: v.reshape((k, v.shape[0] // k) + v.shape[1:]) for key, v in b.items()}
+                       for b in batches]
+            axis = 1
+    return loss_fn, params, batches, extra, opt_kwargs, axis
+
+
+def _train(step, batches, rank=0, world=1, axis=0):
+    losses = [step(_shard(b, rank, world, axis)) for b in batches]
     out = {"losses": np.array(losses)}
     out.update({f"param/{k}": v for k, v in step.params().items()})
     return out
@@ -78,8 +122,10 @@ def _train(step, batches, rank=0, world=1):
 def run_single(case):
     if case == "from_torch":
         return run_from_torch()
-    loss_fn, params, batches, _ = CASES[case]()
-    step = tilefuse.compile_train_step(loss_fn, params, batches[0], _optimizer(), device="cpu")
+    loss_fn, params, batches, extra, opt_kwargs, _ = _case(case)
+    extra.pop("bucket_bytes", None)
+    step = tilefuse.compile_train_step(loss_fn, params, batches[0], _optimizer(**opt_kwargs),
+                                       device="cpu", **extra)
     return _train(step, batches)
 
 
@@ -390,13 +436,14 @@ def run_rank(case, rank, world):
     mode = "ddp"
     if ":" in case:  # "<mode>:<case>"
         mode, case = case.split(":")
-    loss_fn, params, batches, extra = CASES[case]()
+    loss_fn, params, batches, extra, opt_kwargs, axis = _case(case)
     if rank != 0:
         # DDP starts every rank from rank 0's parameters.
         params = {k: v + 1.0 for k, v in params.items()}
-    step = tilefuse.compile_train_step(loss_fn, params, _shard(batches[0], rank, world),
-                                       _optimizer(), device="cpu", parallel=mode, **extra)
-    out = _train(step, batches, rank, world)
+    step = tilefuse.compile_train_step(loss_fn, params, _shard(batches[0], rank, world, axis),
+                                       _optimizer(**opt_kwargs), device="cpu", parallel=mode,
+                                       **extra)
+    out = _train(step, batches, rank, world, axis)
     out["collectives"] = np.array(sum(1 for r in step.compiled._exe.kernels()
                                       if r["kind"] == "collective"))
     return out
