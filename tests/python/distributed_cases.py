@@ -347,13 +347,14 @@ def _hf_model(name):
     return WithLoss().train()
 
 
-def _hf_data_parallel(rank, world, name, path):
+def _hf_data_parallel(rank, world, name, path, optimizer):
     """A HuggingFace model trained data-parallel through tilefuse (`path`:
     from_torch with parallel="ddp"|"zero2"|"zero3", or "compile":
     torch.compile(DDP(model), backend="tilefuse")) against eager
     DistributedDataParallel in the same processes, each rank on its own
-    batches: the losses step by step and the parameters after STEPS AdamW
-    steps."""
+    batches: the losses step by step and the parameters after STEPS steps
+    of `optimizer` ("adamw", or "sgd": with momentum, sensitive to the
+    gradients' scale, which AdamW's normalised update is not)."""
     import torch
     from torch.nn.parallel import DistributedDataParallel as DDP
 
@@ -363,13 +364,18 @@ def _hf_data_parallel(rank, world, name, path):
     ours = _hf_model(name)
     ours.load_state_dict(eager_model.state_dict())
     eager = DDP(eager_model)
-    opt = torch.optim.AdamW(eager.parameters(), lr=1e-3)
+
+    def make_optimizer(params):
+        if optimizer == "sgd":
+            return torch.optim.SGD(params, lr=0.05, momentum=0.9)
+        return torch.optim.AdamW(params, lr=1e-3)
+    opt = make_optimizer(eager.parameters())
     gen = torch.Generator().manual_seed(11 + rank)  # each rank's own sequences
     batches = [torch.randint(3, 128, (2, 16), generator=gen) for _ in range(STEPS)]
     torch_integration.stats.reset()
     if path == "compile":
         compiled = torch.compile(DDP(ours), backend="tilefuse")
-        ours_opt = torch.optim.AdamW(ours.parameters(), lr=1e-3)
+        ours_opt = make_optimizer(ours.parameters())
 
         def step(ids):
             ours_opt.zero_grad()
@@ -378,9 +384,8 @@ def _hf_data_parallel(rank, world, name, path):
             ours_opt.step()
             return loss.item()
     else:
-        step = tilefuse.from_torch(ours, (batches[0],),
-                                   torch.optim.AdamW(ours.parameters(), lr=1e-3), device="cpu",
-                                   parallel=path, bucket_bytes=32 << 10)
+        step = tilefuse.from_torch(ours, (batches[0],), make_optimizer(ours.parameters()),
+                                   device="cpu", parallel=path, bucket_bytes=32 << 10)
     losses = []
     for ids in batches:
         opt.zero_grad()
@@ -400,9 +405,9 @@ def _hf_data_parallel(rank, world, name, path):
 
 
 def run_rank(case, rank, world):
-    if case.startswith("hf:"):  # hf:<model>:<path>
-        _, name, path = case.split(":")
-        return _hf_data_parallel(rank, world, name, path)
+    if case.startswith("hf:"):  # hf:<model>:<path>:<optimizer>
+        _, name, path, optimizer = case.split(":")
+        return _hf_data_parallel(rank, world, name, path, optimizer)
     if case == "artifact":
         return _artifact(rank, world)
     if case == "compiled_ddp":

@@ -262,19 +262,19 @@ def _gpt2_key_bias(name, value):
     return None
 
 
-@pytest.mark.parametrize("model,path", [
-    ("gpt2", "ddp"), ("gpt2", "zero3"), ("llama", "zero2"), ("gpt2", "compile"),
-    ("llama", "compile")])
-def test_huggingface_models_train_data_parallel_like_eager_ddp(model, path):
+@pytest.mark.parametrize("model,path,optimizer", [
+    ("gpt2", "ddp", "adamw"), ("llama", "ddp", "sgd"), ("gpt2", "zero3", "sgd"),
+    ("llama", "zero2", "adamw"), ("gpt2", "compile", "sgd"), ("llama", "compile", "adamw")])
+def test_huggingface_models_train_data_parallel_like_eager_ddp(model, path, optimizer):
     """HuggingFace GPT-2 (tied embeddings) and Llama (grouped-query
     attention, rotary positions), two ranks, each on its own batches:
     through from_torch(parallel=...) and torch.compile(DDP(model),
-    backend="tilefuse"), 10 AdamW steps give eager DDP's losses and
-    parameters, every graph the backend is handed compiled whole."""
+    backend="tilefuse"), 10 AdamW or SGD-momentum steps give eager DDP's
+    losses and parameters, every graph the backend is handed compiled whole."""
     pytest.importorskip("transformers", reason="transformers is installed by tools/dev.sh; "
                         "run the README's test command")
     with tempfile.TemporaryDirectory() as tmp:
-        procs, logs, out = _spawn(f"hf:{model}:{path}", 2, tmp)
+        procs, logs, out = _spawn(f"hf:{model}:{path}:{optimizer}", 2, tmp)
         for p, log in zip(procs, logs):
             assert p.returncode == 0, log
         got = _results(out, 2)
