@@ -83,6 +83,11 @@ def _optimizer(sgd=False, **kwargs):
 # dynamic loss scaling, whose overflow check every rank must agree on.
 OPTIONS = {"clip": ({"clip_grad_norm": 0.05}, {}, 1),
            "sgd": ({"sgd": True}, {}, 1),
+           # Vectors (biases, norms' scales) with a learning rate of their
+           # own and no weight decay: a ZeRO shard holds both groups.
+           "groups": ({"param_groups": [
+               {"params": lambda name, a: a.ndim == 1, "lr": 0.01, "weight_decay": 0.0},
+               {"params": lambda name, a: a.ndim > 1}]}, {}, 1),
            "accumulate": ({}, {"accumulate": 2}, 2),
            "bf16": ({}, {"precision": "bf16"}, 1),
            "fp16": ({}, {"precision": "fp16"}, 1)}

@@ -132,11 +132,12 @@ def _check_against_one_process(case, got):
     ("zero3:gpt2", 2), ("artifact", 2),
     # Options in every mode, against one process with the same options:
     # global-norm clipping, SGD (scale-sensitive), gradient accumulation,
-    # 16-bit autocast (fp16 with dynamic loss scaling).
+    # 16-bit autocast (fp16 with dynamic loss scaling), parameter groups.
     ("mlp+clip", 2), ("zero2:mlp+clip", 2), ("zero3:mlp+clip", 4), ("mlp+sgd", 2),
     ("zero1:mlp+sgd", 2), ("zero3:mlp+sgd", 4), ("mlp+accumulate+sgd", 2),
     ("zero3:mlp+accumulate", 2), ("mlp+fp16+sgd", 2), ("zero2:mlp+fp16", 2),
-    ("mlp+bf16", 2), ("zero3:gpt2+bf16", 2)])
+    ("mlp+bf16", 2), ("zero3:gpt2+bf16", 2), ("mlp+groups", 2), ("zero2:mlp+groups+sgd", 2),
+    ("zero3:gpt2+groups", 2)])
 def test_ddp_trains_like_one_process_on_the_whole_batch(case, world):
     with tempfile.TemporaryDirectory() as tmp:
         procs, logs, out = _spawn(case, world, tmp)
