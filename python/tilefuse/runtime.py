@@ -6,6 +6,7 @@ report() returns) and state dicts (`save`, `load_state_dict`)."""
 import json
 import math
 import os
+import re
 import time
 import zipfile
 from collections.abc import Mapping
@@ -306,7 +307,7 @@ def _listing(keys, limit=8):
     return shown + (f", ... ({len(keys)} in all)" if len(keys) > limit else "")
 
 
-def _check_keys(state, expected, who):
+def _check_keys(state, expected, who, hint=""):
     if not isinstance(state, Mapping):
         hint = (" (read a file with tilefuse.runtime.load_state_dict(path))"
                 if isinstance(state, (str, os.PathLike)) else "")
@@ -318,7 +319,7 @@ def _check_keys(state, expected, who):
         problems = ([f"missing {_listing(missing)}"] if missing else []) + \
                    ([f"unexpected {_listing(unexpected)}"] if unexpected else [])
         raise CompileError(f"{who}: the state dict does not match: {'; '.join(problems)} "
-                           f"(expected keys: {_listing(expected)})")
+                           f"(expected keys: {_listing(expected)}){hint}")
 
 
 def _describe(a):
@@ -528,7 +529,12 @@ class LoadedTrainStep(LoadedFunction):
             missing = [k for k in self._CALLER_KEPT if k not in extra]
             raise CompileError(f"{who}: the state dict has {_listing(extra)} but not "
                                f"{_listing(missing)}; a TrainStep's state_dict() has all four")
-        _check_keys(state, names + extra, who)
+        # A ZeRO step's artifact keeps one rank's shards, never whole tensors.
+        sharded = any(re.search(r"/shard\d+$", name) for name in names)
+        _check_keys(state, names + extra, who, hint=(
+            "; this artifact is a ZeRO step, whose kept arguments are one rank's shards: load "
+            "this rank's TrainStep.kept_state(), or its rank<r>.npz written by "
+            "tilefuse.distributed.save_sharded" if sharded else ""))
         values = [_check_array(state, name, args[a][2], _NUMPY[args[a][1]], who)
                   for name, a in zip(names, self._kept)]
         resumed = None

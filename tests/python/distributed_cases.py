@@ -409,12 +409,57 @@ def _hf_data_parallel(rank, world, name, path, optimizer):
     return out
 
 
+def _zero_artifact(rank, world):
+    """A zero3 step exported after 3 steps and loaded in every rank
+    (tilefuse.load: the runtime alone): each rank restores its own file of
+    a sharded checkpoint, and the loaded step continues bit for bit like the
+    step that exported it. Whole tensors (state_dict()) are refused, saying
+    what to load instead."""
+    import os
+    import tempfile
+
+    import torch.distributed as dist
+    from tilefuse import distributed
+    loss_fn, params, batches, extra = CASES["mlp"]()
+    step = tilefuse.compile_train_step(loss_fn, params, _shard(batches[0], rank, world),
+                                       _optimizer(), device="cpu", parallel="zero3", **extra)
+    for b in batches[:3]:
+        step(_shard(b, rank, world))
+    with tempfile.TemporaryDirectory() as tmp:
+        # Every rank writes into rank 0's folder: the name travels.
+        where = [tmp if rank == 0 else None]
+        dist.broadcast_object_list(where, src=0)
+        path, checkpoint = os.path.join(where[0], "step.tfa"), os.path.join(where[0], "ckpt")
+        if rank == 0:
+            step.export(path)
+        distributed.save_sharded(step, checkpoint)  # (a barrier)
+        loaded = tilefuse.load(path)
+        try:
+            loaded.load_state_dict(step.state_dict())
+            refused = "accepted"
+        except tilefuse.CompileError as e:
+            refused = str(e)
+        loaded.load_state_dict(dict(np.load(os.path.join(checkpoint, f"rank{rank}.npz"))))
+        dist.barrier()  # every rank read its file before rank 0 removes the folder
+    resumed = loaded.resumed
+    rest = batches[3:]
+    want = [step(_shard(b, rank, world)) for b in rest]
+    got = [loaded(_shard(b, rank, world), np.int64(resumed["step"] + 1 + t),
+                  np.float64(resumed["lr"])) for t, b in enumerate(rest)]
+    same_state = all(np.array_equal(a, b) for a, b in
+                     zip(loaded.state_dict().values(), step.kept_state().values()))
+    return {"want": np.array(want), "got": np.array(got), "refused": np.array(refused),
+            "resumed_step": np.array(resumed["step"]), "same_state": np.array(same_state)}
+
+
 def run_rank(case, rank, world):
     if case.startswith("hf:"):  # hf:<model>:<path>:<optimizer>
         _, name, path, optimizer = case.split(":")
         return _hf_data_parallel(rank, world, name, path, optimizer)
     if case == "artifact":
         return _artifact(rank, world)
+    if case == "zero_artifact":
+        return _zero_artifact(rank, world)
     if case == "compiled_ddp":
         return _compiled_ddp(rank, world)
     if case == "batch_norm":

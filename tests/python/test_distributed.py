@@ -347,6 +347,22 @@ def _load_at_world_size_one(ckpt):
             dist.destroy_process_group()
 
 
+def test_a_zero3_artifact_resumes_from_each_ranks_checkpoint_bit_for_bit():
+    with tempfile.TemporaryDirectory() as tmp:
+        procs, logs, out = _spawn("zero_artifact", 2, tmp)
+        for p, log in zip(procs, logs):
+            assert p.returncode == 0, log
+        got = _results(out, 2)
+    for r, res in enumerate(got):
+        assert "error" not in res, f"rank {r}: {res['error']}"
+        assert int(res["resumed_step"]) == 3, int(res["resumed_step"])
+        np.testing.assert_array_equal(res["got"], res["want"], err_msg=(
+            f"rank {r}: the loaded zero3 artifact's losses vs the step that exported it"))
+        assert bool(res["same_state"]), f"rank {r}: the loaded step's shards differ at the end"
+        said = str(res["refused"])
+        assert "ZeRO step" in said and "kept_state()" in said and "save_sharded" in said, said
+
+
 def test_zero3_plans_at_most_065_of_ddps_peak_per_rank():
     """A model whose parameters and optimizer state dominate (four 512 x 512
     weights, batch 4): per rank, the arena's planned peak plus the kept
