@@ -53,6 +53,16 @@ def _spawn(case, world, tmp, **env):
     return procs, logs, out
 
 
+def _run(case, world, **env):
+    """Runs `case` on `world` processes; every rank must exit cleanly. Their
+    results, in rank order."""
+    with tempfile.TemporaryDirectory() as tmp:
+        procs, logs, out = _spawn(case, world, tmp, **env)
+        for p, log in zip(procs, logs):
+            assert p.returncode == 0, log
+        return _results(out, world)
+
+
 def _free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -139,11 +149,7 @@ def _check_against_one_process(case, got):
     ("mlp+bf16", 2), ("zero3:gpt2+bf16", 2), ("mlp+groups", 2), ("zero2:mlp+groups+sgd", 2),
     ("zero3:gpt2+groups", 2)])
 def test_ddp_trains_like_one_process_on_the_whole_batch(case, world):
-    with tempfile.TemporaryDirectory() as tmp:
-        procs, logs, out = _spawn(case, world, tmp)
-        for p, log in zip(procs, logs):
-            assert p.returncode == 0, log
-        got = _results(out, world)
+    got = _run(case, world)
     _check_against_one_process(case, got)
     # Every rank ran the bucketed all-reduces (starts and waits).
     assert all(int(g["collectives"]) >= 2 for g in got)
@@ -225,11 +231,7 @@ def _check_against_eager_ddp(got, what, excluded=lambda name, value: None):
 
 
 def test_batch_norm_statistics_follow_ddps_buffer_broadcast():
-    with tempfile.TemporaryDirectory() as tmp:
-        procs, logs, out = _spawn("batch_norm", 2, tmp)
-        for p, log in zip(procs, logs):
-            assert p.returncode == 0, log
-        got = _results(out, 2)
+    got = _run("batch_norm", 2)
     _check_against_eager_ddp(got, "from_torch(parallel=\"ddp\") with batch norm")
     # The ranks' statistics differ (each updates with its own batch) but
     # started every step from rank 0's.
@@ -240,11 +242,7 @@ def test_torch_compile_of_a_ddp_module_compiles_through_tilefuse():
     """torch.compile(DDP(model), backend="tilefuse"): Dynamo hands the
     backend the module's forward (DDP's graph splitting at bucket
     boundaries), tilefuse compiles it whole, and training matches eager DDP."""
-    with tempfile.TemporaryDirectory() as tmp:
-        procs, logs, out = _spawn("compiled_ddp", 2, tmp)
-        for p, log in zip(procs, logs):
-            assert p.returncode == 0, log
-        got = _results(out, 2)
+    got = _run("compiled_ddp", 2)
     _check_against_eager_ddp(got, "torch.compile(DDP(model), backend=\"tilefuse\")")
     for r, res in enumerate(got):
         assert int(res["graphs"]) >= 1 and int(res["compiled"]) >= 2, (
@@ -274,11 +272,7 @@ def test_huggingface_models_train_data_parallel_like_eager_ddp(model, path, opti
     losses and parameters, every graph the backend is handed compiled whole."""
     pytest.importorskip("transformers", reason="transformers is installed by tools/dev.sh; "
                         "run the README's test command")
-    with tempfile.TemporaryDirectory() as tmp:
-        procs, logs, out = _spawn(f"hf:{model}:{path}:{optimizer}", 2, tmp)
-        for p, log in zip(procs, logs):
-            assert p.returncode == 0, log
-        got = _results(out, 2)
+    got = _run(f"hf:{model}:{path}:{optimizer}", 2)
     what = (f"torch.compile(DDP({model}), backend=\"tilefuse\")" if path == "compile" else
             f"from_torch({model}, parallel=\"{path}\")")
     _check_against_eager_ddp(got, what, _gpt2_key_bias if model == "gpt2" else
@@ -348,11 +342,7 @@ def _load_at_world_size_one(ckpt):
 
 
 def test_a_zero3_artifact_resumes_from_each_ranks_checkpoint_bit_for_bit():
-    with tempfile.TemporaryDirectory() as tmp:
-        procs, logs, out = _spawn("zero_artifact", 2, tmp)
-        for p, log in zip(procs, logs):
-            assert p.returncode == 0, log
-        got = _results(out, 2)
+    got = _run("zero_artifact", 2)
     for r, res in enumerate(got):
         assert "error" not in res, f"rank {r}: {res['error']}"
         assert int(res["resumed_step"]) == 3, int(res["resumed_step"])
