@@ -166,11 +166,12 @@ def run_from_torch(rank=0, world=1):
     return out
 
 
-def _batch_norm_ddp(rank, world):
+def _batch_norm_ddp(rank, world, path="from_torch"):
     """A convolutional model with batch norm through from_torch(parallel=
-    "ddp") against eager DistributedDataParallel in the same processes: the
-    running statistics follow DDP's broadcast_buffers (rank 0's at every
-    forward pass, then each rank's own batch)."""
+    "ddp") (or, `path` "compile", torch.compile(DDP(model), backend=
+    "tilefuse")) against eager DistributedDataParallel in the same
+    processes: the running statistics follow DDP's broadcast_buffers (rank
+    0's at every forward pass, then each rank's own batch)."""
     import torch
     from torch.nn.parallel import DistributedDataParallel as DDP
 
@@ -195,7 +196,20 @@ def _batch_norm_ddp(rank, world):
     gen = torch.Generator().manual_seed(5 + rank)  # each rank's own data
     batches = [(torch.randn(4, 3, 8, 8, generator=gen), torch.randint(0, 5, (4,), generator=gen))
                for _ in range(5)]
-    step = tilefuse.from_torch(ours, batches[0], _optimizer(), device="cpu", parallel="ddp")
+    from tilefuse import torch_integration
+    torch_integration.stats.reset()
+    if path == "compile":
+        compiled = torch.compile(DDP(ours), backend="tilefuse")
+        ours_opt = torch.optim.AdamW(ours.parameters(), lr=3e-3, weight_decay=0.01)
+
+        def step(x, y):
+            ours_opt.zero_grad()
+            loss = compiled(x, y)
+            loss.backward()
+            ours_opt.step()
+            return loss.item()
+    else:
+        step = tilefuse.from_torch(ours, batches[0], _optimizer(), device="cpu", parallel="ddp")
     losses = []
     for x, y in batches:
         opt.zero_grad()
@@ -203,8 +217,11 @@ def _batch_norm_ddp(rank, world):
         loss.backward()
         opt.step()
         losses.append([loss.item(), step(x, y)])
-    step.copy_to(ours)
-    out = {"losses": np.array(losses)}
+    if path != "compile":
+        step.copy_to(ours)
+    out = {"losses": np.array(losses), "compiled": np.array(torch_integration.stats.compiled),
+           "partitioned": np.array(torch_integration.stats.partitioned),
+           "eager_graphs": np.array(torch_integration.stats.eager)}
     for (name, a), b in zip(eager_model.state_dict().items(), ours.state_dict().values()):
         if a.dtype.is_floating_point:
             out[f"eager/{name}"], out[f"compiled/{name}"] = a.numpy(), b.detach().numpy()
@@ -462,8 +479,8 @@ def run_rank(case, rank, world):
         return _zero_artifact(rank, world)
     if case == "compiled_ddp":
         return _compiled_ddp(rank, world)
-    if case == "batch_norm":
-        return _batch_norm_ddp(rank, world)
+    if case.startswith("batch_norm"):  # batch_norm[:compile]
+        return _batch_norm_ddp(rank, world, *case.split(":")[1:])
     if case == "from_torch":
         return run_from_torch(rank, world)
     if case == "dies":

@@ -230,9 +230,16 @@ def _check_against_eager_ddp(got, what, excluded=lambda name, value: None):
                 assert err <= 1e-5, f"rank {r}: {what}: {name[6:]} differs from eager DDP by {err:.2e}"
 
 
-def test_batch_norm_statistics_follow_ddps_buffer_broadcast():
-    got = _run("batch_norm", 2)
-    _check_against_eager_ddp(got, "from_torch(parallel=\"ddp\") with batch norm")
+@pytest.mark.parametrize("path", ["from_torch", "compile"])
+def test_batch_norm_statistics_follow_ddps_buffer_broadcast(path):
+    got = _run(f"batch_norm:{path}", 2)
+    what = ("torch.compile(DDP(model), backend=\"tilefuse\")" if path == "compile" else
+            "from_torch(parallel=\"ddp\")")
+    _check_against_eager_ddp(got, f"{what} with batch norm")
+    if path == "compile":
+        for r, res in enumerate(got):
+            assert (int(res["compiled"]) >= 2 and int(res["partitioned"]) == 0 and
+                    int(res["eager_graphs"]) == 0), f"rank {r}: the backend did not compile it whole"
     # The ranks' statistics differ (each updates with its own batch) but
     # started every step from rank 0's.
     assert not np.array_equal(got[0]["compiled/bn.running_mean"], got[1]["compiled/bn.running_mean"])
