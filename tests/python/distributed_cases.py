@@ -166,6 +166,18 @@ def run_from_torch(rank=0, world=1):
     return out
 
 
+def _torch_step(model, optimizer):
+    """A PyTorch training step of `model` (which returns the loss) as a
+    function of the inputs returning the loss, like a tilefuse step."""
+    def step(*inputs):
+        optimizer.zero_grad()
+        loss = model(*inputs)
+        loss.backward()
+        optimizer.step()
+        return loss.item()
+    return step
+
+
 def _batch_norm_ddp(rank, world, path="from_torch"):
     """A convolutional model with batch norm through from_torch(parallel=
     "ddp") (or, `path` "compile", torch.compile(DDP(model), backend=
@@ -199,24 +211,12 @@ def _batch_norm_ddp(rank, world, path="from_torch"):
     from tilefuse import torch_integration
     torch_integration.stats.reset()
     if path == "compile":
-        compiled = torch.compile(DDP(ours), backend="tilefuse")
-        ours_opt = torch.optim.AdamW(ours.parameters(), lr=3e-3, weight_decay=0.01)
-
-        def step(x, y):
-            ours_opt.zero_grad()
-            loss = compiled(x, y)
-            loss.backward()
-            ours_opt.step()
-            return loss.item()
+        step = _torch_step(torch.compile(DDP(ours), backend="tilefuse"),
+                           torch.optim.AdamW(ours.parameters(), lr=3e-3, weight_decay=0.01))
     else:
         step = tilefuse.from_torch(ours, batches[0], _optimizer(), device="cpu", parallel="ddp")
-    losses = []
-    for x, y in batches:
-        opt.zero_grad()
-        loss = eager(x, y)
-        loss.backward()
-        opt.step()
-        losses.append([loss.item(), step(x, y)])
+    eager_step = _torch_step(eager, opt)
+    losses = [[eager_step(x, y), step(x, y)] for x, y in batches]
     if path != "compile":
         step.copy_to(ours)
     out = {"losses": np.array(losses), "compiled": np.array(torch_integration.stats.compiled),
@@ -396,25 +396,13 @@ def _hf_data_parallel(rank, world, name, path, optimizer):
     batches = [torch.randint(3, 128, (2, 16), generator=gen) for _ in range(STEPS)]
     torch_integration.stats.reset()
     if path == "compile":
-        compiled = torch.compile(DDP(ours), backend="tilefuse")
-        ours_opt = make_optimizer(ours.parameters())
-
-        def step(ids):
-            ours_opt.zero_grad()
-            loss = compiled(ids)
-            loss.backward()
-            ours_opt.step()
-            return loss.item()
+        step = _torch_step(torch.compile(DDP(ours), backend="tilefuse"),
+                           make_optimizer(ours.parameters()))
     else:
         step = tilefuse.from_torch(ours, (batches[0],), make_optimizer(ours.parameters()),
                                    device="cpu", parallel=path, bucket_bytes=32 << 10)
-    losses = []
-    for ids in batches:
-        opt.zero_grad()
-        loss = eager(ids)
-        loss.backward()
-        opt.step()
-        losses.append([loss.item(), step(ids)])
+    eager_step = _torch_step(eager, opt)
+    losses = [[eager_step(ids), step(ids)] for ids in batches]
     if path != "compile":
         step.copy_to(ours)
     out = {"losses": np.array(losses), "graphs": np.array(torch_integration.stats.graphs),
