@@ -72,28 +72,30 @@ def sent_bytes(device):
     return 0
 
 
+def other_threads():
+    """Thread ids of this process but the calling thread's (Linux): gloo's
+    (and torch's), which do a collective's CPU work for this rank."""
+    import threading
+    me = threading.get_native_id()
+    return [int(tid) for tid in os.listdir("/proc/self/task") if int(tid) != me]
+
+
 def thread_cpu():
     """(CPU seconds of this thread, of the process's other threads, this
     thread's involuntary context switches) so far (Linux: each thread's
-    schedstat run time and status; zeros elsewhere). The other threads are
-    gloo's (and torch's): a collective's CPU work for this rank."""
-    import threading
-    me = threading.get_native_id()
-    mine = others = switches = 0
+    schedstat run time and status; zeros elsewhere)."""
+    def run_seconds(task):
+        with open(f"{task}/schedstat") as f:
+            return int(f.read().split()[0]) / 1e9
     try:
-        for tid in os.listdir("/proc/self/task"):
-            with open(f"/proc/self/task/{tid}/schedstat") as f:
-                ns = int(f.read().split()[0])
-            if int(tid) == me:
-                mine = ns
-                with open(f"/proc/self/task/{tid}/status") as f:
-                    switches = next(int(line.split(":")[1]) for line in f
-                                    if line.startswith("nonvoluntary_ctxt_switches"))
-            else:
-                others += ns
+        with open("/proc/thread-self/status") as f:
+            switches = next(int(line.split(":")[1]) for line in f
+                            if line.startswith("nonvoluntary_ctxt_switches"))
+        mine = run_seconds("/proc/thread-self")
+        others = sum(run_seconds(f"/proc/self/task/{tid}") for tid in other_threads())
     except (OSError, StopIteration, ValueError):
         return 0.0, 0.0, 0
-    return mine / 1e9, others / 1e9, switches
+    return mine, others, switches
 
 
 def rank_main(rank, world, store, out, args):
@@ -171,11 +173,8 @@ def rank_main(rank, world, store, out, args):
     if args.idle_comm_threads:
         # gloo's threads exist now (started by the process group and the
         # warm-up): from here on they run only when a core has nothing else.
-        import threading
-        me = threading.get_native_id()
-        for tid in os.listdir("/proc/self/task"):
-            if int(tid) != me:
-                os.sched_setscheduler(int(tid), os.SCHED_IDLE, os.sched_param(0))
+        for tid in other_threads():
+            os.sched_setscheduler(tid, os.SCHED_IDLE, os.sched_param(0))
     times = {name: [] for name in paths}
     for _ in range(args.rounds):
         for name, fn in paths.items():
@@ -259,8 +258,7 @@ def rank_main(rank, world, store, out, args):
                       exposed_s=waits, alone_s=statistics.median(alone), sent_bytes=sent,
                       per_bucket=per_bucket, profiled_s=sum(seconds) / calls,
                       call_s=statistics.median(span[-1][0] for span in spans),
-                      start_s=sum(s for s, r in zip(seconds, rows)
-                                  if r["name"].endswith("_start")) / calls / len(starts),
+                      start_s=sum(seconds[i] for i in start_rows) / calls / len(start_rows),
                       start_cpu_s=statistics.mean(start_cpu))
     if rank == 0:
         with open(out, "w") as f:
@@ -268,8 +266,8 @@ def rank_main(rank, world, store, out, args):
     # Shut down in order (as tests/python/distributed_worker.py): the DDP
     # module's reducer and the steps' communicators, which hold the process
     # group, go first, and no rank tears the group down while another is
-    # still in a collective (a rank aborting at exit, std::terminate on a
-    # joinable thread, was seen in 2 of 13 runs without this).
+    # still in a collective (a rank aborted at exit, std::terminate on a
+    # joinable thread, in 2 of 13 runs before this order; not seen since).
     del net, opt, paths, steps, tf, exe
     if world > 1:
         del apart

@@ -43,18 +43,31 @@ def _gpt2():
 CASES = {"mlp": _mlp, "gpt2": _gpt2}
 
 
-def excluded(case, name):
-    """Entries of parameter `name` left out of the comparison, with why:
-    gpt2's key biases (the middle third of attn.qkv.b) have a zero gradient
-    in exact arithmetic (adding a constant to every score of a softmax row
-    changes nothing), so what any run computes for them is rounding noise,
-    different for every summation order; the test checks they stay at noise
-    level instead."""
-    case = case.split("+")[0]  # options do not change which
-    if case == "gpt2" and name.endswith("attn.qkv.b"):
-        d = CASES[case]()[1][name].shape[0] // 3
+def key_biases(name, value):
+    """GPT-2's key biases in parameter `name` (the middle third of
+    attn.qkv.b here, of attn.c_attn.bias in HuggingFace's GPT-2), None
+    elsewhere. Their gradient is zero in exact arithmetic (adding a constant
+    to every score of a softmax row changes nothing), so what any run
+    computes for them is rounding noise, different for every summation
+    order: comparisons leave them out and check they stay at noise level."""
+    if name.endswith(("attn.qkv.b", "attn.c_attn.bias")):
+        d = value.shape[0] // 3
         return slice(d, 2 * d)
     return None
+
+
+def excluded(case, name, value):
+    """Entries of parameter `name` (`value`) of `case` left out of the
+    comparison with one process (key_biases), None for none."""
+    return key_biases(name, value) if case.split("+")[0] == "gpt2" else None
+
+
+def backend_stats():
+    """What the torch.compile backend did in this process, as arrays."""
+    from tilefuse import torch_integration
+    stats = torch_integration.stats
+    return {"graphs": np.array(stats.graphs), "compiled": np.array(stats.compiled),
+            "partitioned": np.array(stats.partitioned), "eager_graphs": np.array(stats.eager)}
 
 
 def _shard(batch, rank, world, axis=0):
@@ -219,9 +232,7 @@ def _batch_norm_ddp(rank, world, path="from_torch"):
     losses = [[eager_step(x, y), step(x, y)] for x, y in batches]
     if path != "compile":
         step.copy_to(ours)
-    out = {"losses": np.array(losses), "compiled": np.array(torch_integration.stats.compiled),
-           "partitioned": np.array(torch_integration.stats.partitioned),
-           "eager_graphs": np.array(torch_integration.stats.eager)}
+    out = {"losses": np.array(losses), **backend_stats()}
     for (name, a), b in zip(eager_model.state_dict().items(), ours.state_dict().values()):
         if a.dtype.is_floating_point:
             out[f"eager/{name}"], out[f"compiled/{name}"] = a.numpy(), b.detach().numpy()
@@ -269,8 +280,7 @@ def _compiled_ddp(rank, world):
             opt.step()
             pair.append(loss.item())
         losses.append(pair)
-    out = {"losses": np.array(losses), "graphs": np.array(torch_integration.stats.graphs),
-           "compiled": np.array(torch_integration.stats.compiled)}
+    out = {"losses": np.array(losses), **backend_stats()}
     # DDP around a torch.nn container: Dynamo hands over nothing; explain()
     # says so and why.
     seq = DDP(torch.nn.Sequential(torch.nn.Linear(24, 7)))
@@ -405,10 +415,7 @@ def _hf_data_parallel(rank, world, name, path, optimizer):
     losses = [[eager_step(ids), step(ids)] for ids in batches]
     if path != "compile":
         step.copy_to(ours)
-    out = {"losses": np.array(losses), "graphs": np.array(torch_integration.stats.graphs),
-           "compiled": np.array(torch_integration.stats.compiled),
-           "partitioned": np.array(torch_integration.stats.partitioned),
-           "eager_graphs": np.array(torch_integration.stats.eager)}
+    out = {"losses": np.array(losses), **backend_stats()}
     for (key, a), b in zip(eager_model.named_parameters(), ours.parameters()):
         out[f"eager/{key}"], out[f"compiled/{key}"] = a.detach().numpy(), b.detach().numpy()
     return out

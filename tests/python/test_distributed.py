@@ -69,23 +69,26 @@ def _free_port():
         return s.getsockname()[1]
 
 
+def _without_noise(value, skip, noise, name):
+    """A copy of `value` with the entries `skip` (a slice, or None) zeroed,
+    after checking they stay below `noise`: rounding noise left out of a
+    comparison (distributed_cases.key_biases)."""
+    value = value.copy()
+    if skip is not None:
+        assert np.abs(value[skip]).max() < noise, name
+        value[skip] = 0
+    return value
+
+
 def _masked_params(case, result):
-    """The result's parameters, with the entries cases.excluded leaves out
-    checked to be at noise level and zeroed."""
-    # Rounding noise (see distributed_cases.excluded) moves them from zero
-    # by a fraction of one AdamW step of lr in f32; 16-bit noise is large
-    # enough for AdamW's normalised update to move them by up to lr a step.
+    """The result's parameters, the entries cases.excluded leaves out zeroed."""
+    # Rounding noise moves them from zero by a fraction of one AdamW step
+    # of lr in f32; 16-bit noise is large enough for AdamW's normalised
+    # update to move them by up to lr a step.
     noise = cases.ADAMW_LR * (1 if cases.precision(case) == "fp32" else cases.STEPS)
-    out = {}
-    for name, value in result.items():
-        if name.startswith("param/"):
-            value = value.copy()
-            skip = cases.excluded(case, name[len("param/"):])
-            if skip is not None:
-                assert np.abs(value[skip]).max() < noise, name
-                value[skip] = 0
-            out[name] = value
-    return out
+    return {name: _without_noise(value, cases.excluded(case, name[len("param/"):], value),
+                                 noise, name)
+            for name, value in result.items() if name.startswith("param/")}
 
 
 def _distance(params, reference):
@@ -214,18 +217,17 @@ def test_a_dead_rank_makes_the_others_fail():
 def _check_against_eager_ddp(got, what, excluded=lambda name, value: None):
     """Losses step by step and parameters at the end against eager DDP's in
     the same processes; `excluded(name, value)`: entries of a parameter left
-    out of the comparison (a slice), which must stay at rounding-noise level."""
+    out of the comparison (a slice, or None), which must stay at
+    rounding-noise level."""
     for r, res in enumerate(got):
         assert "error" not in res, res["error"]
         np.testing.assert_allclose(res["losses"][:, 1], res["losses"][:, 0], rtol=1e-5,
                                    err_msg=f"rank {r}: {what} losses vs eager DDP")
         for name in res:
             if name.startswith("eager/"):
-                want, have = res[name].copy(), res["compiled/" + name[len("eager/"):]].copy()
+                want, have = res[name], res["compiled/" + name[len("eager/"):]]
                 skip = excluded(name[len("eager/"):], want)
-                if skip is not None:
-                    assert max(np.abs(want[skip]).max(), np.abs(have[skip]).max()) < 3e-3, name
-                    want[skip] = have[skip] = 0
+                want, have = (_without_noise(v, skip, 3e-3, name) for v in (want, have))
                 err = np.linalg.norm(have - want) / max(np.linalg.norm(want), 1e-30)
                 assert err <= 1e-5, f"rank {r}: {what}: {name[6:]} differs from eager DDP by {err:.2e}"
 
@@ -258,16 +260,6 @@ def test_torch_compile_of_a_ddp_module_compiles_through_tilefuse():
         assert said.startswith("0 ATen graphs") and "wraps torch.nn.Sequential" in said, said
 
 
-def _gpt2_key_bias(name, value):
-    """GPT-2's key biases (the middle third of attn.c_attn.bias) have a zero
-    gradient in exact arithmetic (see distributed_cases.excluded): rounding
-    noise, different for every summation order."""
-    if name.endswith("attn.c_attn.bias"):
-        d = value.shape[0] // 3
-        return slice(d, 2 * d)
-    return None
-
-
 @pytest.mark.parametrize("model,path,optimizer", [
     ("gpt2", "ddp", "adamw"), ("llama", "ddp", "sgd"), ("gpt2", "zero3", "sgd"),
     ("llama", "zero2", "adamw"), ("gpt2", "compile", "sgd"), ("llama", "compile", "adamw")])
@@ -282,8 +274,7 @@ def test_huggingface_models_train_data_parallel_like_eager_ddp(model, path, opti
     got = _run(f"hf:{model}:{path}:{optimizer}", 2)
     what = (f"torch.compile(DDP({model}), backend=\"tilefuse\")" if path == "compile" else
             f"from_torch({model}, parallel=\"{path}\")")
-    _check_against_eager_ddp(got, what, _gpt2_key_bias if model == "gpt2" else
-                             lambda name, value: None)
+    _check_against_eager_ddp(got, what, cases.key_biases)
     for r, res in enumerate(got):
         if path == "compile":
             assert int(res["compiled"]) >= 2, f"rank {r}: the backend compiled {int(res['compiled'])} graphs"
