@@ -6,7 +6,6 @@ report() returns) and state dicts (`save`, `load_state_dict`)."""
 import json
 import math
 import os
-import re
 import time
 import zipfile
 from collections.abc import Mapping
@@ -530,7 +529,7 @@ class LoadedTrainStep(LoadedFunction):
             raise CompileError(f"{who}: the state dict has {_listing(extra)} but not "
                                f"{_listing(missing)}; a TrainStep's state_dict() has all four")
         # A ZeRO step's artifact keeps one rank's shards, never whole tensors.
-        sharded = any(re.search(r"/shard\d+$", name) for name in names)
+        sharded = "params/shard0" in names
         _check_keys(state, names + extra, who, hint=(
             "; this artifact is a ZeRO step, whose kept arguments are one rank's shards: load "
             "this rank's TrainStep.kept_state(), or its rank<r>.npz written by "

@@ -191,6 +191,31 @@ def _torch_step(model, optimizer):
     return step
 
 
+def _against_eager_ddp(eager_model, ours, batches, path, make_optimizer, **from_torch_kwargs):
+    """Trains `ours` data-parallel through tilefuse (`path`: a from_torch
+    parallel mode, or "compile": torch.compile(DDP(ours), backend=
+    "tilefuse")) and `eager_model` (the same parameters) under eager
+    DistributedDataParallel, each with its own `make_optimizer(params)`, on
+    the tuples of inputs `batches`: the losses side by side and what the
+    torch.compile backend did. `ours` holds tilefuse's parameters after."""
+    import torch
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    from tilefuse import torch_integration
+    eager_step = _torch_step(DDP(eager_model), make_optimizer(eager_model.parameters()))
+    torch_integration.stats.reset()
+    if path == "compile":
+        step = _torch_step(torch.compile(DDP(ours), backend="tilefuse"),
+                           make_optimizer(ours.parameters()))
+    else:
+        step = tilefuse.from_torch(ours, batches[0], make_optimizer(ours.parameters()),
+                                   device="cpu", parallel=path, **from_torch_kwargs)
+    losses = [[eager_step(*b), step(*b)] for b in batches]
+    if path != "compile":
+        step.copy_to(ours)
+    return {"losses": np.array(losses), **backend_stats()}
+
+
 def _batch_norm_ddp(rank, world, path="from_torch"):
     """A convolutional model with batch norm through from_torch(parallel=
     "ddp") (or, `path` "compile", torch.compile(DDP(model), backend=
@@ -198,7 +223,6 @@ def _batch_norm_ddp(rank, world, path="from_torch"):
     processes: the running statistics follow DDP's broadcast_buffers (rank
     0's at every forward pass, then each rank's own batch)."""
     import torch
-    from torch.nn.parallel import DistributedDataParallel as DDP
 
     class Net(torch.nn.Module):
         def __init__(self):
@@ -216,23 +240,12 @@ def _batch_norm_ddp(rank, world, path="from_torch"):
     eager_model = Net()
     ours = Net()
     ours.load_state_dict(eager_model.state_dict())
-    eager = DDP(eager_model)
-    opt = torch.optim.AdamW(eager.parameters(), lr=3e-3, weight_decay=0.01)
     gen = torch.Generator().manual_seed(5 + rank)  # each rank's own data
     batches = [(torch.randn(4, 3, 8, 8, generator=gen), torch.randint(0, 5, (4,), generator=gen))
                for _ in range(5)]
-    from tilefuse import torch_integration
-    torch_integration.stats.reset()
-    if path == "compile":
-        step = _torch_step(torch.compile(DDP(ours), backend="tilefuse"),
-                           torch.optim.AdamW(ours.parameters(), lr=3e-3, weight_decay=0.01))
-    else:
-        step = tilefuse.from_torch(ours, batches[0], _optimizer(), device="cpu", parallel="ddp")
-    eager_step = _torch_step(eager, opt)
-    losses = [[eager_step(x, y), step(x, y)] for x, y in batches]
-    if path != "compile":
-        step.copy_to(ours)
-    out = {"losses": np.array(losses), **backend_stats()}
+    out = _against_eager_ddp(
+        eager_model, ours, batches, "compile" if path == "compile" else "ddp",
+        lambda params: torch.optim.AdamW(params, lr=ADAMW_LR, weight_decay=0.01))
     for (name, a), b in zip(eager_model.state_dict().items(), ours.state_dict().values()):
         if a.dtype.is_floating_point:
             out[f"eager/{name}"], out[f"compiled/{name}"] = a.numpy(), b.detach().numpy()
@@ -388,34 +401,20 @@ def _hf_data_parallel(rank, world, name, path, optimizer):
     of `optimizer` ("adamw", or "sgd": with momentum, sensitive to the
     gradients' scale, which AdamW's normalised update is not)."""
     import torch
-    from torch.nn.parallel import DistributedDataParallel as DDP
 
-    from tilefuse import torch_integration
     torch.manual_seed(0)
     eager_model = _hf_model(name)
     ours = _hf_model(name)
     ours.load_state_dict(eager_model.state_dict())
-    eager = DDP(eager_model)
 
     def make_optimizer(params):
         if optimizer == "sgd":
             return torch.optim.SGD(params, lr=0.05, momentum=0.9)
         return torch.optim.AdamW(params, lr=1e-3)
-    opt = make_optimizer(eager.parameters())
     gen = torch.Generator().manual_seed(11 + rank)  # each rank's own sequences
-    batches = [torch.randint(3, 128, (2, 16), generator=gen) for _ in range(STEPS)]
-    torch_integration.stats.reset()
-    if path == "compile":
-        step = _torch_step(torch.compile(DDP(ours), backend="tilefuse"),
-                           make_optimizer(ours.parameters()))
-    else:
-        step = tilefuse.from_torch(ours, (batches[0],), make_optimizer(ours.parameters()),
-                                   device="cpu", parallel=path, bucket_bytes=32 << 10)
-    eager_step = _torch_step(eager, opt)
-    losses = [[eager_step(ids), step(ids)] for ids in batches]
-    if path != "compile":
-        step.copy_to(ours)
-    out = {"losses": np.array(losses), **backend_stats()}
+    batches = [(torch.randint(3, 128, (2, 16), generator=gen),) for _ in range(STEPS)]
+    out = _against_eager_ddp(eager_model, ours, batches, path, make_optimizer,
+                             bucket_bytes=32 << 10)
     for (key, a), b in zip(eager_model.named_parameters(), ours.parameters()):
         out[f"eager/{key}"], out[f"compiled/{key}"] = a.detach().numpy(), b.detach().numpy()
     return out
